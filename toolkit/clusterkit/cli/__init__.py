@@ -1,0 +1,100 @@
+"""The ``clusterkit`` command line.
+
+Commands live in their own modules and are imported only when run, so ``clusterkit --help``
+imports neither paramiko nor submitit.  Every command parses its options, calls one core
+function and renders its result; domain errors become a one-line message and an exit code
+here, in one place (:func:`main`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from clusterkit import __version__
+from clusterkit.errors import ClusterkitError, ExitCode
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0  ok
+  1  runtime failure (job refused or failed, preflight found bad nodes)
+  2  usage or config error (bad option, invalid site config, impossible plan)
+  3  preflight could not reach some nodes
+"""
+
+# name -> (module, attribute, one-line help shown by `clusterkit --help` without importing)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "sites": ("clusterkit.cli.sites", "sites", "List, show, validate site configs; print the JSON Schema."),
+    "render": ("clusterkit.cli.render", "render", "Render the job script, hostfiles and configs into a run directory."),
+    "submit": ("clusterkit.cli.submit", "submit", "Render, preflight and submit a job (Slurm or the local site)."),
+    "status": ("clusterkit.cli.jobs", "status", "Show the state of recent jobs, or of one job."),
+    "logs": ("clusterkit.cli.jobs", "logs", "Show (or follow) a job's logs, per node and rank."),
+    "cancel": ("clusterkit.cli.jobs", "cancel", "Cancel a job."),
+    "preflight": ("clusterkit.cli.preflight", "preflight", "Check GPUs, drivers, IB links and mounts on the nodes."),
+    "plan": ("clusterkit.cli.plan", "plan", "Choose framework, ZeRO stage and node count from model size."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        spec = COMMANDS.get(cmd_name)
+        if spec is None:
+            return None
+        module, attr, _ = spec
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as exc:  # a command not built yet is not a crash
+            if exc.name != module:
+                raise
+            return None
+        return getattr(mod, attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="clusterkit")
+def cli() -> None:
+    """clusterkit: plan, render, preflight and submit distributed training jobs.
+
+    A site config describes a cluster; a stage (single-node, multi-node, large-cluster)
+    says how big the job is; clusterkit turns both into an sbatch script, hostfiles, NCCL
+    environment and launcher configs, checks the nodes, and submits.
+    """
+
+
+def report_error(err: ClusterkitError) -> None:
+    for line in err.lines():
+        click.echo(f"clusterkit: error: {line}", err=True)
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Entry point: run the CLI with one error boundary and documented exit codes."""
+    try:
+        rv = cli.main(args=argv, prog_name="clusterkit", standalone_mode=False)
+    except ClusterkitError as err:
+        report_error(err)
+        sys.exit(int(err.exit_code))
+    except click.exceptions.Abort:
+        click.echo("clusterkit: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(int(ExitCode.USAGE) if exc.exit_code == 2 else exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("clusterkit: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(int(ExitCode.FAILURE))
+    sys.exit(rv if isinstance(rv, int) else 0)
