@@ -1,0 +1,1 @@
+"""Tests that need the Slurm test cluster (tests/slurm/testbed.sh)."""

@@ -1,0 +1,126 @@
+"""The Slurm test cluster: started once per test session by ``testbed.sh``, stopped at the end.
+
+Every test in this directory is marked ``slurm`` and skipped, with the reason, where Slurm
+cannot run (not root, Slurm/munge binaries missing).  Each session picks free TCP ports and a
+random first job id, so two sessions on one machine neither collide on slurmctld's port nor
+on rendezvous ports (those derive from job ids, and all fake nodes share 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+TESTBED = HERE / "testbed.sh"
+NODES = 4
+NEEDED = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "srun", "unshare")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.slurm)
+
+
+def _skip_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "Slurm testbed needs root (SlurmUser=root, per-node UTS namespaces)"
+    missing = [b for b in NEEDED if shutil.which(b) is None]
+    if missing:
+        return f"Slurm testbed needs {', '.join(missing)} (apt-get install slurmctld slurmd slurm-client munge)"
+    return None
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port_block(count: int) -> int:
+    """A base port with ``count`` consecutive free ports (slurmctld + one per slurmd)."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 28000)
+        if all(_port_free(base + i) for i in range(count)):
+            return base
+    raise RuntimeError("no block of free TCP ports for the Slurm testbed")
+
+
+@dataclass
+class Testbed:
+    """A running Slurm test cluster and the environment its clients need."""
+
+    __test__ = False  # not a test class, despite the name
+
+    lab: Path
+    slurm_conf: Path
+    sacct_dir: Path
+    nodes: list[str] = field(default_factory=lambda: [f"node{i}" for i in range(1, NODES + 1)])
+
+    def env(self, *, with_sacct: bool = False, **extra: str) -> dict[str, str]:
+        """os.environ plus SLURM_CONF; ``with_sacct`` puts the sacct stand-in first on PATH.
+
+        Without it, ``sacct`` is Debian's real one, which fails ("accounting storage is
+        disabled") exactly like a site without slurmdbd.
+        """
+        env = dict(os.environ)
+        env["SLURM_CONF"] = str(self.slurm_conf)
+        # the CLI run by tests must be this checkout's python and its clusterkit
+        path = [str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")]
+        if with_sacct:
+            path.insert(0, str(self.sacct_dir))
+        env["PATH"] = os.pathsep.join(path)
+        env.update(extra)
+        return env
+
+    def run(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm client command (scontrol, squeue, ...) against the testbed."""
+        return subprocess.run(list(argv), env=self.env(), capture_output=True, text=True,
+                              check=check, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[Testbed]:
+    """Start munge + slurmctld + 4 slurmd (gpu:8 each) for the session; stop them after."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    # munged insists that every directory above its socket is world-executable, which
+    # pytest's own temporary directories (mode 700) are not: use a directory of our own.
+    lab = Path(tempfile.mkdtemp(prefix="clusterkit-slurmlab-"))
+    lab.chmod(0o755)
+    env = dict(os.environ)
+    env.update(
+        SLURMLAB_DIR=str(lab),
+        SLURMLAB_NODES=str(NODES),
+        SLURMLAB_PORT=str(_free_port_block(NODES + 1)),
+        SLURMLAB_FIRST_JOB_ID=str(random.randrange(1000, 60000) * 1000),
+    )
+    env.pop("SLURM_CONF", None)
+    proc = subprocess.run(["bash", str(TESTBED)], env=env, capture_output=True, text=True, timeout=180)
+    if proc.returncode != 0:
+        pytest.fail(f"Slurm testbed did not start (rc={proc.returncode}):\n{proc.stderr[-3000:]}")
+    bed = Testbed(lab=lab, slurm_conf=lab / "etc" / "slurm.conf", sacct_dir=lab / "bin")
+    try:
+        yield bed
+    finally:
+        subprocess.run(["bash", str(TESTBED), "--stop"], env=env, capture_output=True, text=True, timeout=120)
+        if os.environ.get("CLUSTERKIT_KEEP_TESTBED") != "1":  # keep logs for debugging on request
+            shutil.rmtree(lab, ignore_errors=True)

@@ -1,0 +1,44 @@
+"""The testbed itself: four idle nodes with gpu:8, distinct hostnames, GPUs handed to jobs."""
+
+from __future__ import annotations
+
+import time
+
+from .conftest import Testbed
+
+
+def _wait_done(bed: Testbed, job_id: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = bed.run("squeue", "-h", "--states=all", "-j", job_id, "-o", "%T").stdout.strip()
+        if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+            return state
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} still {state} after {timeout}s")
+
+
+def test_four_idle_nodes_with_eight_fake_gpus(testbed: Testbed) -> None:
+    out = testbed.run("sinfo", "-h", "-N", "-o", "%N %T %G").stdout.split("\n")
+    rows = sorted(line.split() for line in out if line.strip())
+    assert rows == [[f"node{i}", "idle", "gpu:8"] for i in range(1, 5)]
+
+
+def test_job_sees_distinct_hostnames_and_its_gpus(testbed: Testbed, tmp_path) -> None:
+    script = tmp_path / "probe.sh"
+    script.write_text("#!/bin/bash\nsrun bash -c 'echo $(hostname) $CUDA_VISIBLE_DEVICES'\n")
+    job = testbed.run(
+        "sbatch", "--parsable", "-N4", "--ntasks-per-node=1", "--gpus-per-node=8",
+        f"--output={tmp_path}/out-%j.txt", f"--chdir={tmp_path}", str(script),
+    ).stdout.strip()
+    assert _wait_done(testbed, job) == "COMPLETED"
+    lines = sorted((tmp_path / f"out-{job}.txt").read_text().split("\n"))
+    assert [line for line in lines if line] == [f"node{i} 0,1,2,3,4,5,6,7" for i in range(1, 5)]
+
+
+def test_sbatch_refuses_impossible_requests(testbed: Testbed, tmp_path) -> None:
+    script = tmp_path / "noop.sh"
+    script.write_text("#!/bin/bash\ntrue\n")
+    too_many_nodes = testbed.run("sbatch", "-N5", str(script), check=False)
+    too_many_gpus = testbed.run("sbatch", "--gpus-per-node=9", str(script), check=False)
+    assert too_many_nodes.returncode == 1 and "Node count specification invalid" in too_many_nodes.stderr
+    assert too_many_gpus.returncode == 1 and "Requested node configuration is not available" in too_many_gpus.stderr
