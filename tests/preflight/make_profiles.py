@@ -1,0 +1,178 @@
+"""Write the SSH-lab node profiles used by the preflight tests: ``tests/sshlab/profiles/<name>/``.
+
+Each profile is what one kind of node looks like to the preflight script:
+
+* ``bin/``  fake tools found first on PATH (``nvidia-smi``; ``df``/``timeout`` where a fault needs them)
+* ``root/`` the node's sysroot (``CLUSTERKIT_SYSROOT``): ``sys/class/infiniband``,
+  ``sys/module/nvidia_peermem``, ``proc/mounts`` and the storage directories themselves.
+
+The output of the fake tools is the real tools' format, byte for byte where it matters.
+Run ``python tests/preflight/make_profiles.py`` after changing this file; the profiles are
+committed so the lab needs no generation step.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+PROFILES = Path(__file__).resolve().parents[1] / "sshlab" / "profiles"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "toolkit"))
+from clusterkit.preflight.parsers import GPU_QUERY_FIELDS  # noqa: E402
+
+BUS_IDS = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
+
+
+@dataclass(frozen=True)
+class Node:
+    """The facts one profile serves."""
+
+    gpus: int = 8
+    gpu_name: str = "NVIDIA H100 80GB HBM3"
+    driver: str = "550.54.15"
+    cuda: str = "12.4"
+    ecc: dict[int, int] = field(default_factory=dict)  # GPU index -> uncorrected count
+    smi: str = "normal"  # normal | garbage
+    ib_down: tuple[int, ...] = ()
+    lustre: bool = True
+    hung_path: str | None = None  # fake df sleeps on this path
+    hung_command: bool = False  # fake `timeout` sleeps: the whole remote script hangs
+
+
+PROFILE_NODES: dict[str, Node] = {
+    "healthy": Node(),
+    "gpu_missing": Node(gpus=7),
+    "ib_down": Node(ib_down=(3,)),
+    "old_driver": Node(driver="470.239.06", cuda="11.4"),
+    "no_lustre": Node(lustre=False),
+    "ecc_errors": Node(ecc={5: 3}),
+    "garbage_smi": Node(smi="garbage"),
+    "hung_mount": Node(hung_path="/lustre/scratch"),
+    "hung_command": Node(hung_command=True),
+}
+
+
+def _query_rows(n: Node) -> str:
+    rows = []
+    for i in range(n.gpus):
+        rows.append(f"{i}, {n.gpu_name}, {n.driver}, 81559 MiB, Enabled, {n.ecc.get(i, 0)}, Disabled, "
+                    f"00000000:{BUS_IDS[i]}:00.0")
+    return "\n".join(rows)
+
+
+def _header(n: Node) -> str:
+    return (
+        "Fri Mar 15 09:12:44 2024       \n"
+        "+-----------------------------------------------------------------------------------------+\n"
+        f"| NVIDIA-SMI {n.driver:<23}Driver Version: {n.driver:<15}CUDA Version: {n.cuda:<9}|\n"
+        "|-----------------------------------------+------------------------+----------------------+\n"
+        "| GPU  Name                 Persistence-M | Bus-Id          Disp.A | Volatile Uncorr. ECC |\n"
+    )
+
+
+def _nvidia_smi(name: str, n: Node) -> str:
+    if n.smi == "garbage":
+        return ("#!/bin/bash\n# fake nvidia-smi (profile garbage_smi): a wedged tool printing noise\n"
+                "printf '\\x1b[31m\\xef\\xbf\\xbdq 7f3a9c segfault at 0000 ip 00007f error 4\\n%%%%%% nvml?? ,,,,\\n'\n"
+                "exit 0\n")
+    fields = ",".join(GPU_QUERY_FIELDS)
+    old = n.driver.startswith("470")
+    version = ("    echo \"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\"\n    exit 2"
+               if old else
+               f"    printf 'NVIDIA-SMI version  : {n.driver}\\nNVML version        : {n.driver.rsplit('.', 1)[0]}\\n"
+               f"DRIVER version      : {n.driver}\\nCUDA Version        : {n.cuda}\\n'")
+    return f"""#!/bin/bash
+# fake nvidia-smi (profile {name}): {n.gpus} x {n.gpu_name}, driver {n.driver}, CUDA {n.cuda}
+case "$*" in
+--query-gpu={fields}" --format=csv,noheader"*)
+    cat <<'EOF'
+{_query_rows(n)}
+EOF
+    ;;
+--query-gpu=*)
+    echo 'Field "'"${{1#--query-gpu=}}"'" is not a valid field to query.'; echo; exit 2 ;;
+--version)
+{version} ;;
+"")
+    cat <<'EOF'
+{_header(n)}EOF
+    ;;
+*)
+    echo "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help."; exit 2 ;;
+esac
+"""
+
+
+def _hung_df(path: str) -> str:
+    return f"""#!/bin/bash
+# fake df (profile hung_mount): a hard NFS/Lustre mount whose server stopped answering.
+for a in "$@"; do
+    case "$a" in *{path}|*{path}/*) exec sleep 300 ;; esac
+done
+exec /bin/df "$@"
+"""
+
+
+HUNG_TIMEOUT = """#!/bin/bash
+# fake timeout (profile hung_command): the node accepts the command and never answers.
+exec sleep 60
+"""
+
+
+def _mounts(n: Node) -> str:
+    lines = [
+        "sysfs /sys sysfs rw,nosuid,nodev,noexec,relatime 0 0",
+        "proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0",
+        "/dev/md0 / ext4 rw,relatime,stripe=256 0 0",
+        "tmpfs /dev/shm tmpfs rw,nosuid,nodev,inode64 0 0",
+        "/dev/md1 /raid ext4 rw,relatime,stripe=256 0 0",
+    ]
+    if n.lustre:
+        lines.append("10.0.0.1@o2ib:/scratch /lustre/scratch lustre rw,flock,lazystatfs 0 0")
+    lines.append("nfs01:/export/home /home nfs4 rw,relatime,vers=4.2,rsize=1048576,wsize=1048576,namlen=255,"
+                 "hard,proto=tcp,timeo=600,retrans=2,sec=sys,clientaddr=10.1.2.17,local_lock=none,addr=10.1.0.5 0 0")
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+
+
+def make_profile(name: str, n: Node) -> None:
+    """(Re)write one profile directory."""
+    d = PROFILES / name
+    shutil.rmtree(d, ignore_errors=True)
+    _write(d / "bin" / "nvidia-smi", _nvidia_smi(name, n), 0o755)
+    if n.hung_path:
+        _write(d / "bin" / "df", _hung_df(n.hung_path), 0o755)
+    if n.hung_command:
+        _write(d / "bin" / "timeout", HUNG_TIMEOUT, 0o755)
+    root = d / "root"
+    for i in range(8):
+        port = root / "sys" / "class" / "infiniband" / f"mlx5_{i}" / "ports" / "1"
+        down = i in n.ib_down
+        _write(port / "state", "1: DOWN\n" if down else "4: ACTIVE\n")
+        _write(port / "phys_state", "3: Disabled\n" if down else "5: LinkUp\n")
+        _write(port / "rate", "10 Gb/sec (4X SDR)\n" if down else "400 Gb/sec (4X NDR)\n")
+        _write(port / "link_layer", "InfiniBand\n")
+    _write(root / "sys" / "module" / "nvidia_peermem" / "refcnt", "0\n")
+    _write(root / "proc" / "mounts", _mounts(n))
+    for path in ("lustre/scratch", "home"):
+        _write(root / path / ".keep", "")
+    _write(d / "README", f"sshlab node profile {name!r}: written by tests/preflight/make_profiles.py\n{n}\n")
+
+
+def main() -> None:
+    for name, node in PROFILE_NODES.items():
+        make_profile(name, node)
+    print(f"wrote {len(PROFILE_NODES)} profiles under {PROFILES}")
+
+
+if __name__ == "__main__":
+    main()
+
+__all__ = ["PROFILE_NODES", "Node", "make_profile", "replace"]

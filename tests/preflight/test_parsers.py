@@ -1,0 +1,274 @@
+"""Parsers of node-tool output, on captured text that looks exactly like the real tools'."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from clusterkit.preflight import parsers as p
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "preflight"
+
+
+def read(name: str) -> str:
+    return (DATA / name).read_text(encoding="utf-8", errors="replace")
+
+
+# --- nvidia-smi ------------------------------------------------------------------------------
+
+
+def test_gpu_query_eight_h100() -> None:
+    q = p.parse_gpu_query(read("nvidia_smi_query_h100x8.csv"))
+    assert isinstance(q, p.GpuQuery) and q.state is p.GpuState.OK
+    assert [g.index for g in q.gpus] == list(range(8))
+    g = q.gpus[3]
+    assert g.name == "NVIDIA H100 80GB HBM3"
+    assert g.driver_version == "550.54.15"
+    assert g.memory_total_mib == 81559
+    assert g.persistence_mode is True
+    assert g.ecc_uncorrected == 0 and not g.ecc_unreadable
+    assert g.mig_mode == "Disabled"
+    assert g.pci_bus_id == "00000000:5D:00.0"
+    assert q.driver_versions == {"550.54.15"}
+
+
+def test_gpu_query_mig_and_ecc_and_persistence_off() -> None:
+    q = p.parse_gpu_query(read("nvidia_smi_query_a100_mig.csv"))
+    assert isinstance(q, p.GpuQuery)
+    assert [g.mig_mode for g in q.gpus] == ["Enabled", "Disabled", "Disabled", "Disabled"]
+    assert q.gpus[2].persistence_mode is False and q.gpus[2].ecc_uncorrected == 2
+
+
+def test_gpu_query_na_and_not_supported_cells_are_none() -> None:
+    q = p.parse_gpu_query(read("nvidia_smi_query_consumer_na.csv"))
+    assert isinstance(q, p.GpuQuery)
+    rtx, t4 = q.gpus
+    assert rtx.ecc_uncorrected is None and rtx.ecc_raw == "[N/A]" and not rtx.ecc_unreadable
+    assert t4.ecc_uncorrected is None and t4.ecc_raw == "[Not Supported]"
+    assert rtx.mig_mode is None
+    assert q.driver_versions == {"545.29.06", "470.239.06"}
+
+
+def test_gpu_query_err_cell_is_unreadable_not_a_crash() -> None:
+    q = p.parse_gpu_query(read("nvidia_smi_query_err.csv"))
+    assert isinstance(q, p.GpuQuery)
+    assert q.gpus[1].ecc_uncorrected is None and q.gpus[1].ecc_unreadable
+
+
+def test_gpu_query_nounits() -> None:
+    q = p.parse_gpu_query(read("nvidia_smi_query_nounits.csv"))
+    assert isinstance(q, p.GpuQuery) and q.gpus[0].memory_total_mib == 81559
+
+
+@pytest.mark.parametrize(
+    "name,state,words",
+    [
+        ("nvidia_smi_no_devices.txt", p.GpuState.NO_DEVICES, "No devices were found"),
+        ("nvidia_smi_driver_failed.txt", p.GpuState.DRIVER_FAILED, "couldn't communicate"),
+        ("nvidia_smi_not_found.txt", p.GpuState.NOT_INSTALLED, "command not found"),
+    ],
+)
+def test_gpu_query_whole_node_states(name: str, state: p.GpuState, words: str) -> None:
+    q = p.parse_gpu_query(read(name))
+    assert isinstance(q, p.GpuQuery)
+    assert q.state is state and q.gpus == () and words in q.message
+
+
+@pytest.mark.parametrize("name", ["nvidia_smi_garbage.txt", "nvidia_smi_bad_field.txt", "nvidia_smi_header.txt"])
+def test_gpu_query_garbage_is_a_parse_failure_with_raw_kept(name: str) -> None:
+    text = read(name)
+    q = p.parse_gpu_query(text)
+    assert isinstance(q, p.ParseFailure)
+    assert q.raw == text and q.reason
+
+
+def test_gpu_query_empty_output() -> None:
+    q = p.parse_gpu_query("\n")
+    assert isinstance(q, p.ParseFailure) and q.reason == "no output"
+
+
+@pytest.mark.parametrize(
+    "name,version",
+    [("nvidia_smi_header.txt", "12.4"), ("nvidia_smi_version.txt", "12.4"), ("nvidia_smi_header_470.txt", "11.4")],
+)
+def test_cuda_version(name: str, version: str) -> None:
+    assert p.parse_cuda_version(read(name)) == version
+
+
+def test_cuda_version_missing() -> None:
+    r = p.parse_cuda_version(read("nvidia_smi_driver_failed.txt"))
+    assert isinstance(r, p.ParseFailure) and "CUDA Version" in r.reason
+
+
+@pytest.mark.parametrize(
+    "have,need,ok",
+    [("550.54.15", "535.104", True), ("535.104.05", "535.104", True), ("535.86.10", "535.104", False),
+     ("470.239.06", "535.104", False), ("12.4", "12.4", True), ("12.2", "12.4", False), ("12", "11.8", True),
+     ("garbage", "535", None)],
+)
+def test_version_at_least(have: str, need: str, ok: bool | None) -> None:
+    assert p.version_at_least(have, need) is ok
+
+
+# --- InfiniBand --------------------------------------------------------------------------------
+
+
+def test_ibstat_several_cas_and_ethernet_link_layer() -> None:
+    inv = p.parse_ibstat(read("ibstat_multi_ca.txt"))
+    assert isinstance(inv, p.IbInventory) and inv.source == "ibstat"
+    assert inv.hcas == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    m0, = inv.ports_of("mlx5_0")
+    assert (m0.state, m0.phys_state, m0.rate_gbps, m0.link_layer) == ("ACTIVE", "LinkUp", 400.0, "InfiniBand")
+    m1, = inv.ports_of("mlx5_1")
+    assert (m1.state, m1.phys_state) == ("DOWN", "Disabled")
+    m2, = inv.ports_of("mlx5_2")
+    assert m2.link_layer == "Ethernet" and m2.rate_gbps == 100.0
+    p1, p2 = inv.ports_of("mlx5_3")
+    assert (p1.port, p1.state, p2.port, p2.state) == (1, "INIT", 2, "ACTIVE")
+
+
+def test_ibstat_roce_bond() -> None:
+    inv = p.parse_ib(read("ibstat_roce.txt"))
+    assert isinstance(inv, p.IbInventory)
+    port, = inv.ports
+    assert port.hca == "mlx5_bond_0" and port.link_layer == "Ethernet" and port.rate_gbps == 200.0
+
+
+def test_ib_sysfs_tree_with_a_down_port() -> None:
+    inv = p.parse_ib(read("ib_sysfs_8x400.txt"))
+    assert isinstance(inv, p.IbInventory) and inv.source == "sysfs"
+    assert inv.hcas == [f"mlx5_{i}" for i in range(8)]
+    down, = inv.ports_of("mlx5_3")
+    assert (down.state, down.phys_state, down.rate_gbps) == ("DOWN", "Disabled", 10.0)
+    up, = inv.ports_of("mlx5_7")
+    assert (up.state, up.phys_state, up.rate_gbps, up.link_layer) == ("ACTIVE", "LinkUp", 400.0, "InfiniBand")
+
+
+def test_ib_sysfs_under_a_sysroot_prefix_roce() -> None:
+    inv = p.parse_ib_sysfs(read("ib_sysfs_roce_prefixed.txt"))
+    assert isinstance(inv, p.IbInventory)
+    assert {port.link_layer for port in inv.ports} == {"Ethernet"} and inv.hcas == ["mlx5_0", "mlx5_1"]
+
+
+def test_ib_no_hca_is_an_empty_inventory() -> None:
+    inv = p.parse_ib("")
+    assert isinstance(inv, p.IbInventory) and inv.ports == () and inv.source == "none"
+
+
+def test_ib_garbage() -> None:
+    r = p.parse_ib("ibstat: command not found\n")
+    assert isinstance(r, p.ParseFailure) and "unexpected line" in r.reason
+
+
+# --- mounts, df, stat -f ----------------------------------------------------------------------
+
+
+def test_proc_mounts_lustre_nfs_gpfs_and_octal_spaces() -> None:
+    mounts = p.parse_mounts(read("proc_mounts.txt"))
+    assert isinstance(mounts, tuple)
+    lustre = p.find_mount(mounts, "/lustre/scratch")
+    assert lustre is not None and lustre.fstype == "lustre" and lustre.source == "10.0.0.1@o2ib:/scratch"
+    assert "flock" in lustre.options
+    spaced = p.find_mount(mounts, "/data/shared sets/imagenet")
+    assert spaced is not None and spaced.mountpoint == "/data/shared sets" and spaced.source == "nfs02:/vol/datasets shared"
+    assert p.find_mount(mounts, "/home/alice").fstype == "nfs4"  # type: ignore[union-attr]
+    # a path not under any network mount is served by the root file system
+    assert p.find_mount(mounts, "/lustre/other").mountpoint == "/"  # type: ignore[union-attr]
+    # "/raid" must not claim "/raidx"
+    assert p.find_mount(mounts, "/raidx").mountpoint == "/"  # type: ignore[union-attr]
+
+
+def test_proc_mounts_garbage() -> None:
+    r = p.parse_mounts("cat: /proc/mounts: No such file or directory\n")
+    assert isinstance(r, p.ParseFailure)
+    assert isinstance(p.parse_mounts(""), p.ParseFailure)
+
+
+def test_df_lustre_and_block_sizes() -> None:
+    d = p.parse_df(read("df_lustre.txt"))
+    assert isinstance(d, p.DiskSpace)
+    assert d.mountpoint == "/lustre/scratch" and d.available_bytes == 6654020664320 * 1024
+    full = p.parse_df(read("df_nfs_full.txt"))
+    assert isinstance(full, p.DiskSpace) and full.available_gb == pytest.approx(0.536870912)
+    spaced = p.parse_df(read("df_space_mount.txt"))
+    assert isinstance(spaced, p.DiskSpace)
+    assert spaced.mountpoint == "/data/shared sets" and spaced.source == "nfs02:/vol/datasets shared"
+    assert spaced.available_bytes == 3435973837 * 512
+
+
+def test_df_error_is_a_failure_with_the_message() -> None:
+    r = p.parse_df(read("df_error.txt"))
+    assert isinstance(r, p.ParseFailure) and "Cannot send after transport endpoint shutdown" in r.reason
+
+
+def test_stat_f() -> None:
+    s = p.parse_stat_f(read("stat_f_lustre.txt"))
+    assert isinstance(s, p.StatFs)
+    assert s.fstype == "lustre" and s.block_size == 4096 and s.available_bytes == 1663505166080 * 4096
+    assert isinstance(p.parse_stat_f("stat: cannot read file system information for '/x': No such file"), p.ParseFailure)
+
+
+def test_modules_lsmod_proc_modules_and_sysfs() -> None:
+    assert "nvidia_peermem" in p.parse_modules(read("lsmod.txt"))
+    mods = p.parse_modules(read("proc_modules_no_peermem.txt"))
+    assert "nvidia_peermem" not in mods and "nvidia" in mods and "mlx5_ib" in mods
+    assert p.parse_modules("/x/root/sys/module/nvidia_peermem\n") == {"nvidia_peermem"}
+
+
+# --- Slurm ------------------------------------------------------------------------------------
+
+
+def test_sacct_parsable2() -> None:
+    t = p.parse_sacct(read("sacct_parsable2.txt"))
+    assert isinstance(t, p.SacctTable)
+    jobs = t.job_rows()
+    assert [r.job_id for r in jobs] == ["4242", "4243", "4244", "4245", "4246_3"]
+    cancelled = t.job_rows("4243")[0]
+    assert cancelled.state == "CANCELLED" and cancelled.state_detail == "by 1000" and cancelled.exit_code == (0, 15)
+    assert t.job_rows("4246")[0].state == "FAILED" and t.job_rows("4246")[0].exit_code == (1, 0)
+    assert t.rows[1].is_step and t.rows[1].job_id == "4242.batch"
+    assert t.job_rows("4245")[0].fields["NodeList"] == "None assigned"
+
+
+def test_sacct_noheader_and_bad_rows() -> None:
+    t = p.parse_sacct("77|RUNNING|0:0\n", fields=["JobID", "State", "ExitCode"])
+    assert isinstance(t, p.SacctTable) and t.rows[0].state == "RUNNING"
+    bad = p.parse_sacct("JobID|State\n1|RUNNING|extra\n")
+    assert isinstance(bad, p.ParseFailure) and "row 1" in bad.reason
+    assert isinstance(p.parse_sacct("sacct: error: Problem talking to the database: Connection refused\n"), p.ParseFailure)
+
+
+def test_squeue_default_format_with_reason_spaces() -> None:
+    rows = p.parse_squeue(read("squeue_default.txt"))
+    assert isinstance(rows, tuple) and [r.job_id for r in rows] == ["4245", "4247", "4248"]
+    assert rows[0].state == "PD"
+    assert rows[0].fields["NODELIST(REASON)"] == "(ReqNodeNotAvail, UnavailableNodes:gpu[003,017])"
+
+
+def test_squeue_custom_format() -> None:
+    rows = p.parse_squeue(read("squeue_pipes.txt"), fields=["JOBID", "STATE", "TIME", "NODES", "REASON"])
+    assert isinstance(rows, tuple) and rows[1].state == "RUNNING" and rows[0].fields["REASON"] == "Resources"
+    assert isinstance(p.parse_squeue("slurm_load_jobs error: Unable to contact slurm controller\n"), p.ParseFailure)
+
+
+# --- totality ---------------------------------------------------------------------------------
+
+PARSERS = [p.parse_gpu_query, p.parse_cuda_version, p.parse_ib, p.parse_ib_sysfs, p.parse_ibstat, p.parse_mounts,
+           p.parse_df, p.parse_stat_f, p.parse_modules, p.parse_sacct, p.parse_squeue]
+
+
+@pytest.mark.parametrize("parser", PARSERS, ids=lambda f: f.__name__)
+def test_parsers_are_total_on_mangled_captures(parser) -> None:  # type: ignore[no-untyped-def]
+    """Shuffled, truncated and spliced captures never raise: they parse or fail with raw kept."""
+    rng = random.Random(4)
+    captures = [read(f.name) for f in sorted(DATA.iterdir())]
+    for _ in range(300):
+        text = rng.choice(captures)
+        cut = rng.randrange(len(text) + 1)
+        mangled = rng.choice([text[:cut], text[cut:], text[:cut] + rng.choice(captures), text.replace(",", "|"),
+                              "".join(rng.sample(text, len(text))), "\x00\ufffd" * rng.randrange(5)])
+        result = parser(mangled)
+        if isinstance(result, p.ParseFailure):
+            assert result.raw == mangled[: p.RAW_LIMIT] or result.raw.startswith(mangled[: p.RAW_LIMIT])

@@ -1,0 +1,243 @@
+"""Preflight results: per node, grouped by identical outcome, as data and JSON; exit codes.
+
+Nothing here prints: the CLI (through rich or plain text) and ``--json`` are two renderings of
+the same :class:`Report`.
+
+Exit codes (:meth:`Report.exit_code`): 0 when every node passed (warnings do not fail), 3 when
+any node could not be reached (the report is incomplete, so this wins), else 1 when any node
+failed a check.  2 (usage) never comes from a report: bad input is refused before any node is
+contacted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterable, Sequence
+
+from clusterkit.errors import ExitCode
+from clusterkit.nodes import fold
+from clusterkit.preflight.checks import CheckResult, Status
+
+REPORT_VERSION = 1
+
+
+class NodeStatus(str, Enum):
+    OK = "ok"
+    WARN = "warn"  # passed, with warnings
+    FAILED = "failed"
+    UNREACHABLE = "unreachable"
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """One node's outcome: its check results, or why it could not be checked."""
+
+    host: str
+    reachable: bool
+    checks: tuple[CheckResult, ...] = ()
+    error: str | None = None  # transport-level reason: refused, host key, timeout, ...
+    error_kind: str | None = None
+    duration_s: float | None = None
+
+    @property
+    def status(self) -> NodeStatus:
+        if not self.reachable:
+            return NodeStatus.UNREACHABLE
+        if self.error is not None or any(c.status is Status.FAIL for c in self.checks):
+            return NodeStatus.FAILED
+        if any(c.status is Status.WARN for c in self.checks):
+            return NodeStatus.WARN
+        return NodeStatus.OK
+
+    def problems(self) -> list[str]:
+        """One line per failure (transport error first), in check order."""
+        lines = [self.error] if self.error else []
+        return lines + [_line(c) for c in self.checks if c.status is Status.FAIL]
+
+    def warnings(self) -> list[str]:
+        return [_line(c) for c in self.checks if c.status is Status.WARN]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"host": self.host, "status": self.status.value, "reachable": self.reachable}
+        if self.error is not None:
+            out["error"] = self.error
+            out["error_kind"] = self.error_kind
+        if self.duration_s is not None:
+            out["duration_s"] = round(self.duration_s, 3)
+        out["checks"] = [c.to_dict() for c in self.checks]
+        return out
+
+
+def _line(c: CheckResult) -> str:
+    return f"{c.check}: {c.message}"
+
+
+@dataclass(frozen=True)
+class Group:
+    """Nodes with the same outcome: ``62 nodes: ok`` or ``node017: ib.ports: mlx5_3 port 1 DOWN``."""
+
+    status: NodeStatus
+    hosts: tuple[str, ...]
+    lines: tuple[str, ...]  # the problems (or warnings) they share; empty when plainly ok
+
+    @property
+    def nodeset(self) -> str:
+        return fold(self.hosts)
+
+    def summary(self) -> str:
+        """The group as one line of text."""
+        who = self.nodeset if len(self.hosts) <= 1 else f"{len(self.hosts)} nodes ({self.nodeset})"
+        what = "; ".join(self.lines) if self.lines else self.status.value
+        if self.status is NodeStatus.OK and not self.lines and len(self.hosts) > 1:
+            who = f"{len(self.hosts)} nodes"
+        return f"{who}: {what}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status.value, "count": len(self.hosts), "nodes": self.nodeset, "lines": list(self.lines)}
+
+
+_ORDER = {NodeStatus.UNREACHABLE: 0, NodeStatus.FAILED: 1, NodeStatus.WARN: 2, NodeStatus.OK: 3}
+
+
+@dataclass
+class Report:
+    """The outcome of one preflight run (possibly interrupted: see ``unchecked``)."""
+
+    site: str
+    stage: str
+    transport: str
+    hosts: Sequence[str]  # every node that was to be checked, in order
+    nodes: list[NodeResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    checks: list[dict[str, str]] = field(default_factory=list)  # what was checked (describe_checks)
+    interrupted: bool = False
+    elapsed_s: float = 0.0
+
+    def add(self, result: NodeResult) -> None:
+        self.nodes.append(result)
+
+    def _with(self, *statuses: NodeStatus) -> list[str]:
+        return [n.host for n in self.nodes if n.status in statuses]
+
+    def failed_nodes(self) -> list[str]:
+        """Nodes reached that failed a check (error severity) or whose command failed."""
+        return self._with(NodeStatus.FAILED)
+
+    def unreachable_nodes(self) -> list[str]:
+        return self._with(NodeStatus.UNREACHABLE)
+
+    def bad_nodes(self) -> list[str]:
+        """Every node a job must not use: failed or unreachable."""
+        return self._with(NodeStatus.FAILED, NodeStatus.UNREACHABLE)
+
+    def ok_nodes(self) -> list[str]:
+        """Nodes that passed (warnings allowed)."""
+        return self._with(NodeStatus.OK, NodeStatus.WARN)
+
+    def unchecked(self) -> list[str]:
+        """Nodes with no result (the run was interrupted before they answered)."""
+        done = {n.host for n in self.nodes}
+        return [h for h in self.hosts if h not in done]
+
+    def groups(self) -> list[Group]:
+        """Nodes grouped by identical outcome, worst first, then by size."""
+        buckets: dict[tuple[NodeStatus, tuple[str, ...]], list[str]] = {}
+        for n in self.nodes:
+            lines = n.problems() if n.status in (NodeStatus.FAILED, NodeStatus.UNREACHABLE) else n.warnings()
+            buckets.setdefault((n.status, tuple(lines)), []).append(n.host)
+        groups = [Group(status, tuple(hosts), lines) for (status, lines), hosts in buckets.items()]
+        return sorted(groups, key=lambda g: (_ORDER[g.status], -len(g.hosts), g.nodeset))
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in NodeStatus}
+        for n in self.nodes:
+            out[n.status.value] += 1
+        out["unchecked"] = len(self.unchecked())
+        return out
+
+    def exit_code(self) -> ExitCode:
+        """3 if any node was unreachable, else 1 if any failed, else 0 (warnings pass)."""
+        if self.unreachable_nodes():
+            return ExitCode.UNREACHABLE
+        if self.failed_nodes():
+            return ExitCode.FAILURE
+        return ExitCode.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``clusterkit preflight --json``); ``version`` changes with its shape."""
+        return {
+            "version": REPORT_VERSION,
+            "site": self.site,
+            "stage": self.stage,
+            "transport": self.transport,
+            "exit_code": int(self.exit_code()),
+            "interrupted": self.interrupted,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "counts": self.counts(),
+            "failed": fold(self.failed_nodes()),
+            "unreachable": fold(self.unreachable_nodes()),
+            "unchecked": fold(self.unchecked()),
+            "notes": list(self.notes),
+            "groups": [g.to_dict() for g in self.groups()],
+            "checks": list(self.checks),
+            "nodes": [n.to_dict() for n in sorted(self.nodes, key=lambda n: _host_key(n.host, self.hosts))],
+        }
+
+
+def _host_key(host: str, hosts: Sequence[str]) -> int:
+    try:
+        return list(hosts).index(host)
+    except ValueError:
+        return len(hosts)
+
+
+# ---------------------------------------------------------------------------------------------
+# site policy: what submit does with a report
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    """What submission should do: go ahead excluding ``exclude``, or refuse with ``reason``."""
+
+    refuse: bool
+    exclude: tuple[str, ...]
+    reason: str
+
+    @property
+    def exclude_nodeset(self) -> str:
+        """The ``--exclude`` value for sbatch (Slurm hostlist), empty when nothing is excluded."""
+        return fold(self.exclude)
+
+
+def decide(report: Report, policy: str, max_excluded_fraction: float = 1.0, nodes_needed: int | None = None) -> PolicyDecision:
+    """Apply the site's ``preflight.policy`` to a report.
+
+    ``exclude``: leave failed and unreachable nodes out, unless more than
+    ``max_excluded_fraction`` of the checked nodes are bad (something site-wide is wrong) or
+    fewer than ``nodes_needed`` good nodes remain.  ``refuse``: any bad node refuses.
+    """
+    bad = tuple(report.bad_nodes())
+    if report.interrupted:
+        return PolicyDecision(True, bad, "preflight was interrupted before every node was checked")
+    if not bad:
+        return PolicyDecision(False, (), "all nodes passed preflight")
+    listed = fold(bad)
+    if policy == "refuse":
+        return PolicyDecision(True, bad, f"preflight failed on {listed} and the site's preflight.policy is refuse")
+    total = len(report.nodes) or 1
+    if len(bad) / total > max_excluded_fraction:
+        return PolicyDecision(True, bad, f"{len(bad)} of {total} nodes failed preflight ({listed}), more than "
+                                         f"preflight.max_excluded_fraction={max_excluded_fraction:g}")
+    good = len(report.ok_nodes())
+    if nodes_needed is not None and good < nodes_needed:
+        return PolicyDecision(True, bad, f"only {good} nodes passed preflight, the job needs {nodes_needed} (failed: {listed})")
+    return PolicyDecision(False, bad, f"excluding {listed} (failed preflight)")
+
+
+def merge_notes(*groups: Iterable[str]) -> list[str]:
+    out: list[str] = []
+    for g in groups:
+        out.extend(x for x in g if x not in out)
+    return out
