@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
-from typing import Callable, Literal, Optional
+from typing import Literal, Optional
 
 from clusterkit.errors import UsageError
 
@@ -372,11 +372,21 @@ class Candidate:
             text += f", TP {lay.tp} x PP {lay.pp} x DP {lay.dp}"
         return text
 
+    def settings(self) -> dict[str, object]:
+        """The job settings (``render --set key=value``) that select this setup."""
+        m = self.method
+        if m.key in ("ddp", "fsdp"):
+            return {"strategy": m.key}
+        if m.key == "megatron":
+            return {"tp": self.layout.tp, "pp": self.layout.pp}
+        return {"zero_stage": m.zero_stage, "offload": m.offload}
+
     def to_dict(self) -> dict[str, object]:
         """The JSON form (bytes exact, GiB rounded to 2 places for reading)."""
         m, lay = self.method, self.layout
         return {
-            "key": m.key, "label": m.label, "launcher": m.launcher, "zero_stage": m.zero_stage,
+            "key": m.key, "label": m.label, "launcher": m.launcher, "settings": self.settings(),
+            "zero_stage": m.zero_stage,
             "offload": m.offload, "nodes": lay.nodes, "gpus_per_node": lay.gpus_per_node,
             "gpus": lay.gpus, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "stage": lay.stage,
             "gpu_bytes": self.gpu_bytes, "host_bytes": self.host_bytes,
@@ -594,7 +604,8 @@ def _check(hw: Hardware, req: PlanInput) -> None:
 
 
 def _available(req: PlanInput) -> list[Method]:
-    methods = [m for m in METHODS
+    # a launcher the user names is the one the setup will run under
+    methods = [replace(m, launcher=req.launcher or m.launcher) for m in METHODS
                if (req.launcher is None or req.launcher in m.launchers)
                and (req.offload is None or m.offload == req.offload)]
     if not methods:
@@ -621,8 +632,19 @@ def _candidates(methods: list[Method], ctx: _Ctx, hw: Hardware, size: Optional[t
             out.append(evaluate(m, ctx, size[0], size[1]))
             continue
         fit = first_fit(m, ctx, hw.gpus_per_node, 1, hw.max_nodes)
-        out.append(fit or evaluate(m, ctx, hw.max_nodes, hw.gpus_per_node))
+        out.append(fit or _closest(m, ctx, hw))
     return out
+
+
+def _closest(method: Method, ctx: _Ctx, hw: Hardware) -> Candidate:
+    """Where a method fits nowhere on the site, the size that comes closest.
+
+    That is the whole site for most methods (memory per GPU shrinks with more GPUs), but one node
+    where more nodes do not help (DDP) or make it worse (ZeRO-2 offload's host figure).
+    """
+    one = evaluate(method, ctx, 1, hw.gpus_per_node)
+    full = evaluate(method, ctx, hw.max_nodes, hw.gpus_per_node)
+    return min((one, full), key=lambda c: (not c.fits_gpu, c.gpu_bytes, not c.fits_host, c.layout.nodes))
 
 
 def _recommend(cands: list[Candidate], ctx: _Ctx, hw: Hardware, req: PlanInput,
@@ -652,7 +674,7 @@ def _needed(methods: list[Method], ctx: _Ctx, hw: Hardware, gpus_per_node: int) 
     """The setup with the fewest GPUs that would fit, at any node count (the site's size aside)."""
     fits = [first_fit(m, ctx, gpus_per_node, 1, _SEARCH_LIMIT_NODES) for m in methods]
     found = [c for c in fits if c is not None]
-    return min(found, key=lambda c: (c.layout.gpus, METHODS.index(c.method))) if found else None
+    return min(found, key=lambda c: (c.layout.gpus, [m.key for m in METHODS].index(c.method.key))) if found else None
 
 
 def plan_estimate(hw: Hardware, req: PlanInput) -> PlanEstimate:

@@ -1,0 +1,142 @@
+"""``clusterkit plan``: which framework, ZeRO stage and node count fit a model on a site.
+
+The numbers come from :mod:`clusterkit.estimate` (pure); this module only reads the site,
+calls it, and renders the result as a table (rich on a terminal, plain columns in a pipe) or
+JSON.  With ``--render`` the recommended setup goes straight to the render path.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+import click
+
+from clusterkit import estimate as est
+from clusterkit.errors import UsageError
+
+
+class _Size(click.ParamType):
+    """A parameter count (``7B``, ``70e9``, ``350M``); bad input is a one-line UsageError."""
+
+    name = "SIZE"
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> int:
+        if isinstance(value, int):
+            return value
+        return est.parse_size(str(value), f"--{param.name.replace('_', '-')}" if param and param.name else "size")
+
+
+class _Number(click.ParamType):
+    """An int or float option whose bad values are one-line UsageErrors (not click's usage block)."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+        self.name = "N" if kind is int else "X"
+
+    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+        if isinstance(value, self.kind):
+            return value
+        try:
+            return self.kind(str(value))
+        except ValueError:
+            opt = f"--{param.name.replace('_', '-')}" if param and param.name else "value"
+            what = "a whole number" if self.kind is int else "a number"
+            raise UsageError(f"{opt}: {value!r} is not {what}") from None
+
+
+def hardware_of(site: Any) -> est.Hardware:
+    """The numbers the estimate needs from a validated Site."""
+    cost = site.cost
+    return est.Hardware(
+        gpus_per_node=site.nodes.gpus_per_node,
+        gpu_mem_gib=float(site.nodes.gpu_mem_gb),
+        host_mem_gib=float(site.nodes.mem_gb),
+        max_nodes=len(site.nodes.hosts),
+        gpu_hour_price=cost.gpu_hour if cost else None,
+        currency=cost.currency if cost else "USD",
+    )
+
+
+@click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--site", "site_ref", required=True, metavar="SITE", help="Site config: a path or a name on the search path.")
+@click.option("--model-params", type=_Size(), required=True, help="Model size: 7B, 70e9, 350M, 1.5T or a plain count.")
+@click.option("--largest-layer-params", type=_Size(), default=None,
+              help="Parameters of the largest layer (ZeRO-3 gathers one whole layer per GPU). "
+                   "Default: guessed from a GPT-3-shaped model.")
+@click.option("--gpus", type=_Number(int), default=None, help="Fix the GPU count (a multiple of the site's GPUs per node).")
+@click.option("--nodes", type=_Number(int), default=None, help="Fix the node count.")
+@click.option("--launcher", type=click.Choice(est.LAUNCHERS), default=None,
+              help="Only setups this launcher can run.")
+@click.option("--offload", type=click.Choice(est.OFFLOADS), default=None, help="Only setups with this CPU offload.")
+@click.option("--zero-init/--no-zero-init", default=True, show_default=True,
+              help="ZeRO-3/FSDP build the model sharded (deepspeed.zero.Init / meta device) rather than whole on every rank.")
+@click.option("--headroom", type=_Number(float), default=est.DEFAULT_HEADROOM, show_default=True,
+              help="Fraction of GPU and host memory kept free for activations, CUDA context and buffers.")
+@click.option("--buffer-factor", type=_Number(float), default=est.BUFFER_FACTOR, show_default=True,
+              help="DeepSpeed's additional_buffer_factor on host-memory figures.")
+@click.option("--hours", type=_Number(float), default=None, help="Wall time, for a GPU-hours and cost line.")
+@click.option("--json", "as_json", is_flag=True, help="Print the estimate as JSON.")
+def plan(site_ref: str, model_params: int, largest_layer_params: Optional[int], gpus: Optional[int],
+         nodes: Optional[int], launcher: Optional[str], offload: Optional[str], zero_init: bool,
+         headroom: float, buffer_factor: float, hours: Optional[float], as_json: bool) -> None:
+    """Choose framework, ZeRO stage and node count from model size and the site's GPUs.
+
+    Memory is for model states (weights, gradients, optimizer states: Adam, mixed precision),
+    matching DeepSpeed's own ZeRO-2/3 estimators; activations are left to --headroom.
+    Sizes are decimal (7B = 7e9); memory is GiB, and the site's gpu_mem_gb and mem_gb are
+    read as GiB.
+    """
+    from clusterkit.site import load_site
+
+    site = load_site(site_ref)
+    request = est.PlanInput(
+        total_params=model_params, largest_layer_params=largest_layer_params, gpus=gpus, nodes=nodes,
+        launcher=launcher, offload=offload, zero_init=zero_init, headroom=headroom,
+        buffer_factor=buffer_factor, hours=hours)
+    result = est.plan_estimate(hardware_of(site), request)
+    if as_json:
+        doc = result.to_dict()
+        doc["site"] = {"name": site.name, **doc["site"]}  # type: ignore[dict-item]
+        click.echo(json.dumps(doc, indent=2))
+        return
+    print_human(site.name, result)
+
+
+def print_human(site_name: str, result: est.PlanEstimate) -> None:
+    """The table of candidates, the recommendation with its reason, and the cost line."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich import box
+
+    console = Console(highlight=False)
+    if not console.is_terminal:  # plain columns in a pipe: no wrapping or truncation at 80
+        console = Console(highlight=False, width=400, soft_wrap=True)
+    hw, req = result.hardware, result.request
+    llp = est.human_count(result.largest_layer_params) + (" (assumed)" if result.largest_layer_assumed else "")
+    console.print(f"site {site_name}: {hw.max_nodes} nodes x {hw.gpus_per_node} GPUs, {hw.gpu_mem_gib:g} GiB per GPU, "
+                  f"{hw.host_mem_gib:g} GiB host per node; headroom {req.headroom:.0%} leaves "
+                  f"{result.usable_gpu_bytes / est.GIB:.1f} GiB per GPU, {result.usable_host_bytes / est.GIB:.1f} GiB per node")
+    console.print(f"model: {est.human_count(req.total_params)} parameters, largest layer {llp}")
+    table = Table(box=box.SIMPLE if console.is_terminal else None, show_edge=console.is_terminal,
+                  pad_edge=False, header_style="bold" if console.is_terminal else "")
+    for col, justify in (("", "left"), ("setup", "left"), ("launcher", "left"), ("size", "left"),
+                         ("stage", "left"), ("GiB/GPU", "right"), ("GiB/node", "right"), ("fits", "left")):
+        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for c in result.candidates:
+        mark = "*" if result.recommended is c else ""
+        fits = "yes" if c.fits else ("no: GPU" if not c.fits_gpu else "no: host")
+        table.add_row(mark, c.method.label, c.method.launcher, c.describe_size(), c.layout.stage,
+                      f"{c.gpu_bytes / est.GIB:.2f}", f"{c.host_bytes / est.GIB:.2f}", fits)
+    console.print(table)
+    if result.recommended is not None:
+        console.print(f"recommended: {result.recommended.method.label} on {result.recommended.describe_size()}, "
+                      f"stage {result.recommended.layout.stage}")
+    else:
+        console.print("recommended: none (nothing fits)")
+    console.print(f"why: {result.reason}")
+    if result.gpu_hours is not None:
+        line = f"cost: {result.gpu_hours:g} GPU-hours for {req.hours:g} h"
+        if result.cost is not None:
+            line += f" = {result.cost:,.2f} {hw.currency} at {hw.gpu_hour_price:g} {hw.currency}/GPU-hour"
+        console.print(line)
