@@ -423,7 +423,9 @@ def _inner_model(annotation: Any) -> Any:
 def _issue_from_error(err: Mapping[str, Any], doc: _Doc, file: str) -> ConfigIssue:
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
     # pydantic puts union/literal branch names into loc; keep only real keys and indices
-    loc = tuple(p for p in loc if isinstance(p, int) or p in _all_keys(doc.data, loc))
+    keep_last = err["type"] == "missing"
+    loc = tuple(p for i, p in enumerate(loc)
+                if isinstance(p, int) or p in _all_keys(doc.data, loc) or (keep_last and i == len(loc) - 1))
     where = _line_for(doc.lines, loc, file)
     kind = err["type"]
     if kind == "extra_forbidden":

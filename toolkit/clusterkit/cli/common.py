@@ -1,0 +1,63 @@
+"""Options shared by ``render``, ``submit`` and ``plan --render``, and the request they build."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import click
+
+from clusterkit import settings as settings_mod
+from clusterkit.errors import UsageError
+from clusterkit.site import LAUNCHER_NAMES, STAGE_NAMES
+
+F = Callable[..., Any]
+
+
+def site_option(f: F) -> F:
+    return click.option("--site", "site", required=True, metavar="SITE",
+                        help="Site config: a file path, or a name on the site search path (see `sites list`).")(f)
+
+
+def job_options(f: F) -> F:
+    """--site --stage --launcher --nodes --gpus-per-node --set --out --job-name --exclude --debug --json + COMMAND."""
+    decorators = [
+        site_option,
+        click.option("--stage", type=click.Choice(STAGE_NAMES), default="single-node", show_default=True,
+                     help="Deployment stage: single-node (1), multi-node (2-8), large-cluster (9+ nodes)."),
+        click.option("--launcher", type=click.Choice(LAUNCHER_NAMES), default=None,
+                     help="Launcher (default: the site's choice for the stage, else the stage's)."),
+        click.option("--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes (default: the stage's)."),
+        click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
+                     help="GPUs (processes) per node (default: all of the site's)."),
+        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+                     help="Job setting, repeatable: " + ", ".join(settings_mod.valid_keys()) + "."),
+        click.option("--out", default=None, metavar="DIR", help="Run directory to create (default: ./runs/<job>-<time>)."),
+        click.option("--job-name", default=None, help="Slurm job name (default: ck-<script>)."),
+        click.option("--exclude", default=None, metavar="NODESET", help="Nodes to keep out of the job, e.g. gpu[003,017]."),
+        click.option("--debug", is_flag=True, help="NCCL debug logging (INFO, INIT/NET subsystems, one file per host)."),
+        click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+        click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True),
+    ]
+    for d in reversed(decorators):
+        f = d(f)
+    return f
+
+
+def build_request(*, stage: str, command: Sequence[str], launcher: str | None, nodes: int | None,
+                  gpus_per_node: int | None, sets: Sequence[str], job_name: str | None,
+                  exclude: str | None, debug: bool, extra_settings: dict[str, Any] | None = None) -> Any:
+    """A JobRequest from parsed options (imported lazily to keep --help fast)."""
+    from clusterkit import nodes as nodelib
+    from clusterkit.plan import JobRequest
+
+    excluded: tuple[str, ...] = ()
+    if exclude:
+        try:
+            excluded = tuple(nodelib.expand(exclude))
+        except nodelib.HostlistError as exc:
+            raise UsageError(f"--exclude: {exc}") from None
+    values = dict(extra_settings or {})
+    values.update(settings_mod.parse_pairs(sets))
+    return JobRequest(stage=stage, command=tuple(command), launcher=launcher, nodes=nodes,
+                      gpus_per_node=gpus_per_node, job_name=job_name, settings=values, debug=debug,
+                      exclude=excluded)

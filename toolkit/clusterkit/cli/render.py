@@ -1,0 +1,56 @@
+"""``clusterkit render``: write the job script, hostfiles and configs into a run directory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from clusterkit.cli.common import build_request, job_options
+
+
+def rendered_summary(run: Any) -> dict[str, Any]:
+    p = run.plan
+    return {"run_dir": str(run.run_dir), "script": str(run.script), "files": sorted(run.artifacts),
+            "site": p.site, "stage": p.stage, "launcher": p.launcher, "nodes": p.nnodes,
+            "gpus_per_node": p.gpus_per_node, "world_size": p.world_size, "job_name": p.job_name,
+            "warnings": list(p.warnings)}
+
+
+def show_rendered(run: Any, as_json: bool) -> None:
+    from clusterkit import output
+
+    summary = rendered_summary(run)
+    if as_json:
+        output.emit_json(summary)
+        return
+    for w in run.plan.warnings:
+        output.warn(w)
+    p = run.plan
+    output.out().print(f"Rendered {p.job_name}: {p.launcher} on {p.nnodes} node(s) x {p.gpus_per_node} GPU(s) "
+                       f"(site {p.site}, stage {p.stage})")
+    output.out().print(f"  run directory: {run.run_dir}")
+    output.out().print(f"  files: {', '.join(sorted(run.artifacts))}")
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@job_options
+def render(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
+           sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
+           as_json: bool, command: tuple[str, ...]) -> None:
+    """Render everything a job needs into a run directory, without submitting.
+
+    \b
+    Example:
+      clusterkit render --site ib-h100 --stage multi-node --nodes 4 -- python train.py --lr 3e-4
+
+    The run directory holds job.sbatch (exactly what `submit` hands to sbatch), nccl.env,
+    plan.json, and the launcher's files (hostfile, ds_config.json, accelerate.yaml).
+    """
+    from clusterkit.pipeline import render_run
+
+    request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
+                            gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
+                            exclude=exclude, debug=debug)
+    run = render_run(site, request, out)
+    show_rendered(run, as_json)

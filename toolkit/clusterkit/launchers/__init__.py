@@ -1,0 +1,148 @@
+"""Launchers: one module each, all built from one host/slot model (DESIGN.md section 7).
+
+A launcher turns a :class:`Context` into a :class:`Launch`: the shell words that start it (with
+runtime values such as the rendezvous head as :class:`Sh` expressions), how it is started in
+the allocation (once per node through srun, once on the batch host, or once per GPU), the
+hostfile dialect it reads, and its extra files (ds_config.json, accelerate.yaml, ...).
+Launchers never write files and never run anything.
+
+Runtime variables the job script provides (see templates/job.sbatch.j2):
+``CK_RUN_DIR``, ``CK_HEAD`` (first host of the allocation), ``CK_PORT`` (from the job id),
+``CK_NNODES``, ``CK_HOSTFILE``; per node ``SLURM_NODEID`` (escaped so each node expands its own).
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+
+from clusterkit.errors import PlanError
+from clusterkit.nccl import EnvVar
+from clusterkit.settings import Settings
+
+Mode = Literal["per_node", "once", "per_gpu"]
+
+
+class Sh(str):
+    """A shell word we generated ourselves (e.g. ``"$CK_HEAD:$CK_PORT"``): rendered verbatim."""
+
+
+Word = str | Sh
+
+
+def shell_join(words: Sequence[Word]) -> str:
+    """Quote plain strings with shlex.quote; keep :class:`Sh` words as written."""
+    return " ".join(w if isinstance(w, Sh) else shlex.quote(w) for w in words)
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """A hostfile dialect: how one host with N slots is written."""
+
+    name: str
+    fmt: str  # '{host}' and '{slots}' placeholders
+
+    def line(self, host: str, slots: int) -> str:
+        return self.fmt.format(host=host, slots=slots)
+
+    def render(self, hosts: Sequence[str], slots: int) -> str:
+        if len(set(hosts)) != len(hosts):
+            raise PlanError("hostfile would list a host twice; deepspeed and horovod reject duplicates")
+        return "".join(self.line(h, slots) + "\n" for h in hosts)
+
+
+SLOTS = Dialect("slots", "{host} slots={slots}")      # deepspeed, horovod --hostfile, OpenMPI
+BARE = Dialect("bare", "{host}")                      # colossalai
+
+DIALECTS = {"slots": SLOTS, "bare": BARE}
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a launcher needs to know: the shape of the job and the user's command."""
+
+    nnodes: int
+    gpus_per_node: int
+    command: tuple[str, ...]
+    settings: Settings
+    stage: str
+    slurm: bool                       # False on a local site: no srun, no allocation
+    hosts: tuple[str, ...]            # candidate hosts (static hostfile); Slurm rewrites at run time
+    run_dir: str = "."                # where the rendered files live (absolute in real runs)
+    container: bool = False           # the site's container wraps each per-node launcher
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.gpus_per_node
+
+    @property
+    def multi(self) -> bool:
+        return self.nnodes > 1
+
+
+@dataclass(frozen=True)
+class Launch:
+    launcher: str
+    mode: Mode
+    words: tuple[Word, ...]           # the launcher invocation; the user command follows as "$@"
+    command: tuple[str, ...]          # the (possibly adjusted) user command passed as "$@"
+    dialect: Dialect | None = None    # hostfile dialect, if the launcher reads one
+    files: dict[str, str] = field(default_factory=dict)
+    env: tuple[EnvVar, ...] = ()
+    notes: tuple[str, ...] = ()       # facts worth showing in plan.json
+
+    @property
+    def line(self) -> str:
+        return shell_join(self.words)
+
+
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+
+@dataclass(frozen=True)
+class PyCommand:
+    """A user command split the way python launchers want it."""
+
+    is_python: bool     # the command was `python ...`: the launcher runs python itself
+    module: bool        # `python -m pkg`: launchers have their own module flag
+    args: tuple[str, ...]
+
+
+def split_python(command: Sequence[str], launcher: str) -> PyCommand:
+    """``python -u train.py --lr 1`` -> script + args, so torchrun/deepspeed can run python themselves."""
+    if not command:
+        raise PlanError("no command given: put the training command after '--', e.g. -- python train.py")
+    head = command[0].rsplit("/", 1)[-1]
+    if not _PYTHON.match(head):
+        return PyCommand(False, False, tuple(command))
+    rest = list(command[1:])
+    while rest and rest[0] in ("-u", "-B", "-O"):
+        rest.pop(0)  # unbuffered/no-bytecode flags: the launchers run python unbuffered anyway
+    if not rest:
+        raise PlanError(f"{launcher}: the command names python but no script or -m module")
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            raise PlanError(f"{launcher}: 'python -m' needs a module name")
+        return PyCommand(True, True, tuple(rest[1:]))
+    if rest[0].startswith("-"):
+        raise PlanError(f"{launcher}: python option {rest[0]!r} before the script is not supported; "
+                        "set it through PYTHON* environment variables instead")
+    return PyCommand(True, False, tuple(rest))
+
+
+def rendezvous(ctx: Context) -> Sh:
+    """``HEAD:PORT``: the allocation's first host and the port derived from the job id."""
+    return Sh('"$CK_HEAD:$CK_PORT"')
+
+
+NAMES = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
+
+
+def get(name: str) -> Callable[[Context], Launch]:
+    if name not in NAMES:
+        raise PlanError(f"unknown launcher {name!r}; valid launchers: {', '.join(NAMES)}")
+    module = importlib.import_module(f"clusterkit.launchers.{name}")
+    return module.build  # type: ignore[no-any-return]

@@ -1,0 +1,24 @@
+"""ColossalAI: ``colossalai run --nproc_per_node G --hostfile H`` once, on the batch host.
+
+ColossalAI's hostfile is one bare hostname per line (no slots), and ``colossalai run`` reaches
+the other hosts over SSH.  It runs python scripts only.
+"""
+
+from __future__ import annotations
+
+from clusterkit.errors import PlanError
+from clusterkit.launchers import BARE, Context, Launch, Sh, Word, split_python
+
+
+def build(ctx: Context) -> Launch:
+    py = split_python(ctx.command, "colossalai")
+    if not py.is_python or py.module:
+        raise PlanError("colossalai run starts a python script: use -- python train.py ...")
+    if ctx.container and ctx.multi:
+        raise PlanError("colossalai run starts workers over SSH, outside the site's container; "
+                        "use torchrun, or --set container=false")
+    words: list[Word] = ["colossalai", "run", "--nproc_per_node", str(ctx.gpus_per_node)]
+    if ctx.multi:
+        words += ["--hostfile", Sh('"$CK_HOSTFILE"'), "--master_addr", Sh('"$CK_HEAD"'),
+                  "--master_port", Sh('"$CK_PORT"')]
+    return Launch("colossalai", "once", tuple(words), py.args, dialect=BARE if ctx.multi else None)

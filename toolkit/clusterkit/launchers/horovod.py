@@ -1,0 +1,25 @@
+"""Horovod: ``horovodrun -np <total slots> -H host1:G,host2:G`` once, on the batch host.
+
+horovodrun starts the workers itself (over SSH/MPI on several nodes), so it runs once per job,
+not once per node.  ``-np`` is the total slot count; the ``-H`` list is built from the
+allocation at run time (``CK_HOSTS_SLOTS``), and the same hosts go into a ``host slots=N``
+hostfile for ``--hostfile`` users.
+"""
+
+from __future__ import annotations
+
+from clusterkit.launchers import SLOTS, Context, Launch, Sh, Word
+
+
+def build(ctx: Context) -> Launch:
+    if not ctx.command:
+        from clusterkit.launchers import split_python
+        split_python(ctx.command, "horovod")  # raises the shared 'no command' error
+    if ctx.container and ctx.multi:
+        from clusterkit.errors import PlanError
+        raise PlanError("horovod across nodes starts workers over SSH, outside the site's container; "
+                        "use torchrun/srun, or --set container=false")
+    hosts: Word = Sh('"$CK_HOSTS_SLOTS"') if ctx.slurm else f"localhost:{ctx.gpus_per_node}"
+    words: tuple[Word, ...] = ("horovodrun", "-np", str(ctx.world_size), "-H", hosts)
+    notes = (f"-np {ctx.world_size} = {ctx.nnodes} hosts x {ctx.gpus_per_node} slots",)
+    return Launch("horovod", "once", words, tuple(ctx.command), dialect=SLOTS, notes=notes)

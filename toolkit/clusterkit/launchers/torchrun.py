@@ -1,0 +1,33 @@
+"""torchrun (torch.distributed.run) for DDP and FSDP.
+
+One node: ``--standalone`` (a private c10d store on a free port).  Several nodes: one torchrun per
+node (``srun --ntasks-per-node=1``), ``--nnodes $SLURM_NNODES``, c10d rendezvous at the first host
+of the allocation on a port derived from the job id, so two jobs sharing a head node don't collide.
+Never ``localhost`` as the endpoint: every other node would rendezvous with itself.
+"""
+
+from __future__ import annotations
+
+from clusterkit.launchers import Context, Launch, PyCommand, Sh, Word, rendezvous, split_python
+
+
+def torchrun_words(ctx: Context, py: PyCommand) -> list[Word]:
+    words: list[Word] = ["torchrun"]
+    if ctx.multi:
+        words += ["--nnodes", Sh('"$SLURM_NNODES"'), "--nproc-per-node", str(ctx.gpus_per_node),
+                  "--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous(ctx),
+                  "--rdzv-id", Sh('"$SLURM_JOB_ID"')]
+    else:
+        words += ["--standalone", "--nnodes", "1", "--nproc-per-node", str(ctx.gpus_per_node)]
+    if not py.is_python:
+        words.append("--no-python")   # the command is an executable, not a python script
+    elif py.module:
+        words.append("-m")
+    return words
+
+
+def build(ctx: Context) -> Launch:
+    py = split_python(ctx.command, "torchrun")
+    notes = (f"strategy {ctx.settings.strategy}: the training script chooses DDP or FSDP; "
+             "the launch is the same",)
+    return Launch("torchrun", "per_node", tuple(torchrun_words(ctx, py)), py.args, notes=notes)

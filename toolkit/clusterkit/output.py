@@ -1,0 +1,58 @@
+"""Human (rich) and JSON renderings of command results.  Computes nothing.
+
+Human output goes through rich, which turns colour and progress off by itself when stdout is
+not a terminal, so a pipe gets plain text; ``--json`` output is one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Iterable, Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+_out: Console | None = None
+_err: Console | None = None
+
+
+def out() -> Console:
+    global _out
+    if _out is None:
+        # In a pipe rich would wrap tables at 80 columns; plain wide lines read and grep better.
+        _out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+    return _out
+
+
+def err() -> Console:
+    global _err
+    if _err is None:
+        _err = Console(stderr=True, highlight=False, soft_wrap=True)
+    return _err
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def warn(message: str) -> None:
+    err().print(f"[yellow]clusterkit: warning:[/yellow] {message}", markup=True)
+
+
+def info(message: str) -> None:
+    err().print(message, markup=False)
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    t = Table(title=title, show_lines=False, header_style="bold")
+    for c in columns:
+        t.add_column(c)
+    for r in rows:
+        t.add_row(*("" if v is None else str(v) for v in r))
+    return t
+
+
+def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    out().print(table(title, columns, rows))

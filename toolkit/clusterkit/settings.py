@@ -1,0 +1,85 @@
+"""Job settings given with ``--set key=value``: batch sizes, ZeRO stage, parallel sizes, overrides.
+
+Values are parsed as YAML scalars (``3`` is an int, ``true`` a bool).  Unknown keys are errors
+that list the valid ones, like site configs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from clusterkit.errors import UsageError
+
+
+class Settings(BaseModel):
+    """Everything a job can tune beyond site, stage, launcher and node count."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # batch math (deepspeed, megatron, accelerate)
+    micro_batch: int = Field(1, ge=1, description="micro batch size per GPU")
+    grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
+    global_batch: Optional[int] = Field(None, ge=1, description="train batch size; checked against micro*accum*dp")
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    # DeepSpeed
+    zero_stage: int = Field(2, ge=0, le=3, description="ZeRO stage for deepspeed (0-3)")
+    offload: Literal["none", "optimizer", "optimizer+params"] = "none"
+    ds_launcher: Literal["no_ssh", "pdsh"] = Field(
+        "no_ssh", description="no_ssh: deepspeed on every node via srun (no SSH between nodes); pdsh: once, over SSH")
+    include: Optional[str] = Field(None, description="deepspeed --include, e.g. 'node1@node2:0,1'")
+    exclude_slots: Optional[str] = Field(None, description="deepspeed --exclude, e.g. 'node3:7'")
+    # torchrun / accelerate
+    strategy: Literal["ddp", "fsdp"] = "ddp"
+    # Megatron
+    tp: int = Field(1, ge=1, description="tensor model parallel size")
+    pp: int = Field(1, ge=1, description="pipeline model parallel size")
+    cp: int = Field(1, ge=1, description="context parallel size")
+    # scheduler overrides
+    time: Optional[str] = None
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    max_restarts: Optional[int] = Field(None, ge=0, le=100)
+    cpus_per_task: Optional[int] = Field(None, ge=1)
+    container: Optional[bool] = Field(None, description="use the site's container (default: yes if the site has one)")
+    preflight_in_job: Optional[bool] = Field(None, description="run preflight checks on the allocated nodes first")
+
+
+def valid_keys() -> list[str]:
+    return sorted(Settings.model_fields)
+
+
+def parse_pairs(pairs: Iterable[str]) -> dict[str, Any]:
+    """``['zero_stage=3', 'precision=fp16']`` -> ``{'zero_stage': 3, 'precision': 'fp16'}``."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise UsageError(f"--set {pair!r}: expected key=value")
+        if key not in Settings.model_fields:
+            raise UsageError(f"--set {key}: unknown setting; valid settings: {', '.join(valid_keys())}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (dict, list)):
+            value = raw
+        out[key] = value
+    return out
+
+
+def build(values: dict[str, Any]) -> Settings:
+    """Validate settings; every problem is reported as ``--set key: message``."""
+    try:
+        return Settings.model_validate(values)
+    except ValidationError as exc:
+        msgs = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "settings"
+            msg = err["msg"].removeprefix("Value error, ")
+            msgs.append(f"--set {key}={values.get(key)!r}: {msg}")
+        raise UsageError("; ".join(msgs)) from None
