@@ -29,8 +29,12 @@ def builtin_templates_dir() -> Path:
 
 
 def shell_quote(value: Any) -> str:
-    """Quote one value for bash; refuses newlines in places a script line is built from."""
-    return shlex.quote(str(value))
+    """Quote one value for bash (shlex.quote, plus quotes around a leading '=' that reads like '==')."""
+    text = str(value)
+    quoted = shlex.quote(text)
+    if quoted == text and text.startswith("="):
+        quoted = f"'{text}'"
+    return quoted
 
 
 @lru_cache(maxsize=8)

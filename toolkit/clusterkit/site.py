@@ -163,6 +163,7 @@ class Storage(_Model):
     min_free_gb: float = Field(0, ge=0)
     use: list[Literal["data", "checkpoints", "scratch", "home", "software"]] = Field(default_factory=list)
     timeout_s: float = Field(10, gt=0)
+    shared: Optional[bool] = Field(None, description="seen by every node (default: true for lustre, nfs, gpfs)")
 
     @field_validator("path")
     @classmethod
@@ -172,8 +173,8 @@ class Storage(_Model):
         return v
 
     @property
-    def shared(self) -> bool:
-        return self.type in ("lustre", "nfs", "gpfs")
+    def is_shared(self) -> bool:
+        return self.shared if self.shared is not None else self.type in ("lustre", "nfs", "gpfs")
 
 
 class NCCL(_Model):
@@ -247,7 +248,7 @@ class Site(_Model):
 
     @property
     def shared_storage(self) -> list[Storage]:
-        return [s for s in self.storage if s.shared]
+        return [s for s in self.storage if s.is_shared]
 
 
 # --------------------------------------------------------------------------------------------
