@@ -12,7 +12,11 @@ from clusterkit.cli import main
 
 H100_SITE = """\
 name: h100x64
+scheduler: {kind: slurm, partition: gpu, time: "04:00:00"}
 nodes: {nodelist: "gpu[001-064]", gpus_per_node: 8, gpu_mem_gb: 80, mem_gb: 1024}
+network: {fabric: infiniband, hcas: [mlx5_0, mlx5_1], socket_ifname: ib0}
+storage:
+  - {path: /lustre/scratch, type: lustre, use: [data, checkpoints]}
 cost: {gpu_hour: 2.5, currency: USD}
 """
 

@@ -27,6 +27,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Literal, Optional
 
 from clusterkit.errors import UsageError
+from clusterkit.site import LAUNCHER_NAMES
 
 GIB = 2**30
 #: DeepSpeed's ``additional_buffer_factor`` default: slack on the host (CPU) figures only.
@@ -254,8 +255,12 @@ def megatron_model_states(
 
 # --------------------------------------------------------------------------- candidate setups
 
-LAUNCHERS: tuple[str, ...] = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
-_ZERO_LAUNCHERS = frozenset({"deepspeed", "accelerate"})
+LAUNCHERS: tuple[str, ...] = LAUNCHER_NAMES
+# Which launchers can run a setup is what clusterkit's render configures for it: ZeRO stages and
+# optimizer offload go into ds_config.json (deepspeed only); FSDP is torchrun's strategy=fsdp or
+# accelerate's FSDP config (which can offload params); Megatron's TP x PP are megatron's flags.
+_ZERO = frozenset({"deepspeed"})
+_FSDP = frozenset({"torchrun", "accelerate"})
 
 
 @dataclass(frozen=True)
@@ -273,17 +278,17 @@ class Method:
 #: The candidates, in the order of the fallback ladder: least memory saving (fastest) first.
 METHODS: tuple[Method, ...] = (
     Method("ddp", "DDP", "torchrun", frozenset({"torchrun", "accelerate", "horovod", "srun", "colossalai"})),
-    Method("zero1", "ZeRO-1", "deepspeed", _ZERO_LAUNCHERS | {"colossalai"}, zero_stage=1),
-    Method("zero2", "ZeRO-2", "deepspeed", _ZERO_LAUNCHERS | {"colossalai"}, zero_stage=2),
-    Method("fsdp", "FSDP full shard", "torchrun", frozenset({"torchrun", "accelerate", "srun"})),
-    Method("zero3", "ZeRO-3", "deepspeed", _ZERO_LAUNCHERS, zero_stage=3),
+    Method("zero1", "ZeRO-1", "deepspeed", _ZERO, zero_stage=1),
+    Method("zero2", "ZeRO-2", "deepspeed", _ZERO, zero_stage=2),
+    Method("fsdp", "FSDP full shard", "torchrun", _FSDP | {"srun"}),
+    Method("zero3", "ZeRO-3", "deepspeed", _ZERO, zero_stage=3),
     Method("megatron", "Megatron TP x PP + ZeRO-1", "megatron", frozenset({"megatron"}), zero_stage=1),
-    Method("zero2-offload", "ZeRO-2 + CPU offload (optimizer)", "deepspeed", _ZERO_LAUNCHERS | {"colossalai"},
-           zero_stage=2, offload="optimizer"),
-    Method("zero3-offload-opt", "ZeRO-3 + CPU offload (optimizer)", "deepspeed", _ZERO_LAUNCHERS,
-           zero_stage=3, offload="optimizer"),
-    Method("zero3-offload-all", "ZeRO-3 + CPU offload (optimizer+params)", "deepspeed", _ZERO_LAUNCHERS,
-           zero_stage=3, offload="optimizer+params"),
+    Method("zero2-offload", "ZeRO-2 + CPU offload (optimizer)", "deepspeed", _ZERO, zero_stage=2, offload="optimizer"),
+    Method("zero3-offload-opt", "ZeRO-3 + CPU offload (optimizer)", "deepspeed", _ZERO, zero_stage=3,
+           offload="optimizer"),
+    Method("zero3-offload-all", "ZeRO-3 + CPU offload (optimizer+params)", "deepspeed", _ZERO, zero_stage=3,
+           offload="optimizer+params"),
+    Method("fsdp-offload", "FSDP full shard + CPU offload", "accelerate", _FSDP, offload="optimizer+params"),
 )
 METHOD_BY_KEY = {m.key: m for m in METHODS}
 
@@ -343,10 +348,13 @@ class Layout:
 
 
 def stage_for_nodes(nodes: int) -> str:
-    """single-node for 1 node, multi-node for 2-8, large-cluster for 9 and more."""
-    if nodes <= 1:
-        return "single-node"
-    return "multi-node" if nodes <= 8 else "large-cluster"
+    """The stage whose node range holds ``nodes`` (single-node 1, multi-node 2-8, large-cluster 9+)."""
+    from clusterkit.stages import STAGES
+
+    for spec in STAGES.values():
+        if spec.min_nodes <= nodes and (spec.max_nodes is None or nodes <= spec.max_nodes):
+            return spec.name
+    raise ValueError(f"no stage covers {nodes} nodes")  # a bug: the stages cover 1 and up
 
 
 @dataclass(frozen=True)
@@ -377,6 +385,8 @@ class Candidate:
         m = self.method
         if m.key in ("ddp", "fsdp"):
             return {"strategy": m.key}
+        if m.key == "fsdp-offload":
+            return {"strategy": "fsdp", "offload": "optimizer+params"}
         if m.key == "megatron":
             return {"tp": self.layout.tp, "pp": self.layout.pp}
         return {"zero_stage": m.zero_stage, "offload": m.offload}
@@ -424,11 +434,13 @@ def _figures(method: Method, ctx: _Ctx, lay: Layout) -> tuple[int, int]:
     if key == "megatron":
         return megatron_model_states(p, lay.tp, lay.pp, lay.dp, gpn, abf)
     # FSDP FULL_SHARD shards params, grads and optimizer states like ZeRO-3 (P_os+g+p in the ZeRO
-    # paper): modelled with DeepSpeed's stage-3 figure without offload; zero_init stands for
-    # building the model on the meta device and materializing shards only.
-    offload_opt = key in ("zero3-offload-opt", "zero3-offload-all")
+    # paper): modelled with DeepSpeed's stage-3 figures, without offload, or, with CPUOffload
+    # (params on the CPU, so gradients and the optimizer step are too), as offload optimizer+params.
+    # zero_init stands for building the model on the meta device and materializing shards only.
+    offload_all = key in ("zero3-offload-all", "fsdp-offload")
+    offload_opt = offload_all or key == "zero3-offload-opt"
     cpu, gpu, _ = zero3_model_states(p, ctx.largest_layer, gpn, n, cpu_offload=offload_opt,
-                                     cpu_offload_params=key == "zero3-offload-all",
+                                     cpu_offload_params=offload_all,
                                      zero_init=ctx.zero_init, additional_buffer_factor=abf)
     return cpu, gpu
 
@@ -497,7 +509,7 @@ def rule_of_thumb(total_params: int, launcher: Optional[str] = None) -> tuple[li
     if total_params < 10**9:
         return ["ddp"], "under 1B parameters: DDP"
     if total_params < 10**10:
-        keys = ["zero3", "fsdp"] if launcher in _ZERO_LAUNCHERS else ["fsdp", "zero3"]
+        keys = ["zero3", "fsdp"] if launcher in _ZERO else ["fsdp", "zero3"]
         return keys, "1B-10B parameters: FSDP or ZeRO-3"
     if total_params <= 10**11:
         return ["zero2", "zero3"], "10B-100B parameters: ZeRO-2/3 across nodes"

@@ -7,7 +7,6 @@ JSON.  With ``--render`` the recommended setup goes straight to the render path.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Optional
 
 import click
@@ -58,7 +57,7 @@ def hardware_of(site: Any) -> est.Hardware:
     )
 
 
-@click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
+@click.command("plan", context_settings={"help_option_names": ["-h", "--help"], "ignore_unknown_options": True})
 @click.option("--site", "site_ref", required=True, metavar="SITE", help="Site config: a path or a name on the search path.")
 @click.option("--model-params", type=_Size(), required=True, help="Model size: 7B, 70e9, 350M, 1.5T or a plain count.")
 @click.option("--largest-layer-params", type=_Size(), default=None,
@@ -77,30 +76,88 @@ def hardware_of(site: Any) -> est.Hardware:
               help="DeepSpeed's additional_buffer_factor on host-memory figures.")
 @click.option("--hours", type=_Number(float), default=None, help="Wall time, for a GPU-hours and cost line.")
 @click.option("--json", "as_json", is_flag=True, help="Print the estimate as JSON.")
+@click.option("--render", "do_render", is_flag=True,
+              help="Render the recommended setup into a run directory (as `clusterkit render`), for COMMAND.")
+@click.option("--out", default=None, metavar="DIR", help="With --render: run directory to create.")
+@click.option("--job-name", default=None, help="With --render: Slurm job name.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="With --render: extra job settings (as `render --set`); they win over the plan's.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def plan(site_ref: str, model_params: int, largest_layer_params: Optional[int], gpus: Optional[int],
          nodes: Optional[int], launcher: Optional[str], offload: Optional[str], zero_init: bool,
-         headroom: float, buffer_factor: float, hours: Optional[float], as_json: bool) -> None:
+         headroom: float, buffer_factor: float, hours: Optional[float], as_json: bool, do_render: bool,
+         out: Optional[str], job_name: Optional[str], sets: tuple[str, ...], command: tuple[str, ...]) -> None:
     """Choose framework, ZeRO stage and node count from model size and the site's GPUs.
 
     Memory is for model states (weights, gradients, optimizer states: Adam, mixed precision),
     matching DeepSpeed's own ZeRO-2/3 estimators; activations are left to --headroom.
     Sizes are decimal (7B = 7e9); memory is GiB, and the site's gpu_mem_gb and mem_gb are
     read as GiB.
+
+    \b
+    Examples:
+      clusterkit plan --site ib-h100 --model-params 7B
+      clusterkit plan --site ib-h100 --model-params 176B --nodes 16 --hours 24 --json
+      clusterkit plan --site ib-h100 --model-params 13B --render --out runs/13b -- python train.py
     """
     from clusterkit.site import load_site
 
+    _check_render_options(do_render, command, out, job_name, sets)
     site = load_site(site_ref)
     request = est.PlanInput(
         total_params=model_params, largest_layer_params=largest_layer_params, gpus=gpus, nodes=nodes,
         launcher=launcher, offload=offload, zero_init=zero_init, headroom=headroom,
         buffer_factor=buffer_factor, hours=hours)
     result = est.plan_estimate(hardware_of(site), request)
+    run = render_recommended(site, result, command, out, job_name, sets) if do_render else None
     if as_json:
+        from clusterkit import output
+        from clusterkit.cli.render import rendered_summary
+
         doc = result.to_dict()
         doc["site"] = {"name": site.name, **doc["site"]}  # type: ignore[dict-item]
-        click.echo(json.dumps(doc, indent=2))
+        doc["rendered"] = rendered_summary(run) if run is not None else None
+        output.emit_json(doc)
         return
     print_human(site.name, result)
+    if run is not None:
+        from clusterkit.cli.render import show_rendered
+
+        show_rendered(run, as_json=False)
+
+
+def _check_render_options(do_render: bool, command: tuple[str, ...], out: Optional[str],
+                          job_name: Optional[str], sets: tuple[str, ...]) -> None:
+    """COMMAND and the render options belong with --render, and --render needs a COMMAND."""
+    if do_render and not command:
+        raise UsageError("--render needs the training command after --, e.g. -- python train.py")
+    if not do_render:
+        stray = [name for name, value in (("--out", out), ("--job-name", job_name), ("--set", sets)) if value]
+        if command:
+            stray.append(f"command {' '.join(command)!r}")
+        if stray:
+            raise UsageError(f"{', '.join(stray)} only make sense with --render")
+
+
+def render_recommended(site: Any, result: est.PlanEstimate, command: tuple[str, ...], out: Optional[str],
+                       job_name: Optional[str], sets: tuple[str, ...]) -> Any:
+    """Hand the recommended setup to the render path: launcher, stage, nodes and its settings."""
+    from clusterkit.errors import PlanError
+    from clusterkit.cli.common import build_request
+    from clusterkit.pipeline import render_run
+
+    chosen = result.recommended
+    if chosen is None:
+        raise PlanError(f"nothing to render: {result.reason}")
+    if chosen.method.key == "megatron" and "--use-distributed-optimizer" not in command:
+        # the Megatron figure assumes ZeRO-1 over data parallel (4 + 16/d bytes per parameter);
+        # without the distributed optimizer every GPU would hold 20 bytes per parameter
+        command = (*command, "--use-distributed-optimizer")
+    request = build_request(
+        stage=chosen.layout.stage, command=command, launcher=chosen.method.launcher, nodes=chosen.layout.nodes,
+        gpus_per_node=chosen.layout.gpus_per_node, sets=sets, job_name=job_name, exclude=None, debug=False,
+        extra_settings=chosen.settings())
+    return render_run(site, request, out)
 
 
 def print_human(site_name: str, result: est.PlanEstimate) -> None:
