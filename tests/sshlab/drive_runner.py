@@ -1,0 +1,38 @@
+"""Run a clusterkit runner inside the lab and print its results as JSON (a test helper).
+
+The runner tests start this with ``lab.run([...])`` so that the client runs inside the lab's
+network namespace, as ``clusterkit preflight`` would::
+
+    python drive_runner.py '{"runner": "ssh", "hosts": [...], "script": "...",
+                             "options": {...}, "timeout_s": 5, "fanout": 8}'
+
+Each finished node is also announced on stderr (``done HOST``) as it arrives, so a test can
+interrupt the run part-way through.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from clusterkit.runner import LocalRunner, NodeResult, SSHRunner, SrunRunner
+
+
+def main() -> int:
+    req = json.loads(sys.argv[1])
+    cls = {"ssh": SSHRunner, "local": LocalRunner, "srun": SrunRunner}[req["runner"]]
+    runner = cls(**req.get("options", {}))
+
+    def announce(r: NodeResult) -> None:
+        print(f"done {r.host}", file=sys.stderr, flush=True)
+
+    results = runner.run_many(req["hosts"], req["script"], timeout_s=req.get("timeout_s"),
+                              fanout=req.get("fanout"), on_result=announce)
+    print(json.dumps({"interrupted": results.interrupted, "wall_s": results.wall_s,
+                      "order": list(results),
+                      "results": {h: r.to_json() for h, r in results.items()}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

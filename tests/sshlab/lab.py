@@ -1,0 +1,469 @@
+"""A lab of virtual SSH nodes on one machine: real sshd processes on loopback addresses.
+
+Each virtual node is one loopback address (``127.1.K.J``) served by a real ``sshd`` with a
+generated host key and key-only auth.  ``sshd`` takes at most 16 ``ListenAddress`` lines, so
+the lab starts one ``sshd`` per 16 nodes.  A node is told apart by the address it was reached
+on: the ``ForceCommand`` wrapper reads the third field of ``SSH_CONNECTION``, finds the node's
+directory and runs the original command with bash, with
+
+* ``PATH=<node>/bin:$PATH``            (the profile's fake ``nvidia-smi``, ``ibstat``, ...)
+* ``CLUSTERKIT_SYSROOT=<node>/root``   (a private copy of the profile's ``root/`` tree)
+* ``CLUSTERKIT_LAB_NODE=<name>``       (the node's name, for tests that want to see it)
+
+Profiles live in ``tests/sshlab/profiles/<name>/{bin,root}``.  Three special "profiles" make
+fault addresses instead of nodes: ``@refused`` (nothing listens: connection refused),
+``@tarpit`` (accepts TCP, never sends the SSH banner) and ``@blackhole`` (a listener whose
+accept queue is full, so SYNs are dropped and a client without a connect timeout waits for
+the kernel's SYN retries).
+
+Everything runs inside a network namespace of the lab's own (``ck-lab-<random>``) when the
+kernel lets us create one; otherwise on the host's loopback (127.0.0.0/8 only, never another
+address) on a random port.  Clients under test run inside it via :meth:`SSHLab.run` /
+:meth:`SSHLab.wrap`.  :meth:`SSHLab.stop` stops every process the lab started, by pid, and
+deletes the namespace.
+
+Command line (used by ``bench/preflight.py`` and for poking at it by hand)::
+
+    python tests/sshlab/lab.py --nodes 16 [--profile NAME] [--refused 1] [--tarpit 1]
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
+REFUSED, TARPIT, BLACKHOLE = "@refused", "@tarpit", "@blackhole"
+FAULTS = (REFUSED, TARPIT, BLACKHOLE)
+NETNS_PORT = 2300  # fixed inside our own namespace: nothing else can hold it there
+SSHD = "/usr/sbin/sshd"
+PER_SSHD = 16  # sshd: "Too many listen sockets" past 16 ListenAddress lines
+
+# The ForceCommand.  Runs under the login shell (bash) for every session; kept to builtins
+# because it costs server CPU on every one of hundreds of logins.
+WRAPPER = r"""#!/bin/bash
+# sshlab ForceCommand: serve the virtual node reached at this address.
+set -- $SSH_CONNECTION
+node="@LAB@/addr/$3"
+if [ ! -d "$node" ]; then
+    echo "sshlab: no virtual node at address $3" >&2
+    exit 255
+fi
+read -r CLUSTERKIT_LAB_NODE < "$node/name"
+export CLUSTERKIT_LAB_NODE CLUSTERKIT_SYSROOT="$node/root" PATH="$node/bin:$PATH"
+if [ -z "${SSH_ORIGINAL_COMMAND:-}" ]; then
+    exec bash
+fi
+exec bash -c "$SSH_ORIGINAL_COMMAND"
+"""
+
+# The fault server: tarpit addresses accept and hold connections without a word;
+# black-hole addresses listen with a full accept queue so further SYNs are dropped.
+FAULT_SERVER = r"""
+import socket, sys, time
+port = int(sys.argv[1])
+tarpits = [a for a in sys.argv[2].split(",") if a]
+holes = [a for a in sys.argv[3].split(",") if a]
+listeners, held = [], []
+for addr in tarpits:
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, port)); s.listen(1024); s.setblocking(False); listeners.append(s)
+for addr in holes:
+    s = socket.socket(); s.bind((addr, port)); s.listen(0); held.append(s)
+    for _ in range(2):  # fill the (backlog 0 + 1) accept queue ourselves
+        c = socket.socket(); c.setblocking(False); c.connect_ex((addr, port)); held.append(c)
+print("ready", flush=True)
+while True:
+    for s in listeners:
+        try:
+            while True:
+                held.append(s.accept()[0])
+        except BlockingIOError:
+            pass
+    time.sleep(0.05)
+"""
+
+
+class LabError(RuntimeError):
+    """The lab could not be started (a bug in the lab or in the machine, not in clusterkit)."""
+
+
+def lab_unavailable_reason() -> str | None:
+    """Why the lab cannot run on this machine, or None when it can."""
+    if os.geteuid() != 0:
+        return "the SSH lab needs root (sshd, network namespaces)"
+    if not Path(SSHD).exists():
+        return f"the SSH lab needs {SSHD} (Debian package openssh-server)"
+    if shutil.which("ssh-keygen") is None:
+        return "the SSH lab needs ssh-keygen (Debian package openssh-client)"
+    return None
+
+
+@dataclass
+class SSHLab:
+    """A running lab.  Create with :func:`start_lab`; stop with :meth:`stop`."""
+
+    workdir: Path
+    netns: str | None
+    port: int
+    addresses: dict[str, str]          # node or fault name -> loopback address
+    profiles: dict[str, str]           # name -> profile (or @refused/@tarpit/@blackhole)
+    ssh_config: Path
+    known_hosts: Path
+    identity: Path
+    host_key_line: str                 # "ssh-ed25519 AAAA..." of every node
+    pids: list[int] = field(default_factory=list)
+    _procs: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
+    stopped: bool = False
+    log_level: str = "VERBOSE"  # sshd's; VERBOSE logs each connection with the address it hit
+
+    @property
+    def hosts(self) -> list[str]:
+        """Every name in the lab (nodes and fault addresses), in the order given."""
+        return list(self.addresses)
+
+    @property
+    def nodes(self) -> list[str]:
+        """The names served by sshd (not the fault addresses)."""
+        return [h for h in self.addresses if self.profiles[h] not in FAULTS]
+
+    def hosts_with(self, profile: str) -> list[str]:
+        """Names whose profile (or fault kind) is ``profile``."""
+        return [h for h, p in self.profiles.items() if p == profile]
+
+    def node_dir(self, host: str) -> Path:
+        """The directory of a virtual node (``bin`` and ``root`` inside)."""
+        return self.workdir / "nodes" / host
+
+    def sshd_logs(self) -> list[Path]:
+        """The log files of the lab's sshd processes."""
+        return sorted(self.workdir.glob("sshd-*.log"))
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """``argv`` prefixed so that it runs inside the lab's namespace."""
+        if self.netns is None:
+            return list(argv)
+        return ["ip", "netns", "exec", self.netns, *argv]
+
+    def env(self, **extra: str) -> dict[str, str]:
+        """An environment for clients under test: the lab's ssh config, no agent."""
+        env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+        env["CLUSTERKIT_SSH_CONFIG"] = str(self.ssh_config)
+        env.update(extra)
+        return env
+
+    def run(self, argv: Sequence[str], **kw: Any) -> subprocess.CompletedProcess[Any]:
+        """Run ``argv`` inside the lab (``subprocess.run`` keywords; env defaults to env())."""
+        kw.setdefault("env", self.env())
+        return subprocess.run(self.wrap(argv), **kw)
+
+    def popen(self, argv: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
+        """Start ``argv`` inside the lab (``subprocess.Popen`` keywords); caller reaps it."""
+        kw.setdefault("env", self.env())
+        return subprocess.Popen(self.wrap(argv), **kw)
+
+    def stop(self) -> None:
+        """Stop every process the lab started (by pid) and delete its namespace."""
+        if self.stopped:
+            return
+        self.stopped = True
+        for pid in self.pids:
+            _signal_if_ours(pid, signal.SIGTERM, self.workdir)
+        deadline = time.monotonic() + 3
+        for pid in self.pids:
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            _signal_if_ours(pid, signal.SIGKILL, self.workdir)
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.netns:
+            subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+        _RUNNING.discard(self)  # type: ignore[arg-type]
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-able summary (what the command line prints)."""
+        return {
+            "workdir": str(self.workdir), "netns": self.netns, "port": self.port,
+            "ssh_config": str(self.ssh_config), "known_hosts": str(self.known_hosts),
+            "identity": str(self.identity), "pids": self.pids,
+            "addresses": self.addresses, "profiles": self.profiles,
+        }
+
+
+_RUNNING: set[SSHLab] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for lab in list(_RUNNING):
+        lab.stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _signal_if_ours(pid: int, sig: int, workdir: Path) -> None:
+    """Signal ``pid`` only if its command line names our workdir (pids get reused)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return
+    if str(workdir).encode() in cmdline:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _make_netns() -> str | None:
+    """Create and bring up a namespace of our own; None where the kernel says no."""
+    if shutil.which("ip") is None:
+        return None
+    name = f"ck-lab-{secrets.token_hex(4)}"
+    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
+        return None
+    up = subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"],
+                        capture_output=True)
+    if up.returncode != 0:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        return None
+    return name
+
+
+def _free_port(addr: str) -> int:
+    """A port free on the host's loopback (fallback mode only)."""
+    with socket.socket() as s:
+        s.bind((addr, 0))
+        return int(s.getsockname()[1])
+
+
+def _assign_addresses(names: Sequence[str], profiles: Mapping[str, str]) -> dict[str, str]:
+    """Nodes on 127.1.K.J, fault addresses on 127.2/127.3/127.4 (all loopback)."""
+    out: dict[str, str] = {}
+    counters = {"node": 0, REFUSED: 0, TARPIT: 0, BLACKHOLE: 0}
+    nets = {"node": 1, REFUSED: 2, TARPIT: 3, BLACKHOLE: 4}
+    for name in names:
+        kind = profiles[name] if profiles[name] in FAULTS else "node"
+        i = counters[kind]
+        counters[kind] += 1
+        out[name] = f"127.{nets[kind]}.{i // 250}.{i % 250 + 1}"
+    return out
+
+
+def _keygen(path: Path, comment: str) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                   check=True, capture_output=True)
+
+
+def _make_node(workdir: Path, name: str, addr: str, profile: str, profiles_dir: Path) -> None:
+    """A node directory: bin -> the profile's bin, root = a private copy of its root."""
+    src = profiles_dir / profile
+    if not src.is_dir():
+        raise LabError(f"no such lab profile {profile!r} (looked in {profiles_dir})")
+    node = workdir / "nodes" / name
+    node.mkdir(parents=True)
+    (node / "name").write_text(name + "\n")
+    if (src / "bin").is_dir():
+        (node / "bin").symlink_to(src / "bin")
+    else:
+        (node / "bin").mkdir()
+    if (src / "root").is_dir():
+        # cp -a, not shutil: profiles may hold FIFOs (a "hung" file), which copytree would open.
+        subprocess.run(["cp", "-a", str(src / "root"), str(node / "root")], check=True)
+    else:
+        (node / "root").mkdir()
+    (workdir / "addr" / addr).symlink_to(node)
+
+
+def _sshd_config(workdir: Path, index: int, port: int, addrs: Sequence[str],
+                 log_level: str) -> Path:
+    """One sshd's config: key-only, no PAM, many concurrent logins, the node wrapper."""
+    lines = [f"Port {port}", *(f"ListenAddress {a}" for a in addrs),
+             f"HostKey {workdir}/host_ed25519", f"PidFile {workdir}/sshd-{index}.pid",
+             f"AuthorizedKeysFile {workdir}/authorized_keys",
+             "PubkeyAuthentication yes", "PasswordAuthentication no",
+             "KbdInteractiveAuthentication no", "UsePAM no", "PermitRootLogin prohibit-password",
+             "MaxStartups 1024", "MaxSessions 64", "UseDNS no", "StrictModes no",
+             # Debian's bash sources ~/.bashrc for ssh commands unless SHLVL is set: +130 ms.
+             "SetEnv SHLVL=1", f"ForceCommand {workdir}/node-wrapper",
+             "AllowTcpForwarding yes", "X11Forwarding no", "PrintMotd no", "PrintLastLog no",
+             f"LogLevel {log_level}"]
+    path = workdir / f"sshd-{index}.conf"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _client_config(lab: SSHLab) -> str:
+    """An OpenSSH client config naming every lab host (honoured by ssh, clush, pdsh, clusterkit)."""
+    out = []
+    for name, addr in lab.addresses.items():
+        out += [f"Host {name}", f"    HostName {addr}", ""]
+    out += ["Host *", f"    Port {lab.port}", "    User root", f"    IdentityFile {lab.identity}",
+            "    IdentitiesOnly yes", f"    UserKnownHostsFile {lab.known_hosts}",
+            "    GlobalKnownHostsFile /dev/null", "    StrictHostKeyChecking yes",
+            "    BatchMode yes", "    LogLevel ERROR", ""]
+    return "\n".join(out)
+
+
+def _start_sshds(lab: SSHLab) -> None:
+    """Start one daemonizing sshd per 16 nodes; each is listening once its parent exits."""
+    nodes = lab.nodes
+    starts = []
+    for i in range(0, len(nodes), PER_SSHD):
+        conf = _sshd_config(lab.workdir, i // PER_SSHD, lab.port,
+                            [lab.addresses[n] for n in nodes[i:i + PER_SSHD]], lab.log_level)
+        log = lab.workdir / f"sshd-{i // PER_SSHD}.log"
+        starts.append((subprocess.Popen(lab.wrap([SSHD, "-f", str(conf), "-E", str(log)]),
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
+                       lab.workdir / f"sshd-{i // PER_SSHD}.pid", log))
+    for proc, pidfile, log in starts:
+        _, err = proc.communicate(timeout=20)
+        if proc.returncode != 0:
+            raise LabError(f"sshd failed to start: {err.decode(errors='replace').strip()} "
+                           f"{log.read_text(errors='replace') if log.exists() else ''}")
+        lab.pids.append(_wait_pidfile(pidfile))
+
+
+def _wait_pidfile(path: Path, timeout: float = 5.0) -> int:
+    """The daemon writes its pid file just after the parent exits: wait for it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text().strip() if path.exists() else ""
+        if text.isdigit():
+            return int(text)
+        time.sleep(0.005)
+    raise LabError(f"sshd wrote no pid file {path}")
+
+
+def _start_faults(lab: SSHLab) -> None:
+    tarpits = [lab.addresses[h] for h in lab.hosts_with(TARPIT)]
+    holes = [lab.addresses[h] for h in lab.hosts_with(BLACKHOLE)]
+    if not tarpits and not holes:
+        return
+    script = lab.workdir / "fault_server.py"
+    script.write_text(FAULT_SERVER)
+    proc = subprocess.Popen(lab.wrap([sys.executable, str(script), str(lab.port),
+                                      ",".join(tarpits), ",".join(holes)]),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lab._procs.append(proc)
+    lab.pids.append(proc.pid)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != b"ready":
+        raise LabError(f"fault server failed: {proc.stderr.read().decode(errors='replace')}")  # type: ignore[union-attr]
+
+
+def start_lab(nodes: Mapping[str, str], workdir: Path | str, *,
+              profiles_dir: Path | str = PROFILES_DIR, use_netns: bool = True,
+              log_level: str = "VERBOSE") -> SSHLab:
+    """Start a lab serving ``nodes`` (``{name: profile}``) under ``workdir`` (must be empty).
+
+    Profiles name directories of ``profiles_dir``; ``@refused``, ``@tarpit`` and
+    ``@blackhole`` make fault addresses.  ``log_level`` is sshd's (``DEBUG1`` also logs
+    ``direct-tcpip`` forwarding, ``ERROR`` keeps a benchmark quiet).  Raises LabError if
+    sshd cannot be started.
+    """
+    reason = lab_unavailable_reason()
+    if reason:
+        raise LabError(reason)
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "addr").mkdir()
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
+    netns = _make_netns() if use_netns else None
+    profiles = dict(nodes)
+    addresses = _assign_addresses(list(nodes), profiles)
+    lab = SSHLab(workdir=workdir, netns=netns,
+                 port=NETNS_PORT if netns else _free_port("127.1.0.1"),
+                 addresses=addresses, profiles=profiles, ssh_config=workdir / "ssh_config",
+                 known_hosts=workdir / "known_hosts", identity=workdir / "id_ed25519",
+                 host_key_line="", log_level=log_level)
+    _RUNNING.add(lab)
+    try:
+        _prepare_files(lab, Path(profiles_dir))
+        _start_sshds(lab)
+        _start_faults(lab)
+    except BaseException:
+        lab.stop()
+        raise
+    return lab
+
+
+def _prepare_files(lab: SSHLab, profiles_dir: Path) -> None:
+    """Keys, known_hosts, client config, wrapper and node directories."""
+    wd = lab.workdir
+    _keygen(wd / "host_ed25519", "sshlab-host")
+    _keygen(lab.identity, "sshlab-client")
+    shutil.copy(f"{lab.identity}.pub", wd / "authorized_keys")
+    key_type, key_b64 = (wd / "host_ed25519.pub").read_text().split()[:2]
+    lab.host_key_line = f"{key_type} {key_b64}"
+    lab.known_hosts.write_text("".join(
+        f"[{addr}]:{lab.port} {lab.host_key_line}\n" for addr in lab.addresses.values()))
+    lab.ssh_config.write_text(_client_config(lab))
+    wrapper = wd / "node-wrapper"
+    wrapper.write_text(WRAPPER.replace("@LAB@", str(wd)))
+    wrapper.chmod(0o755)
+    for name in lab.nodes:
+        _make_node(wd, name, lab.addresses[name], lab.profiles[name], profiles_dir)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+    import tempfile
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=16)
+    ap.add_argument("--profile", default="_runner_echo")
+    ap.add_argument("--prefix", default="node")
+    for fault in ("refused", "tarpit", "blackhole"):
+        ap.add_argument(f"--{fault}", type=int, default=0, help=f"number of @{fault} addresses")
+    ap.add_argument("--workdir", help="default: a new temporary directory")
+    ap.add_argument("--no-netns", action="store_true")
+    ap.add_argument("--log-level", default="VERBOSE", help="sshd LogLevel")
+    ap.add_argument("--hold", action="store_true", help="keep running until Ctrl-C, then stop")
+    args = ap.parse_args(argv)
+    width = max(3, len(str(args.nodes)))
+    mapping = {f"{args.prefix}{i:0{width}d}": args.profile for i in range(1, args.nodes + 1)}
+    for fault in ("refused", "tarpit", "blackhole"):
+        mapping.update({f"{fault}{i:02d}": f"@{fault}" for i in range(1, getattr(args, fault) + 1)})
+    workdir = args.workdir or tempfile.mkdtemp(prefix="sshlab-")
+    t0 = time.monotonic()
+    lab = start_lab(mapping, workdir, use_netns=not args.no_netns, log_level=args.log_level)
+    info = lab.describe() | {"start_s": round(time.monotonic() - t0, 3)}
+    print(json.dumps(info, indent=1), flush=True)
+    if args.hold:
+        try:
+            signal.pause()
+        except KeyboardInterrupt:
+            pass
+        lab.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
+
+
+__all__ = ["SSHLab", "LabError", "start_lab", "lab_unavailable_reason",
+           "REFUSED", "TARPIT", "BLACKHOLE", "PROFILES_DIR"]
