@@ -64,10 +64,11 @@ class StorageExpect:
     min_free_gb: float = 0.0
     writable: bool = False  # used for checkpoints
     timeout_s: float = 10.0
+    shared: bool | None = None  # seen by every node; None: true for lustre, nfs, gpfs
 
     @property
-    def shared(self) -> bool:
-        return self.type in ("lustre", "nfs", "gpfs")
+    def is_shared(self) -> bool:
+        return self.shared if self.shared is not None else self.type in ("lustre", "nfs", "gpfs")
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,8 @@ class Expectations:
     def from_site(cls, site: Any, stage: str) -> "Expectations":
         """Read a :class:`clusterkit.site.Site` (duck-typed: this module does not import it)."""
         storage = tuple(
-            StorageExpect(s.path, s.type, float(s.min_free_gb), "checkpoints" in s.use, float(s.timeout_s))
+            StorageExpect(s.path, s.type, float(s.min_free_gb), "checkpoints" in s.use, float(s.timeout_s),
+                          getattr(s, "shared", None))
             for s in site.storage
         )
         return cls(
@@ -464,13 +466,13 @@ def _ib_checks(e: Expectations) -> list[Check]:
     def ports(inv: P.IbInventory, _: SectionOutput) -> Verdict:
         bad = [f"{p.label} {p.state or '?'}" + (f" ({p.phys_state})" if p.phys_state and p.phys_state != "LinkUp" else "")
                for p in _wanted_ports(e, inv)[1] if p.state != "ACTIVE" or p.phys_state not in (None, "LinkUp")]
-        return Verdict(not bad, "ports ACTIVE/LinkUp" if not bad else "ib " + ", ".join(bad))
+        return Verdict(not bad, "ports ACTIVE/LinkUp" if not bad else ", ".join(bad))
 
     def rate(inv: P.IbInventory, _: SectionOutput) -> Verdict:
         need = e.port_rate_gbps or 0
         slow = [f"{p.label} {p.rate_gbps:g} Gb/s" if p.rate_gbps is not None else f"{p.label} rate unknown"
                 for p in _wanted_ports(e, inv)[1] if p.rate_gbps is None or p.rate_gbps < need]
-        return Verdict(not slow, f"rate >= {need:g} Gb/s" if not slow else f"ib {', '.join(slow)} < {need:g} Gb/s")
+        return Verdict(not slow, f"rate >= {need:g} Gb/s" if not slow else f"{', '.join(slow)} < {need:g} Gb/s")
 
     def layer(inv: P.IbInventory, _: SectionOutput) -> Verdict:
         wrong = [f"{p.label} {p.link_layer or '?'}" for p in _wanted_ports(e, inv)[1] if p.link_layer != want_layer]
@@ -572,7 +574,7 @@ def plan_checks(expect: Expectations) -> CheckPlan:
     else:
         sections += _ib_sections()
         checks += _ib_checks(expect)
-    items = [(i, s) for i, s in enumerate(expect.storage) if expect.stage != SINGLE or not s.shared]
+    items = [(i, s) for i, s in enumerate(expect.storage) if expect.stage != SINGLE or not s.is_shared]
     if items:
         sections += _storage_sections(items)
         checks += _storage_checks(expect, items)

@@ -1,0 +1,72 @@
+"""Preflight end-to-end fixtures: an SSH lab of mixed virtual nodes and site files pointing at it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+from sshlab.lab import REFUSED, TARPIT, SSHLab, lab_unavailable_reason, start_lab  # noqa: E402
+
+# 12 virtual nodes, one per kind of trouble plus four healthy ones, a dead address and a tarpit.
+MIXED = {
+    "node01": "healthy", "node02": "healthy", "node03": "gpu_missing", "node04": "ib_down",
+    "node05": "old_driver", "node06": "no_lustre", "node07": "ecc_errors", "node08": "garbage_smi",
+    "node09": "hung_mount", "node10": "hung_command", "node11": "healthy", "node12": "healthy",
+    "dead01": REFUSED, "tarpit01": TARPIT,
+}
+
+SITE = """\
+name: lab
+scheduler: {{kind: slurm, partition: gpu}}
+nodes: {{nodelist: "{nodelist}", gpus_per_node: 8, gpu_model: H100}}
+ssh: {{port: {port}, known_hosts: "{known_hosts}", connect_timeout_s: 2, command_timeout_s: 6, fanout: 16}}
+software: {{driver_min: "535.104", cuda: "12.4"}}
+network:
+  fabric: infiniband
+  hcas: [mlx5_0, mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7]
+  port_rate_gbps: 400
+storage:
+  - {{path: /lustre/scratch, type: lustre, min_free_gb: 0.001, use: [data, checkpoints], timeout_s: 2}}
+  - {{path: /home, type: nfs, use: [home]}}
+preflight: {{policy: exclude, max_excluded_fraction: 0.9}}
+"""
+
+
+def write_site(path: Path, lab: SSHLab, nodelist: str = "node[01-12],dead01,tarpit01",
+               known_hosts: str | None = None) -> Path:
+    """A site file for the lab (its port and known_hosts) with this nodelist."""
+    path.write_text(SITE.format(nodelist=nodelist, port=lab.port, known_hosts=known_hosts or lab.known_hosts))
+    return path
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SSHLab]:
+    reason = lab_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    lab = start_lab(MIXED, tmp_path_factory.mktemp("sshlab"))
+    try:
+        yield lab
+    finally:
+        lab.stop()
+
+
+@pytest.fixture(scope="session")
+def lab_site(lab: SSHLab, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_site(tmp_path_factory.mktemp("site") / "lab.yaml", lab)
+
+
+def clusterkit(lab: SSHLab, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``clusterkit ARGS`` inside the lab's namespace, as a user would."""
+    return lab.run([sys.executable, "-m", "clusterkit", *args], capture_output=True, text=True,
+                   timeout=timeout, cwd=str(REPO))
+
+
+def groups_by_node(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {n["host"]: n for n in report["nodes"]}

@@ -1,0 +1,142 @@
+"""``clusterkit preflight``: check GPUs, drivers, IB links and storage on the nodes.
+
+Parses options, calls :func:`clusterkit.preflight.core.run_preflight`, renders the report
+(a rich table on a terminal, plain lines in a pipe, one JSON document with ``--json``) and
+returns the report's exit code.  Ctrl-C stops the run and prints what was checked so far.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+EXIT_HELP = """\b
+Exit codes:
+  0  every node passed (warnings do not fail)
+  1  some nodes failed a check
+  2  usage or config error (nothing was checked)
+  3  some nodes could not be reached (wins over 1: the report is incomplete)
+  130 interrupted (Ctrl-C); what was checked so far is printed
+"""
+
+_STYLE = {"unreachable": "bold magenta", "failed": "bold red", "warn": "yellow", "ok": "green"}
+
+
+@click.command(epilog=EXIT_HELP)
+@click.option("--site", "site_ref", metavar="SITE", help="Site config: a file path or a site name.")
+@click.option("--stage", metavar="STAGE", help="single-node, multi-node or large-cluster "
+              "(default: from the number of nodes).")
+@click.option("--nodes", metavar="NODESET", help="Nodes to check, Slurm hostlist syntax (default: the site's nodelist).")
+@click.option("--transport", metavar="ssh|srun|local", help="How to reach the nodes "
+              "(default: ssh; local for a site whose scheduler is local).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
+@click.option("--accept-new-host-keys", is_flag=True, help="Store host keys not yet in known_hosts "
+              "(changed keys are still refused).")
+def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transport: str | None,
+              as_json: bool, accept_new_host_keys: bool) -> int:
+    """Check the nodes a job would run on: GPUs and driver, InfiniBand/RoCE ports,
+    GPUDirect RDMA, and the site's storage, in parallel, one connection per node.
+
+    Nodes with identical results are grouped; the report names each bad node and why.
+    """
+    from clusterkit.errors import UsageError
+    from clusterkit.preflight.core import TRANSPORTS, run_preflight
+    from clusterkit.site import load_site
+
+    if not site_ref:
+        raise UsageError("preflight needs --site SITE (a site config path or name; see `clusterkit sites list`)")
+    if transport is not None and transport not in TRANSPORTS:
+        raise UsageError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
+    site = load_site(site_ref)
+    transport = transport or ("local" if site.scheduler.kind == "local" else "ssh")
+    progress = _Progress(enabled=sys.stderr.isatty())
+    try:
+        report = run_preflight(site, stage, nodes, transport, accept_new_host_keys=accept_new_host_keys,
+                               on_start=progress.start, on_result=progress.advance)
+    finally:
+        progress.stop()
+    if as_json:
+        from clusterkit import output
+
+        output.emit_json(report.to_dict())
+    else:
+        _render(report)
+    return 130 if report.interrupted else int(report.exit_code())
+
+
+class _Progress:
+    """A rich progress bar on stderr while nodes answer; nothing at all when not a terminal."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._bar: Any = None
+        self._task: Any = None
+
+    def start(self, hosts: list[str]) -> None:
+        if not self.enabled:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from clusterkit import output
+
+        self._bar = Progress(TextColumn("preflight"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[bad]}"),
+                             TimeElapsedColumn(), console=output.err(), transient=True)
+        self._task = self._bar.add_task("preflight", total=len(hosts), bad="")
+        self._bad = 0
+        self._bar.start()
+
+    def advance(self, node: Any) -> None:
+        if self._bar is None:
+            return
+        if node.status.value in ("failed", "unreachable"):
+            self._bad += 1
+        self._bar.update(self._task, advance=1, bad=f"{self._bad} bad" if self._bad else "")
+
+    def stop(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def _headline(report: Any) -> str:
+    c = report.counts()
+    parts = [f"{c[k]} {k}" for k in ("ok", "warn", "failed", "unreachable", "unchecked") if c[k]]
+    checked = len(report.nodes)
+    return (f"preflight {report.site} ({report.stage}, {report.transport}): {checked} of {len(report.hosts)} nodes "
+            f"checked in {report.elapsed_s:.1f} s: {', '.join(parts) or 'nothing checked'}")
+
+
+def _render(report: Any) -> None:
+    """Human rendering: a table on a terminal, one line per group in a pipe."""
+    from rich.markup import escape
+
+    from clusterkit import output
+
+    console = output.out()
+    groups = report.groups()
+    if console.is_terminal:
+        table = output.table(None, ["status", "nodes", "result"], [])
+        for g in groups:
+            style = _STYLE[g.status.value]
+            table.add_row(f"[{style}]{g.status.value}[/{style}]", escape(_who(g)), escape("\n".join(g.lines) or "ok"))
+        console.print(table)
+    else:
+        for g in groups:
+            console.print(f"{g.status.value.upper():<11} {g.summary()}", markup=False)
+    if report.unchecked():
+        console.print(f"{'UNCHECKED':<11} {_fold(report.unchecked())}: interrupted before these answered", markup=False)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False, style="dim")
+    console.print(_headline(report), markup=False)
+
+
+def _who(group: Any) -> str:
+    return group.nodeset if len(group.hosts) == 1 else f"{len(group.hosts)} nodes: {group.nodeset}"
+
+
+def _fold(hosts: list[str]) -> str:
+    from clusterkit.nodes import fold
+
+    return fold(hosts)

@@ -1,0 +1,139 @@
+"""Run preflight: build the check plan for a site and stage, fan the one script out through a
+Runner, judge every node's output, and return a :class:`~clusterkit.preflight.report.Report`.
+
+This is the function ``clusterkit preflight`` and ``clusterkit submit`` both call::
+
+    report = run_preflight(site, stage="multi-node", nodes="gpu[001-016]", transport="ssh")
+    decision = decide_for_site(report, site, nodes_needed=plan.nnodes)
+    if decision.refuse: raise PreflightError(decision.reason)
+    exclude = decision.exclude_nodeset          # -> sbatch --exclude
+
+Node-level trouble never raises; bad input (unknown stage or transport, a bad hostlist) raises
+:class:`~clusterkit.errors.UsageError` before any node is contacted.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from typing import Any, Callable
+
+from clusterkit import nodes as nodelib
+from clusterkit.errors import UsageError
+from clusterkit.preflight import checks as C
+from clusterkit.preflight.report import NodeResult, PolicyDecision, Report, decide
+
+TRANSPORTS = ("ssh", "srun", "local")
+
+ProgressCallback = Callable[[NodeResult], None]
+
+
+def resolve_hosts(site: Any, nodes: str | None, transport: str) -> list[str]:
+    """The hosts to check: ``nodes`` (a Slurm hostlist) or the site's nodelist.
+
+    The local transport checks this machine only, under its own name unless one is given.
+    """
+    if transport == "local":
+        if nodes is None:
+            return [platform.node() or "localhost"]
+        hosts = _expand(nodes)
+        if len(hosts) != 1:
+            raise UsageError(f"--transport local checks this machine only; --nodes names {len(hosts)} hosts")
+        return hosts
+    return _expand(nodes if nodes is not None else site.nodes.nodelist)
+
+
+def _expand(hostlist: str) -> list[str]:
+    try:
+        return nodelib.expand(hostlist)
+    except nodelib.HostlistError as exc:
+        raise UsageError(f"--nodes: {exc}") from None
+
+
+def make_runner(site: Any, transport: str, *, accept_new_host_keys: bool = False) -> Any:
+    """The Runner for a transport, configured from the site (imports paramiko only for ssh)."""
+    from clusterkit import runner as R
+
+    ssh = site.ssh
+    if transport == "ssh":
+        return R.SSHRunner.from_site(ssh, accept_new_host_keys=accept_new_host_keys)
+    if transport == "local":
+        return R.LocalRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout))
+    if transport == "srun":
+        srun = getattr(R, "SrunRunner", None)
+        if srun is None:
+            raise UsageError("--transport srun is not available in this build of clusterkit")
+        return srun(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout))
+    raise UsageError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
+
+
+def _node_result(plan: C.CheckPlan, res: Any) -> NodeResult | None:
+    """A runner result -> a report entry; None for a node the run never finished (Ctrl-C)."""
+    from clusterkit.runner import ErrorKind
+
+    kind = res.error
+    if kind is ErrorKind.INTERRUPTED:
+        return None
+    if not res.reachable:
+        return NodeResult(res.host, False, error=res.reason or kind.value, error_kind=kind.value,
+                          duration_s=res.duration_s)
+    cut = res.reason if kind is ErrorKind.COMMAND_TIMEOUT else "the remote command ended early"
+    results = tuple(C.evaluate(plan, res.stdout, cut))
+    error = None
+    if kind is ErrorKind.COMMAND_TIMEOUT:
+        error = f"remote command timed out: {res.reason}"
+    elif res.exit_status != 0 and f"@@ck-{plan.token}@@" not in res.stdout:
+        # the script never got going (no bash, a broken login shell, ...): say what it printed
+        said = (res.stderr or res.stdout).strip().splitlines()
+        error = f"remote command exited {res.exit_status}" + (f": {said[-1][:200]}" if said else "")
+    return NodeResult(res.host, True, results, error=error, error_kind=kind.value if kind else None,
+                      duration_s=res.duration_s)
+
+
+def run_preflight(site: Any, stage: str | None = None, nodes: str | None = None, transport: str = "ssh", *,
+                  accept_new_host_keys: bool = False, runner: Any = None,
+                  on_result: ProgressCallback | None = None,
+                  on_start: Callable[[list[str]], None] | None = None) -> Report:
+    """Check ``nodes`` (default: the site's nodelist) for ``stage`` over ``transport``.
+
+    ``stage`` defaults to the stage of a job on that many nodes.  ``runner`` replaces the
+    transport's runner (tests, or a caller holding one).  ``on_start(hosts)`` is called once
+    before any node is contacted, ``on_result(node_result)`` as each node finishes (from the
+    calling thread).  Ctrl-C during the run returns the report so far with ``interrupted``.
+    """
+    if transport not in TRANSPORTS:
+        raise UsageError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
+    if stage is not None and stage not in C.STAGES:
+        raise UsageError(f"--stage {stage!r}: choose one of {', '.join(C.STAGES)}")
+    hosts = resolve_hosts(site, nodes, transport)
+    stage = stage or C.stage_for_nodes(len(hosts))
+    plan = C.plan_checks(C.Expectations.from_site(site, stage))
+    runner = runner if runner is not None else make_runner(site, transport, accept_new_host_keys=accept_new_host_keys)
+    report = Report(site.name, stage, transport, hosts, notes=list(plan.notes), checks=C.describe_checks(plan))
+    if on_start is not None:
+        on_start(hosts)
+
+    def collect(res: Any) -> None:
+        entry = _node_result(plan, res)
+        if entry is not None:
+            report.add(entry)
+            if on_result is not None:
+                on_result(entry)
+
+    t0 = time.monotonic()
+    results = runner.run_many(hosts, build_script_for(plan), timeout_s=float(site.ssh.command_timeout_s),
+                              fanout=int(site.ssh.fanout), on_result=collect)
+    report.interrupted = bool(getattr(results, "interrupted", False))
+    report.elapsed_s = time.monotonic() - t0
+    return report
+
+
+def build_script_for(plan: C.CheckPlan) -> str:
+    """The remote script of a plan (kept separate so callers can show or render it)."""
+    return C.build_script(plan)
+
+
+def decide_for_site(report: Report, site: Any, nodes_needed: int | None = None) -> PolicyDecision:
+    """Apply ``site.preflight`` (policy ``exclude`` or ``refuse``, ``max_excluded_fraction``)."""
+    pf = site.preflight
+    return decide(report, pf.policy, float(pf.max_excluded_fraction), nodes_needed)
