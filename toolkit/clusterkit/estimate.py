@@ -14,8 +14,10 @@ Sources of the formulas (each function below quotes its own):
 * Megatron-LM ``docs/.../distrib_optimizer.md``: the distributed optimizer (ZeRO-1 over data parallel)
   holds ``4 + 16/d`` bytes per parameter with fp16 params and fp16 grads (20 without it).
 
-Memory for activations is *not* modelled (it needs the architecture and micro-batch, not just the
-parameter count); the headroom fraction leaves room for it, CUDA context and fragmentation.
+Activations are counted only when a sequence length is given (:func:`activation_bytes`, after
+Korthikanti et al. 2022), since they depend on the architecture and micro-batch, not on the
+parameter count; the headroom fraction leaves room for them (when not counted), CUDA context,
+NCCL buffers and fragmentation.
 """
 
 from __future__ import annotations
@@ -85,8 +87,8 @@ def default_largest_layer(total_params: int) -> int:
     50257-token vocabulary (``50257 * h``).  Real models differ (BLOOM's 250k vocabulary makes its
     embedding 3.6B); ``--largest-layer-params`` gives the true figure.
     """
-    hidden = max(1, round((128 * total_params / 12) ** (1 / 3)))
-    return min(total_params, max(4 * hidden * hidden, 50257 * hidden))
+    hidden = gpt3_hidden(total_params)
+    return min(total_params, max(4 * hidden * hidden, DEFAULT_VOCAB * hidden))
 
 
 # --------------------------------------------------------------------------- DeepSpeed's estimators
@@ -253,6 +255,68 @@ def megatron_model_states(
     return int(cpu_mem), gpu_mem
 
 
+# --------------------------------------------------------------------------- activations (optional)
+
+#: GPT-2/GPT-3 tokenizer size, the default vocabulary when none is given.
+DEFAULT_VOCAB = 50257
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What activation memory needs beyond the parameter count."""
+
+    seq_len: int
+    micro_batch: int
+    hidden: int
+    layers: int
+    vocab: int
+    assumed: tuple[str, ...] = ()  # which of hidden/layers/vocab were guessed
+
+
+def gpt3_hidden(total_params: int) -> int:
+    """Hidden size of a GPT-3-shaped model: ``P ~ 12 L h^2`` and ``h ~ 128 L`` give ``(128 P / 12) ** (1/3)``."""
+    return max(1, round((128 * total_params / 12) ** (1 / 3)))
+
+
+def make_shape(total_params: int, seq_len: int, micro_batch: int = 1, hidden: Optional[int] = None,
+               layers: Optional[int] = None, vocab: Optional[int] = None) -> Shape:
+    """Fill in what the user did not give from ``P ~ 12 * layers * hidden^2`` (GPT-3 shape)."""
+    assumed = []
+    if hidden is None:
+        hidden = gpt3_hidden(total_params) if layers is None else max(1, round(math.sqrt(total_params / (12 * layers))))
+        assumed.append("hidden")
+    if layers is None:
+        layers = max(1, round(total_params / (12 * hidden * hidden)))
+        assumed.append("layers")
+    if vocab is None:
+        vocab = DEFAULT_VOCAB
+        assumed.append("vocab")
+    return Shape(seq_len, micro_batch, hidden, layers, vocab, tuple(assumed))
+
+
+def activation_bytes(shape: Shape, tp: int = 1, pp: int = 1) -> int:
+    """Peak activation memory per GPU, with full activation recomputation and FlashAttention.
+
+    Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+    (arXiv:2205.05198): one transformer layer stores ``s*b*h*(34 + 5*a*s/h)`` bytes (16-bit).
+    FlashAttention stores no ``s x s`` scores, leaving ``34*s*b*h``; full recomputation keeps only
+    each layer's ``2*s*b*h`` input and rebuilds one layer at a time in backward; the output layer
+    adds ``4*s*b*h*(1 + v/h)`` (final layernorm, projection, fp32 logits for the loss).  Tensor +
+    sequence parallel divide it all by ``t``.  With 1F1B pipelining the first stage keeps ``pp``
+    micro-batches of ``L/pp`` layers, i.e. all ``L`` layers' inputs; the last stage has the output
+    layer.  The peak is the larger of the two::
+
+        first = 2*s*b*h*L + 34*s*b*h                 (+ output layer when pp == 1)
+        last  = 2*s*b*h*ceil(L/pp) + 34*s*b*h + 4*s*b*h + 4*s*b*v
+        per GPU = ceil(max(first, last) / tp)
+    """
+    sbh = shape.seq_len * shape.micro_batch * shape.hidden
+    output = 4 * sbh + 4 * shape.seq_len * shape.micro_batch * shape.vocab
+    first = 2 * sbh * shape.layers + 34 * sbh + (output if pp == 1 else 0)
+    last = 2 * sbh * -(-shape.layers // pp) + 34 * sbh + output
+    return -(-max(first, last) // tp)
+
+
 # --------------------------------------------------------------------------- candidate setups
 
 LAUNCHERS: tuple[str, ...] = LAUNCHER_NAMES
@@ -322,6 +386,7 @@ class PlanInput:
     headroom: float = DEFAULT_HEADROOM
     buffer_factor: float = BUFFER_FACTOR
     hours: Optional[float] = None
+    shape: Optional[Shape] = None  # given (with a sequence length): activations count too
 
 
 @dataclass(frozen=True)
@@ -363,14 +428,19 @@ class Candidate:
 
     method: Method
     layout: Layout
-    gpu_bytes: int  # per GPU
+    gpu_bytes: int  # model states per GPU (DeepSpeed's figure)
     host_bytes: int  # per node
-    fits_gpu: bool
+    fits_gpu: bool  # model states + activations within the usable GPU memory
     fits_host: bool
+    act_bytes: int = 0  # activations per GPU, when a sequence length was given
 
     @property
     def fits(self) -> bool:
         return self.fits_gpu and self.fits_host
+
+    @property
+    def gpu_total(self) -> int:
+        return self.gpu_bytes + self.act_bytes
 
     def describe_size(self) -> str:
         """``2 nodes x 8 GPUs (16 GPUs)``, plus ``TP 8 x PP 2 x DP 1`` for Megatron."""
@@ -399,8 +469,10 @@ class Candidate:
             "zero_stage": m.zero_stage,
             "offload": m.offload, "nodes": lay.nodes, "gpus_per_node": lay.gpus_per_node,
             "gpus": lay.gpus, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "stage": lay.stage,
-            "gpu_bytes": self.gpu_bytes, "host_bytes": self.host_bytes,
+            "gpu_bytes": self.gpu_bytes, "host_bytes": self.host_bytes, "activation_bytes": self.act_bytes,
+            "gpu_total_bytes": self.gpu_total,
             "gpu_gib": round(self.gpu_bytes / GIB, 2), "host_gib": round(self.host_bytes / GIB, 2),
+            "activation_gib": round(self.act_bytes / GIB, 2),
             "fits_gpu": self.fits_gpu, "fits_host": self.fits_host, "fits": self.fits,
         }
 
@@ -417,8 +489,9 @@ class _Ctx:
     largest_layer: int
     zero_init: bool
     buffer_factor: float
-    usable_gpu: float  # bytes per GPU that model states may use
+    usable_gpu: float  # bytes per GPU that model states (and activations) may use
     usable_host: float  # bytes per node
+    shape: Optional[Shape] = None
 
 
 def _figures(method: Method, ctx: _Ctx, lay: Layout) -> tuple[int, int]:
@@ -452,7 +525,8 @@ def _divisors(n: int) -> list[int]:
 
 def _candidate(method: Method, ctx: _Ctx, lay: Layout) -> Candidate:
     host, gpu = _figures(method, ctx, lay)
-    return Candidate(method, lay, gpu, host, gpu <= ctx.usable_gpu, host <= ctx.usable_host)
+    act = activation_bytes(ctx.shape, lay.tp, lay.pp) if ctx.shape else 0
+    return Candidate(method, lay, gpu, host, gpu + act <= ctx.usable_gpu, host <= ctx.usable_host, act)
 
 
 def evaluate(method: Method, ctx: _Ctx, nodes: int, gpus_per_node: int) -> Candidate:
@@ -535,12 +609,16 @@ def _gib(n: float) -> str:
 def _why_not(c: Candidate, ctx: _Ctx, auto: bool, max_nodes: int) -> str:
     where = f"on up to {max_nodes} node{'s' if max_nodes > 1 else ''}" if auto else f"on {c.describe_size()}"
     if not c.fits_gpu:
-        return f"{c.method.label} does not fit {where}: {_gib(c.gpu_bytes)} per GPU > {_gib(ctx.usable_gpu)} usable"
+        return f"{c.method.label} does not fit {where}: {_gib(c.gpu_total)}{_split(c)} per GPU > {_gib(ctx.usable_gpu)} usable"
     return f"{c.method.label} does not fit {where}: {_gib(c.host_bytes)} host memory per node > {_gib(ctx.usable_host)} usable"
 
 
+def _split(c: Candidate) -> str:
+    return f" ({_gib(c.gpu_bytes)} model states + {_gib(c.act_bytes)} activations)" if c.act_bytes else ""
+
+
 def _fits_text(c: Candidate, ctx: _Ctx) -> str:
-    return (f"{c.method.label} fits on {c.describe_size()}: {_gib(c.gpu_bytes)} of {_gib(ctx.usable_gpu)} usable "
+    return (f"{c.method.label} fits on {c.describe_size()}: {_gib(c.gpu_total)}{_split(c)} of {_gib(ctx.usable_gpu)} usable "
             f"per GPU, {_gib(c.host_bytes)} of {_gib(ctx.usable_host)} usable host memory per node")
 
 
@@ -571,6 +649,9 @@ class PlanEstimate:
             "site": {"gpus_per_node": hw.gpus_per_node, "gpu_mem_gib": hw.gpu_mem_gib,
                      "host_mem_gib": hw.host_mem_gib, "nodes": hw.max_nodes},
             "headroom": req.headroom, "buffer_factor": req.buffer_factor, "zero_init": req.zero_init,
+            "shape": None if req.shape is None else {
+                "seq_len": req.shape.seq_len, "micro_batch": req.shape.micro_batch, "hidden": req.shape.hidden,
+                "layers": req.shape.layers, "vocab": req.shape.vocab, "assumed": list(req.shape.assumed)},
             "usable_gpu_bytes": int(self.usable_gpu_bytes), "usable_host_bytes": int(self.usable_host_bytes),
             "requested": {"gpus": req.gpus, "nodes": req.nodes, "launcher": req.launcher, "offload": req.offload},
             "candidates": [c.to_dict() for c in self.candidates],
@@ -609,6 +690,12 @@ def _check(hw: Hardware, req: PlanInput) -> None:
         raise UsageError(f"--buffer-factor {req.buffer_factor}: must be positive")
     if req.hours is not None and req.hours <= 0:
         raise UsageError(f"--hours {req.hours}: must be positive")
+    if req.shape is not None:
+        sh = req.shape
+        for name, value in (("--seq-len", sh.seq_len), ("--micro-batch", sh.micro_batch),
+                            ("--hidden-size", sh.hidden), ("--layers", sh.layers), ("--vocab-size", sh.vocab)):
+            if value < 1:
+                raise UsageError(f"{name} {value}: must be at least 1")
     if req.launcher is not None and req.launcher not in LAUNCHERS:
         raise UsageError(f"--launcher {req.launcher!r}: choose one of {', '.join(LAUNCHERS)}")
     if req.offload is not None and req.offload not in OFFLOADS:
@@ -656,7 +743,7 @@ def _closest(method: Method, ctx: _Ctx, hw: Hardware) -> Candidate:
     """
     one = evaluate(method, ctx, 1, hw.gpus_per_node)
     full = evaluate(method, ctx, hw.max_nodes, hw.gpus_per_node)
-    return min((one, full), key=lambda c: (not c.fits_gpu, c.gpu_bytes, not c.fits_host, c.layout.nodes))
+    return min((one, full), key=lambda c: (not c.fits_gpu, c.gpu_total, not c.fits_host, c.layout.nodes))
 
 
 def _recommend(cands: list[Candidate], ctx: _Ctx, hw: Hardware, req: PlanInput,
@@ -696,7 +783,7 @@ def plan_estimate(hw: Hardware, req: PlanInput) -> PlanEstimate:
     largest = default_largest_layer(req.total_params) if assumed else req.largest_layer_params
     assert largest is not None
     ctx = _Ctx(req.total_params, largest, req.zero_init, req.buffer_factor,
-               hw.gpu_mem_gib * GIB * (1 - req.headroom), hw.host_mem_gib * GIB * (1 - req.headroom))
+               hw.gpu_mem_gib * GIB * (1 - req.headroom), hw.host_mem_gib * GIB * (1 - req.headroom), req.shape)
     methods = _available(req)
     size = _fixed_size(hw, req)
     cands = _candidates(methods, ctx, hw, size)
@@ -719,7 +806,7 @@ def _needed_text(needed: Optional[Candidate], hw: Hardware, size: Optional[tuple
              else f"on this site ({hw.max_nodes} node{'s' if hw.max_nodes > 1 else ''} x {hw.gpus_per_node} GPUs)")
     if needed is None:
         return (f" {where}, and no GPU count would help: the per-GPU or per-node memory that does not shrink "
-                f"with more GPUs (largest layer, replicated weights, host copies) is already too big; "
+                f"with more GPUs (largest layer, replicated weights, activations, host copies) is already too big; "
                 f"use bigger GPUs or nodes with more memory")
     return (f" {where}; {needed.method.label} would need {needed.layout.gpus} GPUs "
             f"({needed.layout.nodes} node{'s' if needed.layout.nodes > 1 else ''} x {needed.layout.gpus_per_node})")

@@ -70,6 +70,14 @@ def hardware_of(site: Any) -> est.Hardware:
 @click.option("--offload", type=click.Choice(est.OFFLOADS), default=None, help="Only setups with this CPU offload.")
 @click.option("--zero-init/--no-zero-init", default=True, show_default=True,
               help="ZeRO-3/FSDP build the model sharded (deepspeed.zero.Init / meta device) rather than whole on every rank.")
+@click.option("--seq-len", type=_Number(int), default=None,
+              help="Sequence length: count activations too (full recomputation, FlashAttention).")
+@click.option("--micro-batch", type=_Number(int), default=None, help="With --seq-len: micro batch per GPU (default 1).")
+@click.option("--hidden-size", type=_Number(int), default=None,
+              help="With --seq-len: hidden size (default: from a GPT-3 shape).")
+@click.option("--layers", type=_Number(int), default=None, help="With --seq-len: transformer layers (default: from a GPT-3 shape).")
+@click.option("--vocab-size", type=_Number(int), default=None,
+              help=f"With --seq-len: vocabulary size (default {est.DEFAULT_VOCAB}).")
 @click.option("--headroom", type=_Number(float), default=est.DEFAULT_HEADROOM, show_default=True,
               help="Fraction of GPU and host memory kept free for activations, CUDA context and buffers.")
 @click.option("--buffer-factor", type=_Number(float), default=est.BUFFER_FACTOR, show_default=True,
@@ -85,7 +93,8 @@ def hardware_of(site: Any) -> est.Hardware:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def plan(site_ref: str, model_params: int, largest_layer_params: Optional[int], gpus: Optional[int],
          nodes: Optional[int], launcher: Optional[str], offload: Optional[str], zero_init: bool,
-         headroom: float, buffer_factor: float, hours: Optional[float], as_json: bool, do_render: bool,
+         seq_len: Optional[int], micro_batch: Optional[int], hidden_size: Optional[int], layers: Optional[int],
+         vocab_size: Optional[int], headroom: float, buffer_factor: float, hours: Optional[float], as_json: bool, do_render: bool,
          out: Optional[str], job_name: Optional[str], sets: tuple[str, ...], command: tuple[str, ...]) -> None:
     """Choose framework, ZeRO stage and node count from model size and the site's GPUs.
 
@@ -103,11 +112,12 @@ def plan(site_ref: str, model_params: int, largest_layer_params: Optional[int], 
     from clusterkit.site import load_site
 
     _check_render_options(do_render, command, out, job_name, sets)
+    shape = _shape(model_params, seq_len, micro_batch, hidden_size, layers, vocab_size)
     site = load_site(site_ref)
     request = est.PlanInput(
         total_params=model_params, largest_layer_params=largest_layer_params, gpus=gpus, nodes=nodes,
         launcher=launcher, offload=offload, zero_init=zero_init, headroom=headroom,
-        buffer_factor=buffer_factor, hours=hours)
+        buffer_factor=buffer_factor, hours=hours, shape=shape)
     result = est.plan_estimate(hardware_of(site), request)
     run = render_recommended(site, result, command, out, job_name, sets) if do_render else None
     if as_json:
@@ -124,6 +134,22 @@ def plan(site_ref: str, model_params: int, largest_layer_params: Optional[int], 
         from clusterkit.cli.render import show_rendered
 
         show_rendered(run, as_json=False)
+
+
+def _shape(params: int, seq_len: Optional[int], micro_batch: Optional[int], hidden: Optional[int],
+           layers: Optional[int], vocab: Optional[int]) -> Optional[est.Shape]:
+    """The model shape for activations: only with --seq-len; the other sizes refine it."""
+    if seq_len is None:
+        given = [name for name, v in (("--micro-batch", micro_batch), ("--hidden-size", hidden),
+                                      ("--layers", layers), ("--vocab-size", vocab)) if v is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} only make sense with --seq-len")
+        return None
+    for name, value in (("--seq-len", seq_len), ("--micro-batch", micro_batch), ("--hidden-size", hidden),
+                        ("--layers", layers), ("--vocab-size", vocab)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} {value}: must be at least 1")
+    return est.make_shape(params, seq_len, micro_batch or 1, hidden, layers, vocab)
 
 
 def _check_render_options(do_render: bool, command: tuple[str, ...], out: Optional[str],
@@ -153,10 +179,13 @@ def render_recommended(site: Any, result: est.PlanEstimate, command: tuple[str, 
         # the Megatron figure assumes ZeRO-1 over data parallel (4 + 16/d bytes per parameter);
         # without the distributed optimizer every GPU would hold 20 bytes per parameter
         command = (*command, "--use-distributed-optimizer")
+    settings = chosen.settings()
+    if result.request.shape is not None:  # the micro batch the activations were sized for
+        settings["micro_batch"] = result.request.shape.micro_batch
     request = build_request(
         stage=chosen.layout.stage, command=command, launcher=chosen.method.launcher, nodes=chosen.layout.nodes,
         gpus_per_node=chosen.layout.gpus_per_node, sets=sets, job_name=job_name, exclude=None, debug=False,
-        extra_settings=chosen.settings())
+        extra_settings=settings)
     return render_run(site, request, out)
 
 
@@ -175,16 +204,23 @@ def print_human(site_name: str, result: est.PlanEstimate) -> None:
                   f"{hw.host_mem_gib:g} GiB host per node; headroom {req.headroom:.0%} leaves "
                   f"{result.usable_gpu_bytes / est.GIB:.1f} GiB per GPU, {result.usable_host_bytes / est.GIB:.1f} GiB per node")
     console.print(f"model: {est.human_count(req.total_params)} parameters, largest layer {llp}")
+    if req.shape is not None:
+        sh = req.shape
+        guessed = f" (assumed: {', '.join(sh.assumed)})" if sh.assumed else ""
+        console.print(f"activations: sequence {sh.seq_len} x micro batch {sh.micro_batch}, hidden {sh.hidden}, "
+                      f"{sh.layers} layers, vocabulary {sh.vocab}{guessed}; full recomputation, FlashAttention")
     table = Table(box=box.SIMPLE if console.is_terminal else None, show_edge=console.is_terminal,
                   pad_edge=False, header_style="bold" if console.is_terminal else "")
-    for col, justify in (("", "left"), ("setup", "left"), ("launcher", "left"), ("size", "left"),
-                         ("stage", "left"), ("GiB/GPU", "right"), ("GiB/node", "right"), ("fits", "left")):
-        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    columns = ["", "setup", "launcher", "size", "stage", "GiB/GPU"] + (["+act GiB"] if req.shape else []) + [
+        "GiB/node", "fits"]
+    for col in columns:
+        table.add_column(col, justify="right" if "GiB" in col else "left", no_wrap=True)
     for c in result.candidates:
         mark = "*" if result.recommended is c else ""
         fits = "yes" if c.fits else ("no: GPU" if not c.fits_gpu else "no: host")
+        act = [f"{c.act_bytes / est.GIB:.2f}"] if req.shape else []
         table.add_row(mark, c.method.label, c.method.launcher, c.describe_size(), c.layout.stage,
-                      f"{c.gpu_bytes / est.GIB:.2f}", f"{c.host_bytes / est.GIB:.2f}", fits)
+                      f"{c.gpu_bytes / est.GIB:.2f}", *act, f"{c.host_bytes / est.GIB:.2f}", fits)
     console.print(table)
     if result.recommended is not None:
         console.print(f"recommended: {result.recommended.method.label} on {result.recommended.describe_size()}, "
