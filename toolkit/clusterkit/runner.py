@@ -866,8 +866,11 @@ class SrunRunner:
 
         n = str(len(hosts))
         # $1 script, $2 timeout, $3 marker.  `timeout -k 2` so a script ignoring TERM dies too.
+        # The exit marker goes to both streams: srun keeps each stream's order per task but not
+        # the order between them, so a node is complete once both markers have arrived.
         wrapper = ('printf "%s node %s\\n" "$3" "${SLURMD_NODENAME:-$(hostname -s)}"; '
-                   'timeout -k 2 "$2" bash -c "$1"; rc=$?; printf "%s exit %s\\n" "$3" "$rc"')
+                   'timeout -k 2 "$2" bash -c "$1"; rc=$?; printf "%s exit %s\\n" "$3" "$rc"; '
+                   'printf "%s exit %s\\n" "$3" "$rc" >&2')
         return [self.srun, "--nodes", n, "--ntasks", n, "--ntasks-per-node", "1",
                 "--nodelist", fold(hosts), "--label", "--kill-on-bad-exit=0", "--overlap",
                 "--job-name", "clusterkit-preflight", *self.extra_args,
@@ -904,9 +907,10 @@ class _SrunStep:
         self.marker = marker
         self.on_result = on_result
         self.task_host: dict[str, str] = {}           # task label -> node name
-        self.out: dict[str, list[str]] = {}           # node -> stdout lines
+        self.out: dict[str, list[str]] = {}           # task label -> stdout lines
         self.err: dict[str, list[str]] = {}           # task label -> stderr lines
-        self.status: dict[str, int] = {}
+        self.status: dict[str, int] = {}              # task label -> exit status
+        self.ends: dict[str, set[bool]] = {}          # task label -> streams that ended
         self.srun_err: list[str] = []                 # srun's own messages
         self.t0 = time.monotonic()
         self.done: dict[str, NodeResult] = {}
@@ -955,32 +959,29 @@ class _SrunStep:
         label, sep, text = line.partition(": ")
         label = label.strip()
         if not sep or not label.isdigit():
-            if not is_stdout or line.strip():
-                self.srun_err.append(line)
-            return
-        if not is_stdout:
-            self.err.setdefault(label, []).append(text)
+            if line.strip():
+                self.srun_err.append(line)  # srun's own messages are not labelled
             return
         mark = text.find(self.marker + " ")
         if mark < 0:
-            host = self.task_host.get(label)
-            if host is not None:
-                self.out.setdefault(host, []).append(text + "\n")
+            (self.out if is_stdout else self.err).setdefault(label, []).append(text + "\n")
             return
-        before, word, value = text[:mark], *text[mark + len(self.marker) + 1:].partition(" ")[::2]
+        before, _, rest = text[:mark], None, text[mark + len(self.marker) + 1:]
+        word, _, value = rest.partition(" ")
+        if before:  # the script's last line had no newline
+            (self.out if is_stdout else self.err).setdefault(label, []).append(before)
         if word == "node":
             self.task_host[label] = value.strip()
-            self.out.setdefault(value.strip(), [])
-        elif word == "exit" and label in self.task_host:
-            host = self.task_host[label]
-            if before:  # the script's last line had no newline
-                self.out[host].append(before)
-            self.status[host] = int(value) if value.strip().lstrip("-").isdigit() else -1
-            self._finish(host, label)
+        elif word == "exit":
+            ends = self.ends.setdefault(label, set())
+            ends.add(is_stdout)
+            self.status[label] = int(value) if value.strip().lstrip("-").isdigit() else -1
+            if len(ends) == 2 and label in self.task_host:
+                self._finish(self.task_host[label], label)
 
     def _finish(self, host: str, label: str) -> None:
-        rc = self.status[host]
-        out, err = "".join(self.out.get(host, [])), "".join(f"{l}\n" for l in self.err.get(label, []))
+        rc = self.status[label]
+        out, err = "".join(self.out.get(label, [])), "".join(self.err.get(label, []))
         dt = time.monotonic() - self.t0
         if rc == 124:  # coreutils timeout's "timed out" status
             res = NodeResult(host, None, out, err, ErrorKind.COMMAND_TIMEOUT,
@@ -1004,12 +1005,14 @@ class _SrunStep:
 
     def result(self, host: str, timeout: float, interrupted: bool) -> NodeResult:
         """The node's result, or why it has none."""
+        label = next((t for t, h in self.task_host.items() if h == host), None)
+        if host not in self.done and label in self.status and not interrupted:
+            self._finish(host, label)  # srun ended after one stream's marker: good enough
         if host in self.done:
             return self.done[host]
         dt = time.monotonic() - self.t0
-        label = next((l for l, h in self.task_host.items() if h == host), None)
-        out = "".join(self.out.get(host, []))
-        err = "".join(f"{l}\n" for l in self.err.get(label, [])) if label else ""
+        out = "".join(self.out.get(label, [])) if label else ""
+        err = "".join(self.err.get(label, [])) if label else ""
         if interrupted:
             return NodeResult(host, None, out, err, ErrorKind.INTERRUPTED,
                               "interrupted before this node finished", dt)
