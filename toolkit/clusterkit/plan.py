@@ -20,6 +20,7 @@ from clusterkit.settings import Settings
 from clusterkit.site import Site
 
 _JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
+_SBATCH_VALUE = re.compile(r"^[^\s\x00-\x1f'\"\\`]+$")
 _TIME_RE = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
 
 
@@ -123,6 +124,11 @@ def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec
             out.append((key, None))
         elif value is not False:
             out.append((key, str(value)))
+    for key, value in out:
+        if value is not None and not _SBATCH_VALUE.match(value):
+            # #SBATCH lines are comments to bash but a newline would start a live shell line,
+            # and sbatch splits values at whitespace.
+            raise PlanError(f"sbatch --{key} value {value!r}: whitespace, quotes and control characters are not allowed")
     return tuple(out)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Literal, Optional
 
-import yaml
+import re
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clusterkit.errors import UsageError
@@ -52,6 +52,15 @@ def valid_keys() -> list[str]:
     return sorted(Settings.model_fields)
 
 
+def _scalar(raw: str) -> Any:
+    """Typed value of a --set string: integers and booleans as such, everything else verbatim."""
+    if re.fullmatch(r"[+-]?\d+", raw):
+        return int(raw)
+    if raw.lower() in ("true", "yes", "on", "false", "no", "off"):
+        return raw.lower() in ("true", "yes", "on")
+    return raw if raw else None
+
+
 def parse_pairs(pairs: Iterable[str]) -> dict[str, Any]:
     """``['zero_stage=3', 'precision=fp16']`` -> ``{'zero_stage': 3, 'precision': 'fp16'}``."""
     out: dict[str, Any] = {}
@@ -62,13 +71,9 @@ def parse_pairs(pairs: Iterable[str]) -> dict[str, Any]:
             raise UsageError(f"--set {pair!r}: expected key=value")
         if key not in Settings.model_fields:
             raise UsageError(f"--set {key}: unknown setting; valid settings: {', '.join(valid_keys())}")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            value = raw
-        if isinstance(value, (dict, list)):
-            value = raw
-        out[key] = value
+        if any(ord(c) < 32 or ord(c) == 127 for c in raw):
+            raise UsageError(f"--set {key}: control characters (newline, tab) are not allowed in values")
+        out[key] = _scalar(raw.strip())
     return out
 
 

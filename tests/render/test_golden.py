@@ -1,0 +1,86 @@
+"""Golden files: every example site x stage x launcher, rendered through the CLI.
+
+Regenerate in one step after an intended change, then review the diff:
+
+    python -m pytest tests/render --regen-golden
+"""
+
+from __future__ import annotations
+
+import difflib
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+GOLDEN = REPO / "tests" / "golden"
+SITES = ["local", "testbed", "ib-h100", "roce-a100", "eth-nfs"]
+STAGES = {"single-node": "1", "multi-node": "4", "large-cluster": "16"}
+LAUNCHERS = ["torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun"]
+EXTRA = {"megatron": ["--set", "tp=2", "--set", "pp=2"], "deepspeed": ["--set", "zero_stage=3", "--set", "micro_batch=2"]}
+CASES = [(s, st, la) for s in SITES for st in STAGES for la in LAUNCHERS]
+
+
+def normalise(text: str, run_dir: Path) -> str:
+    return text.replace(str(run_dir), "@RUN_DIR@").replace(str(REPO), "@REPO@")
+
+
+def rendered_files(ck, tmp_path: Path, site: str, stage: str, launcher: str) -> dict[str, str]:
+    run_dir = tmp_path / "run"
+    args = ["render", "--site", site, "--stage", stage, "--nodes", STAGES[stage], "--launcher", launcher,
+            "--job-name", "golden", "--out", str(run_dir), *EXTRA.get(launcher, []),
+            "--", "python", "train.py", "--lr", "3e-4"]
+    result = ck(*args)
+    if result.code != 0:
+        assert "Traceback" not in result.err
+        return {"error.txt": f"exit {result.code}\n{normalise(result.err, run_dir)}"}
+    return {p.name: normalise(p.read_text(), run_dir) for p in sorted(run_dir.iterdir()) if p.is_file()}
+
+
+@pytest.mark.parametrize("site,stage,launcher", CASES, ids=["-".join(c) for c in CASES])
+def test_golden(ck, tmp_path: Path, request: pytest.FixtureRequest, site: str, stage: str, launcher: str) -> None:
+    files = rendered_files(ck, tmp_path, site, stage, launcher)
+    golden_dir = GOLDEN / site / stage / launcher
+    if request.config.getoption("--regen-golden"):
+        shutil.rmtree(golden_dir, ignore_errors=True)
+        golden_dir.mkdir(parents=True)
+        for name, text in files.items():
+            (golden_dir / name).write_text(text)
+        return
+    expected = {p.name: p.read_text() for p in sorted(golden_dir.iterdir())} if golden_dir.is_dir() else {}
+    assert sorted(files) == sorted(expected), f"files differ from {golden_dir} (regenerate with --regen-golden)"
+    for name, text in files.items():
+        if text != expected[name]:
+            diff = "".join(difflib.unified_diff(expected[name].splitlines(True), text.splitlines(True),
+                                                f"golden/{name}", f"rendered/{name}"))
+            pytest.fail(f"{site}/{stage}/{launcher}/{name} differs (regenerate with --regen-golden):\n{diff}")
+
+
+def test_every_valid_combination_renders() -> None:
+    """The matrix is not all errors: each launcher renders on some site and stage."""
+    ok = {launcher for s, st, launcher in CASES if (GOLDEN / s / st / launcher / "job.sbatch").exists()}
+    assert ok == set(LAUNCHERS)
+
+
+def golden_scripts() -> list[Path]:
+    return sorted(GOLDEN.glob("*/*/*/job.sbatch"))
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (Debian package shellcheck)")
+def test_shellcheck_every_rendered_script() -> None:
+    scripts = golden_scripts()
+    assert len(scripts) > 40, "golden scripts missing"
+    p = subprocess.run(["shellcheck", "--shell=bash", "--severity=info", *map(str, scripts)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout[-4000:]
+
+
+def test_bash_n_every_rendered_script() -> None:
+    scripts = golden_scripts()
+    assert len(scripts) > 40, "golden scripts missing"
+    for script in scripts:
+        p = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert p.returncode == 0, (script, p.stderr)
