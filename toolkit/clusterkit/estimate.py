@@ -275,7 +275,7 @@ class Shape:
 
 def gpt3_hidden(total_params: int) -> int:
     """Hidden size of a GPT-3-shaped model: ``P ~ 12 L h^2`` and ``h ~ 128 L`` give ``(128 P / 12) ** (1/3)``."""
-    return max(1, round((128 * total_params / 12) ** (1 / 3)))
+    return max(1, round(float((128 * total_params / 12) ** (1 / 3))))
 
 
 def make_shape(total_params: int, seq_len: int, micro_batch: int = 1, hidden: Optional[int] = None,

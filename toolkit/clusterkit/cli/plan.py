@@ -15,7 +15,7 @@ from clusterkit import estimate as est
 from clusterkit.errors import UsageError
 
 
-class _Size(click.ParamType):
+class _Size(click.ParamType):  # type: ignore[type-arg]  # generic only from click 8.2
     """A parameter count (``7B``, ``70e9``, ``350M``); bad input is a one-line UsageError."""
 
     name = "SIZE"
@@ -26,7 +26,7 @@ class _Size(click.ParamType):
         return est.parse_size(str(value), f"--{param.name.replace('_', '-')}" if param and param.name else "size")
 
 
-class _Number(click.ParamType):
+class _Number(click.ParamType):  # type: ignore[type-arg]
     """An int or float option whose bad values are one-line UsageErrors (not click's usage block)."""
 
     def __init__(self, kind: type) -> None:
