@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import secrets
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Callable, Iterable
 
@@ -171,6 +171,7 @@ class CheckResult:
     message: str
     target: str = ""
     raw: str | None = None  # the text that could not be parsed, kept for the report
+    cut: bool = False  # never judged: the remote command ended before its section ran
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"check": self.check, "status": self.status.value, "severity": self.severity.value,
@@ -179,6 +180,8 @@ class CheckResult:
             out["target"] = self.target
         if self.raw is not None:
             out["raw"] = self.raw
+        if self.cut:
+            out["cut"] = True
         return out
 
 
@@ -313,8 +316,11 @@ def evaluate(plan: CheckPlan, stdout: str, cut_reason: str = "the remote command
         out = sections.get(check.section)
         problem = _section_problem(check, out, plan, cut_reason)
         if problem is not None or out is None:
-            problem = problem or "not checked"
-            res = _result(check, False, f"{check.target}: {problem}" if check.target else problem)
+            problem = f"{check.target}: {problem}" if check.target else (problem or "not checked")
+            if out is not None and out.rc == SKIPPED_RC:  # its section was not run: another one hung
+                res = CheckResult(check.name, Status.SKIP, check.severity, problem, check.target)
+            else:
+                res = replace(_result(check, False, problem), cut=out is None or out.rc is None)
         else:
             if check.section not in parsed:
                 parsed[check.section] = check.parse(out.text)

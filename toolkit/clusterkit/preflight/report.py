@@ -53,7 +53,8 @@ class NodeResult:
     def problems(self) -> list[str]:
         """One line per failure (transport error first), in check order."""
         lines = [self.error] if self.error else []
-        return lines + [_line(c) for c in self.checks if c.status is Status.FAIL]
+        # checks cut off by a failed remote command only repeat its error line
+        return lines + [_line(c) for c in self.checks if c.status is Status.FAIL and not (self.error and c.cut)]
 
     def warnings(self) -> list[str]:
         return [_line(c) for c in self.checks if c.status is Status.WARN]
