@@ -211,8 +211,8 @@ def print_human(site_name: str, result: est.PlanEstimate) -> None:
                       f"{sh.layers} layers, vocabulary {sh.vocab}{guessed}; full recomputation, FlashAttention")
     table = Table(box=box.SIMPLE if console.is_terminal else None, show_edge=console.is_terminal,
                   pad_edge=False, header_style="bold" if console.is_terminal else "")
-    columns = ["", "setup", "launcher", "size", "stage", "GiB/GPU"] + (["+act GiB"] if req.shape else []) + [
-        "GiB/node", "fits"]
+    columns = ["", "setup", "launcher", "size", "stage", "states GiB/GPU"] + (
+        ["+act GiB/GPU"] if req.shape else []) + ["host GiB/node", "fits"]
     for col in columns:
         table.add_column(col, justify="right" if "GiB" in col else "left", no_wrap=True)
     for c in result.candidates:
