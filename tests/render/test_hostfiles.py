@@ -1,0 +1,43 @@
+"""hostfiles/ holds each example site's hostfile in every launcher dialect; kept in sync here.
+
+Regenerate with ``python -m pytest tests/render --regen-golden``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clusterkit.site import load_site
+from tests.conftest import REPO
+
+HOSTFILES = REPO / "hostfiles"
+SITES = ["testbed", "ib-h100", "roce-a100", "eth-nfs"]
+DIALECT_LAUNCHERS = ["deepspeed", "horovod", "colossalai"]
+CASES = [(s, la) for s in SITES for la in DIALECT_LAUNCHERS]
+
+
+@pytest.mark.parametrize("site,launcher", CASES, ids=[f"{s}-{la}" for s, la in CASES])
+def test_hostfiles_in_sync(ck, tmp_path: Path, request: pytest.FixtureRequest, site: str, launcher: str) -> None:
+    s = load_site(site)
+    n = len(s.nodes.hosts)
+    stage = "multi-node" if n <= 8 else "large-cluster"
+    run_dir = tmp_path / "run"
+    result = ck("render", "--site", site, "--stage", stage, "--nodes", str(n), "--launcher", launcher,
+                "--set", "container=false", "--out", str(run_dir), "--", "python", "train.py")
+    assert result.code == 0, result.err
+    text = (run_dir / "hostfile").read_text()
+    assert len(text.splitlines()) == n
+    target = HOSTFILES / site / f"{launcher}.hostfile"
+    if request.config.getoption("--regen-golden"):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    assert target.read_text() == text, f"{target} is stale: regenerate with --regen-golden"
+
+
+def test_dialects_differ_where_launchers_differ() -> None:
+    ds = (HOSTFILES / "ib-h100" / "deepspeed.hostfile").read_text().splitlines()
+    col = (HOSTFILES / "ib-h100" / "colossalai.hostfile").read_text().splitlines()
+    assert ds[0] == "gpu001 slots=8" and col[0] == "gpu001"
+    assert len(set(ds)) == len(ds) == 64
