@@ -9,9 +9,9 @@ from typing import Any, Iterator
 
 import pytest
 
+from tests.sshlab.lab import REFUSED, TARPIT, SSHLab, lab_unavailable_reason, start_lab
+
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
-from sshlab.lab import REFUSED, TARPIT, SSHLab, lab_unavailable_reason, start_lab  # noqa: E402
 
 # 12 virtual nodes, one per kind of trouble plus four healthy ones, a dead address and a tarpit.
 MIXED = {

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, clusterkit, groups_by_node, write_site
+from .conftest import REPO, clusterkit, groups_by_node, write_site
 
 pytestmark = pytest.mark.sshlab
 

@@ -14,6 +14,7 @@ Node-level trouble never raises; bad input (unknown stage or transport, a bad ho
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from typing import Any, Callable
@@ -60,11 +61,19 @@ def make_runner(site: Any, transport: str, *, accept_new_host_keys: bool = False
     if transport == "local":
         return R.LocalRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout))
     if transport == "srun":
-        srun = getattr(R, "SrunRunner", None)
-        if srun is None:
-            raise UsageError("--transport srun is not available in this build of clusterkit")
-        return srun(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout))
+        return R.SrunRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout),
+                            extra_args=_srun_args(site))
     raise UsageError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
+
+
+def _srun_args(site: Any) -> list[str]:
+    """Outside an allocation srun asks Slurm for one: in the site's partition and account.
+    Inside one (a job script's first step) the allocation already says where."""
+    if os.environ.get("SLURM_JOB_ID"):
+        return []
+    sched = site.scheduler
+    args = [f"--partition={sched.partition}"] if sched.partition else []
+    return args + ([f"--account={sched.account}"] if sched.account else [])
 
 
 def _node_result(plan: C.CheckPlan, res: Any) -> NodeResult | None:

@@ -1,0 +1,75 @@
+"""``clusterkit preflight --transport srun`` on the Slurm test cluster: outside an allocation
+(srun asks for one) and inside one, as the rendered job script's first step runs it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import REPO, Testbed
+
+PROFILE = REPO / "tests" / "sshlab" / "profiles" / "healthy"
+
+SITE = """\
+name: srun-lab
+scheduler: {kind: slurm, partition: debug}
+nodes: {nodelist: "node[1-4]", gpus_per_node: 8, gpu_model: H100}
+ssh: {command_timeout_s: 20}
+software: {driver_min: "535.104", cuda: "12.4"}
+network: {fabric: infiniband, hcas: [mlx5_0, mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7], port_rate_gbps: 400}
+storage:
+  - {path: /lustre/scratch, type: lustre, min_free_gb: 0.001, use: [data, checkpoints], timeout_s: 5}
+"""
+
+
+def _site(tmp_path: Path) -> Path:
+    path = tmp_path / "srun-lab.yaml"
+    path.write_text(SITE)
+    return path
+
+
+def _fake_node_env(bed: Testbed, tmp_path: Path) -> dict[str, str]:
+    """srun exports our environment to every task: the healthy profile's tools and sysroot."""
+    root = tmp_path / "root"
+    shutil.copytree(PROFILE / "root", root)
+    env = bed.env()
+    env["PATH"] = f"{PROFILE / 'bin'}:{env['PATH']}"
+    env["CLUSTERKIT_SYSROOT"] = str(root)
+    return env
+
+
+def test_srun_transport_checks_every_node(testbed: Testbed, tmp_path: Path) -> None:
+    site = _site(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "clusterkit", "preflight", "--site", str(site), "--transport", "srun",
+                           "--json"], env=_fake_node_env(testbed, tmp_path), capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["transport"] == "srun" and report["stage"] == "multi-node"
+    assert report["groups"] == [{"status": "ok", "count": 4, "nodes": "node[1-4]", "lines": []}]
+
+
+def test_srun_transport_without_gpus_fails_every_node(testbed: Testbed, tmp_path: Path) -> None:
+    site = _site(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "clusterkit", "preflight", "--site", str(site), "--transport", "srun",
+                           "--nodes", "node[1-2]", "--stage", "single-node"], env=testbed.env(), capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ("FAILED      2 nodes (node[1-2]): gpu.present: nvidia-smi not found (no NVIDIA driver installed?)"
+            in proc.stdout.splitlines())
+
+
+def test_in_job_step_inside_an_allocation(testbed: Testbed, tmp_path: Path) -> None:
+    """What a job script's preflight step does: check the allocated nodes, stop on failure."""
+    site = _site(tmp_path)
+    step = (f'{sys.executable} -m clusterkit preflight --site {site} --transport srun '
+            '--nodes "$SLURM_JOB_NODELIST" --json')
+    proc = subprocess.run(["salloc", "--nodes", "2", "--nodelist", "node[3-4]", "--quiet", "bash", "-c", step],
+                          env=_fake_node_env(testbed, tmp_path), capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(proc.stdout)
+    assert [n["host"] for n in report["nodes"]] == ["node3", "node4"]
+    assert {n["status"] for n in report["nodes"]} == {"ok"}
