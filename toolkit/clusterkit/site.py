@@ -352,10 +352,9 @@ def _deep_merge(parent: _Doc, child: _Doc) -> _Doc:
             return out
         return b
 
-    lines = dict(parent.lines)
-    # drop the parent's line records under paths the child replaces whole (lists, scalars)
-    for path in child.lines:
-        lines[path] = child.lines[path]
+    # The child's line wins for every path it sets; parent records left under a list the child
+    # replaced are never looked up, since validation errors name only paths in the merged data.
+    lines = {**parent.lines, **child.lines}
     return _Doc(merge(parent.data, child.data, ()), lines)
 
 
