@@ -190,3 +190,61 @@ def test_local_machine_without_gpus(tmp_path: Path) -> None:
     res = {r.check: r for r in C.evaluate(plan, proc.stdout)}
     assert res["gpu.present"].status is Status.FAIL
     assert res["gpu.present"].message == "nvidia-smi not found (no NVIDIA driver installed?)"
+
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "preflight"
+
+
+def node_output(plan: C.CheckPlan, sections: dict[str, tuple[str, str]]) -> str:
+    """Script output as a node would print it: ``{section: (text, rc)}`` between the markers."""
+    m = f"@@ck-{plan.token}@@"
+    return "".join(f"\n{m} BEGIN {name}\n{text}\n{m} END {name} {rc}\n" for name, (text, rc) in sections.items())
+
+
+def gpu_results(capture: str, rc: str = "0", **kw) -> dict[str, C.CheckResult]:  # type: ignore[no-untyped-def]
+    plan = C.plan_checks(expect(stage=C.SINGLE, storage=(), **kw))
+    text = (DATA / capture).read_text(errors="replace")
+    out = node_output(plan, {"gpu": (text, rc), "cuda": ((DATA / "nvidia_smi_version.txt").read_text(), "0")})
+    return {r.check: r for r in C.evaluate(plan, out)}
+
+
+def test_mig_persistence_off_and_ecc_on_a100_capture() -> None:
+    res = gpu_results("nvidia_smi_query_a100_mig.csv", gpus_per_node=4, gpu_model="A100")
+    assert res["gpu.count"].status is Status.OK and res["gpu.model"].status is Status.OK
+    assert (res["gpu.mig"].status, res["gpu.mig"].message) == (Status.FAIL, "MIG enabled on GPU 0")
+    assert (res["gpu.persistence"].status, res["gpu.persistence"].message) == (Status.WARN, "persistence mode off on GPU 2")
+    assert res["gpu.ecc"].message == "uncorrected ECC errors (GPU 2: 2)"
+    assert res["gpu.driver"].message == "driver 535.104.05"
+
+
+def test_err_cell_fails_ecc_and_na_passes() -> None:
+    assert gpu_results("nvidia_smi_query_err.csv", gpus_per_node=2)["gpu.ecc"].message == \
+        "ECC counter unreadable (ERR!) on GPU 1"
+    na = gpu_results("nvidia_smi_query_consumer_na.csv", gpus_per_node=2, gpu_model="RTX", driver_min=None)
+    assert (na["gpu.ecc"].status, na["gpu.ecc"].message) == (Status.OK, "ECC not reported by these GPUs")
+    assert na["gpu.model"].message == "GPU model Tesla T4, expected RTX"
+    assert na["gpu.driver"].status is Status.FAIL  # two different drivers on one node
+
+
+@pytest.mark.parametrize(
+    "capture,rc,message",
+    [
+        ("nvidia_smi_no_devices.txt", "6", "nvidia-smi: No devices were found"),
+        ("nvidia_smi_driver_failed.txt", "9", "nvidia-smi failed: NVIDIA-SMI has failed because it couldn't communicate "
+                                              "with the NVIDIA driver. Make sure that the latest NVIDIA driver is "
+                                              "installed and running."),
+        ("nvidia_smi_bad_field.txt", "2", "could not parse nvidia-smi --query-gpu: line 1 has 1 fields, expected 8"),
+    ],
+)
+def test_whole_node_gpu_failures(capture: str, rc: str, message: str) -> None:
+    res = gpu_results(capture, rc)
+    assert (res["gpu.present"].status, res["gpu.present"].message) == (Status.FAIL, message)
+    assert {res[k].status for k in ("gpu.count", "gpu.driver", "gpu.ecc", "gpu.cuda")} == {Status.SKIP}
+
+
+def test_hung_nvidia_smi_is_a_timeout_and_cuda_section_is_skipped() -> None:
+    plan = C.plan_checks(expect(stage=C.SINGLE, storage=()))
+    out = node_output(plan, {"gpu": ("", "124"), "cuda": ("skipped: section gpu timed out", "skip")})
+    res = {r.check: r for r in C.evaluate(plan, out)}
+    assert res["gpu.present"].message == "no answer within 3 s"
+    assert res["gpu.count"].status is Status.SKIP

@@ -369,6 +369,30 @@ def _judge_gpu_present(q: P.GpuQuery, out: SectionOutput) -> Verdict:
     return Verdict(True, f"{len(q.gpus)} GPUs")
 
 
+def _judge_persistence(q: P.GpuQuery, _: SectionOutput) -> Verdict:
+    off = [str(g.index) for g in q.gpus if g.persistence_mode is False]
+    # without persistence mode the driver tears down GPU state between processes, so
+    # every rank pays seconds of CUDA init and first collectives can time out
+    return Verdict(not off, "persistence mode on" if not off else f"persistence mode off on GPU {','.join(off)}")
+
+
+def _judge_ecc(q: P.GpuQuery, _: SectionOutput) -> Verdict:
+    errs = [f"GPU {g.index}: {g.ecc_uncorrected}" for g in q.gpus if g.ecc_uncorrected]
+    unreadable = [str(g.index) for g in q.gpus if g.ecc_unreadable]
+    if errs:
+        return Verdict(False, "uncorrected ECC errors (" + ", ".join(errs) + ")")
+    if unreadable:
+        return Verdict(False, f"ECC counter unreadable (ERR!) on GPU {','.join(unreadable)}")
+    na = all(g.ecc_uncorrected is None for g in q.gpus)
+    return Verdict(True, "ECC not reported by these GPUs" if na else "no uncorrected ECC errors")
+
+
+def _judge_mig(q: P.GpuQuery, _: SectionOutput) -> Verdict:
+    on = [str(g.index) for g in q.gpus if (g.mig_mode or "").lower() == "enabled"]
+    # NCCL cannot communicate between MIG instances, and a MIG GPU shows up as slices
+    return Verdict(not on, "MIG disabled" if not on else f"MIG enabled on GPU {','.join(on)}")
+
+
 def _gpu_checks(e: Expectations) -> list[Check]:
     def count(q: P.GpuQuery, _: SectionOutput) -> Verdict:
         n = len(q.gpus)
@@ -389,27 +413,6 @@ def _gpu_checks(e: Expectations) -> list[Check]:
         old = [v for v in versions if not P.version_at_least(v, e.driver_min)]
         return Verdict(not old, f"driver {', '.join(old or versions)}" + (f" < {e.driver_min} required" if old else ""))
 
-    def persistence(q: P.GpuQuery, _: SectionOutput) -> Verdict:
-        off = [str(g.index) for g in q.gpus if g.persistence_mode is False]
-        # without persistence mode the driver tears down GPU state between processes, so
-        # every rank pays seconds of CUDA init and first collectives can time out
-        return Verdict(not off, "persistence mode on" if not off else f"persistence mode off on GPU {','.join(off)}")
-
-    def ecc(q: P.GpuQuery, _: SectionOutput) -> Verdict:
-        errs = [f"GPU {g.index}: {g.ecc_uncorrected}" for g in q.gpus if g.ecc_uncorrected]
-        unreadable = [str(g.index) for g in q.gpus if g.ecc_unreadable]
-        if errs:
-            return Verdict(False, "uncorrected ECC errors (" + ", ".join(errs) + ")")
-        if unreadable:
-            return Verdict(False, f"ECC counter unreadable (ERR!) on GPU {','.join(unreadable)}")
-        na = all(g.ecc_uncorrected is None for g in q.gpus)
-        return Verdict(True, "ECC not reported by these GPUs" if na else "no uncorrected ECC errors")
-
-    def mig(q: P.GpuQuery, _: SectionOutput) -> Verdict:
-        on = [str(g.index) for g in q.gpus if (g.mig_mode or "").lower() == "enabled"]
-        # NCCL cannot communicate between MIG instances, and a MIG GPU shows up as slices
-        return Verdict(not on, "MIG disabled" if not on else f"MIG enabled on GPU {','.join(on)}")
-
     def cuda(version: str, _: SectionOutput) -> Verdict:
         if e.cuda_min is None:
             return Verdict(True, f"CUDA {version}")
@@ -425,9 +428,9 @@ def _gpu_checks(e: Expectations) -> list[Check]:
     if e.gpu_model:
         checks.append(Check("gpu.model", "gpu", g, model, requires="gpu.present", describe="GPU name contains nodes.gpu_model"))
     checks += [
-        Check("gpu.persistence", "gpu", g, persistence, Severity.WARN, requires="gpu.present", describe="persistence mode on"),
-        Check("gpu.ecc", "gpu", g, ecc, requires="gpu.present", describe="no uncorrected volatile ECC errors"),
-        Check("gpu.mig", "gpu", g, mig, requires="gpu.present", describe="MIG disabled (NCCL does not span MIG slices)"),
+        Check("gpu.persistence", "gpu", g, _judge_persistence, Severity.WARN, requires="gpu.present", describe="persistence mode on"),
+        Check("gpu.ecc", "gpu", g, _judge_ecc, requires="gpu.present", describe="no uncorrected volatile ECC errors"),
+        Check("gpu.mig", "gpu", g, _judge_mig, requires="gpu.present", describe="MIG disabled (NCCL does not span MIG slices)"),
     ]
     if e.cuda_min:
         checks.append(Check("gpu.cuda", "cuda", P.parse_cuda_version, cuda, requires="gpu.present",
