@@ -1,0 +1,208 @@
+"""``clusterkit status [JOB]``, ``logs JOB [--follow]``, ``cancel JOB``: the life of a submitted job.
+
+JOB is a job id as printed by ``submit`` (the newest record with that id), or ``SITE:JOB_ID``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+JOB_HELP = "JOB is a job id as `submit` printed it, or SITE:JOB_ID."
+TAIL_LINES = 20
+
+
+def _store() -> Any:
+    from clusterkit.records import RecordStore
+
+    return RecordStore()
+
+
+def _tails(rec: Any, lines: int) -> list[dict[str, Any]]:
+    from clusterkit.records import log_files, tail
+
+    return [{"path": str(p), "tail": tail(p, lines)} for p in log_files(rec)]
+
+
+def _print_tails(tails: list[dict[str, Any]]) -> None:
+    from clusterkit import output
+
+    for t in tails:
+        if not t["tail"]:
+            continue
+        output.out().print(f"==> {t['path']} (last {len(t['tail'])} lines) <==", markup=False)
+        for line in t["tail"]:
+            output.out().print(line, markup=False)
+
+
+def _describe(rec: Any, st: Any) -> str:
+    parts = [f"job {rec.job_id} {st.state}"]
+    if st.exit_code is not None:
+        parts.append(f"exit code {st.exit_code}")
+    if st.signal is not None:
+        parts.append(f"signal {st.signal}")
+    if st.restarts:
+        parts.append(f"{st.restarts} restart(s)")
+    if st.reason:
+        parts.append(f"reason: {st.reason}")
+    return ", ".join(parts)
+
+
+def follow_to_end(store: Any, rec: Any, as_json: bool) -> int:
+    """Wait for the job's end, print its final state and log tails; return its exit status."""
+    from clusterkit import output, records
+
+    def changed(st: Any) -> None:
+        if not as_json:
+            output.info(f"clusterkit: {_describe(rec, st)}")
+
+    st = records.wait(rec, on_change=changed)
+    rec = records.remember(store, rec, st)
+    tails = _tails(rec, TAIL_LINES)
+    if as_json:
+        output.emit_json({**records.summarize(rec, st), "logs": tails})
+    else:
+        _print_tails(tails)
+        output.out().print(f"Job {rec.job_id} {st.state}" + (f" (exit code {st.exit_code})" if st.exit_code is not None
+                                                          else f" (signal {st.signal})" if st.signal is not None else ""),
+                           markup=False)
+    return records.exit_status_of(st)
+
+
+@click.command()
+@click.argument("job", required=False)
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="How many of the most recent jobs to show (without JOB).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def status(job: str | None, limit: int, as_json: bool) -> int:
+    """Show the state of recent jobs, or of one job (with the tail of its log once it ended).
+
+    All jobs are refreshed with one squeue and one sacct call (scontrol when sacct is
+    unavailable), not one call per job.
+    """
+    from clusterkit import output, records
+
+    store = _store()
+    if job:
+        rec = store.find(job)
+        (_, st), = records.refresh([rec])
+        rec = records.remember(store, rec, st)
+        tails = _tails(rec, TAIL_LINES) if st.terminal else []
+        if as_json:
+            output.emit_json({**records.summarize(rec, st), "logs": tails})
+            return 0
+        output.out().print(_describe(rec, st), markup=False)
+        output.out().print(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
+                           f"world size {rec.world_size}; nodes: {st.nodes or '-'}", markup=False)
+        output.out().print(f"  run directory: {rec.run_dir}", markup=False)
+        if st.state != "COMPLETED":
+            _print_tails(tails)
+        return 0
+    recs, bad = store.load_all()
+    for err in bad:
+        output.warn(f"skipping unreadable record: {err}")
+    rows = []
+    for rec, st in records.refresh(recs[-limit:]):
+        records.remember(store, rec, st)
+        rows.append(records.summarize(rec, st))
+    if as_json:
+        output.emit_json({"jobs": rows, "unreadable": [str(e) for e in bad]})
+        return 0
+    if not rows:
+        output.out().print(f"No jobs recorded in {store.root}.", markup=False)
+        return 0
+    output.print_table(None, ["JOB", "SITE", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE", "EXIT", "SUBMITTED"],
+                       [[r["job_id"], r["site"], r["name"], r["stage"], r["launcher"], r["nodes"], r["state"],
+                         r["exit_code"] if r["exit_code"] is not None else (f"sig {r['signal']}" if r["signal"] else ""),
+                         r["submitted_at"][:19].replace("T", " ")] for r in reversed(rows)])
+    return 0
+
+
+@click.command()
+@click.argument("job")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the job ends.")
+@click.option("--tail", "lines", type=click.IntRange(min=0), default=0,
+              help="Only the last N lines of each file (0: everything).")
+@click.option("--json", "as_json", is_flag=True, help="Print the logs as JSON (not with --follow).")
+def logs(job: str, follow: bool, lines: int, as_json: bool) -> int:
+    """Show a job's logs: the batch log, then one file per node or rank."""
+    from clusterkit import output, records
+    from clusterkit.errors import UsageError
+
+    if follow and as_json:
+        raise UsageError("--follow and --json cannot be combined")
+    rec = _store().find(job)
+    files = records.log_files(rec)
+    if as_json:
+        output.emit_json({"job": rec.key, "files": [
+            {"path": str(p), "lines": records.tail(p, lines) if lines else _read(p).splitlines()} for p in files]})
+        return 0
+    if not follow:
+        if not files:
+            output.info(f"clusterkit: job {rec.job_id} has no log files yet in {rec.run_dir}")
+        for p in files:
+            click.echo(f"==> {p} <==")
+            click.echo("\n".join(records.tail(p, lines)) if lines else _read(p), nl=lines > 0)
+        return 0
+    return _follow(rec)
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def _follow(rec: Any) -> int:
+    """Print log output as it arrives (like ``tail -f`` on every file) until the job ends."""
+    from clusterkit import records
+
+    offsets: dict[Path, int] = {}
+    current: Path | None = None
+    ended = False
+    while True:
+        for p in records.log_files(rec):
+            with p.open("rb") as fh:
+                fh.seek(offsets.get(p, 0))
+                data = fh.read()
+            if data:
+                if p != current:
+                    click.echo(f"==> {p} <==")
+                    current = p
+                click.echo(data.decode("utf-8", errors="replace"), nl=False)
+                offsets[p] = offsets.get(p, 0) + len(data)
+        if ended:
+            return 0
+        (_, st), = records.refresh([rec])
+        ended = st.terminal  # one more pass after the end to drain the last lines
+        time.sleep(0.2 if ended else 1.0)
+
+
+@click.command()
+@click.argument("job")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def cancel(job: str, as_json: bool) -> int:
+    """Cancel a job (running or pending); a job that already ended is left alone."""
+    from clusterkit import output, records
+    from clusterkit import submit as submit_mod
+
+    store = _store()
+    rec = store.find(job)
+    (_, st), = records.refresh([rec])
+    cancelled = False
+    if not st.terminal:
+        if rec.scheduler == "slurm":
+            submit_mod.cancel_slurm(rec.job_id)
+            cancelled = True
+        else:
+            cancelled = records.cancel_local(rec)
+        rec = rec.model_copy(update={"cancel_requested": True})
+        store.save(rec)
+    if as_json:
+        output.emit_json({"job": rec.key, "cancelled": cancelled, "state_before": st.state})
+    elif cancelled:
+        output.out().print(f"Cancelled job {rec.job_id} (was {st.state}).", markup=False)
+    else:
+        output.out().print(f"Job {rec.job_id} already ended ({st.state}); nothing to cancel.", markup=False)
+    return 0

@@ -1,0 +1,127 @@
+"""``clusterkit submit``: render, then hand job.sbatch to Slurm (or run it here on a local site)."""
+
+from __future__ import annotations
+
+import re
+import socket
+from typing import Any
+
+import click
+
+from clusterkit.cli.common import build_request, job_options
+
+
+def _minutes(slurm_time: str) -> float:
+    """Slurm's ``MM``, ``MM:SS``, ``HH:MM:SS`` or ``D-HH:MM:SS`` as minutes (local time limit)."""
+    days, _, rest = slurm_time.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if len(parts) == 1:
+        h, m, s = 0, parts[0], 0
+    elif len(parts) == 2:
+        h, m, s = (0, *parts) if not days else (*parts, 0)
+    else:
+        h, m, s = parts
+    return (int(days or 0) * 24 + h) * 60 + m + s / 60
+
+
+def _record(run: Any, job_id: str) -> Any:
+    from clusterkit.records import JobRecord, now_utc
+
+    p = run.plan
+    return JobRecord(
+        job_id=job_id, scheduler="slurm" if p.slurm else "local", site=p.site, site_source=p.site_file,
+        stage=p.stage, launcher=p.launcher, job_name=p.job_name, nnodes=p.nnodes, world_size=p.world_size,
+        command=list(p.command), run_dir=str(run.run_dir), script=str(run.script), submitted_at=now_utc(),
+        host=socket.gethostname(), plan=p.to_dict(),
+    )
+
+
+def _dispatch(run: Any) -> str:
+    """Submit the rendered run; return the job id."""
+    from clusterkit import submit as submit_mod
+
+    if run.plan.slurm:
+        return submit_mod.submit_slurm(run.run_dir, run.artifacts["job.sbatch"])
+    return submit_mod.submit_local(run.run_dir, run.script, _minutes(run.plan.time))
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@job_options
+@click.option("--dry-run", is_flag=True,
+              help="Render the run directory and print job.sbatch, exactly what would be submitted; submit nothing.")
+@click.option("--wait/--no-wait", default=None,
+              help="Follow the job to its end and exit with its exit status "
+                   "(default: wait on local sites, return at once on Slurm sites).")
+@click.option("--skip-preflight", is_flag=True,
+              help="Do not run preflight checks before submitting (submit does not run them yet; "
+                   "accepted so scripts keep working once it does).")
+def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
+           sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
+           as_json: bool, command: tuple[str, ...], dry_run: bool, wait: bool | None,
+           skip_preflight: bool) -> int:
+    """Render a job and submit it: sbatch on Slurm sites, submitit's local executor on local ones.
+
+    \b
+    Examples:
+      clusterkit submit --site local -- python examples/allreduce.py
+      clusterkit submit --site testbed --stage multi-node --nodes 4 --launcher torchrun -- python examples/allreduce.py
+
+    Slurm receives the rendered job.sbatch byte for byte (see it with --dry-run).  Every
+    submission leaves a job record; follow it with `clusterkit status`, `logs` and `cancel`.
+    With --wait the exit status is the job's own.
+    """
+    from clusterkit import output
+    from clusterkit.pipeline import render_run
+    from clusterkit.records import RecordStore
+
+    request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
+                            gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
+                            exclude=exclude, debug=debug)
+    run = render_run(site, request, out)
+    if dry_run:
+        return _show_dry_run(run, as_json)
+    job_id = _dispatch(run)
+    store = RecordStore()
+    rec = _record(run, job_id)
+    store.save(rec)
+    if wait is None:
+        wait = not run.plan.slurm
+    if not wait:
+        _show_submitted(rec, as_json)
+        return 0
+    if not as_json:
+        _show_submitted(rec, False)
+    from clusterkit.cli.jobs import follow_to_end
+
+    return follow_to_end(store, rec, as_json)
+
+
+def _show_dry_run(run: Any, as_json: bool) -> int:
+    from clusterkit import output
+
+    script = run.artifacts["job.sbatch"]
+    if as_json:
+        output.emit_json({"dry_run": True, "run_dir": str(run.run_dir), "script": str(run.script),
+                          "job_sbatch": script, "scheduler": run.plan.scheduler})
+        return 0
+    for w in run.plan.warnings:
+        output.warn(w)
+    click.echo(script, nl=False)  # byte for byte what sbatch would get
+    output.info(f"clusterkit: dry run: nothing submitted; run directory {run.run_dir}")
+    return 0
+
+
+def _show_submitted(rec: Any, as_json: bool) -> None:
+    from clusterkit import output
+
+    if as_json:
+        output.emit_json({"job": rec.key, "job_id": rec.job_id, "site": rec.site, "stage": rec.stage,
+                          "launcher": rec.launcher, "nodes": rec.nnodes, "world_size": rec.world_size,
+                          "run_dir": rec.run_dir, "script": rec.script, "state": "SUBMITTED"})
+        return
+    where = "Slurm" if rec.scheduler == "slurm" else "this machine (local executor)"
+    output.out().print(f"Submitted job {rec.job_id} to {where}: {rec.launcher} on {rec.nnodes} node(s), "
+                       f"world size {rec.world_size} (site {rec.site}, stage {rec.stage})", markup=False)
+    output.out().print(f"  run directory: {rec.run_dir}", markup=False)
+    ref = rec.job_id if re.fullmatch(r"\d+", rec.job_id) else rec.key
+    output.out().print(f"  follow it: clusterkit status {ref} | clusterkit logs {ref} --follow", markup=False)
