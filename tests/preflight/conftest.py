@@ -25,7 +25,7 @@ SITE = """\
 name: lab
 scheduler: {{kind: slurm, partition: gpu}}
 nodes: {{nodelist: "{nodelist}", gpus_per_node: 8, gpu_model: H100}}
-ssh: {{port: {port}, known_hosts: "{known_hosts}", connect_timeout_s: 2, command_timeout_s: 6, fanout: 16}}
+ssh: {{port: {port}, known_hosts: "{known_hosts}", connect_timeout_s: 2, command_timeout_s: {command_timeout_s}, fanout: 16}}
 software: {{driver_min: "535.104", cuda: "12.4"}}
 network:
   fabric: infiniband
@@ -39,9 +39,10 @@ preflight: {{policy: exclude, max_excluded_fraction: 0.9}}
 
 
 def write_site(path: Path, lab: SSHLab, nodelist: str = "node[01-12],dead01,tarpit01",
-               known_hosts: str | None = None) -> Path:
+               known_hosts: str | None = None, command_timeout_s: float = 6) -> Path:
     """A site file for the lab (its port and known_hosts) with this nodelist."""
-    path.write_text(SITE.format(nodelist=nodelist, port=lab.port, known_hosts=known_hosts or lab.known_hosts))
+    path.write_text(SITE.format(nodelist=nodelist, port=lab.port, known_hosts=known_hosts or lab.known_hosts,
+                                command_timeout_s=command_timeout_s))
     return path
 
 

@@ -182,15 +182,13 @@ class Report:
             "notes": list(self.notes),
             "groups": [g.to_dict() for g in self.groups()],
             "checks": list(self.checks),
-            "nodes": [n.to_dict() for n in sorted(self.nodes, key=lambda n: _host_key(n.host, self.hosts))],
+            "nodes": [n.to_dict() for n in self._in_host_order()],
         }
 
-
-def _host_key(host: str, hosts: Sequence[str]) -> int:
-    try:
-        return list(hosts).index(host)
-    except ValueError:
-        return len(hosts)
+    def _in_host_order(self) -> list[NodeResult]:
+        """Results in the order the hosts were given (they arrive in completion order)."""
+        pos = {h: i for i, h in enumerate(self.hosts)}
+        return sorted(self.nodes, key=lambda n: pos.get(n.host, len(pos)))
 
 
 # ---------------------------------------------------------------------------------------------
