@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import shutil
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PROFILES = Path(__file__).resolve().parents[1] / "sshlab" / "profiles"
@@ -39,6 +39,9 @@ class Node:
     lustre: bool = True
     hung_path: str | None = None  # fake df sleeps on this path
     hung_command: bool = False  # fake `timeout` sleeps: the whole remote script hangs
+    hcas: int = 8
+    link_layer: str = "InfiniBand"
+    rate: str = "400 Gb/sec (4X NDR)"
 
 
 PROFILE_NODES: dict[str, Node] = {
@@ -51,6 +54,8 @@ PROFILE_NODES: dict[str, Node] = {
     "garbage_smi": Node(smi="garbage"),
     "hung_mount": Node(hung_path="/lustre/scratch"),
     "hung_command": Node(hung_command=True),
+    # a RoCE node: two ConnectX-6 Dx ports on Ethernet, 200 Gb/s
+    "roce": Node(gpus=4, gpu_name="NVIDIA A100-SXM4-80GB", hcas=2, link_layer="Ethernet", rate="200 Gb/sec (4X HDR)"),
 }
 
 
@@ -142,9 +147,9 @@ def _write(path: Path, text: str, mode: int = 0o644) -> None:
     path.chmod(mode)
 
 
-def make_profile(name: str, n: Node) -> None:
-    """(Re)write one profile directory."""
-    d = PROFILES / name
+def make_profile(name: str, n: Node, dest: Path = PROFILES) -> None:
+    """(Re)write one profile directory under ``dest``."""
+    d = dest / name
     shutil.rmtree(d, ignore_errors=True)
     _write(d / "bin" / "nvidia-smi", _nvidia_smi(name, n), 0o755)
     if n.hung_path:
@@ -152,13 +157,13 @@ def make_profile(name: str, n: Node) -> None:
     if n.hung_command:
         _write(d / "bin" / "timeout", HUNG_TIMEOUT, 0o755)
     root = d / "root"
-    for i in range(8):
+    for i in range(n.hcas):
         port = root / "sys" / "class" / "infiniband" / f"mlx5_{i}" / "ports" / "1"
         down = i in n.ib_down
         _write(port / "state", "1: DOWN\n" if down else "4: ACTIVE\n")
         _write(port / "phys_state", "3: Disabled\n" if down else "5: LinkUp\n")
-        _write(port / "rate", "10 Gb/sec (4X SDR)\n" if down else "400 Gb/sec (4X NDR)\n")
-        _write(port / "link_layer", "InfiniBand\n")
+        _write(port / "rate", "10 Gb/sec (4X SDR)\n" if down else f"{n.rate}\n")
+        _write(port / "link_layer", f"{n.link_layer}\n")
     _write(root / "sys" / "module" / "nvidia_peermem" / "refcnt", "0\n")
     _write(root / "proc" / "mounts", _mounts(n))
     for path in ("lustre/scratch", "home"):
@@ -166,13 +171,13 @@ def make_profile(name: str, n: Node) -> None:
     _write(d / "README", f"sshlab node profile {name!r}: written by tests/preflight/make_profiles.py\n{n}\n")
 
 
-def main() -> None:
+def main(dest: Path = PROFILES) -> None:
     for name, node in PROFILE_NODES.items():
-        make_profile(name, node)
-    print(f"wrote {len(PROFILE_NODES)} profiles under {PROFILES}")
+        make_profile(name, node, dest)
+    print(f"wrote {len(PROFILE_NODES)} profiles under {dest}")
 
 
 if __name__ == "__main__":
     main()
 
-__all__ = ["PROFILE_NODES", "Node", "make_profile", "replace"]
+__all__ = ["PROFILE_NODES", "Node", "main", "make_profile"]
