@@ -66,7 +66,9 @@ def assert_one_line_error(result: CLIResult, code: int, *needles: str) -> None:
     """A user error: the documented exit code, 'clusterkit: error:' lines, no traceback."""
     assert result.code == code, (result.code, result.out, result.err)
     assert "Traceback" not in result.err
-    errors = [line for line in result.err.splitlines() if line.startswith("clusterkit: error:") or line.startswith("Error:")]
+    lines = result.err.strip().splitlines()
+    errors = [line for line in lines if line.startswith("clusterkit: error:")]
     assert errors, result.err
+    assert all(line.startswith(("clusterkit: error:", "clusterkit: warning:")) for line in lines), result.err
     for needle in needles:
         assert needle in result.err, (needle, result.err)

@@ -89,8 +89,13 @@ def main(argv: list[str] | None = None) -> Any:
     except click.exceptions.Abort:
         click.echo("clusterkit: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        # one line, like every other error; the command's --help has the rest
+        where = exc.ctx.command_path if exc.ctx else "clusterkit"
+        click.echo(f"clusterkit: error: {exc.format_message()} (see '{where} --help')", err=True)
+        sys.exit(int(ExitCode.USAGE))
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"clusterkit: error: {exc.format_message()}", err=True)
         sys.exit(int(ExitCode.USAGE) if exc.exit_code == 2 else exc.exit_code)
     except KeyboardInterrupt:
         click.echo("clusterkit: interrupted", err=True)

@@ -57,7 +57,7 @@ def hardware_of(site: Any) -> est.Hardware:
     )
 
 
-@click.command("plan", context_settings={"help_option_names": ["-h", "--help"], "ignore_unknown_options": True})
+@click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--site", "site_ref", required=True, metavar="SITE", help="Site config: a path or a name on the search path.")
 @click.option("--model-params", type=_Size(), required=True, help="Model size: 7B, 70e9, 350M, 1.5T or a plain count.")
 @click.option("--largest-layer-params", type=_Size(), default=None,

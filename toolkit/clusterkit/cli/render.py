@@ -33,7 +33,7 @@ def show_rendered(run: Any, as_json: bool) -> None:
     output.out().print(f"  files: {', '.join(sorted(run.artifacts))}")
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command()
 @job_options
 def render(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
            sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
