@@ -422,9 +422,16 @@ class SSHRunner:
     def from_site(cls, ssh: Any, *, accept_new_host_keys: bool = False,
                   ssh_config: str | None = None) -> "SSHRunner":
         """A runner from a site's ``ssh`` section (user, port, identity_file, jump_host,
-        known_hosts, connect_timeout_s, command_timeout_s, fanout; missing ones default)."""
+        known_hosts, connect_timeout_s, command_timeout_s, fanout; missing ones default).
+        ``port`` and ``known_hosts`` count only when the site sets them explicitly."""
+        # A field the site left at its default must not override the SSH config (a site's
+        # implicit port 22 would hide the config's Port): pydantic knows which were set.
+        explicit = getattr(ssh, "model_fields_set", None)
+
         def get(name: str, default: Any = None) -> Any:
             value = getattr(ssh, name, None)
+            if explicit is not None and name in ("port", "known_hosts") and name not in explicit:
+                value = None
             return default if value is None else value
 
         known = get("known_hosts")
@@ -456,6 +463,7 @@ class SSHRunner:
 
         timeout = self.command_timeout_s if timeout_s is None else timeout_s
         command = f"bash -c {shlex.quote(script)}"
+        _raise_fd_limit(4 * min(fanout or self.fanout, max(len(hosts), 1)) + 64)
         budget = 3 * self.connect_timeout_s + timeout + 10
         try:
             return fan_out(hosts, lambda h, wd: self._run_one(h, command, timeout, wd),
@@ -762,6 +770,18 @@ class SSHRunner:
         return NodeResult(host, status, out, err, duration_s=dt, truncated=truncated)
 
 
+def _raise_fd_limit(needed: int) -> None:
+    """Each node in flight holds a socket and a pipe pair: lift the soft limit (1024 by
+    default) toward the hard one so a large fan-out does not fail with EMFILE."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        if target > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def _with_jump(target: SSHTarget, jump: SSHTarget) -> SSHTarget:
     return SSHTarget(**{**target.__dict__, "jump": jump})
 
@@ -808,7 +828,8 @@ def _drain(chan: Any, deadline: float) -> tuple[str, str, bool, bool]:
     """Read stdout and stderr until the command ends or ``deadline``; never block past it."""
     out, err = bytearray(), bytearray()
     truncated = False
-    fd = chan.fileno()  # a pipe paramiko sets when either stream has data, or on close
+    poller = select.poll()  # not select(): fds past 1024 with a large fan-out
+    poller.register(chan.fileno(), select.POLLIN)  # paramiko's pipe: data on either stream, or close
     while True:
         while chan.recv_ready():
             truncated |= _append(out, chan.recv(65536))
@@ -822,7 +843,7 @@ def _drain(chan: Any, deadline: float) -> tuple[str, str, bool, bool]:
         left = deadline - time.monotonic()
         if left <= 0:
             return _decode(out), _decode(err), False, truncated
-        select.select([fd], [], [], min(left, 1.0))
+        poller.poll(min(left, 1.0) * 1000)
 
 
 def _append(buf: bytearray, data: bytes) -> bool:
