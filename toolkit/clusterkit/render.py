@@ -37,6 +37,11 @@ def shell_quote(value: Any) -> str:
     return quoted
 
 
+def slurm_pattern(path: str) -> str:
+    """A literal path inside a Slurm filename pattern: '%' must be written '%%'."""
+    return path.replace("%", "%%")
+
+
 @lru_cache(maxsize=8)
 def environment(override_dir: str | None) -> jinja2.Environment:
     loaders: list[jinja2.BaseLoader] = []
@@ -53,6 +58,7 @@ def environment(override_dir: str | None) -> jinja2.Environment:
     )
     env.filters["shell_quote"] = shell_quote
     env.filters["shell_join"] = shell_join
+    env.filters["slurm_pattern"] = slurm_pattern
     return env
 
 
@@ -81,10 +87,10 @@ def srun_options(plan: Plan) -> list[str]:
     opts = [f"--nodes={plan.nnodes}", "--kill-on-bad-exit=1"]
     if plan.launch.mode == "per_gpu":
         opts.append(f"--ntasks-per-node={plan.gpus_per_node}")
-        opts.append("--output=" + shell_quote(f"{plan.run_dir}/logs/%j.rank%t.out"))
+        opts.append("--output=" + shell_quote(f"{slurm_pattern(plan.run_dir)}/logs/%j.rank%t.out"))
     else:
         opts.append("--ntasks-per-node=1")
-        opts.append("--output=" + shell_quote(f"{plan.run_dir}/logs/%j.%N.out"))
+        opts.append("--output=" + shell_quote(f"{slurm_pattern(plan.run_dir)}/logs/%j.%N.out"))
     c = plan.container
     if c and c["runtime"] == "pyxis":
         opts.append("--container-image=" + shell_quote(c["image"]))

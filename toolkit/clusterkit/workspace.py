@@ -18,13 +18,15 @@ from typing import Mapping
 from clusterkit.errors import WorkspaceError
 
 EXECUTABLE = {"job.sbatch"}
-_BAD_PATH_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_BAD_PATH_CHARS = re.compile(r'[\x00-\x1f\x7f"]')
 
 
 def check_path(path: Path) -> Path:
-    """Refuse control characters (a newline in a path would break out of an #SBATCH line)."""
+    """Refuse what an #SBATCH line cannot carry: control characters (a newline would start a
+    live shell line) and double quotes (the quoting sbatch understands there)."""
     if _BAD_PATH_CHARS.search(str(path)):
-        raise WorkspaceError(f"run directory {str(path)!r}: control characters (newline, tab) are not allowed in paths")
+        raise WorkspaceError(f"run directory {str(path)!r}: control characters and double quotes are not allowed "
+                             "in run directory paths")
     return path
 
 
