@@ -119,16 +119,16 @@ def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec
         out.append(("signal", f"B:USR2@{sch.preempt_signal_s}"))
         out.append(("requeue", None) if max_restarts > 0 else ("no-requeue", None))
         out.append(("open-mode", "append"))   # a requeued run appends to the same log
-    for key, value in sorted(sch.sbatch.items()):
-        if value is True:
-            out.append((key, None))
-        elif value is not False:
-            out.append((key, str(value)))
-    for key, value in out:
-        if value is not None and not _SBATCH_VALUE.match(value):
+    for name, extra in sorted(sch.sbatch.items()):
+        if extra is True:
+            out.append((name, None))
+        elif extra is not False:
+            out.append((name, str(extra)))
+    for option, text in out:
+        if text is not None and not _SBATCH_VALUE.match(text):
             # #SBATCH lines are comments to bash but a newline would start a live shell line,
             # and sbatch splits values at whitespace.
-            raise PlanError(f"sbatch --{key} value {value!r}: whitespace, quotes and control characters are not allowed")
+            raise PlanError(f"sbatch --{option} value {text!r}: whitespace, quotes and control characters are not allowed")
     return tuple(out)
 
 

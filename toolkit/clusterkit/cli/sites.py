@@ -40,7 +40,7 @@ def list_(as_json: bool) -> None:
         output.emit_json(rows)
         return
     output.print_table(None, ["site", "from", "scheduler", "nodes", "gpus/node", "fabric", "description"], [
-        (r["name"] + (" (shadowed)" if r["shadowed"] else ""), r["from"], r.get("scheduler", "INVALID"),
+        (f"{r['name']}{' (shadowed)' if r['shadowed'] else ''}", r["from"], r.get("scheduler", "INVALID"),
          r.get("nodes", ""), r.get("gpus_per_node", ""), r.get("fabric", ""), r.get("description", r.get("error", "")))
         for r in rows])
 

@@ -145,4 +145,5 @@ def get(name: str) -> Callable[[Context], Launch]:
     if name not in NAMES:
         raise PlanError(f"unknown launcher {name!r}; valid launchers: {', '.join(NAMES)}")
     module = importlib.import_module(f"clusterkit.launchers.{name}")
-    return module.build  # type: ignore[no-any-return]
+    build: Callable[[Context], Launch] = module.build
+    return build

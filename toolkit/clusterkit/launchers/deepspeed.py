@@ -15,7 +15,7 @@ import json
 import re
 
 from clusterkit.errors import PlanError
-from clusterkit.launchers import SLOTS, Context, Launch, Sh, Word, split_python
+from clusterkit.launchers import SLOTS, Context, Launch, Mode, Sh, Word, split_python
 from clusterkit.settings import Settings
 
 _SPEC = re.compile(r"^[A-Za-z0-9._-]+(:\d+(,\d+)*)?$")
@@ -81,7 +81,7 @@ def build(ctx: Context) -> Launch:
     if s.include and s.exclude_slots:
         raise PlanError("deepspeed: include and exclude_slots are mutually exclusive")
     words: list[Word] = ["deepspeed"]
-    mode = "per_node"
+    mode: Mode = "per_node"
     if ctx.multi:
         words += ["--hostfile", Sh('"$CK_HOSTFILE"')]
         if s.ds_launcher == "no_ssh" or not ctx.slurm:
