@@ -8,6 +8,7 @@ on rendezvous ports (those derive from job ids, and all fake nodes share 127.0.0
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -90,6 +92,26 @@ class Testbed:
         env.update(extra)
         return env
 
+    def stop_controller(self) -> None:
+        """Stop slurmctld only (slurmd and munge keep running), as when the controller dies."""
+        pid = int((self.lab / "run" / "slurmctld.pid").read_text().strip())
+        os.kill(pid, 15)
+        deadline = time.monotonic() + 15
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def start_controller(self) -> None:
+        """Start slurmctld again (it recovers its state) and wait until every node is back."""
+        env = self.env(SLURMLAB_DIR=str(self.lab))  # the marker testbed.sh --stop looks for
+        subprocess.run(["slurmctld"], env=env, check=True, timeout=30)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            states = self.run("sinfo", "-h", "-N", "-o", "%T", check=False, timeout=30).stdout.split()
+            if len(states) == NODES and all(s in ("idle", "allocated", "mixed", "completing") for s in states):
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"testbed nodes did not come back after restarting slurmctld: {states}")
+
     def run(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client command (scontrol, squeue, ...) against the testbed."""
         return subprocess.run(list(argv), env=self.env(), capture_output=True, text=True,
@@ -124,3 +146,52 @@ def testbed() -> Iterator[Testbed]:
         subprocess.run(["bash", str(TESTBED), "--stop"], env=env, capture_output=True, text=True, timeout=120)
         if os.environ.get("CLUSTERKIT_KEEP_TESTBED") != "1":  # keep logs for debugging on request
             shutil.rmtree(lab, ignore_errors=True)
+
+
+@dataclass
+class CK:
+    """Runs the ``clusterkit`` CLI as a user would, against the testbed, with its own records dir."""
+
+    bed: Testbed
+    state_dir: Path
+    runs: Path
+    with_sacct: bool = False
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return self.bed.env(with_sacct=self.with_sacct, CLUSTERKIT_STATE_DIR=str(self.state_dir), **extra)
+
+    def __call__(self, *args: str, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "clusterkit", *args], cwd=REPO, env=env or self.env(),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def popen(self, *args: str) -> "subprocess.Popen[str]":
+        return subprocess.Popen([sys.executable, "-m", "clusterkit", *args], cwd=REPO, env=self.env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def records(self) -> list[Path]:
+        d = self.state_dir / "jobs"
+        return sorted(d.glob("*.json")) if d.is_dir() else []
+
+    def status(self, job: str) -> dict:
+        proc = self("status", job, "--json", timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    def wait_for(self, job: str, predicate, timeout: float = 60, what: str = "state") -> dict:
+        """Poll ``status JOB --json`` until ``predicate(status)`` holds."""
+        deadline = time.monotonic() + timeout
+        st: dict = {}
+        while time.monotonic() < deadline:
+            st = self.status(job)
+            if predicate(st):
+                return st
+            time.sleep(0.5)
+        raise AssertionError(f"job {job}: {what} not reached in {timeout}s; last status {st}")
+
+
+@pytest.fixture
+def cli(testbed: Testbed, tmp_path: Path) -> CK:
+    """The CLI against the testbed, records under tmp_path/state, run dirs under tmp_path/runs."""
+    # run directories must be readable by the job's processes, which run as root like us
+    tmp_path.chmod(0o755)
+    return CK(bed=testbed, state_dir=tmp_path / "state", runs=tmp_path / "runs")

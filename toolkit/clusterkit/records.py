@@ -17,7 +17,7 @@ Status for many jobs costs a constant number of scheduler calls, never one per j
 
 A job none of them knows any more, and that left no result file, is reported ``LOST``: a
 terminal state, so ``--wait`` and status never hang on a job that died without a trace.
-Terminal states are cached in the record, so old jobs cost no scheduler calls at all.
+Terminal states are cached in the record and answer for jobs Slurm has forgotten.
 
 Parsers here are total: an unexpected line becomes ``UNKNOWN`` with the raw text kept.
 """
@@ -439,33 +439,39 @@ def _from_result(code: int, rec: JobRecord) -> JobStatus:
 def refresh(records: Sequence[JobRecord], query: SlurmQuery | None = None) -> list[tuple[JobRecord, JobStatus]]:
     """Current status of each record; one batch of Slurm calls for all the Slurm ones.
 
-    Records already in a terminal state are answered from the record, without a call.
+    Slurm is asked about every Slurm record, even one whose record says it ended: a job can
+    be requeued after it ended (``scontrol requeue``, node failure), and slurmctld briefly
+    shows odd states while it requeues.  The cached state answers only for jobs Slurm has
+    forgotten.
     """
     query = query or SlurmQuery()
-    pending = [r for r in records if r.scheduler == "slurm" and r.state not in TERMINAL]
-    known = query.states(r.job_id for r in pending) if pending else {}
+    slurm = [r for r in records if r.scheduler == "slurm"]
+    known = query.states(r.job_id for r in slurm) if slurm else {}
     out: list[tuple[JobRecord, JobStatus]] = []
     for rec in records:
-        if rec.state in TERMINAL:
-            st = JobStatus(state=rec.state or "UNKNOWN", exit_code=rec.exit_code, signal=rec.signal,
-                           reason=rec.reason, source="record")
-        elif rec.scheduler == "local":
-            st = local_status(rec)
+        if rec.scheduler == "local":
+            st = local_status(rec) if rec.state not in TERMINAL else _cached(rec)
         else:
             st = _slurm_status(rec, known.get(rec.job_id))
         out.append((rec, st))
     return out
 
 
+def _cached(rec: JobRecord) -> JobStatus:
+    return JobStatus(state=rec.state or "UNKNOWN", exit_code=rec.exit_code, signal=rec.signal,
+                     reason=rec.reason, source="record")
+
+
 def _slurm_status(rec: JobRecord, st: JobStatus | None) -> JobStatus:
     code = read_result_file(rec.result_file)
-    if st is None:  # Slurm forgot the job: trust the result file, else it is gone
+    if st is None:  # Slurm forgot the job: the record's final state, the result file, or gone
+        if rec.state in TERMINAL:
+            return _cached(rec)
         if code is not None:
             return _from_result(code, rec)
         return JobStatus(state="LOST", reason="unknown to Slurm and no result file", source="none")
     if st.terminal and st.exit_code is None and st.signal is None and code is not None:
-        return JobStatus(state=st.state, exit_code=code, reason=st.reason, nodes=st.nodes,
-                         restarts=st.restarts, source=st.source, raw=st.raw)
+        return replace(st, exit_code=code)
     return st
 
 
@@ -479,13 +485,20 @@ def remember(store: RecordStore, rec: JobRecord, st: JobStatus) -> JobRecord:
     return new
 
 
-def wait(rec: JobRecord, *, poll_s: float = 0.5, max_poll_s: float = 5.0,
+def wait(rec: JobRecord, *, poll_s: float = 0.5, max_poll_s: float = 5.0, confirm_s: float = 1.0,
          query: SlurmQuery | None = None, on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
-    """Poll until the job reaches a terminal state (LOST included, so this always ends)."""
+    """Poll until the job reaches a terminal state (LOST included, so this always ends).
+
+    An end without a result file is confirmed by a second look ``confirm_s`` later: while
+    slurmctld requeues a job it can show a terminal state for a moment.
+    """
     last: str | None = None
     delay = poll_s
     while True:
         (_, st), = refresh([rec], query)
+        if st.terminal and read_result_file(rec.result_file) is None and rec.scheduler == "slurm":
+            time.sleep(confirm_s)
+            (_, st), = refresh([rec], query)
         if st.state != last and on_change is not None:
             on_change(st)
         if st.terminal:

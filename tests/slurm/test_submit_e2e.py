@@ -1,0 +1,224 @@
+"""``clusterkit submit`` / ``status`` / ``logs`` / ``cancel`` end to end on the Slurm testbed.
+
+Every job runs for real: sbatch, slurmd, srun, torchrun's c10d rendezvous at the head node and
+a gloo all-reduce on CPU.  All fake nodes share 127.0.0.1; the rendered script derives the
+rendezvous port from the job id, so jobs never share a port.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from .conftest import CK, REPO
+
+pytest.importorskip("torch", reason="examples/allreduce.py needs torch (pip install torch, CPU build)")
+
+RANK_LINE = re.compile(r"^allreduce rank (\d+)/(\d+) on (\S+): sum=(\d+) expected=(\d+) ok$", re.M)
+
+
+def _submitted_id(out: str) -> str:
+    m = re.search(r"Submitted job (\d+)", out)
+    assert m, f"no job id in output:\n{out}"
+    return m.group(1)
+
+
+def _rank_lines(run_dir: Path) -> list[tuple[int, int, str, int, int]]:
+    text = "".join(p.read_text() for p in sorted((run_dir / "logs").glob("*.out")))
+    return [(int(r), int(w), h, int(s), int(e)) for r, w, h, s, e in RANK_LINE.findall(text)]
+
+
+def _check_allreduce(run_dir: Path, world: int, hosts: set[str]) -> None:
+    ranks = _rank_lines(run_dir)
+    assert sorted(r[0] for r in ranks) == list(range(world)), ranks
+    expected = world * (world + 1) // 2
+    assert {(w, s, e) for _, w, _, s, e in ranks} == {(world, expected, expected)}
+    assert {h for _, _, h, _, _ in ranks} == hosts
+    logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*.out"))
+    assert f"allreduce OK: world_size={world} sum={expected}" in logs
+
+
+def test_torchrun_on_four_nodes_rendezvous_and_allreduce(cli: CK) -> None:
+    run_dir = cli.runs / "torchrun4"
+    proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "4", "--launcher", "torchrun",
+               "--out", str(run_dir), "--wait", "--", "python", "examples/allreduce.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job = _submitted_id(proc.stdout)
+    assert f"Job {job} COMPLETED (exit code 0)" in proc.stdout
+    # 4 nodes x 8 (fake) GPUs = 32 ranks, 8 per node, all agreeing on 1+2+...+32
+    _check_allreduce(run_dir, 32, {"node1", "node2", "node3", "node4"})
+    per_node = {}
+    for _, _, host, _, _ in _rank_lines(run_dir):
+        per_node[host] = per_node.get(host, 0) + 1
+    assert per_node == {f"node{i}": 8 for i in range(1, 5)}
+    # one truth: Slurm holds exactly the rendered job.sbatch, byte for byte
+    held = cli.bed.run("scontrol", "write", "batch_script", job, "-").stdout
+    assert held == (run_dir / "job.sbatch").read_text()
+    assert (run_dir / f"{job}_submission.sh").read_bytes() == (run_dir / "job.sbatch").read_bytes()
+    # and the record says what ran where
+    (record,) = cli.records()
+    data = json.loads(record.read_text())
+    assert (data["version"], data["job_id"], data["site"], data["stage"], data["launcher"]) == (
+        1, job, "testbed", "multi-node", "torchrun")
+    assert data["run_dir"] == str(run_dir) and data["state"] == "COMPLETED" and data["exit_code"] == 0
+
+
+def test_srun_launcher_one_task_per_gpu(cli: CK) -> None:
+    run_dir = cli.runs / "srun"
+    proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "2",
+               "--launcher", "srun", "--out", str(run_dir), "--wait", "--", "python", "examples/allreduce.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job = _submitted_id(proc.stdout)
+    # srun writes one log per rank: logs/<job>.rank<N>.out
+    assert sorted(p.name for p in (run_dir / "logs").glob(f"{job}.rank*.out")) == [
+        f"{job}.rank{i}.out" for i in range(4)]
+    _check_allreduce(run_dir, 4, {"node1", "node2"})
+
+
+DEEPSPEED_STANDIN = r'''#!/usr/bin/env python3
+"""Stand-in for the `deepspeed` launcher (not installed in tests): checks the hostfile the job
+script wrote from the allocation, then starts `slots` workers per node as deepspeed --no_ssh does."""
+import os, subprocess, sys
+args = sys.argv[1:]
+opt = lambda name: args[args.index(name) + 1]
+hostfile, node_rank = opt("--hostfile"), int(opt("--node_rank"))
+master, port = opt("--master_addr"), opt("--master_port")
+script = args[args.index("--master_port") + 2:]
+entries = [line.split() for line in open(hostfile) if line.strip()]
+alloc = subprocess.run(["scontrol", "show", "hostnames", os.environ["SLURM_JOB_NODELIST"]],
+                       capture_output=True, text=True, check=True).stdout.split()
+hosts = [e[0] for e in entries]
+slots = {e[1] for e in entries}
+print(f"hostfile {hostfile}: {hosts} {sorted(slots)}; allocation {alloc}", flush=True)
+if hosts != alloc or slots != {"slots=" + os.environ["SLURM_GPUS_PER_NODE"]} or master != alloc[0]:
+    print("hostfile does not match the allocation", flush=True)
+    sys.exit(9)
+n = int(os.environ["SLURM_GPUS_PER_NODE"])
+procs = [subprocess.Popen([sys.executable, *script], env={**os.environ, "RANK": str(node_rank * n + i),
+         "LOCAL_RANK": str(i), "WORLD_SIZE": str(n * len(hosts)), "MASTER_ADDR": master, "MASTER_PORT": port})
+         for i in range(n)]
+sys.exit(max(p.wait() for p in procs))
+'''
+
+
+def test_deepspeed_hostfile_comes_from_the_allocation(cli: CK, tmp_path: Path) -> None:
+    """3 nodes with node2 excluded: the hostfile must list node1, node3, node4 with slots=2."""
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "deepspeed").write_text(DEEPSPEED_STANDIN)
+    (shim / "deepspeed").chmod(0o755)
+    env = cli.env()
+    env["PATH"] = f"{shim}:{env['PATH']}"
+    run_dir = cli.runs / "ds"
+    proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "3", "--gpus-per-node", "2",
+               "--launcher", "deepspeed", "--exclude", "node2", "--out", str(run_dir), "--wait",
+               "--", "python", "examples/allreduce.py", env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (run_dir / "hostfile").read_text() == "node1 slots=2\nnode3 slots=2\nnode4 slots=2\n"
+    _check_allreduce(run_dir, 6, {"node1", "node3", "node4"})
+
+
+def test_single_node_job(cli: CK) -> None:
+    run_dir = cli.runs / "single"
+    proc = cli("submit", "--site", "testbed", "--stage", "single-node", "--gpus-per-node", "3",
+               "--out", str(run_dir), "--wait", "--", "python", "examples/allreduce.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ranks = _rank_lines(run_dir)
+    assert sorted(r[0] for r in ranks) == [0, 1, 2] and len({r[2] for r in ranks}) == 1
+    assert "allreduce OK: world_size=3 sum=6" in proc.stdout  # --wait prints the log tails
+
+
+def test_failing_job_is_failed_with_exit_code_and_log_tail(cli: CK) -> None:
+    run_dir = cli.runs / "fail"
+    proc = cli("submit", "--site", "testbed", "--stage", "single-node", "--gpus-per-node", "1",
+               "--launcher", "srun", "--out", str(run_dir), "--wait",
+               "--", "bash", "-c", "echo step one done; echo about to fail >&2; exit 3")
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # --wait returns the job's exit status
+    job = _submitted_id(proc.stdout)
+    assert f"Job {job} FAILED (exit code 3)" in proc.stdout
+    st = cli.status(job)
+    assert (st["state"], st["exit_code"]) == ("FAILED", 3)
+    tails = "\n".join(line for log in st["logs"] for line in log["tail"])
+    assert "about to fail" in tails and "step one done" in tails
+    human = cli("status", job)
+    assert human.returncode == 0
+    assert f"job {job} FAILED, exit code 3" in human.stdout and "about to fail" in human.stdout
+
+
+def test_status_logs_and_cancel_of_a_running_job(cli: CK) -> None:
+    run_dir = cli.runs / "sleeper"
+    proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
+               "--launcher", "srun", "--out", str(run_dir), "--",
+               "bash", "-c", "echo started on $(hostname); sleep 300")
+    assert proc.returncode == 0, proc.stderr
+    job = _submitted_id(proc.stdout)
+    follower = cli.popen("logs", job, "--follow")
+    st = cli.wait_for(job, lambda s: s["state"] == "RUNNING")
+    assert st["node_list"] == "node[1-2]" and st["exit_code"] is None
+    table = cli("status")
+    assert re.search(rf"^.*{job} .*RUNNING.*$", table.stdout, re.M), table.stdout
+    cli.wait_for(job, lambda s: len(list((run_dir / "logs").glob(f"{job}.rank*.out"))) == 2
+                 and all("started" in p.read_text() for p in (run_dir / "logs").glob(f"{job}.rank*.out")),
+                 what="both nodes' logs")
+    cancelled = cli("cancel", job)
+    assert cancelled.returncode == 0 and f"Cancelled job {job} (was RUNNING)" in cancelled.stdout
+    st = cli.wait_for(job, lambda s: s["state"] == "CANCELLED")
+    out, err = follower.communicate(timeout=60)  # --follow ends with the job
+    assert follower.returncode == 0, err
+    assert "started on node1" in out and "started on node2" in out
+    again = cli("cancel", job)
+    assert again.returncode == 0 and "already ended (CANCELLED)" in again.stdout
+    logs = cli("logs", job)
+    assert f"==> {run_dir}/logs/slurm-{job}.out <==" in logs.stdout
+
+
+def test_job_killed_without_result_file_does_not_hang_wait(cli: CK) -> None:
+    """SIGKILL gives the script no chance to write its result file: --wait must still end."""
+    run_dir = cli.runs / "killed"
+    waiter = cli.popen("submit", "--site", "testbed", "--stage", "single-node", "--gpus-per-node", "1",
+                       "--launcher", "srun", "--out", str(run_dir), "--wait", "--", "sleep", "300")
+    job = None
+    for _ in range(120):
+        recs = cli.records()
+        if recs:
+            job = json.loads(recs[0].read_text())["job_id"]
+            break
+        subprocess.run(["sleep", "0.25"])
+    assert job, "no record appeared"
+    cli.wait_for(job, lambda s: s["state"] == "RUNNING")
+    cli.bed.run("scancel", "--batch", "--signal=KILL", job)
+    out, err = waiter.communicate(timeout=90)
+    assert waiter.returncode != 0
+    assert not (run_dir / f"{job}.result").exists()
+    assert re.search(rf"Job {job} (CANCELLED|FAILED)", out), out + err
+
+
+def test_preempted_job_is_requeued_until_the_budget_is_spent(cli: CK) -> None:
+    """USR2 to the batch shell (what --signal=B:USR2@T does) -> requeue; testbed budget: 2 restarts."""
+    run_dir = cli.runs / "preempt"
+    proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
+               "--launcher", "srun", "--out", str(run_dir), "--",
+               "bash", "-c", 'echo "run ${SLURM_RESTART_COUNT:-0} on $(hostname)"; sleep 300')
+    assert proc.returncode == 0, proc.stderr
+    job = _submitted_id(proc.stdout)
+    log = run_dir / "logs" / f"slurm-{job}.out"
+    for restart in range(3):
+        cli.wait_for(job, lambda s: s["state"] == "RUNNING" and (s["restarts"] or 0) == restart,
+                     what=f"RUNNING after {restart} restarts")
+        cli.wait_for(job, lambda s: f"(restart {restart} of at most 2)" in log.read_text(), what="job start")
+        cli.bed.run("scancel", "--batch", "--signal=USR2", job)
+        if restart < 2:
+            cli.wait_for(job, lambda s: s["state"] == "PENDING" and s["restarts"] == restart + 1, what="requeue")
+            # Slurm holds a requeued job ~2 minutes before it is eligible again; release it now
+            cli.bed.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+    st = cli.wait_for(job, lambda s: s["state"] in ("FAILED", "COMPLETED", "CANCELLED"), what="the end")
+    assert st["state"] == "FAILED" and st["restarts"] == 2, st
+    text = log.read_text()
+    assert "requeueing (restart 1 of 2)" in text and "requeueing (restart 2 of 2)" in text
+    assert "budget of 2 restarts is spent: not requeueing" in text
+    node_logs = "".join(p.read_text() for p in (run_dir / "logs").glob(f"{job}.rank*.out"))
+    assert all(f"run {n} on node1" in node_logs for n in range(3)), node_logs
