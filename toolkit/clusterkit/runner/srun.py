@@ -1,0 +1,202 @@
+"""SrunRunner: one srun step inside a Slurm allocation, one task per node."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import threading
+import time
+from typing import Any, Sequence
+
+from .base import (DEFAULT_COMMAND_TIMEOUT_S, DEFAULT_FANOUT, ErrorKind, NodeResult, ResultCallback,
+                   RunResults, _decode, _one_line, _unique)
+
+class SrunRunner:
+    """Runs the script inside a Slurm allocation: one ``srun`` step, one task per node.
+
+    For sites that block SSH to compute nodes, and for the rendered job script's own first
+    step.  ``srun --nodes=N --ntasks=N --ntasks-per-node=1 --nodelist=HOSTS --label`` runs a
+    small bash wrapper on each node that prints a marker with the Slurm node name, runs the
+    script under ``timeout`` and prints a marker with its exit status; ``--label`` tags each
+    output line with the task, so the outputs are told apart without a shared filesystem.
+    Outside an allocation srun asks Slurm for one, as srun does.  ``fanout`` is ignored
+    (Slurm launches all tasks at once).  Output is line based: a missing final newline
+    is kept, but stdout and stderr lose their relative order.
+    """
+
+    name = "srun"
+
+    def __init__(self, *, command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S,
+                 launch_timeout_s: float = 60.0, srun: str = "srun",
+                 extra_args: Sequence[str] = (), env: dict[str, str] | None = None,
+                 fanout: int = DEFAULT_FANOUT):
+        self.command_timeout_s = command_timeout_s
+        self.launch_timeout_s = launch_timeout_s
+        self.srun = srun
+        self.extra_args = tuple(extra_args)
+        self.env = env
+        self.fanout = fanout
+
+    def argv(self, hosts: Sequence[str], script: str, timeout: float, marker: str) -> list[str]:
+        """The srun command line for ``hosts`` (exposed for ``--dry-run`` style displays)."""
+        from clusterkit.nodes import fold
+
+        n = str(len(hosts))
+        # $1 script, $2 timeout, $3 marker.  `timeout -k 2` so a script ignoring TERM dies too.
+        # The exit marker goes to both streams: srun keeps each stream's order per task but not
+        # the order between them, so a node is complete once both markers have arrived.
+        wrapper = ('printf "%s node %s\\n" "$3" "${SLURMD_NODENAME:-$(hostname -s)}"; '
+                   'timeout -k 2 "$2" bash -c "$1"; rc=$?; printf "%s exit %s\\n" "$3" "$rc"; '
+                   'printf "%s exit %s\\n" "$3" "$rc" >&2')
+        return [self.srun, "--nodes", n, "--ntasks", n, "--ntasks-per-node", "1",
+                "--nodelist", fold(hosts), "--label", "--kill-on-bad-exit=0", "--overlap",
+                "--job-name", "clusterkit-preflight", *self.extra_args,
+                "bash", "-c", wrapper, "clusterkit-preflight", script, f"{timeout:g}", marker]
+
+    def run_many(self, hosts: Sequence[str], script: str, *, timeout_s: float | None = None,
+                 fanout: int | None = None,
+                 on_result: ResultCallback | None = None) -> RunResults:
+        """Run ``script`` once on every host with one srun step; see the module docstring."""
+        import secrets
+
+        hosts = _unique(hosts)
+        timeout = self.command_timeout_s if timeout_s is None else timeout_s
+        marker = f"@@clusterkit-{secrets.token_hex(6)}"
+        step = _SrunStep(hosts, marker, on_result)
+        t0 = time.monotonic()
+        interrupted = False
+        try:
+            step.start(self.argv(hosts, script, timeout, marker), self.env)
+            step.wait(self.launch_timeout_s + timeout + 5)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            step.stop()
+        return RunResults(((h, step.result(h, timeout, interrupted)) for h in hosts),
+                          interrupted=interrupted, wall_s=time.monotonic() - t0)
+
+
+class _SrunStep:
+    """One running srun and what its labelled output said so far."""
+
+    def __init__(self, hosts: list[str], marker: str, on_result: ResultCallback | None):
+        self.hosts = hosts
+        self.marker = marker
+        self.on_result = on_result
+        self.task_host: dict[str, str] = {}           # task label -> node name
+        self.out: dict[str, list[str]] = {}           # task label -> stdout lines
+        self.err: dict[str, list[str]] = {}           # task label -> stderr lines
+        self.status: dict[str, int] = {}              # task label -> exit status
+        self.ends: dict[str, set[bool]] = {}          # task label -> streams that ended
+        self.srun_err: list[str] = []                 # srun's own messages
+        self.t0 = time.monotonic()
+        self.done: dict[str, NodeResult] = {}
+        self.events: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.launch_error = ""
+        self.timed_out = False
+
+    def start(self, argv: list[str], env: dict[str, str] | None) -> None:
+        try:
+            # Own session: the terminal's Ctrl-C reaches us, and we end the step ourselves.
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, env=env, start_new_session=True)
+        except OSError as exc:
+            self.launch_error = f"cannot run {argv[0]}: {exc.strerror or exc}"
+            return
+        threading.Thread(target=self._read, args=(self.proc.stdout, True), daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc.stderr, False), daemon=True).start()
+
+    def _read(self, stream: Any, is_stdout: bool) -> None:
+        for raw in stream:
+            self.events.put(("o" if is_stdout else "e") + _decode(raw).rstrip("\n"))
+        self.events.put("x")
+
+    def wait(self, limit_s: float) -> None:
+        """Consume output until srun's streams close or ``limit_s`` passes."""
+        if self.proc is None:
+            return
+        closed = 0
+        deadline = time.monotonic() + limit_s
+        while closed < 2:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.timed_out = True
+                return
+            try:
+                ev = self.events.get(timeout=min(left, 0.5))
+            except queue.Empty:
+                continue
+            if ev == "x":
+                closed += 1
+            else:
+                self._line(ev[0] == "o", ev[1:])
+
+    def _line(self, is_stdout: bool, line: str) -> None:
+        label, sep, text = line.partition(": ")
+        label = label.strip()
+        if not sep or not label.isdigit():
+            if line.strip():
+                self.srun_err.append(line)  # srun's own messages are not labelled
+            return
+        mark = text.find(self.marker + " ")
+        if mark < 0:
+            (self.out if is_stdout else self.err).setdefault(label, []).append(text + "\n")
+            return
+        before, _, rest = text[:mark], None, text[mark + len(self.marker) + 1:]
+        word, _, value = rest.partition(" ")
+        if before:  # the script's last line had no newline
+            (self.out if is_stdout else self.err).setdefault(label, []).append(before)
+        if word == "node":
+            self.task_host[label] = value.strip()
+        elif word == "exit":
+            ends = self.ends.setdefault(label, set())
+            ends.add(is_stdout)
+            self.status[label] = int(value) if value.strip().lstrip("-").isdigit() else -1
+            if len(ends) == 2 and label in self.task_host:
+                self._finish(self.task_host[label], label)
+
+    def _finish(self, host: str, label: str) -> None:
+        rc = self.status[label]
+        out, err = "".join(self.out.get(label, [])), "".join(self.err.get(label, []))
+        dt = time.monotonic() - self.t0
+        if rc == 124:  # coreutils timeout's "timed out" status
+            res = NodeResult(host, None, out, err, ErrorKind.COMMAND_TIMEOUT,
+                             "command still running at its timeout; killed on the node", dt)
+        else:
+            res = NodeResult(host, rc, out, err, duration_s=dt)
+        self.done[host] = res
+        if self.on_result is not None:
+            self.on_result(res)
+
+    def stop(self) -> None:
+        """End srun if it still runs (TERM ends the step; KILL if it lingers)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def result(self, host: str, timeout: float, interrupted: bool) -> NodeResult:
+        """The node's result, or why it has none."""
+        label = next((t for t, h in self.task_host.items() if h == host), None)
+        if host not in self.done and label in self.status and not interrupted:
+            self._finish(host, label)  # srun ended after one stream's marker: good enough
+        if host in self.done:
+            return self.done[host]
+        dt = time.monotonic() - self.t0
+        out = "".join(self.out.get(label, [])) if label else ""
+        err = "".join(self.err.get(label, [])) if label else ""
+        if interrupted:
+            return NodeResult(host, None, out, err, ErrorKind.INTERRUPTED,
+                              "interrupted before this node finished", dt)
+        if self.timed_out and label is not None:
+            return NodeResult(host, None, out, err, ErrorKind.COMMAND_TIMEOUT,
+                              f"no exit status within {timeout:g} s; srun stopped", dt)
+        why = self.launch_error or _one_line(" | ".join(self.srun_err[-3:])) or "no output from srun"
+        if self.timed_out:
+            why = f"srun did not start a task here in time ({why})"
+        return NodeResult(host, None, out, err, ErrorKind.LAUNCH, why, dt)
