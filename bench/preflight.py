@@ -18,7 +18,8 @@ scenario replaces 5% of the nodes with dead addresses (connection refused) and o
 tarpit (accepts TCP, never sends the SSH banner): every tool then waits its connect timeout
 once, and nothing should wait longer.
 
-Needs root, sshd, clush, pdsh (see tests/sshlab).  ``--sizes 16,64`` for a quick run.
+Needs root, sshd, clush, pdsh (see tests/sshlab).  ``--sizes 16,64`` for a quick run,
+``--scenarios clean`` to skip the fault runs, ``--repeat 3`` to keep the best of three.
 """
 
 from __future__ import annotations
@@ -267,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", default="16,64,256", help="comma-separated node counts")
     ap.add_argument("--tools", default=",".join(TOOLS), help=f"subset of {','.join(TOOLS)}")
-    ap.add_argument("--no-faults", action="store_true", help="skip the dead-node/tarpit runs")
+    ap.add_argument("--scenarios", default="clean,faults",
+                    help="clean (every node healthy), faults (5%% dead + one tarpit), or both")
     ap.add_argument("--repeat", type=int, default=1, help="runs per tool (best wall kept)")
     ap.add_argument("--json", action="store_true", help="print rows as JSON too")
     ap.add_argument("--no-warmup", action="store_true",
@@ -286,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     if not args.no_warmup:  # the first python/ssh start after a while pays for cold caches
         run_scenario(16, False, tools, 1, quiet=True)
-    for faults in (False,) if args.no_faults else (False, True):
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    if not scenarios or set(scenarios) - {"clean", "faults"}:
+        ap.error("--scenarios takes clean, faults or clean,faults")
+    for faults in [s == "faults" for s in scenarios]:
         for size in (int(s) for s in args.sizes.split(",")):
             rows += run_scenario(size, faults, tools, args.repeat)
     print_table(rows)

@@ -60,6 +60,8 @@ class SrunRunner:
         import secrets
 
         hosts = _unique(hosts)
+        if not hosts:
+            return RunResults()
         timeout = self.command_timeout_s if timeout_s is None else timeout_s
         marker = f"@@clusterkit-{secrets.token_hex(6)}"
         step = _SrunStep(hosts, marker, on_result)
