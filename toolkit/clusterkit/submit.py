@@ -38,9 +38,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +163,26 @@ class ScriptLocalExecutor(LocalExecutor):
     @property
     def _submitit_command_str(self) -> str:
         return shlex.join(["bash", str(self._script)])
+
+
+    def _submit_command(self, command: str) -> ScriptLocalJob:
+        # submitit's start_controller lets the controller inherit our stdin/stdout/stderr: a
+        # `clusterkit submit ... | cat` would then wait for the job's end.  Same environment
+        # contract as submitit.local.local.start_controller, with the streams in a file and
+        # the controller in its own session (a Ctrl-C meant for clusterkit spares the job).
+        env = dict(os.environ)
+        env.update(
+            SUBMITIT_LOCAL_NTASKS="1", SUBMITIT_LOCAL_COMMAND=command,
+            SUBMITIT_LOCAL_TIMEOUT_S=str(int(60 * self.parameters.get("timeout_min", 30))),
+            SUBMITIT_LOCAL_SIGNAL_DELAY_S=str(int(self.parameters.get("signal_delay_s", 30))),
+            SUBMITIT_LOCAL_NODEID="0", SUBMITIT_LOCAL_JOB_NUM_NODES="1", SUBMITIT_STDERR_TO_STDOUT="",
+            SUBMITIT_EXECUTOR="local", SUBMITIT_LOCAL_WITH_SHELL="",
+        )
+        with open(self.folder / "local-controller.log", "ab") as log:
+            process = subprocess.Popen([sys.executable, "-m", "submitit.local._local", str(self.folder)],
+                                       env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                       start_new_session=True)
+        return ScriptLocalJob(folder=self.folder, job_id=str(process.pid), process=process, tasks=[0])
 
 
 def submit_local(run_dir: Path, script: Path, timeout_min: float) -> str:

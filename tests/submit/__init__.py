@@ -1,0 +1,1 @@
+"""Job records, status parsers and the local site (no Slurm needed)."""
