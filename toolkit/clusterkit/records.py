@@ -382,7 +382,8 @@ class SlurmQuery:
             return {}
         joined = ",".join(ids)
         sq = self._call(["squeue", "-h", "--states=all", "-j", joined, "-o", SQUEUE_FORMAT])
-        if sq.returncode != 0 and _UNREACHABLE.search(sq.stderr):
+        if sq.returncode == 124 or (sq.returncode != 0 and _UNREACHABLE.search(sq.stderr)):
+            # 124: no answer at all (a missing slurm.conf alone makes clients retry for 60 s)
             raise SubmitError(f"cannot reach Slurm controller: {_first_line(sq.stderr)}")
         live = parse_squeue(sq.stdout) if sq.returncode == 0 else {}
         acct = self._call(["sacct", "-X", "-P", "-n", "-j", joined, "-o", SACCT_FIELDS])
