@@ -30,7 +30,7 @@ def _job_id(out: str) -> str:
 
 def test_dry_run_prints_exactly_job_sbatch_and_submits_nothing(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    proc = _ck(tmp_path, "submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "3", "--dry-run",
+    proc = _ck(tmp_path, "submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "3", "--dry-run", "--skip-preflight",
                "--out", str(out), "--", "python", "train.py", "--tag", "a'; echo x")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == (out / "job.sbatch").read_text()

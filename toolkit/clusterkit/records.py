@@ -384,7 +384,7 @@ class SlurmQuery:
         sq = self._call(["squeue", "-h", "--states=all", "-j", joined, "-o", SQUEUE_FORMAT])
         if sq.returncode == 124 or (sq.returncode != 0 and _UNREACHABLE.search(sq.stderr)):
             # 124: no answer at all (a missing slurm.conf alone makes clients retry for 60 s)
-            raise SubmitError(f"cannot reach Slurm controller: {_first_line(sq.stderr)}")
+            raise SubmitError(f"cannot reach Slurm controller: {_last_line(sq.stderr)}")
         live = parse_squeue(sq.stdout) if sq.returncode == 0 else {}
         acct = self._call(["sacct", "-X", "-P", "-n", "-j", joined, "-o", SACCT_FIELDS])
         if acct.returncode == 0:
@@ -404,7 +404,7 @@ class SlurmQuery:
         return out
 
 
-def _first_line(text: str) -> str:
+def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1] if lines else "(no message)"
 

@@ -62,7 +62,7 @@ def _outcome(code: int) -> tuple[str, Any]:
     return ("success", code) if code == 0 else ("error", f"job script exited with status {code}")
 
 
-class ScriptSlurmJob(SlurmJob):  # type: ignore[type-arg]
+class ScriptSlurmJob(SlurmJob):  # type: ignore[type-arg,unused-ignore]
     """A Slurm job whose result is its script's exit status (see the module docstring)."""
 
     def done(self, force_check: bool = False) -> bool:
@@ -140,7 +140,7 @@ def _drop_temp_files(run_dir: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-class ScriptLocalJob(LocalJob):  # type: ignore[type-arg]
+class ScriptLocalJob(LocalJob):  # type: ignore[type-arg,unused-ignore]
     """A local job whose result is its script's exit status."""
 
     def _get_outcome_and_result(self) -> tuple[str, Any]:
