@@ -63,3 +63,40 @@ def test_result_json_shape() -> None:
                            "exit_status": 0, "error": None, "reason": "",
                            "duration_s": round(r.duration_s, 3), "truncated": False,
                            "stdout": "hi\n", "stderr": ""}
+
+
+def test_results_are_delivered_on_the_calling_thread() -> None:
+    import threading
+
+    threads = set()
+    LocalRunner(fanout=4).run_many([f"h{i}" for i in range(8)], "true",
+                                   on_result=lambda r: threads.add(threading.current_thread()))
+    assert threads == {threading.current_thread()}
+
+
+def test_the_engine_abandons_a_worker_stuck_past_its_budget_and_raises_bugs() -> None:
+    import threading
+
+    import pytest
+
+    from clusterkit.runner import fan_out
+
+    release = threading.Event()
+
+    def work(host: str, _watchdog: object) -> NodeResult:
+        if host == "stuck":  # a library call that ignores every timeout
+            release.wait(30)
+        return NodeResult(host, 0)
+
+    try:
+        res = fan_out(["stuck", "fine"], work, fanout=2, budget_s=0.5)
+    finally:
+        release.set()
+    assert res["fine"].ok
+    assert res["stuck"].error is ErrorKind.TIMEOUT and "abandoned" in res["stuck"].reason
+
+    def buggy(host: str, _watchdog: object) -> NodeResult:
+        raise ZeroDivisionError("a bug")
+
+    with pytest.raises(ZeroDivisionError):  # bugs are not dressed up as node failures
+        fan_out(["x"], buggy, fanout=1, budget_s=5)
