@@ -190,6 +190,7 @@ class SSHLab:
                 proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 pass
+        _kill_sessions(self.workdir)
         if self.netns:
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
         _RUNNING.discard(self)  # type: ignore[arg-type]
@@ -235,6 +236,21 @@ def _signal_if_ours(pid: int, sig: int, workdir: Path) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
+
+
+def _kill_sessions(workdir: Path) -> None:
+    """Kill what remote commands left running (a hung check's ``sleep``): sshd does not end
+    a session's processes when the client goes away.  They are ours if their environment
+    carries a sysroot under our workdir (the node wrapper exports it)."""
+    marker = f"CLUSTERKIT_SYSROOT={workdir}/".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker in (entry / "environ").read_bytes():
+                os.kill(int(entry.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
 
 
 def _make_netns() -> str | None:

@@ -244,9 +244,9 @@ def test_a_hung_command_times_out_alone_and_keeps_its_partial_output(runner_lab:
 def test_fanout_bounds_how_many_nodes_run_at_once(runner_lab: SSHLab) -> None:
     # Each node reports when its command started and ended (server clock); at most `fanout`
     # of those intervals may overlap at any instant, and with fanout 2 some do overlap.
-    script = 'date +%s.%N; sleep 0.4; date +%s.%N'
+    script = 'date +%s.%N; sleep 0.8; date +%s.%N'  # long enough to overlap on a busy box
     for fanout in (1, 2):
-        out = drive(runner_lab, NODES[:6], script, fanout=fanout)
+        out = drive(runner_lab, NODES[:4], script, fanout=fanout)
         spans = [tuple(map(float, r["stdout"].split())) for r in out["results"].values()]
         events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
         live = peak = 0
@@ -279,3 +279,34 @@ def test_importing_the_runner_module_does_not_import_paramiko() -> None:
     code = "import sys, clusterkit.runner; print('paramiko' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_lab_stops_everything_it_started(sshlab_factory: Any, tmp_path: Path) -> None:
+    from .lab import _alive, start_lab
+
+    lab = start_lab({"s1": "_runner_echo", "s2": "_runner_echo", "tp": TARPIT}, tmp_path / "lab")
+    try:
+        out = drive(lab, ["s1", "s2"], "sleep 60", timeout_s=1)  # leaves sleeps behind
+        assert {r["error"] for r in out["results"].values()} == {"command-timeout"}
+        marker = f"CLUSTERKIT_SYSROOT={lab.workdir}/".encode()
+        assert _lab_processes(marker)  # the abandoned remote commands still run...
+    finally:
+        lab.stop()
+    assert not _lab_processes(marker)  # ...until the lab stops
+    assert not any(_alive(pid) for pid in lab.pids)  # (zombies wait for init to reap them)
+    if lab.netns:
+        names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert lab.netns not in names
+
+
+def _lab_processes(marker: bytes) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes():
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
