@@ -99,3 +99,16 @@ def test_site_defaults_do_not_hide_the_config_but_explicit_values_win(config: st
     assert (t.port, t.known_hosts, t.user) == (22, "/site/known", "ops")
     assert (explicit.connect_timeout_s, explicit.command_timeout_s, explicit.fanout) == (3, 7, 9)
     assert explicit.accept_new_host_keys is True
+
+
+def test_a_named_config_that_does_not_exist_is_a_config_error(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    missing = tmp_path / "nope"
+    monkeypatch.setenv("CLUSTERKIT_SSH_CONFIG", str(missing))
+    res = SSHRunner().run_many(["gpu001", "gpu002"], "true")
+    for r in res.values():
+        assert r.error is ErrorKind.CONFIG and r.reason == f"ssh config {missing}: no such file"
+    # while a missing default ~/.ssh/config just means "no config"
+    monkeypatch.delenv("CLUSTERKIT_SSH_CONFIG")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert SSHRunner().resolve("gpu001").hostname == "gpu001"

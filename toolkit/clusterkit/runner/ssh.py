@@ -86,6 +86,8 @@ class SSHRunner:
         self.jump_host = jump_host
         self.known_hosts = known_hosts
         self.ssh_config_path = ssh_config if ssh_config is not None else _default_ssh_config()
+        # Only the default ~/.ssh/config may be missing; a named one must exist (like ssh -F).
+        self._config_named = ssh_config is not None or bool(os.environ.get(SSH_CONFIG_ENV))
         self.accept_new_host_keys = accept_new_host_keys
         self.connect_timeout_s = connect_timeout_s
         self.command_timeout_s = command_timeout_s
@@ -163,6 +165,8 @@ class SSHRunner:
 
                 _speed_up_config_matching()
                 path = Path(os.path.expanduser(self.ssh_config_path))
+                if self._config_named and not path.is_file():
+                    raise FileNotFoundError("no such file")
                 # A missing ~/.ssh/config is normal; a config we cannot read is a node-level
                 # CONFIG failure reported by _resolve, not a crash.
                 self._config = (paramiko.SSHConfig.from_path(str(path)) if path.is_file()
