@@ -33,6 +33,13 @@ def rank_and_world() -> tuple[int, int, int]:
     return 0, 0, 1
 
 
+def say(line: str) -> None:
+    """One write per line: torchrun runs workers with ``python -u``, where print() writes the
+    text and the newline separately, and ranks sharing a log file would interleave them."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main() -> int:
     import torch
     import torch.distributed as dist
@@ -53,16 +60,16 @@ def main() -> int:
         expected = world * (world + 1) // 2
         got = int(value.item())
         ok = got == expected
-        print(f"allreduce rank {rank}/{world} on {socket.gethostname()}: sum={got} expected={expected} "
-              f"{'ok' if ok else 'WRONG'}", flush=True)
+        say(f"allreduce rank {rank}/{world} on {socket.gethostname()}: sum={got} expected={expected} "
+            f"{'ok' if ok else 'WRONG'}")
         # gather every rank's verdict so rank 0's summary covers them all
         flags = torch.tensor([1.0 if ok else 0.0])
         dist.all_reduce(flags, op=dist.ReduceOp.SUM)
         all_ok = int(flags.item()) == world
         if rank == 0:
             verdict = "OK" if all_ok else "FAILED"
-            print(f"allreduce {verdict}: world_size={world} sum={got} expected={expected} "
-                  f"ranks_ok={int(flags.item())}/{world}", flush=True)
+            say(f"allreduce {verdict}: world_size={world} sum={got} expected={expected} "
+                f"ranks_ok={int(flags.item())}/{world}")
         return 0 if all_ok else 1
     finally:
         dist.destroy_process_group()

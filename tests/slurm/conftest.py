@@ -112,6 +112,17 @@ class Testbed:
             time.sleep(0.3)
         raise RuntimeError(f"testbed nodes did not come back after restarting slurmctld: {states}")
 
+    def wait_idle(self, timeout: float = 60) -> None:
+        """Wait until no job is left and every node is idle (earlier tests' jobs may linger)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            jobs = self.run("squeue", "-h", "-o", "%i %T", check=False).stdout.split("\n")
+            states = self.run("sinfo", "-h", "-N", "-o", "%T", check=False).stdout.split()
+            if not any(j.strip() for j in jobs) and states == ["idle"] * NODES:
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"testbed not idle after {timeout}s: jobs {jobs}, node states {states}")
+
     def run(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client command (scontrol, squeue, ...) against the testbed."""
         return subprocess.run(list(argv), env=self.env(), capture_output=True, text=True,

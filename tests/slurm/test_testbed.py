@@ -18,12 +18,15 @@ def _wait_done(bed: Testbed, job_id: str, timeout: float = 30) -> str:
 
 
 def test_four_idle_nodes_with_eight_fake_gpus(testbed: Testbed) -> None:
+    testbed.wait_idle()
     out = testbed.run("sinfo", "-h", "-N", "-o", "%N %T %G").stdout.split("\n")
     rows = sorted(line.split() for line in out if line.strip())
     assert rows == [[f"node{i}", "idle", "gpu:8"] for i in range(1, 5)]
 
 
 def test_job_sees_distinct_hostnames_and_its_gpus(testbed: Testbed, tmp_path) -> None:
+    testbed.wait_idle()
+    tmp_path.chmod(0o755)
     script = tmp_path / "probe.sh"
     script.write_text("#!/bin/bash\nsrun bash -c 'echo $(hostname) $CUDA_VISIBLE_DEVICES'\n")
     job = testbed.run(
