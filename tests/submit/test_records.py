@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -187,3 +188,38 @@ def test_log_files_batch_log_first_then_nodes(tmp_path: Path) -> None:
         (logs / name).write_text("x\n")
     assert [p.name for p in log_files(rec)] == ["slurm-12.out", "12.node1.out", "12.node2.out", "12.node10.out"]
     assert json.loads(rec.model_dump_json())["version"] == RECORD_VERSION
+
+
+def _local_done_record(tmp_path: Path, store: RecordStore, job_id: str, code: int) -> JobRecord:
+    rec = _record(tmp_path, job_id, scheduler="local", site="local", run_dir=str(tmp_path / f"run{job_id}"))
+    Path(rec.run_dir).mkdir()
+    (Path(rec.run_dir) / f"{job_id}.result").write_text(f"{code}\n")
+    (Path(rec.run_dir) / f"{job_id}_0_log.out").write_text("hello from the job\n")
+    store.save(rec)
+    return rec
+
+
+def test_status_cli_lists_jobs_and_warns_about_bad_records(ck, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLUSTERKIT_STATE_DIR", str(tmp_path / "state"))
+    empty = ck("status")
+    assert empty.code == 0 and "No jobs recorded in" in empty.out
+    store = RecordStore()
+    _local_done_record(tmp_path, store, "1001", 0)
+    _local_done_record(tmp_path, store, "1002", 7)
+    (store.root / "20990101T000000000000-local-1003.json").write_text('{"version": 9, "job_id": "1003"}')
+    res = ck("status")
+    assert res.code == 0
+    assert re.search(r"1002 .*FAILED.* 7 ", res.out) and re.search(r"1001 .*COMPLETED.* 0 ", res.out), res.out
+    assert "skipping unreadable record" in res.err and "written by a newer clusterkit" in res.err
+    one = ck("status", "1003")
+    assert one.code == 1 and one.lines == [
+        f"clusterkit: error: {store.root}/20990101T000000000000-local-1003.json: job record version 9 was "
+        f"written by a newer clusterkit (this one reads up to {RECORD_VERSION}); upgrade clusterkit to read it"]
+    failed = ck("status", "1002")
+    assert "job 1002 FAILED, exit code 7" in failed.out and "hello from the job" in failed.out
+    logs = json.loads(ck("logs", "1001", "--json").out)
+    assert logs["files"][0]["lines"] == ["hello from the job"]
+    both = ck("logs", "1001", "--follow", "--json")
+    assert both.code == 2 and both.lines == ["clusterkit: error: --follow and --json cannot be combined"]
+    missing = ck("cancel", "4242")
+    assert missing.code == 1 and "no job record for '4242'" in missing.err
