@@ -11,7 +11,6 @@ from typing import Any
 
 import click
 
-JOB_HELP = "JOB is a job id as `submit` printed it, or SITE:JOB_ID."
 TAIL_LINES = 20
 
 
@@ -80,6 +79,8 @@ def follow_to_end(store: Any, rec: Any, as_json: bool) -> int:
 def status(job: str | None, limit: int, as_json: bool) -> int:
     """Show the state of recent jobs, or of one job (with the tail of its log once it ended).
 
+    JOB is a job id as `submit` printed it, or SITE:JOB_ID.
+
     All jobs are refreshed with one squeue and one sacct call (scontrol when sacct is
     unavailable), not one call per job.
     """
@@ -128,7 +129,10 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
               help="Only the last N lines of each file (0: everything).")
 @click.option("--json", "as_json", is_flag=True, help="Print the logs as JSON (not with --follow).")
 def logs(job: str, follow: bool, lines: int, as_json: bool) -> int:
-    """Show a job's logs: the batch log, then one file per node or rank."""
+    """Show a job's logs: the batch log, then one file per node or rank.
+
+    JOB is a job id as `submit` printed it, or SITE:JOB_ID.
+    """
     from clusterkit import output, records
     from clusterkit.errors import UsageError
 
@@ -183,7 +187,10 @@ def _follow(rec: Any) -> int:
 @click.argument("job")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def cancel(job: str, as_json: bool) -> int:
-    """Cancel a job (running or pending); a job that already ended is left alone."""
+    """Cancel a job (running or pending); a job that already ended is left alone.
+
+    JOB is a job id as `submit` printed it, or SITE:JOB_ID.
+    """
     from clusterkit import output, records
     from clusterkit import submit as submit_mod
 
