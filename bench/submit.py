@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import socket
 import statistics
 import subprocess
@@ -172,8 +173,9 @@ def main() -> None:
         bench_many(work, args.jobs)
     finally:
         if lab is not None:
-            subprocess.run(["bash", str(REPO / "tests/slurm/testbed.sh"), "--stop", "--purge"], env=tb_env,
-                           capture_output=True)
+            subprocess.run(["bash", str(REPO / "tests/slurm/testbed.sh"), "--stop"], env=tb_env, capture_output=True)
+            shutil.rmtree(lab, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
