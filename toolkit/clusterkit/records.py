@@ -28,6 +28,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -414,6 +415,8 @@ def local_status(rec: JobRecord) -> JobStatus:
     code = read_result_file(rec.result_file)
     if code is not None:
         return _from_result(code, rec)
+    if rec.host != socket.gethostname():  # its pid means nothing here
+        return JobStatus(state="UNKNOWN", reason=f"local job of host {rec.host}; ask there", source="none")
     if _local_alive(rec.job_id):
         return JobStatus(state="RUNNING", source="process")
     if rec.cancel_requested:
