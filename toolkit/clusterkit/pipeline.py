@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, Callable
 
 from clusterkit import render as render_mod
 from clusterkit import workspace
+from clusterkit.errors import ExitCode, PreflightError
 from clusterkit.plan import JobRequest, Plan, make_plan
 from clusterkit.site import Site, load_site
 
@@ -40,3 +42,56 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None) ->
     artifacts = render_mod.render(site_obj, plan)
     workspace.write_run_dir(run_dir, artifacts)
     return RenderedRun(site_obj, plan, artifacts, run_dir)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What preflight decided before a submission (or why it did not run)."""
+
+    request: JobRequest            # the request to submit: bad nodes added to its exclude list
+    report: Any = None             # preflight Report, when it ran
+    decision: Any = None           # PolicyDecision, when it ran
+    skipped: str | None = None     # why preflight did not run
+
+    @property
+    def excluded(self) -> list[str]:
+        return list(self.decision.exclude) if self.decision is not None else []
+
+
+def preflight_gate(site: Site, request: JobRequest, *, skip: bool = False, accept_new_host_keys: bool = False,
+                   on_result: Callable[[Any], None] | None = None) -> Gate:
+    """Check the site's candidate nodes before a submission; apply the site's policy.
+
+    Candidates are the site's nodes minus those already excluded.  Under policy ``exclude``
+    the failed and unreachable nodes join the request's exclude list (so ``#SBATCH --exclude``
+    and plan.json show them); under ``refuse``, or when too few good nodes remain, the gate
+    raises :class:`~clusterkit.errors.PreflightError` carrying the report.
+    """
+    if skip:
+        return Gate(request, skipped="--skip-preflight")
+    if site.scheduler.kind == "local":
+        return Gate(request, skipped="local site: nothing remote to check (clusterkit preflight --transport local checks this machine)")
+    if not site.preflight.before_submit:
+        return Gate(request, skipped=f"site {site.name} sets preflight.before_submit: false")
+    from clusterkit import nodes as nodelib
+    from clusterkit.preflight.core import decide_for_site, run_preflight
+
+    draft = make_plan(site, request)
+    candidates = [h for h in site.nodes.hosts if h not in set(request.exclude)]
+    report = run_preflight(site, stage=draft.stage, nodes=nodelib.fold(candidates), transport=site.preflight.transport,
+                           accept_new_host_keys=accept_new_host_keys, on_result=on_result)
+    decision = decide_for_site(report, site, nodes_needed=draft.nnodes)
+    if decision.refuse:
+        raise PreflightRefused(decision.reason, report)
+    exclude = tuple(sorted(set(request.exclude) | set(decision.exclude)))
+    return Gate(replace(request, exclude=exclude), report, decision)
+
+
+class PreflightRefused(PreflightError):
+    """Preflight's verdict under the site policy: do not submit.  Carries the report to show."""
+
+    def __init__(self, reason: str, report: Any):
+        super().__init__(f"preflight: not submitting: {reason}")
+        self.report = report
+        if report.unreachable_nodes():
+            self.exit_code = ExitCode.UNREACHABLE

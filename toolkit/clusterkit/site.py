@@ -199,9 +199,13 @@ class StageOverride(_Model):
 
 
 class Preflight(_Model):
+    """What ``clusterkit submit`` checks before it queues a job, and what it does with bad nodes."""
+
     policy: Literal["exclude", "refuse"] = "exclude"
     in_job: bool = False
     max_excluded_fraction: float = Field(0.1, ge=0, le=1)
+    before_submit: bool = True
+    transport: Literal["ssh", "srun"] = "ssh"
 
 
 class Cost(_Model):
