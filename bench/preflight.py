@@ -52,7 +52,10 @@ def inner_clusterkit(spec: dict[str, Any]) -> dict[str, Any]:
     runner = SSHRunner(known_hosts=spec["known_hosts"], ssh_config=spec["ssh_config"],
                        connect_timeout_s=TIMEOUT_S, command_timeout_s=30, fanout=FANOUT)
     res = runner.run_many(spec["hosts"], SCRIPT)
-    return _summary({h: (r.ok and "node=" in r.stdout, r.reason) for h, r in res.items()})
+    out = _summary({h: (r.ok and "node=" in r.stdout, r.reason) for h, r in res.items()})
+    slow = sorted(res.values(), key=lambda r: -r.duration_s)[:3]
+    out["slowest"] = [f"{r.host} {r.duration_s:.1f}s {r.error.value if r.error else 'ok'}" for r in slow]
+    return out
 
 
 def inner_paramiko(spec: dict[str, Any]) -> dict[str, Any]:
@@ -160,13 +163,15 @@ def run_tool(lab: Any, tool: str, spec_path: Path, spec: dict[str, Any]) -> dict
         wall = time.monotonic() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     out, err = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
+    slowest: list[str] = []
     if tool in INNER:
-        ok = json.loads(out)["ok"] if proc.returncode == 0 else 0
+        summary = json.loads(out) if proc.returncode == 0 else {"ok": 0}
+        ok, slowest = summary["ok"], summary.get("slowest", [])
     else:  # "host: node=host" lines (clush, pdsh prefix each line with the host)
         ok = len({line.split(":", 1)[0] for line in out.splitlines() if ": node=" in line})
     return {"tool": tool, "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
             "server_cpu_s": sshd_cpu(lab) - server0, "ok": ok, "rc": proc.returncode,
-            "stderr_tail": err[-300:]}
+            "stderr_tail": err[-300:], "slowest": slowest}
 
 
 def sshd_cpu(lab: Any) -> float:
@@ -221,7 +226,8 @@ def run_scenario(size: int, faults: bool, tools: list[str], repeat: int,
             if not quiet:
                     print(f"  {'faults' if faults else 'clean':6} {size:4} {tool:10} "
                       f"{best['wall_s']:7.2f} s  cpu {best['cpu_s']:6.2f} s  "
-                      f"ok {best['ok']}/{len(lab.nodes)}", file=sys.stderr, flush=True)
+                      f"ok {best['ok']}/{len(lab.nodes)}  {' '.join(best['slowest'])}",
+                      file=sys.stderr, flush=True)
     finally:
         lab.stop()
     return rows

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 
 from clusterkit.runner import LocalRunner, NodeResult, SSHRunner, SrunRunner
 
@@ -28,7 +30,15 @@ def main() -> int:
 
     results = runner.run_many(req["hosts"], req["script"], timeout_s=req.get("timeout_s"),
                               fanout=req.get("fanout"), on_result=announce)
+    # Threads still alive 3 s after the run: a paramiko transport left open (waiting for
+    # the server's LoginGraceTime) would show up here; closed ones end within milliseconds.
+    deadline = time.monotonic() + 3
+    for t in threading.enumerate():
+        if t is not threading.main_thread():
+            t.join(max(0.0, deadline - time.monotonic()))
+    lingering = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     print(json.dumps({"interrupted": results.interrupted, "wall_s": results.wall_s,
+                      "lingering_threads": lingering,
                       "order": list(results),
                       "results": {h: r.to_json() for h, r in results.items()}}))
     return 0

@@ -67,6 +67,7 @@ def test_each_node_runs_the_script_once_with_its_own_data(runner_lab: SSHLab) ->
         addr = runner_lab.addresses[host]
         assert len(re.findall(rf"Connection from \S+ port \d+ on {re.escape(addr)} port", new)) == 1
     assert new.count("Starting session: forced-command") == len(NODES)
+    assert out["lingering_threads"] == []
 
 
 def test_exit_status_output_and_quoting_survive(runner_lab: SSHLab) -> None:
@@ -110,6 +111,9 @@ def test_unknown_host_key_is_refused_and_not_stored(runner_lab: SSHLab, tmp_path
     assert f"[{runner_lab.addresses['n01']}]:{runner_lab.port}" in r["reason"]
     assert "SHA256:" in r["reason"] and "--accept-new-host-keys" in r["reason"]
     assert r["stdout"] == "" and known.read_text() == ""
+    out = drive(runner_lab, NODES, "true", known_hosts=str(known))
+    assert {r["error"] for r in out["results"].values()} == {"hostkey-unknown"}
+    assert out["lingering_threads"] == []  # refused connections are closed, not left to time out
 
 
 def test_accept_new_stores_unknown_keys_openssh_style(runner_lab: SSHLab, tmp_path: Path) -> None:

@@ -112,3 +112,15 @@ def test_a_named_config_that_does_not_exist_is_a_config_error(tmp_path: Path,
     monkeypatch.delenv("CLUSTERKIT_SSH_CONFIG")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert SSHRunner().resolve("gpu001").hostname == "gpu001"
+
+
+def test_include_lines_are_followed_like_openssh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".ssh" / "conf.d").mkdir(parents=True)
+    (tmp_path / ".ssh" / "conf.d" / "10-gpu.conf").write_text("Host gpu*\n    Port 2201\n")
+    (tmp_path / "abs.conf").write_text("Host login\n    User jumper\n")
+    main = tmp_path / "ssh_config"
+    main.write_text(f"Include conf.d/*.conf {tmp_path}/abs.conf\n\nHost *\n    User root\n")
+    r = SSHRunner(ssh_config=str(main))
+    assert (r.resolve("gpu7").port, r.resolve("gpu7").user) == (2201, "root")
+    assert r.resolve("login").user == "jumper"

@@ -169,8 +169,8 @@ class SSHRunner:
                     raise FileNotFoundError("no such file")
                 # A missing ~/.ssh/config is normal; a config we cannot read is a node-level
                 # CONFIG failure reported by _resolve, not a crash.
-                self._config = (paramiko.SSHConfig.from_path(str(path)) if path.is_file()
-                                else paramiko.SSHConfig())
+                self._config = (paramiko.SSHConfig.from_text(_config_text(path))
+                                if path.is_file() else paramiko.SSHConfig())
             return self._config
 
     def _resolve(self, host: str, jump_spec: str | None, depth: int) -> SSHTarget:
@@ -321,8 +321,12 @@ class SSHRunner:
         if not started.wait(self.connect_timeout_s + 1) or not t.is_active():
             t.close()
             raise _handshake_failure(t, target, self.connect_timeout_s)
-        self._check_host_key(target, t.get_remote_server_key())
-        self._authenticate(t, target)
+        try:
+            self._check_host_key(target, t.get_remote_server_key())
+            self._authenticate(t, target)
+        except BaseException:
+            t.close()  # else its thread lingers until the server's LoginGraceTime
+            raise
         return t
 
     def _known_db(self, path: str) -> Any:
@@ -452,6 +456,29 @@ class SSHRunner:
                               "the command ended without an exit status (killed by a signal?)",
                               dt, truncated)
         return NodeResult(host, status, out, err, duration_s=dt, truncated=truncated)
+
+
+def _config_text(path: Path, depth: int = 0) -> str:
+    """The config with its ``Include`` lines replaced by the files they name (paramiko
+    ignores Include; OpenSSH reads relative names from ~/.ssh and expands globs)."""
+    import glob
+
+    if depth > 16:
+        raise ValueError(f"Include nested deeper than 16 files at {path}")
+    out = []
+    for line in path.read_text().splitlines():
+        words = line.split()
+        if not words or words[0].lower() != "include":
+            out.append(line)
+            continue
+        for pattern in words[1:]:
+            pattern = os.path.expanduser(pattern)
+            if not os.path.isabs(pattern):
+                pattern = os.path.expanduser(f"~/.ssh/{pattern}")
+            for name in sorted(glob.glob(pattern)):
+                if os.path.isfile(name):
+                    out.append(_config_text(Path(name), depth + 1))
+    return "\n".join(out) + "\n"
 
 
 class _CachedGetpass:
