@@ -1,7 +1,11 @@
 """pytest fixtures of the SSH lab, usable from any test directory.
 
 Inside ``tests/sshlab`` they come from this directory's conftest.  Other directories get them
-through the root ``tests/conftest.py`` (``pytest_plugins = ["sshlab.fixtures"]``).
+by importing them into their own conftest (``from tests.sshlab.fixtures import
+sshlab_factory, sshlab_skip_reason``), or for every directory at once through the root
+``tests/conftest.py`` (``pytest_plugins = ["tests.sshlab.fixtures"]``; then drop the import
+from ``tests/sshlab/conftest.py`` so the session has one definition).  Labs can also be
+started directly with :func:`tests.sshlab.lab.start_lab`.
 
 * ``sshlab_factory`` (session): ``make(nodes: Mapping[str, str], **start_lab_kw) -> SSHLab``.
   ``nodes`` maps host names to profile names (``tests/sshlab/profiles/<name>``) or to
