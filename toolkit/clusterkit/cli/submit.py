@@ -53,8 +53,8 @@ def _dispatch(run: Any) -> str:
               help="Follow the job to its end and exit with its exit status "
                    "(default: wait on local sites, return at once on Slurm sites).")
 @click.option("--skip-preflight", is_flag=True,
-              help="Do not run preflight checks before submitting (submit does not run them yet; "
-                   "accepted so scripts keep working once it does).")
+              help="Submit without checking the nodes first (by default the site's nodes are "
+                   "preflighted, unless the site sets preflight.before_submit: false).")
 def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
            sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
            as_json: bool, command: tuple[str, ...], dry_run: bool, wait: bool | None,
@@ -70,14 +70,16 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     submission leaves a job record; follow it with `clusterkit status`, `logs` and `cancel`.
     With --wait the exit status is the job's own.
     """
-    from clusterkit import output
     from clusterkit.pipeline import render_run
     from clusterkit.records import RecordStore
+    from clusterkit.site import load_site
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
                             exclude=exclude, debug=debug)
-    run = render_run(site, request, out)
+    site_obj = load_site(site)
+    request = _preflight(site_obj, request, skip_preflight)
+    run = render_run(site_obj, request, out)
     if dry_run:
         return _show_dry_run(run, as_json)
     job_id = _dispatch(run)
@@ -94,6 +96,33 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     from clusterkit.cli.jobs import follow_to_end
 
     return follow_to_end(store, rec, as_json)
+
+
+def _preflight(site: Any, request: Any, skip: bool) -> Any:
+    """Check the site's nodes first (site policy); return the request with bad nodes excluded."""
+    from clusterkit import output
+    from clusterkit.pipeline import PreflightRefused, preflight_gate
+
+    try:
+        gate = preflight_gate(site, request, skip=skip)
+    except PreflightRefused as exc:
+        _show_preflight(exc.report)
+        raise
+    if gate.report is not None:
+        _show_preflight(gate.report)
+    if gate.excluded:
+        from clusterkit.nodes import fold
+
+        output.warn(f"preflight: keeping {fold(gate.excluded)} out of the job (#SBATCH --exclude)")
+    return gate.request
+
+
+def _show_preflight(report: Any) -> None:
+    """Preflight's grouped verdict on stderr (stdout stays the submission's own output)."""
+    from clusterkit import output
+
+    for g in report.groups():
+        output.info(f"preflight: {g.status.value.upper():<11} {g.summary()}")
 
 
 def _show_dry_run(run: Any, as_json: bool) -> int:
