@@ -23,6 +23,7 @@ nodes: {nodelist: "node[1-8]", gpus_per_node: 16, cpus_per_node: 8, mem_gb: 62}
 network: {fabric: ethernet, socket_ifname: lo}
 storage:
   - {path: /tmp, type: local, shared: true, use: [data, checkpoints]}
+preflight: {before_submit: false}   # its node names exist only inside Slurm
 """
 
 
