@@ -12,6 +12,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# the SSH lab fixtures (sshlab_factory, ...) for every test directory
+pytest_plugins = ["tests.sshlab.fixtures"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--regen-golden", action="store_true", default=False,

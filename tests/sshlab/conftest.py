@@ -1,10 +1,10 @@
-"""The SSH lab's fixtures (see fixtures.py); every test that uses a lab is marked ``sshlab``."""
+"""Every test that uses an SSH lab is marked ``sshlab`` (the fixtures come from fixtures.py,
+registered for all test directories in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from .fixtures import sshlab_factory, sshlab_skip_reason  # noqa: F401  (fixtures)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,0 +1,86 @@
+"""``clusterkit submit`` preflights the site's nodes over SSH first, then keeps bad ones out.
+
+The Slurm testbed's nodes node1..node4 are also served as SSH test nodes (loopback addresses,
+fake nvidia-smi/IB/mount data per node): node3's InfiniBand port is down.  Under policy
+``exclude`` the job is submitted with ``--exclude=node3`` and runs on the other nodes; under
+``refuse`` nothing is submitted and no record is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from .conftest import CK
+
+pytest.importorskip("torch", reason="examples/allreduce.py needs torch (pip install torch, CPU build)")
+
+PROFILES = {"node1": "healthy", "node2": "healthy", "node3": "ib_down", "node4": "healthy"}
+
+SITE = """\
+name: testbed-preflight
+scheduler: {{kind: slurm, partition: debug, time: "00:05:00"}}
+nodes: {{nodelist: "node[1-4]", gpus_per_node: 8, gpu_model: H100, cpus_per_node: 8}}
+ssh: {{port: {port}, known_hosts: "{known_hosts}", connect_timeout_s: 3, command_timeout_s: 15}}
+network:
+  fabric: infiniband
+  hcas: [mlx5_0, mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7]
+  port_rate_gbps: 400
+storage:
+  - {{path: /lustre/scratch, type: lustre, use: [data, checkpoints]}}
+preflight: {{policy: {policy}, max_excluded_fraction: 0.5}}
+"""
+
+
+@pytest.fixture
+def lab_site(sshlab_factory, tmp_path: Path):
+    lab = sshlab_factory(PROFILES, use_netns=False)   # loopback on this host: slurmctld must stay reachable
+
+    def make(policy: str) -> tuple[Path, dict[str, str]]:
+        path = tmp_path / f"site-{policy}.yaml"
+        path.write_text(SITE.format(port=lab.port, known_hosts=lab.known_hosts, policy=policy))
+        return path, {"CLUSTERKIT_SSH_CONFIG": str(lab.ssh_config)}
+
+    return make
+
+
+def test_bad_node_is_excluded_and_the_job_runs_on_the_rest(cli: CK, lab_site) -> None:
+    site, extra = lab_site("exclude")
+    run_dir = cli.runs / "preflight-exclude"
+    proc = cli("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "3", "--gpus-per-node", "1",
+               "--launcher", "srun", "--out", str(run_dir), "--wait", "--", "python", "examples/allreduce.py",
+               env=cli.env(**extra))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "node3" in proc.stderr and "DOWN" in proc.stderr           # the report names node and reason
+    script = (run_dir / "job.sbatch").read_text()
+    assert "#SBATCH --exclude=node3\n" in script
+    assert json.loads((run_dir / "plan.json").read_text())["exclude"] == ["node3"]
+    logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*.out"))
+    hosts = set(re.findall(r"^allreduce rank \d+/3 on (\S+): .* ok$", logs, re.M))
+    assert hosts == {"node1", "node2", "node4"}
+    assert "allreduce OK: world_size=3" in logs
+
+
+def test_policy_refuse_submits_nothing(cli: CK, lab_site) -> None:
+    site, extra = lab_site("refuse")
+    before = cli.records()
+    run_dir = cli.runs / "preflight-refuse"
+    proc = cli("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--out", str(run_dir),
+               "--", "python", "examples/allreduce.py", env=cli.env(**extra))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "clusterkit: error: preflight: not submitting" in proc.stderr and "node3" in proc.stderr
+    assert cli.records() == before and not run_dir.exists()
+
+
+def test_skip_preflight_submits_without_checking(cli: CK, lab_site) -> None:
+    site, extra = lab_site("refuse")
+    run_dir = cli.runs / "preflight-skip"
+    proc = cli("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
+               "--skip-preflight", "--out", str(run_dir), "--dry-run", "--", "python", "examples/allreduce.py",
+               env=cli.env(**extra))
+    assert proc.returncode == 0, proc.stderr
+    assert "--exclude" not in (run_dir / "job.sbatch").read_text()
