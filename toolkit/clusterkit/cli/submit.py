@@ -45,7 +45,7 @@ def _dispatch(run: Any) -> str:
     return submit_mod.submit_local(run.run_dir, run.script, _minutes(run.plan.time))
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command()
 @job_options
 @click.option("--dry-run", is_flag=True,
               help="Render the run directory and print job.sbatch, exactly what would be submitted; submit nothing.")
