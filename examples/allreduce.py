@@ -34,10 +34,11 @@ def rank_and_world() -> tuple[int, int, int]:
 
 
 def say(line: str) -> None:
-    """One write per line: torchrun runs workers with ``python -u``, where print() writes the
-    text and the newline separately, and ranks sharing a log file would interleave them."""
-    sys.stdout.write(line + "\n")
+    """One write(2) per line: ranks share a log file, and Python's unbuffered text stream
+    (torchrun runs workers with ``python -u``) may split text and newline into two writes,
+    letting another rank's line land between them."""
     sys.stdout.flush()
+    os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
 def main() -> int:
