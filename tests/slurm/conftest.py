@@ -59,7 +59,8 @@ def _free_port_block(count: int) -> int:
     """A base port with ``count`` consecutive free ports (slurmctld + one per slurmd)."""
     rng = random.Random()
     for _ in range(200):
-        base = rng.randrange(20000, 28000)
+        # below 20000: job scripts derive rendezvous ports from job ids in 20000-39999
+        base = rng.randrange(10000, 19000)
         if all(_port_free(base + i) for i in range(count)):
             return base
     raise RuntimeError("no block of free TCP ports for the Slurm testbed")

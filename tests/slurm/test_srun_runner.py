@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clusterkit.runner import ErrorKind, NodeResult, SrunRunner
-from ..slurm.conftest import Testbed, testbed  # noqa: F401  (the Slurm testbed fixture)
+from .conftest import Testbed
 
 pytestmark = pytest.mark.slurm
 
@@ -14,7 +14,7 @@ def runner(bed: Testbed, **kw: float) -> SrunRunner:
     return SrunRunner(env=bed.env(), **kw)
 
 
-def test_one_task_per_node_with_separate_output_and_status(testbed: Testbed) -> None:  # noqa: F811
+def test_one_task_per_node_with_separate_output_and_status(testbed: Testbed) -> None:
     nodes = testbed.nodes[:3]
     seen: list[NodeResult] = []
     script = ('echo "I am $SLURMD_NODENAME"; echo "err $SLURMD_NODENAME" >&2; '
@@ -30,7 +30,7 @@ def test_one_task_per_node_with_separate_output_and_status(testbed: Testbed) -> 
         assert r.exit_status == (5 if node == "node2" else 0)
 
 
-def test_a_hung_node_times_out_alone(testbed: Testbed) -> None:  # noqa: F811
+def test_a_hung_node_times_out_alone(testbed: Testbed) -> None:
     nodes = testbed.nodes[:2]
     script = 'echo up; [ "$SLURMD_NODENAME" = node1 ] && sleep 60; echo end'
     res = runner(testbed).run_many(nodes, script, timeout_s=2)
@@ -39,7 +39,7 @@ def test_a_hung_node_times_out_alone(testbed: Testbed) -> None:  # noqa: F811
     assert res["node1"].reachable and not res["node1"].ok
 
 
-def test_a_node_outside_the_cluster_is_a_launch_error(testbed: Testbed) -> None:  # noqa: F811
+def test_a_node_outside_the_cluster_is_a_launch_error(testbed: Testbed) -> None:
     res = runner(testbed, launch_timeout_s=20).run_many(["node1", "nosuchnode9"], "true",
                                                         timeout_s=5)
     for host in ("node1", "nosuchnode9"):
@@ -47,7 +47,7 @@ def test_a_node_outside_the_cluster_is_a_launch_error(testbed: Testbed) -> None:
         assert res[host].reason  # srun's own message, e.g. invalid node name
 
 
-def test_inside_an_allocation_like_a_job_script_step(testbed: Testbed) -> None:  # noqa: F811
+def test_inside_an_allocation_like_a_job_script_step(testbed: Testbed) -> None:
     # salloc runs the driver on this machine with SLURM_JOB_ID set, as a job script would:
     # the srun step then runs inside that allocation (--overlap, no new job).
     import json
@@ -55,7 +55,7 @@ def test_inside_an_allocation_like_a_job_script_step(testbed: Testbed) -> None: 
     import sys
     from pathlib import Path
 
-    driver = Path(__file__).resolve().parent / "drive_runner.py"
+    driver = Path(__file__).resolve().parents[1] / "sshlab" / "drive_runner.py"
     req = {"runner": "srun", "hosts": ["node3", "node4"], "timeout_s": 20,
            "script": 'echo "job=$SLURM_JOB_ID on $SLURMD_NODENAME"'}
     proc = subprocess.run(["salloc", "--nodes", "2", "--nodelist", "node[3-4]", "--quiet",
