@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -213,7 +214,11 @@ def test_preempted_job_is_requeued_until_the_budget_is_spent(cli: CK) -> None:
         cli.bed.run("scancel", "--batch", "--signal=USR2", job)
         if restart < 2:
             cli.wait_for(job, lambda s: s["state"] == "PENDING" and s["restarts"] == restart + 1, what="requeue")
-            # Slurm holds a requeued job ~2 minutes before it is eligible again; release it now
+            # Slurm holds a requeued job ~2 minutes before it is eligible again; release it now.
+            # Not within the same second as the requeue: slurmd revokes the old run's job
+            # credential with 1 s resolution, and a restart stamped in that second is refused
+            # ("Job credential revoked") and recorded as FAILED. The hold exists to avoid that.
+            time.sleep(1.2)
             cli.bed.run("scontrol", "update", f"JobId={job}", "StartTime=now")
     st = cli.wait_for(job, lambda s: s["state"] in ("FAILED", "COMPLETED", "CANCELLED"), what="the end")
     assert st["state"] == "FAILED" and st["restarts"] == 2, st
