@@ -261,3 +261,24 @@ def test_nccl_policy_per_fabric_and_stage(ck, tmp_path: Path) -> None:
     assert set(single) == {"NCCL_DEBUG", "OMP_NUM_THREADS", "NCCL_IB_TIMEOUT"}
     for e in (ib_large, roce, eth, single):
         assert "NCCL_P2P_DISABLE" not in e and "NCCL_SHM_DISABLE" not in e
+
+
+@pytest.mark.parametrize("runtime,flag", [("pyxis", "--container-mounts="), ("apptainer", "--bind ")])
+def test_container_mounts_the_run_directory_unless_covered(ck, tmp_path: Path, runtime: str, flag: str) -> None:
+    site = tmp_path / "ctr.yaml"
+    site.write_text(
+        "name: ctr\nscheduler: {kind: slurm, partition: gpu}\nnodes: {nodelist: 'n[1-4]', gpus_per_node: 8}\n"
+        f"software: {{container: {{runtime: {runtime}, image: img.sif, mounts: ['{tmp_path}/shared:/shared']}}}}\n"
+        "storage:\n  - {path: /shared, type: nfs}\n")
+    outside = tmp_path / "runs" / "a"
+    assert ck("render", "--site", str(site), "--stage", "multi-node", "--out", str(outside), "--", "python", "t.py").code == 0
+    line = next(ln for ln in (outside / "job.sbatch").read_text().splitlines() if flag in ln)
+    assert f"{tmp_path}/shared:/shared,{outside}" in line       # the launcher must see hostfile and configs
+    # a run directory under a mount's target is already visible inside the container
+    covered = Path("/shared/runs/b")
+    from clusterkit.plan import JobRequest, make_plan
+    from clusterkit.render import container_mounts
+    from clusterkit.site import load_file
+
+    plan = make_plan(load_file(site), JobRequest(stage="multi-node", command=("python", "t.py"), run_dir=str(covered)))
+    assert container_mounts(plan) == [f"{tmp_path}/shared:/shared"]

@@ -62,12 +62,24 @@ def environment(override_dir: str | None) -> jinja2.Environment:
     return env
 
 
+def container_mounts(plan: Plan) -> list[str]:
+    """The site's container mounts, plus the run directory when no mount already covers it:
+    the launcher inside the container reads the hostfile and configs from there."""
+    mounts = list(plan.container["mounts"]) if plan.container else []
+    inside = [m.split(":")[1] if ":" in m else m for m in mounts]
+    run_dir = plan.run_dir.rstrip("/")
+    if plan.container and not any(run_dir == d.rstrip("/") or run_dir.startswith(d.rstrip("/") + "/") for d in inside):
+        mounts.append(run_dir)
+    return mounts
+
+
 def _launcher_words(plan: Plan) -> list[Word]:
     words: list[Word] = list(plan.launch.words)
     c = plan.container
     if c and c["runtime"] == "apptainer" and plan.launch.mode != "once":
         # apptainer wraps the per-node launcher; --nv binds the host's driver into the container
-        bind = ["--bind", ",".join(c["mounts"])] if c["mounts"] else []
+        mounts = container_mounts(plan)
+        bind = ["--bind", ",".join(mounts)] if mounts else []
         words = ["apptainer", "exec", "--nv", *bind, c["image"], *words]
     return words
 
@@ -94,8 +106,7 @@ def srun_options(plan: Plan) -> list[str]:
     c = plan.container
     if c and c["runtime"] == "pyxis":
         opts.append("--container-image=" + shell_quote(c["image"]))
-        if c["mounts"]:
-            opts.append("--container-mounts=" + shell_quote(",".join(c["mounts"])))
+        opts.append("--container-mounts=" + shell_quote(",".join(container_mounts(plan))))
     return opts
 
 
