@@ -171,15 +171,6 @@ def test_result_file_answers_for_a_forgotten_job(tmp_path: Path) -> None:
     assert (st.state, st.exit_code, st.source) == ("FAILED", 5, "result-file")
 
 
-def test_unreachable_controller_is_one_clear_error(tmp_path: Path) -> None:
-    from clusterkit.errors import SubmitError
-
-    query = SlurmQuery(run=_fake_slurm({"squeue": (
-        1, "", "slurm_load_jobs error: Unable to contact slurm controller (connect failure)\n")}))
-    with pytest.raises(SubmitError, match="^cannot reach Slurm controller: slurm_load_jobs error: Unable"):
-        refresh([_record(tmp_path)], query)
-
-
 def test_log_files_batch_log_first_then_nodes(tmp_path: Path) -> None:
     rec = _record(tmp_path, "12")
     logs = Path(rec.run_dir) / "logs"

@@ -19,11 +19,21 @@ A job none of them knows any more, and that left no result file, is reported ``L
 terminal state, so ``--wait`` and status never hang on a job that died without a trace.
 Terminal states are cached in the record and answer for jobs Slurm has forgotten.
 
+"Ended" is never concluded from silence: when squeue fails for any reason other than "these
+job ids are unknown" (a busy controller timing out, an authentication failure, no squeue at
+all), every Slurm job is ``UNKNOWN`` and ``stale`` (its cached or result-file state, if any,
+is shown instead, still marked stale), local jobs are unaffected, and nothing stale is cached.
+
+Records are updated under a lock on the records directory: the current file is re-read and
+only the changed fields are written back, so a ``status`` caching a final state and a
+``cancel`` setting ``cancel_requested`` at the same moment both keep their update.
+
 Parsers here are total: an unexpected line becomes ``UNKNOWN`` with the raw text kept.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -32,14 +42,15 @@ import socket
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from clusterkit.errors import RecordError, SubmitError
+from clusterkit.errors import ExitCode, RecordError, SubmitError
 
 RECORD_VERSION = 1
 SchedulerKind = Literal["slurm", "local"]
@@ -49,9 +60,14 @@ TERMINAL = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL",
     "DEADLINE", "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "LOST",
 })
-# The words that mean "slurmctld is not there" in any Slurm client's stderr.
-_UNREACHABLE = re.compile(r"Unable to contact slurm controller|Could not establish a configuration source"
-                          r"|Unable to process configuration file|Connection refused", re.I)
+# squeue's only failure that is an answer: none of the ids asked about is known to slurmctld.
+_NO_SUCH_JOBS = re.compile(r"Invalid job id specified", re.I)
+
+
+class SlurmUnreachable(SubmitError):
+    """slurmctld did not answer (timed out, refused, authentication failed, client missing)."""
+
+    exit_code = ExitCode.UNREACHABLE
 
 
 # --------------------------------------------------------------------------- the record
@@ -148,6 +164,12 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+class RecordStoreError(RecordError):
+    """The records directory cannot take a record: a setup problem, found before submitting."""
+
+    exit_code = ExitCode.USAGE
+
+
 @dataclass
 class RecordStore:
     """The records directory: save, load, find."""
@@ -165,6 +187,49 @@ class RecordStore:
         except OSError as exc:
             raise RecordError(f"{path}: cannot write job record: {exc.strerror or exc}") from exc
         return path
+
+    def check_writable(self) -> None:
+        """Refuse, before anything is submitted, a records directory that cannot take a record.
+
+        Creates the directory and a probe file, as a save would: permission bits alone do not
+        tell (root, read-only mounts, quotas, ACLs).
+        """
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".probe.", suffix=".tmp", dir=self.root)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as exc:
+            raise RecordStoreError(f"job records directory {self.root} is not writable "
+                                   f"({exc.strerror or exc}); nothing submitted; set CLUSTERKIT_STATE_DIR "
+                                   "to a writable directory") from None
+
+    def update(self, rec: JobRecord, **fields: Any) -> JobRecord:
+        """Set ``fields`` on the record as it is on disk now, and write it back atomically.
+
+        The file is re-read under the store's lock, so an update made by another command since
+        ``rec`` was loaded (a ``cancel`` while a ``status`` runs) is kept, not overwritten.
+        """
+        path = self.path_for(rec)
+        with self._locked():
+            current = load_record(path) if path.exists() else rec
+            new = current.model_copy(update=fields)
+            self.save(new)
+        return new
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        lock = self.root / ".lock"
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise RecordError(f"{lock}: cannot lock the job records: {exc.strerror or exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing drops the flock
 
     def files(self) -> list[Path]:
         """Record files, oldest first (names start with the submission time)."""
@@ -205,8 +270,12 @@ def load_record(path: Path) -> JobRecord:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RecordError(f"{path}: cannot read job record: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise RecordError(f"{path}: not a job record (not UTF-8 text at byte {exc.start})") from exc
     except json.JSONDecodeError as exc:
         raise RecordError(f"{path}: not a job record (invalid JSON at line {exc.lineno})") from exc
+    except RecursionError as exc:
+        raise RecordError(f"{path}: not a job record (JSON nested too deeply)") from exc
     if not isinstance(data, dict) or "version" not in data:
         raise RecordError(f"{path}: not a clusterkit job record (no 'version' field)")
     version = data["version"]
@@ -256,6 +325,8 @@ class JobStatus:
     restarts: int | None = None
     source: str = "none"
     raw: str | None = None
+    # Slurm did not answer: this is the last state known here, not what Slurm says now
+    stale: bool = False
 
     @property
     def terminal(self) -> bool:
@@ -371,6 +442,8 @@ class SlurmQuery:
     run: Run = run_command
     timeout_s: float = 30.0
     calls: list[list[str]] = field(default_factory=list)
+    # set by refresh() when slurmctld did not answer: why (Slurm's own words)
+    unreachable: str | None = None
 
     def _call(self, argv: list[str]) -> "subprocess.CompletedProcess[str]":
         self.calls.append(argv)
@@ -383,9 +456,10 @@ class SlurmQuery:
             return {}
         joined = ",".join(ids)
         sq = self._call(["squeue", "-h", "--states=all", "-j", joined, "-o", SQUEUE_FORMAT])
-        if sq.returncode == 124 or (sq.returncode != 0 and _UNREACHABLE.search(sq.stderr)):
-            # 124: no answer at all (a missing slurm.conf alone makes clients retry for 60 s)
-            raise SubmitError(f"cannot reach Slurm controller: {_last_line(sq.stderr)}")
+        if sq.returncode != 0 and not _NO_SUCH_JOBS.search(sq.stderr):
+            # Any other failure (timeout, refused, authentication, no squeue) says nothing
+            # about the jobs: a job absent from an answer that never came has not ended.
+            raise SlurmUnreachable(f"cannot reach Slurm controller: {_last_line(sq.stderr)}")
         live = parse_squeue(sq.stdout) if sq.returncode == 0 else {}
         acct = self._call(["sacct", "-X", "-P", "-n", "-j", joined, "-o", SACCT_FIELDS])
         if acct.returncode == 0:
@@ -449,16 +523,43 @@ def refresh(records: Sequence[JobRecord], query: SlurmQuery | None = None) -> li
     forgotten.
     """
     query = query or SlurmQuery()
+    query.unreachable = None
     slurm = [r for r in records if r.scheduler == "slurm"]
-    known = query.states(r.job_id for r in slurm) if slurm else {}
+    known: dict[str, JobStatus] | None = {}
+    try:
+        known = query.states(r.job_id for r in slurm) if slurm else {}
+    except SlurmUnreachable as exc:
+        query.unreachable = str(exc)
+        known = None
     out: list[tuple[JobRecord, JobStatus]] = []
     for rec in records:
         if rec.scheduler == "local":
             st = local_status(rec) if rec.state not in TERMINAL else _cached(rec)
+        elif known is None:
+            st = _stale_status(rec, query.unreachable or "")
         else:
             st = _slurm_status(rec, known.get(rec.job_id))
         out.append((rec, st))
     return out
+
+
+def _stale_status(rec: JobRecord, why: str) -> JobStatus:
+    """What is known here about a Slurm job while slurmctld does not answer."""
+    code = read_result_file(rec.result_file)
+    if code is not None:  # the job script wrote its exit status: it ended for good
+        return replace(_from_result(code, rec), stale=True)
+    if rec.state in TERMINAL:
+        return replace(_cached(rec), stale=True)
+    return JobStatus(state="UNKNOWN", reason=why, source="none", stale=True)
+
+
+def may_still_run(st: JobStatus) -> bool:
+    """Whether a job could still be running: anything but an end Slurm itself reported now.
+
+    ``cancel`` asks this, so an outage (state UNKNOWN, or a stale cached end) still reaches
+    ``scancel``, which is harmless for a job that has in fact ended.
+    """
+    return st.stale or not st.terminal
 
 
 def _cached(rec: JobRecord) -> JobStatus:
@@ -480,36 +581,46 @@ def _slurm_status(rec: JobRecord, st: JobStatus | None) -> JobStatus:
 
 
 def remember(store: RecordStore, rec: JobRecord, st: JobStatus) -> JobRecord:
-    """Cache a terminal status in the record (so later status calls cost nothing)."""
-    if not st.terminal or rec.state == st.state:
+    """Cache a terminal status in the record (so later status calls cost nothing).
+
+    A stale status is never cached: it is what we knew, not what Slurm says.
+    """
+    if not st.terminal or st.stale or rec.state == st.state:
         return rec
-    new = rec.model_copy(update={"state": st.state, "exit_code": st.exit_code, "signal": st.signal,
-                                 "reason": st.reason})
-    store.save(new)
-    return new
+    return store.update(rec, state=st.state, exit_code=st.exit_code, signal=st.signal, reason=st.reason)
 
 
-def wait(rec: JobRecord, *, poll_s: float = 0.5, max_poll_s: float = 5.0, confirm_s: float = 1.0,
-         query: SlurmQuery | None = None, on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+def wait(rec: JobRecord, *, poll_s: float = 0.5, max_poll_s: float = 5.0, outage_max_s: float = 20.0,
+         confirm_s: float = 1.0, query: SlurmQuery | None = None,
+         on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
     """Poll until the job reaches a terminal state (LOST included, so this always ends).
 
     An end without a result file is confirmed by a second look ``confirm_s`` later: while
-    slurmctld requeues a job it can show a terminal state for a moment.
+    slurmctld requeues a job it can show a terminal state for a moment.  While slurmctld does
+    not answer, the job is UNKNOWN (not ended) and polling backs off to ``outage_max_s``, so
+    an outage of any length is waited out without adding to the controller's load.
     """
     last: str | None = None
     delay = poll_s
     while True:
         (_, st), = refresh([rec], query)
-        if st.terminal and read_result_file(rec.result_file) is None and rec.scheduler == "slurm":
+        if st.terminal and not st.stale and read_result_file(rec.result_file) is None and rec.scheduler == "slurm":
             time.sleep(confirm_s)
             (_, st), = refresh([rec], query)
         if st.state != last and on_change is not None:
             on_change(st)
         if st.terminal:
             return st
-        delay = poll_s if st.state != last else min(max_poll_s, delay * 1.5)
+        delay = _next_delay(st, changed=st.state != last, delay=delay, poll_s=poll_s,
+                            cap=outage_max_s if st.stale else max_poll_s)
         last = st.state
         time.sleep(delay)
+
+
+def _next_delay(st: JobStatus, *, changed: bool, delay: float, poll_s: float, cap: float) -> float:
+    if st.stale:  # an overloaded controller is the usual cause: ask it less and less often
+        return min(cap, delay * 2)
+    return poll_s if changed else min(cap, delay * 1.5)
 
 
 def cancel_local(rec: JobRecord) -> bool:
@@ -535,7 +646,7 @@ def summarize(rec: JobRecord, st: JobStatus) -> Mapping[str, Any]:
         "job": rec.key, "job_id": rec.job_id, "site": rec.site, "stage": rec.stage,
         "launcher": rec.launcher, "name": rec.job_name, "nodes": rec.nnodes, "world_size": rec.world_size,
         "state": st.state, "exit_code": st.exit_code, "signal": st.signal, "reason": st.reason,
-        "node_list": st.nodes, "restarts": st.restarts, "source": st.source,
+        "node_list": st.nodes, "restarts": st.restarts, "source": st.source, "stale": st.stale,
         "submitted_at": rec.submitted_at, "run_dir": rec.run_dir,
     }
 

@@ -38,7 +38,7 @@ def _print_tails(tails: list[dict[str, Any]]) -> None:
 
 
 def _describe(rec: Any, st: Any) -> str:
-    parts = [f"job {rec.job_id} {st.state}"]
+    parts = [f"job {rec.job_id} {_state_text(st)}"]
     if st.exit_code is not None:
         parts.append(f"exit code {st.exit_code}")
     if st.signal is not None:
@@ -50,6 +50,41 @@ def _describe(rec: Any, st: Any) -> str:
     return ", ".join(parts)
 
 
+def _state_text(st: Any) -> str:
+    return f"{st.state} (stale)" if st.stale else st.state
+
+
+def _remember(store: Any, rec: Any, st: Any, failures: list[str]) -> Any:
+    """Cache a final state in the record; a records directory that refuses is noted, not fatal."""
+    from clusterkit import records
+    from clusterkit.errors import RecordError
+
+    try:
+        return records.remember(store, rec, st)
+    except RecordError as err:
+        failures.append(str(err))
+        return rec
+
+
+def _warn_cache_failures(failures: list[str]) -> None:
+    from clusterkit import output
+
+    if failures:
+        output.warn(f"could not cache final job states ({len(failures)} record(s)): {failures[0]}")
+
+
+def _warn_status_problems(query: Any, failures: list[str]) -> int:
+    """One warning line per kind of problem; the exit code for an unanswered controller."""
+    from clusterkit import output
+    from clusterkit.errors import ExitCode
+
+    _warn_cache_failures(failures)
+    if query.unreachable is None:
+        return 0
+    output.warn(f"{query.unreachable}; Slurm jobs show their last known state, marked stale")
+    return int(ExitCode.UNREACHABLE)
+
+
 def follow_to_end(store: Any, rec: Any, as_json: bool) -> int:
     """Wait for the job's end, print its final state and log tails; return its exit status."""
     from clusterkit import output, records
@@ -59,7 +94,9 @@ def follow_to_end(store: Any, rec: Any, as_json: bool) -> int:
             output.info(f"clusterkit: {_describe(rec, st)}")
 
     st = records.wait(rec, on_change=changed)
-    rec = records.remember(store, rec, st)
+    failures: list[str] = []
+    rec = _remember(store, rec, st, failures)
+    _warn_cache_failures(failures)
     tails = _tails(rec, TAIL_LINES)
     if as_json:
         output.emit_json({**records.summarize(rec, st), "logs": tails})
@@ -83,43 +120,52 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
 
     All jobs are refreshed with one squeue and one sacct call (scontrol when sacct is
     unavailable), not one call per job.
+
+    When the Slurm controller does not answer, local jobs are shown as usual and Slurm jobs
+    with their last known state marked stale (UNKNOWN when none is known), with a warning;
+    the exit code is then 3.
     """
     from clusterkit import output, records
 
     store = _store()
+    query = records.SlurmQuery()
+    failures: list[str] = []
     if job:
         rec = store.find(job)
-        (_, st), = records.refresh([rec])
-        rec = records.remember(store, rec, st)
+        (_, st), = records.refresh([rec], query)
+        rec = _remember(store, rec, st, failures)
+        code = _warn_status_problems(query, failures)
         tails = _tails(rec, TAIL_LINES) if st.terminal else []
         if as_json:
             output.emit_json({**records.summarize(rec, st), "logs": tails})
-            return 0
+            return code
         output.out().print(_describe(rec, st), markup=False)
         output.out().print(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
                            f"world size {rec.world_size}; nodes: {st.nodes or '-'}", markup=False)
         output.out().print(f"  run directory: {rec.run_dir}", markup=False)
         if st.state != "COMPLETED":
             _print_tails(tails)
-        return 0
+        return code
     recs, bad = store.load_all()
     for err in bad:
         output.warn(f"skipping unreadable record: {err}")
     rows = []
-    for rec, st in records.refresh(recs[-limit:]):
-        records.remember(store, rec, st)
+    for rec, st in records.refresh(recs[-limit:], query):
+        _remember(store, rec, st, failures)
         rows.append(records.summarize(rec, st))
+    code = _warn_status_problems(query, failures)
     if as_json:
         output.emit_json({"jobs": rows, "unreadable": [str(e) for e in bad]})
-        return 0
+        return code
     if not rows:
         output.out().print(f"No jobs recorded in {store.root}.", markup=False)
-        return 0
+        return code
     output.print_table(None, ["JOB", "SITE", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE", "EXIT", "SUBMITTED"],
-                       [[r["job_id"], r["site"], r["name"], r["stage"], r["launcher"], r["nodes"], r["state"],
+                       [[r["job_id"], r["site"], r["name"], r["stage"], r["launcher"], r["nodes"],
+                         f"{r['state']} (stale)" if r["stale"] else r["state"],
                          r["exit_code"] if r["exit_code"] is not None else (f"sig {r['signal']}" if r["signal"] else ""),
                          r["submitted_at"][:19].replace("T", " ")] for r in reversed(rows)])
-    return 0
+    return code
 
 
 @click.command()
@@ -183,11 +229,26 @@ def _follow(rec: Any) -> int:
         time.sleep(0.2 if ended else 1.0)
 
 
+def _note_cancel(store: Any, rec: Any) -> Any:
+    """Mark the record cancelled; the cancel itself has happened, so a failure here only warns."""
+    from clusterkit import output
+    from clusterkit.errors import RecordError
+
+    try:
+        return store.update(rec, cancel_requested=True)
+    except RecordError as err:
+        output.warn(f"job {rec.job_id} was cancelled, but its record could not be updated: {err}")
+        return rec
+
+
 @click.command()
 @click.argument("job")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def cancel(job: str, as_json: bool) -> int:
-    """Cancel a job (running or pending); a job that already ended is left alone.
+    """Cancel a job (running or pending); a job Slurm reports as ended is left alone.
+
+    When the Slurm controller does not answer, the job's state is unknown, not ended, so
+    scancel is still tried (it is harmless for a job that has in fact ended).
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID.
     """
@@ -198,14 +259,13 @@ def cancel(job: str, as_json: bool) -> int:
     rec = store.find(job)
     (_, st), = records.refresh([rec])
     cancelled = False
-    if not st.terminal:
+    if records.may_still_run(st):
         if rec.scheduler == "slurm":
             submit_mod.cancel_slurm(rec.job_id)
             cancelled = True
         else:
             cancelled = records.cancel_local(rec)
-        rec = rec.model_copy(update={"cancel_requested": True})
-        store.save(rec)
+        rec = _note_cancel(store, rec)
     if as_json:
         output.emit_json({"job": rec.key, "cancelled": cancelled, "state_before": st.state})
     elif cancelled:
