@@ -38,9 +38,14 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None) ->
     site_obj = load_site(site) if isinstance(site, str) else site
     draft = make_plan(site_obj, request)                   # validates; names the job
     run_dir = workspace.resolve_out(out, draft.job_name)
-    plan = make_plan(site_obj, replace(request, run_dir=str(run_dir)))
-    artifacts = render_mod.render(site_obj, plan)
-    workspace.write_run_dir(run_dir, artifacts)
+    try:
+        plan = make_plan(site_obj, replace(request, run_dir=str(run_dir)))
+        artifacts = render_mod.render(site_obj, plan)
+        workspace.write_run_dir(run_dir, artifacts)
+    except BaseException:
+        if out is None:  # resolve_out created the default directory
+            workspace.release(run_dir)
+        raise
     return RenderedRun(site_obj, plan, artifacts, run_dir)
 
 

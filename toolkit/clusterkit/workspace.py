@@ -1,16 +1,20 @@
-"""Run directories: where rendered artifacts land, written atomically.
+"""Run directories: where rendered artifacts land, never half-written.
 
-Artifacts are written into a hidden temporary directory beside the target and renamed into
-place in one step, so a run directory either holds every artifact or does not exist: a
-failure (disk full, permission, Ctrl-C) never leaves a half-written job behind.
+A run directory is claimed with ``mkdir`` (atomic: of two renders that pick the same name in
+the same second, one gets ``-2``), or is the user's existing empty ``--out`` directory, which
+is kept as it is (its mode, group and ACLs are the user's choice).  Artifacts are written into
+a hidden staging directory inside it, so they take the run directory's group, and then moved
+into place; a failure (disk full, permission, Ctrl-C) removes them again, so no half-written
+job is left behind.  Everything is created with the user's umask: job.sbatch holds the
+command line, and who may read it is the user's decision.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Mapping
@@ -18,6 +22,7 @@ from typing import Mapping
 from clusterkit.errors import WorkspaceError
 
 EXECUTABLE = {"job.sbatch"}
+STAGING = ".clusterkit-staging"
 _BAD_PATH_CHARS = re.compile(r'[\x00-\x1f\x7f"]')
 
 
@@ -31,15 +36,33 @@ def check_path(path: Path) -> Path:
 
 
 def default_run_dir(job_name: str, base: Path | None = None) -> Path:
-    """``./runs/<job>-<UTC timestamp>``, made unique if two renders land in the same second."""
-    base = base or Path.cwd() / "runs"
+    """Create and return ``./runs/<job>-<UTC timestamp>`` (``-2``, ``-3`` ... when taken).
+
+    Created here, not merely named: ``mkdir`` fails for all but one of several renders that
+    race for one name, where an exists-check would let two of them pick it.
+    """
+    base = check_path(Path(os.path.abspath(base or Path.cwd() / "runs")))
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    candidate = base / f"{job_name}-{stamp}"
-    n = 1
-    while candidate.exists():
-        n += 1
-        candidate = base / f"{job_name}-{stamp}-{n}"
-    return candidate
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        for n in itertools.count(1):
+            candidate = base / (f"{job_name}-{stamp}" if n == 1 else f"{job_name}-{stamp}-{n}")
+            try:
+                os.mkdir(candidate)
+                return candidate
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise WorkspaceError(f"cannot create a run directory in {base}: {exc.strerror or exc}") from None
+    raise AssertionError("unreachable")  # itertools.count never ends
+
+
+def release(path: Path) -> None:
+    """Remove a run directory claimed by :func:`default_run_dir` that was never filled."""
+    try:
+        path.rmdir()
+    except OSError:
+        pass  # not empty (filled after all) or already gone: nothing of ours to remove
 
 
 def resolve_out(out: str | None, job_name: str) -> Path:
@@ -58,27 +81,82 @@ def resolve_out(out: str | None, job_name: str) -> Path:
 
 
 def write_run_dir(path: Path, artifacts: Mapping[str, str]) -> Path:
-    """Write every artifact into ``path`` atomically (temp dir + rename); return ``path``."""
+    """Write every artifact into the empty (or new) directory ``path``; return ``path``.
+
+    On any failure the artifacts written so far are removed, and ``path`` too if this call
+    created it.
+    """
     path = check_path(Path(os.path.abspath(path)))
+    created = _make_dir(path)
+    moved: list[Path] = []
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+        staging = _claim(path)
+        try:
+            _write_artifacts(staging, artifacts)
+            for name in sorted(os.listdir(staging), key=lambda n: n in EXECUTABLE):  # job.sbatch last
+                os.rename(staging / name, path / name)
+                moved.append(path / name)
+            staging.rmdir()
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     except OSError as exc:
-        raise WorkspaceError(f"cannot create run directory {path}: {exc.strerror or exc}") from None
-    try:
-        for name, text in artifacts.items():
-            target = tmp / name
-            target.write_text(text, encoding="utf-8")
-            os.chmod(target, 0o755 if name in EXECUTABLE else 0o644)
-        (tmp / "logs").mkdir()
-        os.chmod(tmp, 0o755)
-        if path.exists():
-            path.rmdir()  # resolve_out allowed only an empty directory here
-        os.rename(tmp, path)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _undo(path, moved, created)
         raise WorkspaceError(f"cannot write run directory {path}: {exc.strerror or exc}") from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _undo(path, moved, created)
         raise
     return path
+
+
+def _make_dir(path: Path) -> bool:
+    """Create ``path`` (True), or accept the directory that is already there (False)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.mkdir(path)
+        return True
+    except FileExistsError:
+        if not path.is_dir():
+            raise WorkspaceError(f"cannot create run directory {path}: it exists and is not a directory") from None
+        return False
+    except OSError as exc:
+        raise WorkspaceError(f"cannot create run directory {path}: {exc.strerror or exc}") from None
+
+
+def _claim(path: Path) -> Path:
+    """The staging directory inside ``path``: made exclusively, so one writer fills ``path``."""
+    staging = path / STAGING
+    try:
+        os.mkdir(staging)
+    except FileExistsError:
+        raise WorkspaceError(f"run directory {path} is being written by another clusterkit") from None
+    if any(name != STAGING for name in os.listdir(path)):
+        staging.rmdir()
+        raise WorkspaceError(f"run directory {path} already exists and is not empty; choose a new directory")
+    return staging
+
+
+def _write_artifacts(staging: Path, artifacts: Mapping[str, str]) -> None:
+    mask = _umask()
+    for name, text in artifacts.items():
+        target = staging / name
+        target.write_text(text, encoding="utf-8")  # created 0666 & ~umask
+        if name in EXECUTABLE:
+            os.chmod(target, 0o777 & ~mask)
+    (staging / "logs").mkdir()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it portably is to set it
+    os.umask(mask)
+    return mask
+
+
+def _undo(path: Path, moved: list[Path], created: bool) -> None:
+    for entry in moved:
+        if entry.is_dir():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    if created:
+        release(path)

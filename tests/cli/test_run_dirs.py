@@ -1,0 +1,108 @@
+"""Run directories: one per render even when renders race for a name, the user's umask, and an
+existing empty --out directory kept as the user made it."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO, assert_one_line_error
+
+
+def _render(cwd: Path, *args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "clusterkit", "render", "--site", "local", *args, "--", "python",
+                           "train.py"], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          preexec_fn=None if umask is None else (lambda: os.umask(umask)))
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_ten_parallel_renders_with_one_job_name_get_ten_directories(tmp_path: Path) -> None:
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        procs = list(pool.map(lambda _: _render(tmp_path, "--job-name", "same"), range(10)))
+    assert [p.returncode for p in procs] == [0] * 10, [p.stderr for p in procs if p.returncode]
+    dirs = sorted((tmp_path / "runs").iterdir())
+    assert len(dirs) == 10 and all(d.name.startswith("same-") for d in dirs)
+    printed = sorted(line.split(": ", 1)[1] for p in procs for line in p.stdout.splitlines()
+                     if "run directory:" in line)
+    assert printed == [str(d) for d in dirs]  # each render names its own directory
+    for d in dirs:
+        assert sorted(os.listdir(d)) == ["job.sbatch", "logs", "nccl.env", "plan.json"], d
+        assert f"export CK_RUN_DIR={d}\n" in (d / "job.sbatch").read_text()  # each script points at its own
+
+
+def test_run_directory_follows_the_umask(tmp_path: Path) -> None:
+    proc = _render(tmp_path, "--out", str(tmp_path / "run"), umask=0o027)
+    assert proc.returncode == 0, proc.stderr
+    run = tmp_path / "run"
+    assert (_mode(run), _mode(run / "logs"), _mode(run / "job.sbatch"), _mode(run / "nccl.env")) == (
+        0o750, 0o750, 0o750, 0o640)
+    default = _render(tmp_path, umask=0o077)
+    assert default.returncode == 0, default.stderr
+    (made,) = (tmp_path / "runs").iterdir()
+    assert (_mode(made), _mode(made / "job.sbatch"), _mode(made / "plan.json")) == (0o700, 0o700, 0o600)
+
+
+def test_existing_empty_out_keeps_its_mode_and_group(tmp_path: Path) -> None:
+    out = tmp_path / "shared-run"
+    out.mkdir()
+    out.chmod(0o2770)  # a project directory: group-writable, setgid
+    gid = 4242 if os.geteuid() == 0 else os.getegid()
+    os.chown(out, -1, gid)
+    proc = _render(tmp_path, "--out", str(out), umask=0o002)
+    assert proc.returncode == 0, proc.stderr
+    assert (_mode(out), out.stat().st_gid) == (0o2770, gid)
+    assert {p.stat().st_gid for p in out.iterdir()} == {gid}  # the artifacts take the directory's group
+    assert _mode(out / "nccl.env") == 0o664
+
+
+def test_failed_write_leaves_existing_out_empty_and_default_dir_gone(ck, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterkit import workspace
+
+    real_write = Path.write_text
+
+    def full_disk(self: Path, *args, **kwargs):  # a stand-in for a full disk: the second artifact fails
+        if self.name == "nccl.env":
+            raise OSError(28, "No space left on device")
+        return real_write(self, *args, **kwargs)
+
+    out = tmp_path / "precreated"
+    out.mkdir()
+    out.chmod(0o2750)
+    monkeypatch.setattr(workspace.Path, "write_text", full_disk)
+    assert_one_line_error(ck("render", "--site", "local", "--out", str(out), "--", "python", "x.py"), 2,
+                          "No space left on device")
+    assert (list(out.iterdir()), _mode(out)) == ([], 0o2750)
+    assert_one_line_error(ck("render", "--site", "local", "--", "python", "x.py", cwd=tmp_path), 2,
+                          "No space left on device")
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_out_being_written_by_another_render_is_refused(ck, tmp_path: Path) -> None:
+    from clusterkit.errors import WorkspaceError
+    from clusterkit.workspace import write_run_dir
+
+    out = tmp_path / "run"
+    (out / ".clusterkit-staging").mkdir(parents=True)  # what another render holds while it writes
+    assert_one_line_error(ck("render", "--site", "local", "--out", str(out), "--", "python", "x.py"), 2,
+                          f"{out} already exists and is not empty")
+    # the same directory found empty by both at the check, then claimed by the other first
+    with pytest.raises(WorkspaceError, match="is being written by another clusterkit"):
+        write_run_dir(out, {"job.sbatch": "#!/bin/bash\n"})
+    assert os.listdir(out) == [".clusterkit-staging"]
+
+
+def test_render_from_repo_root_still_defaults_to_runs(tmp_path: Path) -> None:
+    """The default base is the current directory's runs/, wherever clusterkit is run from."""
+    proc = _render(tmp_path, "--job-name", "where")
+    assert proc.returncode == 0 and not (REPO / "runs" / "where").exists()
+    assert [d.name.split("-")[0] for d in (tmp_path / "runs").iterdir()] == ["where"]
