@@ -48,7 +48,8 @@ def _dispatch(run: Any) -> str:
 @click.command()
 @job_options
 @click.option("--dry-run", is_flag=True,
-              help="Render the run directory and print job.sbatch, exactly what would be submitted; submit nothing.")
+              help="Render the run directory and print job.sbatch, exactly what would be submitted; submit nothing "
+                   "and contact no node (preflight does not run, so its node exclusions are not applied).")
 @click.option("--wait/--no-wait", default=None,
               help="Follow the job to its end and exit with its exit status "
                    "(default: wait on local sites, return at once on Slurm sites).")
@@ -78,14 +79,17 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
                             exclude=exclude, debug=debug)
     site_obj = load_site(site)
+    if dry_run:  # contacts no node: preflight's exclusions are the one thing a dry run cannot show
+        run = render_run(site_obj, request, out)
+        _note_preflight_skipped(site_obj, skip_preflight)
+        return _show_dry_run(run, as_json)
+    store = RecordStore()
+    store.check_writable()  # before anything runs: a job without its record is one nobody follows
     request = _preflight(site_obj, request, skip_preflight)
     run = render_run(site_obj, request, out)
-    if dry_run:
-        return _show_dry_run(run, as_json)
     job_id = _dispatch(run)
-    store = RecordStore()
     rec = _record(run, job_id)
-    store.save(rec)
+    _save_record(store, rec)
     if wait is None:
         wait = not run.plan.slurm
     if not wait:
@@ -96,6 +100,26 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     from clusterkit.cli.jobs import follow_to_end
 
     return follow_to_end(store, rec, as_json)
+
+
+def _save_record(store: Any, rec: Any) -> None:
+    """Save the job record; the job is submitted whatever happens here, so failing only warns."""
+    from clusterkit import output
+    from clusterkit.errors import RecordError
+
+    try:
+        store.save(rec)
+    except RecordError as err:
+        output.warn(f"job {rec.job_id} is submitted, but its record was not saved, so status, logs and cancel "
+                    f"do not know it (run directory {rec.run_dir}): {err}")
+
+
+def _note_preflight_skipped(site: Any, skip: bool) -> None:
+    from clusterkit import output
+
+    if not skip and site.scheduler.kind != "local" and site.preflight.before_submit:
+        output.info("clusterkit: dry run: preflight not run, so nodes it would exclude are not in "
+                    "#SBATCH --exclude above")
 
 
 def _preflight(site: Any, request: Any, skip: bool) -> Any:

@@ -1,0 +1,69 @@
+"""``submit --dry-run`` contacts no node: it prints the script even when every node is down."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+from ..conftest import REPO
+
+SITE = """\
+name: dry
+scheduler: {kind: slurm, partition: debug, time: "00:05:00"}
+nodes: {nodelist: localhost, gpus_per_node: 1, cpus_per_node: 2, mem_gb: 4}
+ssh: {port: PORT, connect_timeout_s: 2, command_timeout_s: 2}
+preflight: {before_submit: true, transport: ssh}
+"""
+
+
+class Listener:
+    """A TCP port on loopback standing in for the node's sshd: it only counts who connects."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            conn.close()  # as a node whose sshd is broken: preflight would call it unreachable
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
+
+
+def test_dry_run_runs_no_preflight_and_prints_the_script(ck, tmp_path: Path) -> None:
+    listener = Listener()
+    try:
+        site = tmp_path / "dry.yaml"
+        site.write_text(SITE.replace("PORT", str(listener.port)))
+        out = tmp_path / "run"
+        res = ck("submit", "--site", str(site), "--dry-run", "--out", str(out), "--", "python", "train.py")
+        # the control: a real submit's preflight does reach the node (and finds it broken)
+        real = ck("submit", "--site", str(site), "--out", str(tmp_path / "real"), "--", "python", "train.py")
+    finally:
+        listener.close()
+    assert res.code == 0, res.err
+    assert res.out == (out / "job.sbatch").read_text() and res.out.startswith("#!/bin/bash")
+    assert "dry run: preflight not run, so nodes it would exclude are not in #SBATCH --exclude above" in res.err
+    assert real.code == 3 and listener.connections >= 1, real.err
+    assert not (tmp_path / "real").exists()
+
+
+def test_dry_run_says_nothing_about_preflight_where_none_would_run(ck, tmp_path: Path) -> None:
+    res = ck("submit", "--site", "testbed", "--dry-run", "--out", str(tmp_path / "run"), "--", "true", cwd=REPO)
+    assert res.code == 0 and "preflight" not in res.err
