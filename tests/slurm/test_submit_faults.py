@@ -1,11 +1,16 @@
 """Submission faults on the Slurm testbed: sbatch refusing, many submits at once, status cost,
-and slurmctld down (last: it stops and restarts the controller)."""
+an unwritable record store, and slurmctld down (last: those stop and restart the controller)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
+import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -13,7 +18,8 @@ import pytest
 
 from clusterkit.records import RecordStore, SlurmQuery, load_record
 
-from .conftest import CK
+from ..conftest import CLIResult, assert_one_line_error
+from .conftest import CK, REPO
 
 # A site that claims more than the testbed has, so that sbatch (not clusterkit) must refuse.
 BIG_SITE = """\
@@ -104,11 +110,66 @@ def test_unknown_job_is_lost_not_waited_for(cli: CK) -> None:
     assert st["state"] == "LOST" and "unknown to Slurm" in st["reason"]
 
 
+def _in_private_mounts(cli: CK, script: str, *args: str, env: dict[str, str] | None = None,
+                       timeout: float = 240) -> CLIResult:
+    """Run ``script`` (sh, with ``$@`` = a clusterkit command line) in a mount namespace of its own.
+
+    A read-only mount is the one unwritable directory that root (which runs these tests) cannot
+    write anyway; the namespace keeps it away from everyone else on the machine.
+    """
+    argv = ["unshare", "-m", "--propagation", "private", "sh", "-ec", script, "sh",
+            sys.executable, "-m", "clusterkit", *args]
+    p = subprocess.run(argv, cwd=REPO, env=env or cli.env(), capture_output=True, text=True, timeout=timeout)
+    return CLIResult(p.returncode, p.stdout, p.stderr)
+
+
+def _testbed_jobs(cli: CK, name: str) -> list[str]:
+    return cli.bed.run("squeue", "-h", "--states=all", "-n", name, "-o", "%i").stdout.split()
+
+
+def test_unwritable_record_store_submits_nothing(cli: CK) -> None:
+    state = cli.state_dir
+    state.mkdir()
+    out = cli.runs / "ro"
+    res = _in_private_mounts(cli, f'mount --bind {state} {state}; mount -o remount,ro,bind {state}; exec "$@"',
+                             "submit", "--site", "testbed", "--gpus-per-node", "1", "--launcher", "srun",
+                             "--job-name", "ck-ro-store", "--out", str(out), "--", "true")
+    assert_one_line_error(res, 2, f"job records directory {state}/jobs is not writable (Read-only file system); "
+                                  "nothing submitted")
+    assert _testbed_jobs(cli, "ck-ro-store") == [] and not out.exists()
+
+
+def test_record_store_failing_after_sbatch_is_a_warning_not_a_failure(cli: CK, tmp_path: Path) -> None:
+    """sbatch succeeds, then the records directory turns read-only: the job runs, exit 0, a warning."""
+    state = cli.state_dir
+    state.mkdir()
+    wrapper = tmp_path / "bin"
+    wrapper.mkdir()
+    (wrapper / "sbatch").write_text(  # stand-in around the real sbatch: the fault is the point
+        f"#!/bin/sh\n/usr/bin/sbatch \"$@\"; rc=$?\nmount -o remount,ro,bind {state}\nexit $rc\n")
+    (wrapper / "sbatch").chmod(0o755)
+    env = cli.env()
+    env["PATH"] = f"{wrapper}{os.pathsep}{env['PATH']}"
+    out = cli.runs / "late"
+    res = _in_private_mounts(cli, f'mount --bind {state} {state}; exec "$@"', "submit", "--site", "testbed",
+                             "--gpus-per-node", "1", "--launcher", "srun", "--job-name", "ck-late-store",
+                             "--out", str(out), "--", "true", env=env)
+    assert res.code == 0, res.err
+    job = re.search(r"Submitted job (\d+)", res.out).group(1)  # type: ignore[union-attr]
+    assert _testbed_jobs(cli, "ck-late-store") == [job]
+    (warning,) = res.err.splitlines()
+    assert warning.startswith(f"clusterkit: warning: job {job} is submitted, but its record was not saved")
+    assert f"run directory {out}" in warning and "Read-only file system" in warning
+    assert cli.records() == []
+    assert (out / "job.sbatch").exists()
+
+
 def test_slurmctld_down_is_a_clear_error_and_records_stay(cli: CK) -> None:
     first = cli("submit", "--site", "testbed", "--gpus-per-node", "1", "--launcher", "srun", "--wait",
                 "--out", str(cli.runs / "before"), "--", "true")  # ended before the controller goes
     assert first.returncode == 0
     before = {p.name: p.read_bytes() for p in cli.records()}
+    job = json.loads(next(iter(before.values())))["job_id"]
     cli.bed.stop_controller()
     try:
         proc = cli("submit", "--site", "testbed", "--gpus-per-node", "1", "--launcher", "srun",
@@ -116,8 +177,62 @@ def test_slurmctld_down_is_a_clear_error_and_records_stay(cli: CK) -> None:
         assert proc.returncode == 1
         lines = proc.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("clusterkit: error: cannot reach Slurm controller"), lines
+        # status still answers, from what is known here, and says so
+        listing = cli("status", "--json", timeout=120)
+        assert listing.returncode == 3, listing.stderr
+        (row,) = json.loads(listing.stdout)["jobs"]
+        assert (row["job_id"], row["state"], row["exit_code"], row["stale"]) == (job, "COMPLETED", 0, True)
+        (warning,) = listing.stderr.splitlines()
+        assert warning.startswith("clusterkit: warning: cannot reach Slurm controller: ") and \
+            warning.endswith("; Slurm jobs show their last known state, marked stale"), warning
         assert {p.name: p.read_bytes() for p in cli.records()} == before
     finally:
         cli.bed.start_controller()
-    st = cli.status(json.loads(next(iter(before.values())))["job_id"])
-    assert (st["state"], st["exit_code"]) == ("COMPLETED", 0)
+    st = cli.status(job)
+    assert (st["state"], st["exit_code"], st["stale"]) == ("COMPLETED", 0, False)
+
+
+def _lines_of(stream) -> list[str]:
+    """Collect a pipe's lines in a background thread (the test reads them while the CLI runs)."""
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(iter(stream.readline, "")), daemon=True).start()
+    return lines
+
+
+def _until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} not seen in {timeout}s"
+        time.sleep(0.2)
+
+
+def test_wait_follows_a_job_through_a_slurmctld_restart(cli: CK, tmp_path: Path) -> None:
+    """The real slurmctld stops while --wait follows a running job and starts again; the job
+    ends after that, and --wait reports Slurm's verdict with the job's own exit status."""
+    go = tmp_path / "go"
+    waiter = cli.popen("submit", "--site", "testbed", "--gpus-per-node", "1", "--launcher", "srun", "--wait",
+                       "--out", str(cli.runs / "through"), "--", "bash", "-c",
+                       f"until [ -e {shlex.quote(str(go))} ]; do sleep 0.2; done; exit 3")
+    err = _lines_of(waiter.stderr)
+    try:
+        _until(lambda: any(" RUNNING" in line for line in err), 120, "the job running")
+        cli.bed.stop_controller()
+        try:
+            _until(lambda: any("UNKNOWN (stale)" in line for line in err), 120, "--wait noticing the outage")
+            assert waiter.poll() is None, "--wait gave up during the outage"
+        finally:
+            cli.bed.start_controller()
+        go.touch()
+        waiter.wait(timeout=120)
+        out = waiter.stdout.read()  # type: ignore[union-attr]
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+    assert waiter.returncode == 3, (out, err)
+    job = re.search(r"Submitted job (\d+)", out).group(1)  # type: ignore[union-attr]
+    assert f"Job {job} FAILED (exit code 3)" in out
+    outage = [line for line in err if "UNKNOWN" in line]
+    assert outage and outage[0].startswith(f"clusterkit: job {job} UNKNOWN (stale), reason: cannot reach Slurm "
+                                           "controller"), err
+    assert not any("error" in line and "UNKNOWN" not in line for line in err), err
+    assert (cli.status(job)["state"], cli.status(job)["exit_code"]) == ("FAILED", 3)
