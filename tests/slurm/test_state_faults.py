@@ -13,6 +13,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -58,7 +59,7 @@ def _faulty_env(cli: CK, tmp_path: Path, fault: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def running_job(cli: CK) -> str:
+def running_job(cli: CK) -> Iterator[str]:
     proc = cli("submit", "--site", "testbed", "--gpus-per-node", "1", "--launcher", "srun", "--no-wait",
                "--out", str(cli.runs / "sleeper"), "--", "sleep", "300")
     assert proc.returncode == 0, proc.stderr

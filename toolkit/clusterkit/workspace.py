@@ -71,7 +71,7 @@ def resolve_out(out: str | None, job_name: str) -> Path:
     path = check_path(Path(os.path.abspath(path)))
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise WorkspaceError(f"--out {out or path}: {path} already exists and is not empty; choose a new directory")
-    parent = path.parent
+    parent = path if path.is_dir() else path.parent  # an existing --out is filled in place
     probe = parent
     while not probe.exists():
         probe = probe.parent
