@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -47,7 +48,7 @@ def _faulty_env(cli: CK, tmp_path: Path, fault: str) -> dict[str, str]:
     bin_dir = tmp_path / f"bin-{fault}"
     bin_dir.mkdir()
     for real in ("sbatch", "scancel", "srun"):
-        (bin_dir / real).symlink_to(f"/usr/bin/{real}")
+        (bin_dir / real).symlink_to(shutil.which(real) or real)
     body = FAULTS[fault]
     if body is not None:
         for name in ("squeue", "sacct", "scontrol"):

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import threading
@@ -146,7 +147,7 @@ def test_record_store_failing_after_sbatch_is_a_warning_not_a_failure(cli: CK, t
     wrapper = tmp_path / "bin"
     wrapper.mkdir()
     (wrapper / "sbatch").write_text(  # stand-in around the real sbatch: the fault is the point
-        f"#!/bin/sh\n/usr/bin/sbatch \"$@\"; rc=$?\nmount -o remount,ro,bind {state}\nexit $rc\n")
+        f"#!/bin/sh\n{shutil.which('sbatch')} \"$@\"; rc=$?\nmount -o remount,ro,bind {state}\nexit $rc\n")
     (wrapper / "sbatch").chmod(0o755)
     env = cli.env()
     env["PATH"] = f"{wrapper}{os.pathsep}{env['PATH']}"
