@@ -41,7 +41,7 @@ Offload = Literal["none", "optimizer", "optimizer+params"]
 OFFLOADS: tuple[str, ...] = ("none", "optimizer", "optimizer+params")
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
-_SIZE_RE = re.compile(r"^\s*([+-]?)\s*((?:\d[\d_]*)?(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*$")
+_SIZE_RE = re.compile(r"\s*([+-]?)\s*((?:\d[\d_]*)?(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*")
 
 
 # --------------------------------------------------------------------------- sizes
@@ -53,7 +53,7 @@ def parse_size(text: str, what: str = "--model-params") -> int:
     Suffixes are decimal (K=1e3, M=1e6, B/G=1e9, T=1e12), as model sizes are quoted.  Raises
     :class:`UsageError` (one line naming ``what``) for zero, negative, fractional or unparseable input.
     """
-    match = _SIZE_RE.match(text)
+    match = _SIZE_RE.fullmatch(text)
     number = match.group(2).replace("_", "") if match else ""
     if not match or not any(c.isdigit() for c in number):
         raise UsageError(f"{what}: cannot read {text!r} as a parameter count (examples: 7B, 70e9, 350M, 1.5T)")

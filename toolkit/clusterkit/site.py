@@ -22,8 +22,8 @@ from clusterkit.errors import ConfigError, ConfigIssue
 
 STAGE_NAMES = ("single-node", "multi-node", "large-cluster")
 LAUNCHER_NAMES = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
-_TIME_RE = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$|^\d+$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TIME_RE = re.compile(r"(\d+-)?\d{1,3}(:\d{2}){0,2}|\d+")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class _Model(BaseModel):
@@ -45,7 +45,7 @@ class Scheduler(_Model):
     @field_validator("time")
     @classmethod
     def _time(cls, v: str) -> str:
-        if not _TIME_RE.match(v):
+        if not _TIME_RE.fullmatch(v):
             raise ValueError(f"{v!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
         return v
 
@@ -53,7 +53,7 @@ class Scheduler(_Model):
     @classmethod
     def _sbatch(cls, v: dict[str, Any]) -> dict[str, Any]:
         for key in v:
-            if not re.match(r"^[a-z][a-z0-9-]*$", key):
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
                 raise ValueError(f"sbatch option {key!r} must be a long option name like 'exclusive' or 'mem'")
         return v
 
@@ -118,7 +118,7 @@ class Software(_Model):
     @field_validator("driver_min", "cuda")
     @classmethod
     def _version(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and not re.match(r"^\d+(\.\d+)*$", v):
+        if v is not None and not re.fullmatch(r"\d+(\.\d+)*", v):
             raise ValueError(f"{v!r} is not a dotted version like '535.104'")
         return v
 
@@ -184,7 +184,7 @@ class NCCL(_Model):
     @classmethod
     def _names(cls, v: dict[str, Any]) -> dict[str, str]:
         for k in v:
-            if not _ENV_NAME_RE.match(k):
+            if not _ENV_NAME_RE.fullmatch(k):
                 raise ValueError(f"{k!r} is not an environment variable name")
         return {k: str(val) for k, val in v.items()}
 
@@ -235,7 +235,7 @@ class Site(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", v):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v):
             raise ValueError(f"{v!r}: use letters, digits, '.', '_' and '-'")
         return v
 

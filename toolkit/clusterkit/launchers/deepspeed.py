@@ -18,13 +18,13 @@ from clusterkit.errors import PlanError
 from clusterkit.launchers import SLOTS, Context, Launch, Mode, Sh, Word, split_python
 from clusterkit.settings import Settings
 
-_SPEC = re.compile(r"^[A-Za-z0-9._-]+(:\d+(,\d+)*)?$")
+_SPEC = re.compile(r"[A-Za-z0-9._-]+(:\d+(,\d+)*)?")
 
 
 def check_filter(text: str, ctx: Context, what: str) -> str:
     """Validate a deepspeed NODE_SPEC[@NODE_SPEC...] string: 0-based slots below gpus_per_node."""
     for spec in text.split("@"):
-        if not _SPEC.match(spec):
+        if not _SPEC.fullmatch(spec):
             raise PlanError(f"deepspeed {what} {text!r}: {spec!r} is not HOST or HOST:SLOT[,SLOT...]")
         host, _, slots = spec.partition(":")
         for slot in filter(None, slots.split(",")):
