@@ -642,11 +642,35 @@ def validate_data(data: Mapping[str, Any], lines: dict[Path_, tuple[str, int]], 
         raise ConfigError(issues) from None
     if site.templates is not None:
         tdir = (base_dir / os.path.expanduser(site.templates)).resolve()
+        where = _line_for(lines, ("templates",), file)
         if not tdir.is_dir():
-            where = _line_for(lines, ("templates",), file)
             raise ConfigError.single(where[0], where[1], "templates", f"template override directory {site.templates!r} not found")
+        _check_template_trust(Path(where[0]), tdir, where)
         site = site.model_copy(update={"templates": str(tdir)})
     return site
+
+
+def _check_template_trust(site_file: Path, tdir: Path, where: tuple[str, int | None]) -> None:
+    """A template override is code: honour it only where no other user could have written it."""
+    paths = [site_file.resolve(), site_file.resolve().parent, tdir, *sorted(tdir.iterdir())]
+    for path in paths:
+        problem = _writable_by_others(path)
+        if problem:
+            raise ConfigError.single(where[0], where[1], "templates",
+                                     f"template override refused: {path} {problem}; templates are code and are used "
+                                     "only from files that no other user can write")
+
+
+def _writable_by_others(path: Path) -> str | None:
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return f"cannot be checked ({exc.strerror})"
+    if st.st_uid not in (0, os.getuid()):
+        return f"is owned by uid {st.st_uid}, not by you or root"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 def load_file(path: str | os.PathLike[str]) -> Site:
