@@ -169,6 +169,9 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     max_restarts = s.max_restarts if s.max_restarts is not None else (
         override.max_restarts if override and override.max_restarts is not None else site.scheduler.max_restarts)
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env))
+    if launcher == "deepspeed" and launch.mode == "once":
+        from clusterkit.launchers.deepspeed import check_pdsh_env
+        check_pdsh_env(env)
     return Plan(
         version=__version__, site=site.name, site_file=site.source, scheduler=site.scheduler.kind,
         stage=spec.name, launcher=launcher, job_name=_job_name(request, tuple(request.command)),

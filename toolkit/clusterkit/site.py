@@ -28,6 +28,28 @@ LAUNCHER_NAMES = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", 
 _TIME_RE = re.compile(r"(\d+-)?\d{1,3}(:\d{2}){0,2}|\d+")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
+#: ``nccl.env`` takes communication settings only: names with these prefixes ...
+NCCL_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "FI_", "GLOO_")
+#: ... and these names (what NCCL's performance depends on outside its own namespace).
+NCCL_ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "TORCH_DISTRIBUTED_DEBUG")
+
+#: ``#SBATCH`` options clusterkit writes itself, and where a site or user sets them instead.
+OWNED_SBATCH = {
+    "job-name": "--job-name", "nodes": "--nodes (or the stage)", "ntasks": "--launcher (it decides the tasks)",
+    "ntasks-per-node": "--launcher (it decides the tasks)", "ntasks-per-core": "--launcher (it decides the tasks)",
+    "ntasks-per-socket": "--launcher (it decides the tasks)", "ntasks-per-gpu": "--launcher (it decides the tasks)",
+    "gpus-per-node": "--gpus-per-node", "gpus": "--gpus-per-node", "cpus-per-task": "--set cpus_per_task=N",
+    "partition": "scheduler.partition", "account": "scheduler.account", "qos": "scheduler.qos",
+    "time": "scheduler.time", "output": "--out (logs go to the run directory)",
+    "error": "--out (logs go to the run directory)", "input": "the training command",
+    "open-mode": "nothing: clusterkit appends on requeue", "signal": "scheduler.preempt_signal_s",
+    "requeue": "scheduler.max_restarts", "no-requeue": "scheduler.max_restarts: 0",
+    "chdir": "--out (jobs run in their run directory)", "export": "nccl.env",
+    "export-file": "nccl.env", "get-user-env": "nccl.env", "wrap": "the command after '--'",
+    "exclude": "--exclude", "parsable": "nothing: clusterkit reads sbatch's answer itself",
+    "wait": "submit --wait", "test-only": "submit --dry-run", "array": "one clusterkit submit per job",
+}
+
 
 class _Model(BaseModel):
     # strict: `gpus_per_node: true` is not 1; allow_inf_nan: `.inf` GB of memory is not a size
@@ -59,6 +81,12 @@ class Scheduler(_Model):
         for key in v:
             if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
                 raise ValueError(f"sbatch option {key!r} must be a long option name like 'exclusive' or 'mem'")
+            # sbatch reads #SBATCH lines with getopt_long, which takes any unambiguous prefix
+            # ('--out' is '--output'): a prefix of an owned option is that option.
+            owned = next((name for name in OWNED_SBATCH if name.startswith(key)), None)
+            if owned:
+                raise ValueError(f"sbatch option {key!r} sets --{owned}, which clusterkit writes itself; "
+                                 f"use {OWNED_SBATCH[owned]}")
         return v
 
 
@@ -190,6 +218,9 @@ class NCCL(_Model):
         for k in v:
             if not _ENV_NAME_RE.fullmatch(k):
                 raise ValueError(f"{k!r} is not an environment variable name")
+            if not (k.startswith(NCCL_ENV_PREFIXES) or k in NCCL_ENV_NAMES):
+                raise ValueError(f"{k}: nccl.env takes communication settings only: names starting with "
+                                 f"{', '.join(NCCL_ENV_PREFIXES)} or one of {', '.join(NCCL_ENV_NAMES)}")
         return {k: str(val) for k, val in v.items()}
 
 
