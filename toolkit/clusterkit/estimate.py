@@ -40,6 +40,8 @@ DEFAULT_HEADROOM = 0.2
 Offload = Literal["none", "optimizer", "optimizer+params"]
 OFFLOADS: tuple[str, ...] = ("none", "optimizer", "optimizer+params")
 
+#: Largest parameter count read: the float arithmetic of the memory model overflows long before 1e400.
+MAX_PARAMS = 10**16
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 _SIZE_RE = re.compile(r"\s*([+-]?)\s*((?:\d[\d_]*)?(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*")
 
@@ -65,6 +67,8 @@ def parse_size(text: str, what: str = "--model-params") -> int:
         raise UsageError(f"{what}: {text!r} is negative; a parameter count must be positive")
     if value == 0:
         raise UsageError(f"{what}: {text!r} is zero; a parameter count must be positive")
+    if value > MAX_PARAMS:
+        raise UsageError(f"{what}: {text!r} is more than {human_count(MAX_PARAMS)} parameters (the limit)")
     if value != value.to_integral_value():
         raise UsageError(f"{what}: {text!r} is not a whole number of parameters")
     return int(value)

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import jinja2
 import jinja2.sandbox
 
-from clusterkit.errors import ConfigError
+from clusterkit.errors import ConfigError, PlanError
 
 from clusterkit.launchers import Sh, Word, shell_join
 from clusterkit.plan import Plan
@@ -115,6 +115,10 @@ def container_mounts(plan: Plan) -> list[str]:
     """The site's container mounts, plus the run directory when no mount already covers it:
     the launcher inside the container reads the hostfile and configs from there."""
     mounts = list(plan.container["mounts"]) if plan.container else []
+    if plan.container and any(c in plan.run_dir for c in ",:"):
+        # both runtimes read the list as "src[:dst[:flags]],...": the path would add mounts
+        raise PlanError(f"run directory {plan.run_dir!r}: ',' and ':' cannot be mounted into the site's container; "
+                        "choose another --out or --set container=false")
     inside = [m.split(":")[1] if ":" in m else m for m in mounts]
     run_dir = plan.run_dir.rstrip("/")
     if plan.container and not any(run_dir == d.rstrip("/") or run_dir.startswith(d.rstrip("/") + "/") for d in inside):
