@@ -69,7 +69,7 @@ def check_host(host: str) -> str:
 
 def parse(hostlist: str) -> NodeSet:
     """Parse a Slurm-style hostlist; raise HostlistError naming what is wrong."""
-    text = hostlist.strip()
+    text = hostlist  # not stripped: a newline or space in a host list is an error, not padding
     if not text:
         raise HostlistError("empty hostlist")
     if len(text) > MAX_EXPRESSION:

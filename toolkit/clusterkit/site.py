@@ -42,11 +42,11 @@ OWNED_SBATCH = {
     "partition": "scheduler.partition", "account": "scheduler.account", "qos": "scheduler.qos",
     "time": "scheduler.time", "output": "--out (logs go to the run directory)",
     "error": "--out (logs go to the run directory)", "input": "the training command",
-    "open-mode": "nothing: clusterkit appends on requeue", "signal": "scheduler.preempt_signal_s",
+    "open-mode": "scheduler.max_restarts (requeued runs append to their log)", "signal": "scheduler.preempt_signal_s",
     "requeue": "scheduler.max_restarts", "no-requeue": "scheduler.max_restarts: 0",
     "chdir": "--out (jobs run in their run directory)", "export": "nccl.env",
     "export-file": "nccl.env", "get-user-env": "nccl.env", "wrap": "the command after '--'",
-    "exclude": "--exclude", "parsable": "nothing: clusterkit reads sbatch's answer itself",
+    "exclude": "--exclude", "parsable": "submit --json (clusterkit reads sbatch's answer itself)",
     "wait": "submit --wait", "test-only": "submit --dry-run", "array": "one clusterkit submit per job",
 }
 
