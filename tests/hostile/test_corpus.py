@@ -165,3 +165,25 @@ def test_sites_list_survives_the_whole_corpus(ck_proc, tmp_path: Path) -> None:
         assert rows[case.stem]["valid"] is (kind != "2" or case.stem in plan_time), case.stem
     assert all(not rows[name]["valid"] for name in GENERATED)
     assert_no_marker(tmp_path)
+
+
+@pytest.mark.parametrize("value", ["$(touch pwned)", "a b", "x;touch pwned", "`touch pwned`", "'q'", "%n"])
+def test_pdsh_env_values_that_deepspeed_would_half_quote_are_refused(ck, tmp_path: Path, value: str) -> None:
+    """.deepspeed_env is read back by DeepSpeed and pasted into `export K=V; ...` on every node."""
+    site = tmp_path / "p.yaml"
+    site.write_text('name: p\nnodes: {nodelist: "n[1-2]", gpus_per_node: 8}\nstorage: [{path: /tmp, type: nfs}]\n'
+                    + "nccl:\n  env: {NCCL_SOCKET_IFNAME: " + json.dumps(value) + "}\n")
+    result = ck("render", "--site", str(site), "--stage", "multi-node", "--launcher", "deepspeed",
+                "--set", "ds_launcher=pdsh", "--out", str(tmp_path / "run"), "--", "python", "t.py", cwd=tmp_path)
+    assert_one_line_error(result, 2, "ds_launcher=pdsh: environment value NCCL_SOCKET_IFNAME=")
+    assert not (tmp_path / "run").exists()
+
+
+def test_pdsh_deepspeed_env_with_safe_values_renders(ck, tmp_path: Path) -> None:
+    result = ck("render", "--site", "ib-h100", "--stage", "multi-node", "--launcher", "deepspeed", "--set",
+                "ds_launcher=pdsh", "--set", "container=false", "--out", str(tmp_path / "run"), "--", "python", "t.py",
+                "--lr", "1e-4")
+    assert result.code == 0, result.err
+    lines = (tmp_path / "run" / ".deepspeed_env").read_text().splitlines()
+    assert "NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7" in lines
+    assert all(len(line.split("=", 1)) == 2 and " " not in line for line in lines)
