@@ -11,6 +11,7 @@ they render in Jinja's sandbox (no attribute walks to Python internals) within a
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import threading
@@ -200,7 +201,7 @@ def _renderer(env: jinja2.Environment, override_dir: str | None) -> Any:
 
     def draw(name: str, ctx: dict[str, Any]) -> str:
         template = _load(env, name, override_dir)
-        if override_dir is None or template.filename is None or not template.filename.startswith(override_dir):
+        if override_dir is None or template.filename is None or not template.filename.startswith(override_dir + os.sep):
             return template.render(ctx)
         return _render_bounded(template, ctx, name)
 
