@@ -314,3 +314,36 @@ def _lab_processes(marker: bytes) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_known_hosts_with_markers_wildcards_and_a_bad_line(runner_lab: SSHLab, tmp_path: Path) -> None:
+    """@cert-authority and malformed lines are skipped, wildcard patterns match, @revoked is honoured."""
+    addr = runner_lab.addresses["n01"]
+    prefix = addr.rsplit(".", 1)[0]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"@cert-authority *.cluster {runner_lab.host_key_line}\n"
+                     "this line is not a known_hosts entry\n"
+                     f"n99 ssh-ed25519 AAAA-not-base64\n"
+                     f"[{prefix}.*]:{runner_lab.port} {runner_lab.host_key_line}\n")
+    out = drive(runner_lab, ["n01"], "true", known_hosts=str(known))
+    assert out["results"]["n01"]["ok"], out["results"]["n01"]
+    # a negated pattern excludes the host again: unknown, not trusted
+    known.write_text(f"[{prefix}.*]:{runner_lab.port},![{addr}]:{runner_lab.port} {runner_lab.host_key_line}\n")
+    assert drive(runner_lab, ["n01"], "true", known_hosts=str(known))["results"]["n01"]["error"] == "hostkey-unknown"
+    # @revoked wins over a matching entry, and over --accept-new-host-keys
+    known.write_text(f"@revoked * {runner_lab.host_key_line}\n[{addr}]:{runner_lab.port} {runner_lab.host_key_line}\n")
+    for accept in (False, True):
+        r = drive(runner_lab, ["n01"], "true", known_hosts=str(known), accept_new_host_keys=accept)["results"]["n01"]
+        assert r["error"] == "hostkey-changed" and "@revoked" in r["reason"]
+
+
+def test_known_hosts_skipped_lines_are_warned_about(runner_lab: SSHLab, tmp_path: Path) -> None:
+    from clusterkit.runner.ssh import KnownHosts
+
+    known = tmp_path / "known_hosts"
+    known.write_text(f"@cert-authority *.cluster {runner_lab.host_key_line}\nnot an entry\n"
+                     f"n01.cluster {runner_lab.host_key_line}\n")
+    db = KnownHosts()
+    db.load(str(known))
+    assert [w.split(": ", 1)[0] for w in db.warnings] == [f"{known}:1", f"{known}:2"]
+    assert db.lookup("n01.cluster") and db.lookup("N01.CLUSTER") and not db.lookup("n01")

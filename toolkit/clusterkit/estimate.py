@@ -40,8 +40,10 @@ DEFAULT_HEADROOM = 0.2
 Offload = Literal["none", "optimizer", "optimizer+params"]
 OFFLOADS: tuple[str, ...] = ("none", "optimizer", "optimizer+params")
 
+#: Largest parameter count read: the float arithmetic of the memory model overflows long before 1e400.
+MAX_PARAMS = 10**16
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
-_SIZE_RE = re.compile(r"^\s*([+-]?)\s*((?:\d[\d_]*)?(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*$")
+_SIZE_RE = re.compile(r"\s*([+-]?)\s*((?:\d[\d_]*)?(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*")
 
 
 # --------------------------------------------------------------------------- sizes
@@ -53,7 +55,7 @@ def parse_size(text: str, what: str = "--model-params") -> int:
     Suffixes are decimal (K=1e3, M=1e6, B/G=1e9, T=1e12), as model sizes are quoted.  Raises
     :class:`UsageError` (one line naming ``what``) for zero, negative, fractional or unparseable input.
     """
-    match = _SIZE_RE.match(text)
+    match = _SIZE_RE.fullmatch(text)
     number = match.group(2).replace("_", "") if match else ""
     if not match or not any(c.isdigit() for c in number):
         raise UsageError(f"{what}: cannot read {text!r} as a parameter count (examples: 7B, 70e9, 350M, 1.5T)")
@@ -65,6 +67,8 @@ def parse_size(text: str, what: str = "--model-params") -> int:
         raise UsageError(f"{what}: {text!r} is negative; a parameter count must be positive")
     if value == 0:
         raise UsageError(f"{what}: {text!r} is zero; a parameter count must be positive")
+    if value > MAX_PARAMS:
+        raise UsageError(f"{what}: {text!r} is more than {human_count(MAX_PARAMS)} parameters (the limit)")
     if value != value.to_integral_value():
         raise UsageError(f"{what}: {text!r} is not a whole number of parameters")
     return int(value)

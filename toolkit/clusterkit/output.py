@@ -1,7 +1,8 @@
 """Human (rich) and JSON renderings of command results.  Computes nothing.
 
 Human output goes through rich, which turns colour and progress off by itself when stdout is
-not a terminal, so a pipe gets plain text; ``--json`` output is one JSON document on stdout.
+not a terminal, so a pipe gets plain text; emoji codes stay text (node output may say ``:-1:``);
+``--json`` output is one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -21,14 +22,14 @@ def out() -> Console:
     global _out
     if _out is None:
         # In a pipe rich would wrap tables at 80 columns; plain wide lines read and grep better.
-        _out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+        _out = Console(highlight=False, emoji=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
     return _out
 
 
 def err() -> Console:
     global _err
     if _err is None:
-        _err = Console(stderr=True, highlight=False, soft_wrap=True)
+        _err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
     return _err
 
 

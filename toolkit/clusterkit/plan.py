@@ -19,9 +19,9 @@ from clusterkit.nccl import EnvVar
 from clusterkit.settings import Settings
 from clusterkit.site import Site
 
-_JOB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$")
-_SBATCH_VALUE = re.compile(r"^[^\s\x00-\x1f'\"\\`]+$")
-_TIME_RE = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$")
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+_SBATCH_VALUE = re.compile(r"[^\s\x00-\x1f'\"\\`]+")
+_TIME_RE = re.compile(r"(\d+-)?\d{1,3}(:\d{2}){0,2}")
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class Plan:
 
 def _job_name(request: JobRequest, command: tuple[str, ...]) -> str:
     if request.job_name is not None:
-        if not _JOB_NAME.match(request.job_name):
+        if not _JOB_NAME.fullmatch(request.job_name):
             raise PlanError(f"--job-name {request.job_name!r}: use 1-64 letters, digits, '.', '_', '+' or '-'")
         return request.job_name
     script = next((c for c in command[1:] if not c.startswith("-")), command[0] if command else "job")
@@ -125,7 +125,7 @@ def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec
         elif extra is not False:
             out.append((name, str(extra)))
     for option, text in out:
-        if text is not None and not _SBATCH_VALUE.match(text):
+        if text is not None and not _SBATCH_VALUE.fullmatch(text):
             # #SBATCH lines are comments to bash but a newline would start a live shell line,
             # and sbatch splits values at whitespace.
             raise PlanError(f"sbatch --{option} value {text!r}: whitespace, quotes and control characters are not allowed")
@@ -164,11 +164,14 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     ctx = _context(site, request, s, nnodes, gpn, use_container)
     launch = launchers.get(launcher)(ctx)
     time = s.time or (override.time if override and override.time else None) or site.scheduler.time
-    if not _TIME_RE.match(time):
+    if not _TIME_RE.fullmatch(time):
         raise PlanError(f"--set time={time!r}: not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
     max_restarts = s.max_restarts if s.max_restarts is not None else (
         override.max_restarts if override and override.max_restarts is not None else site.scheduler.max_restarts)
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env))
+    if launcher == "deepspeed" and launch.mode == "once":
+        from clusterkit.launchers.deepspeed import check_pdsh_env
+        check_pdsh_env(env)
     return Plan(
         version=__version__, site=site.name, site_file=site.source, scheduler=site.scheduler.kind,
         stage=spec.name, launcher=launcher, job_name=_job_name(request, tuple(request.command)),

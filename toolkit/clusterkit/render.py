@@ -1,20 +1,29 @@
 """Rendering: ``render(site, plan) -> {artifact name: text}``.  Pure and deterministic.
 
-One Jinja ``Environment`` with ``StrictUndefined`` (a missing variable is a bug, not an empty
-string), ``keep_trailing_newline``, and a ``shell_quote`` filter used for every value that
+One sandboxed Jinja environment with ``StrictUndefined`` (a missing variable is a bug, not an
+empty string), ``keep_trailing_newline``, and a ``shell_quote`` filter used for every value that
 reaches a shell.  A site may replace any built-in template by file name (``templates:`` in the
-site config); the built-ins are the fallback.
+site config); the built-ins are the fallback.  Site templates are code from a shared file, so
+they render in Jinja's sandbox (no attribute walks to Python internals) within a budget of
+``TEMPLATE_SECONDS`` and ``TEMPLATE_MAX_BYTES``, and their errors are one-line config errors.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import signal
+import threading
+import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import jinja2
+import jinja2.sandbox
+
+from clusterkit.errors import ConfigError, PlanError
 
 from clusterkit.launchers import Sh, Word, shell_join
 from clusterkit.plan import Plan
@@ -42,13 +51,39 @@ def slurm_pattern(path: str) -> str:
     return path.replace("%", "%%")
 
 
+#: Wall-clock budget for rendering one site template, in seconds.
+TEMPLATE_SECONDS = 2.0
+#: Largest output of one site template, in bytes.
+TEMPLATE_MAX_BYTES = 1024 * 1024
+
+
+class _BudgetExceeded(Exception):
+    pass
+
+
+class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
+    """The sandbox, plus a size check on '*' and '**' (``'x' * 10**9`` is one expression)."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(right, int) and abs(right) > 64:
+            raise _BudgetExceeded(f"exponent {right} is too large")
+        if operator == "*" and isinstance(left, int) and isinstance(right, (str, list, tuple)):
+            left, right = right, left
+        if operator == "*" and isinstance(left, (str, list, tuple)) and isinstance(right, int):
+            if len(left) * right > TEMPLATE_MAX_BYTES:
+                raise _BudgetExceeded(f"output larger than {TEMPLATE_MAX_BYTES} bytes")
+        return super().call_binop(context, operator, left, right)
+
+
 @lru_cache(maxsize=8)
 def environment(override_dir: str | None) -> jinja2.Environment:
     loaders: list[jinja2.BaseLoader] = []
     if override_dir:
         loaders.append(jinja2.FileSystemLoader(override_dir))
     loaders.append(jinja2.FileSystemLoader(str(builtin_templates_dir())))
-    env = jinja2.Environment(
+    env = _Sandbox(
         loader=jinja2.ChoiceLoader(loaders),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -62,10 +97,29 @@ def environment(override_dir: str | None) -> jinja2.Environment:
     return env
 
 
+def overridden(site: Site) -> list[str]:
+    """The built-in templates the site replaces with its own (empty without ``templates:``)."""
+    if not site.templates:
+        return []
+    builtin = {p.name for p in builtin_templates_dir().iterdir()}
+    return sorted(p.name for p in Path(site.templates).iterdir() if p.name in builtin)
+
+
+def override_note(site: Site) -> str | None:
+    """One line naming the site's own templates, for `sites show` and `submit --dry-run`."""
+    names = overridden(site)
+    return f"site {site.name} renders its own templates from {site.templates}: {', '.join(names) or 'none in use'}" \
+        if site.templates else None
+
+
 def container_mounts(plan: Plan) -> list[str]:
     """The site's container mounts, plus the run directory when no mount already covers it:
     the launcher inside the container reads the hostfile and configs from there."""
     mounts = list(plan.container["mounts"]) if plan.container else []
+    if plan.container and any(c in plan.run_dir for c in ",:"):
+        # both runtimes read the list as "src[:dst[:flags]],...": the path would add mounts
+        raise PlanError(f"run directory {plan.run_dir!r}: ',' and ':' cannot be mounted into the site's container; "
+                        "choose another --out or --set container=false")
     inside = [m.split(":")[1] if ":" in m else m for m in mounts]
     run_dir = plan.run_dir.rstrip("/")
     if plan.container and not any(run_dir == d.rstrip("/") or run_dir.startswith(d.rstrip("/") + "/") for d in inside):
@@ -118,6 +172,7 @@ def _hostfile(plan: Plan) -> str | None:
 def render(site: Site, plan: Plan) -> dict[str, str]:
     """Every artifact of the plan, by file name, in a deterministic order."""
     env = environment(site.templates)
+    draw = _renderer(env, site.templates)
     ctx = {
         "plan": plan,
         "launch": plan.launch,
@@ -128,14 +183,100 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "env": plan.env,
     }
     out: dict[str, str] = {}
-    out["job.sbatch"] = env.get_template("job.sbatch.j2").render(ctx)
-    out["nccl.env"] = env.get_template("nccl.env.j2").render(ctx)
+    out["job.sbatch"] = draw("job.sbatch.j2", ctx)
+    out["nccl.env"] = draw("nccl.env.j2", ctx)
     hostfile = _hostfile(plan)
     if hostfile is not None:
         out["hostfile"] = hostfile
     for name, text in sorted(plan.launch.files.items()):
         out[name] = text
     if plan.launcher == "deepspeed" and plan.launch.mode == "once":
-        out[".deepspeed_env"] = env.get_template("deepspeed_env.j2").render(ctx)
+        out[".deepspeed_env"] = draw("deepspeed_env.j2", ctx)
     out["plan.json"] = json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n"
     return out
+
+
+def _renderer(env: jinja2.Environment, override_dir: str | None) -> Any:
+    """Render one template by name; a site's own templates run within the budget."""
+
+    def draw(name: str, ctx: dict[str, Any]) -> str:
+        template = _load(env, name, override_dir)
+        if override_dir is None or template.filename is None or not template.filename.startswith(override_dir + os.sep):
+            return template.render(ctx)
+        return _render_bounded(template, ctx, name)
+
+    return draw
+
+
+def _load(env: jinja2.Environment, name: str, override_dir: str | None) -> jinja2.Template:
+    try:
+        return env.get_template(name)
+    except jinja2.TemplateSyntaxError as exc:
+        raise _template_error(exc.filename or name, exc.lineno, f"template syntax error: {exc.message}") from None
+    except (jinja2.TemplateError, UnicodeDecodeError) as exc:
+        raise _template_error(str(Path(override_dir or "") / name), None, f"cannot load template: {exc}") from None
+
+
+def _template_error(file: str, line: int | None, message: str) -> ConfigError:
+    return ConfigError.single(file, line, "templates", message.splitlines()[0] if message else "template error")
+
+
+def _render_bounded(template: jinja2.Template, ctx: dict[str, Any], name: str) -> str:
+    file = template.filename or name
+    parts: list[str] = []
+    size = 0
+    try:
+        with _deadline(TEMPLATE_SECONDS):
+            for chunk in _chunks(template, ctx):
+                size += len(chunk.encode("utf-8"))
+                if size > TEMPLATE_MAX_BYTES:
+                    raise _BudgetExceeded(f"output larger than {TEMPLATE_MAX_BYTES} bytes")
+                parts.append(chunk)
+    except _BudgetExceeded as exc:
+        raise _template_error(file, None, f"template over its budget ({TEMPLATE_SECONDS:g} s, "
+                                          f"{TEMPLATE_MAX_BYTES // 1024} KiB): {exc}") from None
+    except jinja2.TemplateError as exc:
+        raise _template_error(file, _template_line(exc, file), f"template error: {exc}") from None
+    except (ArithmeticError, TypeError, ValueError, LookupError, RecursionError, MemoryError) as exc:
+        raise _template_error(file, _template_line(exc, file), f"template error: {type(exc).__name__}: {exc}") from None
+    return "".join(parts)
+
+
+def _chunks(template: jinja2.Template, ctx: dict[str, Any]) -> Iterator[str]:
+    deadline = time.monotonic() + TEMPLATE_SECONDS
+    for chunk in template.generate(ctx):
+        if time.monotonic() > deadline:  # the alarm covers loops that print nothing
+            raise _BudgetExceeded(f"rendering took longer than {TEMPLATE_SECONDS:g} s")
+        yield chunk
+
+
+def _template_line(exc: BaseException, file: str) -> int | None:
+    """The template line, from the frames Jinja rewrites to point into the template file."""
+    tb, line = exc.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == file:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+class _deadline:
+    """SIGALRM after ``seconds`` (main thread only: elsewhere the per-chunk check stands alone)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.armed = False
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+            self.previous = signal.signal(signal.SIGALRM, self._expired)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            self.armed = True
+
+    def _expired(self, signum: int, frame: Any) -> None:
+        raise _BudgetExceeded(f"rendering took longer than {self.seconds:g} s")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)

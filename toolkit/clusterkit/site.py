@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+import stat
+import types
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
@@ -22,12 +25,35 @@ from clusterkit.errors import ConfigError, ConfigIssue
 
 STAGE_NAMES = ("single-node", "multi-node", "large-cluster")
 LAUNCHER_NAMES = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
-_TIME_RE = re.compile(r"^(\d+-)?\d{1,3}(:\d{2}){0,2}$|^\d+$")
-_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TIME_RE = re.compile(r"(\d+-)?\d{1,3}(:\d{2}){0,2}|\d+")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+#: ``nccl.env`` takes communication settings only: names with these prefixes ...
+NCCL_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "FI_", "GLOO_")
+#: ... and these names (what NCCL's performance depends on outside its own namespace).
+NCCL_ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "TORCH_DISTRIBUTED_DEBUG")
+
+#: ``#SBATCH`` options clusterkit writes itself, and where a site or user sets them instead.
+OWNED_SBATCH = {
+    "job-name": "--job-name", "nodes": "--nodes (or the stage)", "ntasks": "--launcher (it decides the tasks)",
+    "ntasks-per-node": "--launcher (it decides the tasks)", "ntasks-per-core": "--launcher (it decides the tasks)",
+    "ntasks-per-socket": "--launcher (it decides the tasks)", "ntasks-per-gpu": "--launcher (it decides the tasks)",
+    "gpus-per-node": "--gpus-per-node", "gpus": "--gpus-per-node", "cpus-per-task": "--set cpus_per_task=N",
+    "partition": "scheduler.partition", "account": "scheduler.account", "qos": "scheduler.qos",
+    "time": "scheduler.time", "output": "--out (logs go to the run directory)",
+    "error": "--out (logs go to the run directory)", "input": "the training command",
+    "open-mode": "scheduler.max_restarts (requeued runs append to their log)", "signal": "scheduler.preempt_signal_s",
+    "requeue": "scheduler.max_restarts", "no-requeue": "scheduler.max_restarts: 0",
+    "chdir": "--out (jobs run in their run directory)", "export": "nccl.env",
+    "export-file": "nccl.env", "get-user-env": "nccl.env", "wrap": "the command after '--'",
+    "exclude": "--exclude", "parsable": "submit --json (clusterkit reads sbatch's answer itself)",
+    "wait": "submit --wait", "test-only": "submit --dry-run", "array": "one clusterkit submit per job",
+}
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: `gpus_per_node: true` is not 1; allow_inf_nan: `.inf` GB of memory is not a size
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Scheduler(_Model):
@@ -45,7 +71,7 @@ class Scheduler(_Model):
     @field_validator("time")
     @classmethod
     def _time(cls, v: str) -> str:
-        if not _TIME_RE.match(v):
+        if not _TIME_RE.fullmatch(v):
             raise ValueError(f"{v!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
         return v
 
@@ -53,8 +79,14 @@ class Scheduler(_Model):
     @classmethod
     def _sbatch(cls, v: dict[str, Any]) -> dict[str, Any]:
         for key in v:
-            if not re.match(r"^[a-z][a-z0-9-]*$", key):
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
                 raise ValueError(f"sbatch option {key!r} must be a long option name like 'exclusive' or 'mem'")
+            # sbatch reads #SBATCH lines with getopt_long, which takes any unambiguous prefix
+            # ('--out' is '--output'): a prefix of an owned option is that option.
+            owned = next((name for name in OWNED_SBATCH if name.startswith(key)), None)
+            if owned:
+                raise ValueError(f"sbatch option {key!r} sets --{owned}, which clusterkit writes itself; "
+                                 f"use {OWNED_SBATCH[owned]}")
         return v
 
 
@@ -118,7 +150,7 @@ class Software(_Model):
     @field_validator("driver_min", "cuda")
     @classmethod
     def _version(cls, v: Optional[str]) -> Optional[str]:
-        if v is not None and not re.match(r"^\d+(\.\d+)*$", v):
+        if v is not None and not re.fullmatch(r"\d+(\.\d+)*", v):
             raise ValueError(f"{v!r} is not a dotted version like '535.104'")
         return v
 
@@ -184,8 +216,11 @@ class NCCL(_Model):
     @classmethod
     def _names(cls, v: dict[str, Any]) -> dict[str, str]:
         for k in v:
-            if not _ENV_NAME_RE.match(k):
+            if not _ENV_NAME_RE.fullmatch(k):
                 raise ValueError(f"{k!r} is not an environment variable name")
+            if not (k.startswith(NCCL_ENV_PREFIXES) or k in NCCL_ENV_NAMES):
+                raise ValueError(f"{k}: nccl.env takes communication settings only: names starting with "
+                                 f"{', '.join(NCCL_ENV_PREFIXES)} or one of {', '.join(NCCL_ENV_NAMES)}")
         return {k: str(val) for k, val in v.items()}
 
 
@@ -235,7 +270,7 @@ class Site(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", v):
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v):
             raise ValueError(f"{v!r}: use letters, digits, '.', '_' and '-'")
         return v
 
@@ -256,54 +291,171 @@ class Site(_Model):
 
 
 # --------------------------------------------------------------------------------------------
-# YAML with line numbers
+# YAML with line numbers, bounded
+#
+# Site files are shared (./site_configs, /etc/clusterkit/sites) and `sites list` loads every one
+# on the search path, so one hostile file must fail fast and alone: each limit below is checked
+# before the work it bounds.
 
+#: Largest site file read, in bytes.
+MAX_FILE_BYTES = 1024 * 1024
+#: Most YAML aliases (``*name``) in one file; a handful of them can expand a 400-byte file into gigabytes.
+MAX_ALIASES = 100
+#: Deepest nesting of mappings and sequences (real site files use four or five levels).
+MAX_DEPTH = 64
+#: Most values one file may expand to once aliases and merge keys are followed.
+MAX_VALUES = 10_000
 
 Path_ = tuple[str | int, ...]
+
+_CORE_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("null", "bool", "int", "float", "str", "map", "seq", "merge", "timestamp")}
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_EventLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass
 class _Doc:
     data: Any
     lines: dict[Path_, tuple[str, int]]  # key path -> (file, 1-based line)
+    raw: dict[Path_, str] = field(default_factory=dict)  # key path -> a plain scalar's source text
+
+
+def _yaml_error(exc: yaml.YAMLError, file: str) -> ConfigError:
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        return ConfigError.single(file, line, "", f"invalid YAML: {exc.problem or exc.context}")
+    return ConfigError.single(file, None, "", f"invalid YAML: {exc}")
+
+
+def _check_shape(text: str, file: str) -> None:
+    """Count aliases and nesting on the event stream (flat, no recursion) before composing."""
+    depth = aliases = 0
+    try:
+        for event in yaml.parse(text, Loader=_EventLoader):
+            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ConfigError.single(file, event.start_mark.line + 1, "",
+                                             f"nesting deeper than {MAX_DEPTH} levels (the limit)")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+            elif isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if aliases > MAX_ALIASES:
+                    raise ConfigError.single(file, event.start_mark.line + 1, "",
+                                             f"more than {MAX_ALIASES} YAML aliases (the limit)")
+    except yaml.YAMLError as exc:
+        raise _yaml_error(exc, file) from None
 
 
 def _compose(text: str, file: str) -> Any:
+    _check_shape(text, file)
     try:
         return yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark else None
-        raise ConfigError.single(file, line, "", f"invalid YAML: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError.single(file, None, "", f"invalid YAML: {exc}") from None
+        raise _yaml_error(exc, file) from None
 
 
-def _build(node: Any, path: Path_, file: str, lines: dict[Path_, tuple[str, int]], issues: list[ConfigIssue]) -> Any:
-    """Turn a composed YAML node into plain data, recording the line of every key path."""
-    lines[path] = (file, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
+class _Builder:
+    """Turn a composed YAML node into plain data, recording the line of every key path.
+
+    Aliases share nodes, so the builder follows them with a budget (``MAX_VALUES``), a depth
+    limit and a guard against an alias inside its own anchor."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.lines: dict[Path_, tuple[str, int]] = {}
+        self.raw: dict[Path_, str] = {}
+        self.issues: list[ConfigIssue] = []
+        self.values = 0
+        self.open: set[int] = set()
+        self.constructor = yaml.SafeLoader("")
+
+    def _fail(self, node: Any, path: Path_, message: str) -> ConfigError:
+        return ConfigError.single(self.file, node.start_mark.line + 1, _dotted(path), message)
+
+    def build(self, node: Any, path: Path_) -> Any:
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise self._fail(node, path, f"expands to more than {MAX_VALUES} values (the limit; check the aliases)")
+        if len(path) > MAX_DEPTH:
+            raise self._fail(node, path, f"nesting deeper than {MAX_DEPTH} levels (the limit)")
+        if node.tag not in _CORE_TAGS:
+            raise self._fail(node, path, f"unsupported YAML tag {node.tag!r}: site files are plain data")
+        self.lines.setdefault(path, (self.file, node.start_mark.line + 1))
+        if isinstance(node, yaml.ScalarNode):
+            return self.scalar(node, path)
+        if id(node) in self.open:
+            raise self._fail(node, path, "recursive YAML alias (an alias inside its own anchor)")
+        self.open.add(id(node))
+        try:
+            if isinstance(node, yaml.MappingNode):
+                return self.mapping(node, path)
+            return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
+        finally:
+            self.open.discard(id(node))
+
+    def scalar(self, node: Any, path: Path_) -> Any:
+        if node.style is None:
+            self.raw[path] = node.value
+        try:
+            return self.constructor.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError):
+            raise self._fail(node, path, f"{node.value!r} is not a valid {node.tag.rsplit(':', 1)[-1]}") from None
+
+    def key(self, node: Any, path: Path_) -> Any:
+        if not isinstance(node, yaml.ScalarNode) or node.tag not in _CORE_TAGS:
+            return None
+        try:
+            return self.constructor.construct_object(node, deep=True)
+        except (yaml.YAMLError, ValueError, TypeError, OverflowError):
+            raise self._fail(node, path, f"key {node.value!r} is not a valid {node.tag.rsplit(':', 1)[-1]}") from None
+
+    def mapping(self, node: Any, path: Path_) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        merged: list[Any] = []
         for key_node, value_node in node.value:
-            key = _construct(key_node)
+            if key_node.tag == _MERGE_TAG:
+                merged.append(value_node)
+                continue
+            key = self.key(key_node, path)
             if not isinstance(key, str):
-                issues.append(ConfigIssue(file, key_node.start_mark.line + 1, _dotted(path), f"key {key!r} must be a string"))
+                self.issues.append(ConfigIssue(self.file, key_node.start_mark.line + 1, _dotted(path), f"key {key!r} must be a string"))
                 continue
             if key in out:
-                issues.append(ConfigIssue(file, key_node.start_mark.line + 1, _dotted(path + (key,)), "duplicate key"))
+                self.issues.append(ConfigIssue(self.file, key_node.start_mark.line + 1, _dotted(path + (key,)), "duplicate key"))
                 continue
-            lines[path + (key,)] = (file, key_node.start_mark.line + 1)
-            out[key] = _build(value_node, path + (key,), file, lines, issues)
-            lines[path + (key,)] = (file, key_node.start_mark.line + 1)
+            self.lines[path + (key,)] = (self.file, key_node.start_mark.line + 1)
+            out[key] = self.build(value_node, path + (key,))
+        for value_node in merged:
+            self.merge(value_node, path, out)
         return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_build(item, path + (i,), file, lines, issues) for i, item in enumerate(node.value)]
-    return _construct(node)
 
+    def merge(self, value_node: Any, path: Path_, out: dict[str, Any]) -> None:
+        """``<<: *defaults`` (or a list of them): keys set explicitly, or by an earlier source, win."""
+        sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+        for source in sources:
+            if not isinstance(source, yaml.MappingNode):
+                raise self._fail(source, path, "a merge key '<<' takes a mapping or a list of mappings")
+            built = self.build(source, path + ("<<",))
+            for key, value in built.items():
+                if key not in out:
+                    out[key] = value
+                    self._move(path + ("<<", key), path + (key,))
+        self._drop(path + ("<<",))
 
-def _construct(node: Any) -> Any:
-    """Plain value of a scalar (or complex key) node, with YAML's safe type resolution."""
-    return yaml.SafeLoader("").construct_object(node, deep=True)
+    def _move(self, src: Path_, dst: Path_) -> None:
+        n = len(src)
+        for table in (self.lines, self.raw):
+            for p in [p for p in table if p[:n] == src]:
+                table[dst + p[n:]] = table[p]
+
+    def _drop(self, prefix: Path_) -> None:
+        n = len(prefix)
+        for table in (self.lines, self.raw):
+            for p in [p for p in table if p[:n] == prefix]:
+                del table[p]
 
 
 def _dotted(path: Path_) -> str:
@@ -313,25 +465,40 @@ def _dotted(path: Path_) -> str:
     return out
 
 
-def _read_doc(file: Path) -> _Doc:
-    shown = _display(file)
+def _read_text(file: Path, shown: str) -> str:
+    """The file's text: a regular file (a FIFO would block, /dev/zero never end) of at most MAX_FILE_BYTES."""
     try:
-        text = file.read_text(encoding="utf-8")
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise ConfigError.single(shown, None, "", "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError.single(shown, None, "", f"cannot read: {exc}") from None
-    node = _compose(text, shown)
+    except OSError as exc:
+        raise ConfigError.single(shown, None, "", f"cannot read: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError.single(shown, None, "", "not a regular file")
+        data = fh.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError.single(shown, None, "", f"larger than {MAX_FILE_BYTES // 1024} KiB (the limit for a site file)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError.single(shown, None, "", f"not UTF-8 text (byte {exc.start})") from None
+
+
+def _read_doc(file: Path) -> _Doc:
+    shown = _display(file)
+    node = _compose(_read_text(file, shown), shown)
     if node is None:
         raise ConfigError.single(shown, 1, "", "empty site config")
-    lines: dict[Path_, tuple[str, int]] = {}
-    issues: list[ConfigIssue] = []
-    data = _build(node, (), shown, lines, issues)
-    if issues:
-        raise ConfigError(issues)
+    builder = _Builder(shown)
+    data = builder.build(node, ())
+    if builder.issues:
+        raise ConfigError(builder.issues)
     if not isinstance(data, dict):
         raise ConfigError.single(shown, 1, "", "a site config must be a mapping of keys (name:, nodes:, ...)")
-    return _Doc(data, lines)
+    # top-level 'x-' keys hold YAML anchors for merge keys (the docker compose convention)
+    data = {k: v for k, v in data.items() if not k.startswith("x-")}
+    return _Doc(data, builder.lines, builder.raw)
 
 
 def _display(file: Path) -> str:
@@ -359,7 +526,13 @@ def _deep_merge(parent: _Doc, child: _Doc) -> _Doc:
     # The child's line wins for every path it sets; parent records left under a list the child
     # replaced are never looked up, since validation errors name only paths in the merged data.
     lines = {**parent.lines, **child.lines}
-    return _Doc(merge(parent.data, child.data, ()), lines)
+    raw = {p: t for p, t in parent.raw.items() if p not in child.lines}
+    raw.update(child.raw)
+    return _Doc(merge(parent.data, child.data, ()), lines, raw)
+
+
+def _is_yaml_name(path: Path) -> bool:
+    return all(p.suffix in (".yaml", ".yml") for p in (path, path.resolve()))
 
 
 def _load_chain(file: Path, seen: tuple[Path, ...] = ()) -> _Doc:
@@ -375,6 +548,9 @@ def _load_chain(file: Path, seen: tuple[Path, ...] = ()) -> _Doc:
     if not isinstance(parent_ref, str) or not parent_ref:
         raise ConfigError.single(where[0], where[1], "extends", "must be a file name or path")
     parent_file = (file.parent / os.path.expanduser(parent_ref))
+    if not _is_yaml_name(parent_file):
+        # errors quote what they read; extends must not become a way to print any readable file
+        raise ConfigError.single(where[0], where[1], "extends", f"parent config {parent_ref!r} must be a .yaml or .yml site file")
     if not parent_file.exists():
         raise ConfigError.single(where[0], where[1], "extends", f"parent config {parent_ref!r} not found (looked for {_display(parent_file)})")
     parent = _load_chain(parent_file, seen + (resolved,))
@@ -463,9 +639,32 @@ def _all_keys(data: Any, loc: Path_) -> set[Any]:
     return keys
 
 
-def validate_data(data: Mapping[str, Any], lines: dict[Path_, tuple[str, int]], file: str, base_dir: Path) -> Site:
+def _source_text(value: Any, annotation: Any, path: Path_, raw: Mapping[Path_, str]) -> Any:
+    """Give string fields the plain scalar's source text: YAML 1.1 reads ``time: 12:00:00`` as
+    the sexagesimal 43200 and ``cuda: 12.10`` as 12.1, neither of which the user wrote."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if not isinstance(value, dict):
+            return value
+        fields = annotation.model_fields
+        return {k: _source_text(v, fields[k].annotation, path + (k,), raw) if k in fields else v for k, v in value.items()}
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is list and isinstance(value, list):
+        return [_source_text(v, args[0], path + (i,), raw) for i, v in enumerate(value)]
+    if origin is dict and isinstance(value, dict):
+        return {k: _source_text(v, args[1], path + (k,), raw) for k, v in value.items()}
+    members = args if origin in (typing.Union, types.UnionType) else (annotation,)
+    if str in members and path in raw and value is not None and not isinstance(value, str):
+        return value if isinstance(value, bool) and bool in members else raw[path]
+    for member in members:
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            return _source_text(value, member, path, raw)
+    return value
+
+
+def validate_data(data: Mapping[str, Any], lines: dict[Path_, tuple[str, int]], file: str, base_dir: Path,
+                  raw: Mapping[Path_, str] | None = None) -> Site:
     """Validate merged config data; raise ConfigError listing every problem with file:line."""
-    doc = _Doc(dict(data), lines)
+    doc = _Doc(_source_text(dict(data), Site, (), raw or {}), lines)
     try:
         site = Site.model_validate(doc.data)
     except ValidationError as exc:
@@ -474,18 +673,42 @@ def validate_data(data: Mapping[str, Any], lines: dict[Path_, tuple[str, int]], 
         raise ConfigError(issues) from None
     if site.templates is not None:
         tdir = (base_dir / os.path.expanduser(site.templates)).resolve()
+        where = _line_for(lines, ("templates",), file)
         if not tdir.is_dir():
-            where = _line_for(lines, ("templates",), file)
             raise ConfigError.single(where[0], where[1], "templates", f"template override directory {site.templates!r} not found")
+        _check_template_trust(Path(where[0]), tdir, where)
         site = site.model_copy(update={"templates": str(tdir)})
     return site
+
+
+def _check_template_trust(site_file: Path, tdir: Path, where: tuple[str, int | None]) -> None:
+    """A template override is code: honour it only where no other user could have written it."""
+    paths = [site_file.resolve(), site_file.resolve().parent, tdir, *sorted(tdir.iterdir())]
+    for path in paths:
+        problem = _writable_by_others(path)
+        if problem:
+            raise ConfigError.single(where[0], where[1], "templates",
+                                     f"template override refused: {path} {problem}; templates are code and are used "
+                                     "only from files that no other user can write")
+
+
+def _writable_by_others(path: Path) -> str | None:
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return f"cannot be checked ({exc.strerror})"
+    if st.st_uid not in (0, os.getuid()):
+        return f"is owned by uid {st.st_uid}, not by you or root"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
 
 
 def load_file(path: str | os.PathLike[str]) -> Site:
     """Load, merge (``extends``) and validate one site config file."""
     file = Path(path)
     doc = _load_chain(file)
-    site = validate_data(doc.data, doc.lines, _display(file), file.resolve().parent)
+    site = validate_data(doc.data, doc.lines, _display(file), file.resolve().parent, doc.raw)
     site._source = str(file.resolve())
     return site
 

@@ -32,7 +32,17 @@ def check_path(path: Path) -> Path:
     if _BAD_PATH_CHARS.search(str(path)):
         raise WorkspaceError(f"run directory {str(path)!r}: control characters and double quotes are not allowed "
                              "in run directory paths")
+    too_long = next((part for part in path.parts if len(os.fsencode(part)) > 255), None)
+    if too_long is not None:
+        raise WorkspaceError(f"run directory {_short(str(path))!r}: the name {_short(too_long)!r} is longer than "
+                             "255 bytes, the most a file system allows")
+    if len(os.fsencode(str(path))) > 4000:
+        raise WorkspaceError(f"run directory {_short(str(path))!r}: the path is longer than 4000 bytes")
     return path
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def default_run_dir(job_name: str, base: Path | None = None) -> Path:

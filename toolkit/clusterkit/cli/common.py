@@ -50,6 +50,8 @@ def build_request(*, stage: str, command: Sequence[str], launcher: str | None, n
     from clusterkit import nodes as nodelib
     from clusterkit.plan import JobRequest
 
+    if command and not command[0].strip():
+        raise UsageError("the training command after '--' is empty; e.g. -- python train.py")
     excluded: tuple[str, ...] = ()
     if exclude:
         try:

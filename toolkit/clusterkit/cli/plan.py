@@ -7,6 +7,8 @@ JSON.  With ``--render`` the recommended setup goes straight to the render path.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Optional
 
 import click
@@ -36,12 +38,15 @@ class _Number(click.ParamType):  # type: ignore[type-arg]
     def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
         if isinstance(value, self.kind):
             return value
+        opt = f"--{param.name.replace('_', '-')}" if param and param.name else "value"
         try:
-            return self.kind(str(value))
+            number = self.kind(str(value))
         except ValueError:
-            opt = f"--{param.name.replace('_', '-')}" if param and param.name else "value"
             what = "a whole number" if self.kind is int else "a number"
             raise UsageError(f"{opt}: {value!r} is not {what}") from None
+        if not math.isfinite(number):  # nan and inf would reach --json as NaN / Infinity
+            raise UsageError(f"{opt}: {value!r} is not a finite number")
+        return number
 
 
 def hardware_of(site: Any) -> est.Hardware:

@@ -55,12 +55,17 @@ def show(site: str, as_json: bool) -> None:
     from clusterkit import output
     from clusterkit.site import load_site
 
+    from clusterkit.render import override_note, overridden
+
     s = load_site(site)
     data = s.model_dump(mode="json")
     if as_json:
-        output.emit_json({"source": s.source, "site": data})
+        output.emit_json({"source": s.source, "site": data, "templates_overridden": overridden(s)})
         return
     click.echo(f"# {s.name}: from {s.source}")
+    note = override_note(s)
+    if note:
+        click.echo(f"# {note}")
     click.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
 
 

@@ -159,6 +159,11 @@ def _show_dry_run(run: Any, as_json: bool) -> int:
         return 0
     for w in run.plan.warnings:
         output.warn(w)
+    from clusterkit.render import override_note
+
+    note = override_note(run.site)
+    if note:
+        output.info(f"clusterkit: dry run: {note}")
     click.echo(script, nl=False)  # byte for byte what sbatch would get
     output.info(f"clusterkit: dry run: nothing submitted; run directory {run.run_dir}")
     return 0

@@ -99,7 +99,7 @@ class Launch:
         return shell_join(self.words)
 
 
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def split_python(command: Sequence[str], launcher: str) -> PyCommand:
     if not command:
         raise PlanError("no command given: put the training command after '--', e.g. -- python train.py")
     head = command[0].rsplit("/", 1)[-1]
-    if not _PYTHON.match(head):
+    if not _PYTHON.fullmatch(head):
         return PyCommand(False, False, tuple(command))
     rest = list(command[1:])
     while rest and rest[0] in ("-u", "-B", "-O"):

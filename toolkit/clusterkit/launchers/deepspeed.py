@@ -13,18 +13,38 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any, Iterable
 
 from clusterkit.errors import PlanError
 from clusterkit.launchers import SLOTS, Context, Launch, Mode, Sh, Word, split_python
 from clusterkit.settings import Settings
 
-_SPEC = re.compile(r"^[A-Za-z0-9._-]+(:\d+(,\d+)*)?$")
+_SPEC = re.compile(r"[A-Za-z0-9._-]+(:\d+(,\d+)*)?")
+# DeepSpeed's pdsh runner joins one remote shell line: it leaves arguments that start with '-'
+# bare, puts others in single quotes without escaping, and wraps .deepspeed_env values in double
+# quotes ($ and ` still expand).  Only words needing no quoting at all are safe there.
+_PDSH_SAFE = re.compile(r"[A-Za-z0-9_./=:,@+-]*")
+
+
+def check_pdsh_safe(value: str, what: str) -> str:
+    """Refuse a word DeepSpeed's pdsh runner would hand to a remote shell half-quoted."""
+    if not _PDSH_SAFE.fullmatch(value):
+        raise PlanError(f"ds_launcher=pdsh: {what} {value!r} has characters outside [A-Za-z0-9_./=:,@+-]; "
+                        "DeepSpeed's pdsh runner passes it to a remote shell with only partial quoting "
+                        "(use ds_launcher=no_ssh, the default)")
+    return value
+
+
+def check_pdsh_env(env: Iterable[Any]) -> None:
+    """``.deepspeed_env`` is read back line by line and exported unquoted on every node."""
+    for var in env:
+        check_pdsh_safe(str(var.value), f"environment value {var.name}=")
 
 
 def check_filter(text: str, ctx: Context, what: str) -> str:
     """Validate a deepspeed NODE_SPEC[@NODE_SPEC...] string: 0-based slots below gpus_per_node."""
     for spec in text.split("@"):
-        if not _SPEC.match(spec):
+        if not _SPEC.fullmatch(spec):
             raise PlanError(f"deepspeed {what} {text!r}: {spec!r} is not HOST or HOST:SLOT[,SLOT...]")
         host, _, slots = spec.partition(":")
         for slot in filter(None, slots.split(",")):
@@ -107,6 +127,9 @@ def build(ctx: Context) -> Launch:
     args = tuple(py.args)
     if not any(a.startswith(("--deepspeed_config", "--deepspeed-config")) for a in args):
         args += ("--deepspeed", "--deepspeed_config", f"{ctx.run_dir}/ds_config.json")
+    if mode == "once":
+        for arg in args:
+            check_pdsh_safe(arg, "training argument")
     files = {"ds_config.json": json.dumps(cfg, indent=2) + "\n"}
     notes = (f"train_batch_size {cfg['train_batch_size']} = micro {s.micro_batch} x accum {s.grad_accum} "
              f"x dp {ctx.world_size}", f"ZeRO stage {s.zero_stage}, offload {s.offload}, {s.precision}")

@@ -245,13 +245,13 @@ def build_script(plan: CheckPlan) -> str:
 def split_sections(stdout: str, token: str) -> dict[str, SectionOutput]:
     """Split a node's output back into sections; a section without END was cut off (rc None)."""
     marker = re.escape(f"@@ck-{token}@@")
-    begin_re = re.compile(rf"^{marker} BEGIN ([a-z0-9_]+)$")
-    end_re = re.compile(rf"^{marker} END ([a-z0-9_]+) (\S+)$")
+    begin_re = re.compile(rf"{marker} BEGIN ([a-z0-9_]+)")
+    end_re = re.compile(rf"{marker} END ([a-z0-9_]+) (\S+)")
     out: dict[str, SectionOutput] = {}
     current: str | None = None
     body: list[str] = []
     for line in stdout.splitlines():
-        b, e = begin_re.match(line), end_re.match(line)
+        b, e = begin_re.fullmatch(line), end_re.fullmatch(line)
         if b:
             if current is not None:  # BEGIN without END: the previous section never finished
                 out[current] = SectionOutput(current, "\n".join(body).strip("\n"), None)

@@ -265,7 +265,7 @@ class IbInventory:
 
 
 _SYSFS_LINE_RE = re.compile(
-    r"^(?:.*?)/sys/class/infiniband/(?P<hca>[^/]+)/ports/(?P<port>\d+)/(?P<attr>state|phys_state|rate|link_layer):(?P<value>.*)$"
+    r"(?:.*?)/sys/class/infiniband/(?P<hca>[^/]+)/ports/(?P<port>\d+)/(?P<attr>state|phys_state|rate|link_layer):(?P<value>.*)"
 )
 _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:Gb/sec|Gb/s)?")
 # ibstat spells states in mixed case; sysfs in upper case.  One vocabulary for the checks.
@@ -295,7 +295,7 @@ def parse_ib_sysfs(text: str) -> IbInventory | ParseFailure:
     for line in (text or "").splitlines():
         if not line.strip():
             continue
-        m = _SYSFS_LINE_RE.match(line.strip())
+        m = _SYSFS_LINE_RE.fullmatch(line.strip())
         if not m:
             return _failure("infiniband sysfs", f"unexpected line {line.strip()[:80]!r}", text)
         key = (m.group("hca"), int(m.group("port")))
@@ -331,9 +331,9 @@ def parse_ibstat(text: str) -> IbInventory | ParseFailure:
     for line in (text or "").splitlines():
         if not line.strip():
             continue
-        ca = re.match(r"^CA '([^']+)'\s*$", line)
-        port = re.match(r"^\s+Port (\d+):\s*$", line)
-        kv = re.match(r"^\s+([A-Za-z][A-Za-z ]*?):\s*(.*)$", line)
+        ca = re.fullmatch(r"CA '([^']+)'\s*", line)
+        port = re.fullmatch(r"\s+Port (\d+):\s*", line)
+        kv = re.fullmatch(r"\s+([A-Za-z][A-Za-z ]*?):\s*(.*)", line)
         if ca:
             flush()
             hca, current = ca.group(1), None
@@ -426,7 +426,7 @@ class DiskSpace:
         return self.available_bytes / 1e9
 
 
-_DF_ROW_RE = re.compile(r"^(?P<src>.+?)\s+(?P<total>\d+)\s+(?P<used>\d+)\s+(?P<avail>\d+)\s+(?P<cap>\d+%|-)\s+(?P<mnt>/.*)$")
+_DF_ROW_RE = re.compile(r"(?P<src>.+?)\s+(?P<total>\d+)\s+(?P<used>\d+)\s+(?P<avail>\d+)\s+(?P<cap>\d+%|-)\s+(?P<mnt>/.*)")
 
 
 def parse_df(text: str) -> DiskSpace | ParseFailure:
@@ -441,7 +441,7 @@ def parse_df(text: str) -> DiskSpace | ParseFailure:
     header = re.match(r"^Filesystem\s+(\d+)-blocks\s", lines[0])
     if not header:
         return _failure(what, f"unexpected header {lines[0][:80]!r}", text)
-    row = _DF_ROW_RE.match(lines[-1].strip())
+    row = _DF_ROW_RE.fullmatch(lines[-1].strip())
     if not row:
         return _failure(what, f"unexpected row {lines[-1].strip()[:80]!r}", text)
     block = int(header.group(1))

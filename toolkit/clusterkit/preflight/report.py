@@ -11,6 +11,7 @@ contacted.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Iterable, Sequence
@@ -52,7 +53,7 @@ class NodeResult:
 
     def problems(self) -> list[str]:
         """One line per failure (transport error first), in check order."""
-        lines = [self.error] if self.error else []
+        lines = [printable(self.error)] if self.error else []
         # checks cut off by a failed remote command only repeat its error line
         return lines + [_line(c) for c in self.checks if c.status is Status.FAIL and not (self.error and c.cut)]
 
@@ -71,7 +72,17 @@ class NodeResult:
 
 
 def _line(c: CheckResult) -> str:
-    return f"{c.check}: {c.message}"
+    return printable(f"{c.check}: {c.message}")
+
+
+# CSI and OSC sequences, then any other escape: a node could print "ALL OK" over its own failure
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?")
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Node output made safe for one terminal line: escape sequences dropped, controls as spaces."""
+    return _CONTROLS.sub(" ", _ESCAPES.sub("", text))
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import re
 import select
 import shlex
 import socket
@@ -329,24 +330,29 @@ class SSHRunner:
             raise
         return t
 
-    def _known_db(self, path: str) -> Any:
-        import paramiko
-
+    def _known_db(self, path: str) -> "KnownHosts":
         with self._lock:
             db = self._known.get(path)
             if db is None:
-                db = paramiko.HostKeys()
+                db = KnownHosts()
                 if os.path.isfile(path):
                     try:
                         db.load(path)
-                    except Exception as exc:  # a corrupt line: refuse every host, say why
+                    except (OSError, UnicodeDecodeError) as exc:
                         raise NodeFailure(ErrorKind.CONFIG, f"cannot read known_hosts {path}: {exc}")
+                    from clusterkit import output
+                    for note in db.warnings:
+                        output.warn(note)
                 self._known[path] = db
             return db
 
     def _check_host_key(self, target: SSHTarget, key: "paramiko.PKey") -> None:
         name, path = target.hostkey_name, target.known_hosts
         db = self._known_db(path)
+        if db.is_revoked(key):  # before accept-new: a revoked key is never learnt
+            raise NodeFailure(ErrorKind.HOSTKEY_CHANGED,
+                              f"host key of {name} ({key.get_name()} {key.fingerprint}) is marked @revoked "
+                              f"in {path}: refusing")
         with self._lock:  # lookup and accept-new together: two threads must not both append
             entry = db.lookup(name)
             if entry is None:
@@ -527,6 +533,83 @@ def _pub_blob(private_path: str) -> bytes | None:
         return base64.b64decode(fields[1]) if len(fields) >= 2 else None
     except (OSError, binascii.Error, UnicodeDecodeError):
         return None
+
+
+class KnownHosts:
+    """known_hosts as OpenSSH reads it, as far as host key checking goes: plain, hashed and
+    wildcard (``*``, ``?``, ``!``) patterns, ``@revoked`` keys refused.  Lines that cannot be
+    used (``@cert-authority``: paramiko checks no certificates; unknown key types; malformed
+    lines) are skipped with a warning instead of failing every host."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[list[str], Any]] = []   # (patterns, key)
+        self.revoked: list[Any] = []
+        self.warnings: list[str] = []
+
+    def load(self, path: str) -> None:
+        with open(path, encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                problem = self._line(line.strip())
+                if problem:
+                    self.warnings.append(f"{path}:{number}: {problem}; line skipped")
+
+    def _line(self, line: str) -> str | None:
+        import paramiko
+
+        if not line or line.startswith("#"):
+            return None
+        marker = None
+        if line.startswith("@"):
+            marker, _, line = line.partition(" ")
+            if marker not in ("@revoked", "@cert-authority"):
+                return f"unknown marker {marker[:40]!r}"
+            if marker == "@cert-authority":
+                return "@cert-authority: host certificates are not checked by clusterkit"
+        try:
+            entry = paramiko.hostkeys.HostKeyEntry.from_line(line.strip())
+        except Exception as exc:  # paramiko raises a mix (InvalidHostKey, SSHException, ValueError)
+            return f"malformed entry ({type(exc).__name__})"
+        if entry is None:
+            return "malformed entry or unsupported key type"
+        if marker == "@revoked":
+            self.revoked.append(entry.key)
+        else:
+            self.entries.append((list(entry.hostnames), entry.key))
+        return None
+
+    def lookup(self, name: str) -> dict[str, Any] | None:
+        """The keys known for ``name`` by key type (None when there are none)."""
+        found: dict[str, Any] = {}
+        for patterns, key in self.entries:
+            if _hosts_match(patterns, name):
+                found.setdefault(key.get_name(), key)
+        return found or None
+
+    def add(self, name: str, keytype: str, key: Any) -> None:
+        self.entries.append(([name], key))
+
+    def is_revoked(self, key: Any) -> bool:
+        return any(r.get_name() == key.get_name() and r.asbytes() == key.asbytes() for r in self.revoked)
+
+
+def _hosts_match(patterns: Sequence[str], name: str) -> bool:
+    """OpenSSH's rule: some pattern matches and no negated ('!') pattern does."""
+    import paramiko
+
+    hit = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        pattern = pattern[1:] if negated else pattern
+        if pattern.startswith("|1|"):
+            salt = pattern.split("|")[2]
+            matched = paramiko.HostKeys.hash_host(name, salt) == pattern
+        else:
+            regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+            matched = re.fullmatch(regex, name, re.IGNORECASE) is not None
+        if matched and negated:
+            return False
+        hit = hit or matched
+    return hit
 
 
 def _append_known_host(path: str, name: str, key: Any) -> None:
