@@ -45,7 +45,8 @@ def _batch_args(ctx: Context, user_args: tuple[str, ...], dp: int) -> list[str]:
             wanted_global != s.micro_batch * s.grad_accum * dp):
         raise PlanError(f"megatron: global_batch {wanted_global} != micro_batch {s.micro_batch} x grad_accum "
                         f"{s.grad_accum} x data parallel {dp}; set one of global_batch or grad_accum")
-    defaults = {"micro": s.micro_batch, "global": wanted_global or s.micro_batch * dp}
+    micro = _sizes_from_args(user_args, {"micro": s.micro_batch}, {"micro": _BATCH_FLAGS["micro"]})[0]["micro"]
+    defaults = {"micro": s.micro_batch, "global": wanted_global or micro * dp}
     sizes, given = _sizes_from_args(user_args, defaults, _BATCH_FLAGS)
     if sizes["global"] % (sizes["micro"] * dp):
         raise PlanError(f"megatron: global batch {sizes['global']} is not a multiple of micro batch {sizes['micro']} "
