@@ -68,7 +68,7 @@ class Plan:
     time: str
     settings: Settings
     preflight_in_job: bool
-    cpus_per_task: int = 1              # every srun step asks for it: Slurm >= 22.05 does not pass sbatch's on
+    cpus_per_task: int = 1              # every srun step asks for it: since Slurm 22.05 srun need not take sbatch's
     warnings: tuple[str, ...] = ()
 
     @property
