@@ -111,6 +111,22 @@ def test_single_node_launchers_use_the_job_port(ck, tmp_path: Path, launcher: st
     assert '"$CK_PORT"' in body and "29500" not in body and "--standalone" not in body
 
 
+@pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "accelerate"])
+def test_single_node_ports_reach_the_launchers_own_parsers(ck, tmp_path: Path, launcher: str) -> None:
+    plan = json.loads((render(ck, tmp_path / "r", "--site", "testbed", "--launcher", launcher) / "plan.json").read_text())
+    words = shlex.split(plan["launch"]["line"].replace('"$CK_PORT"', "21234")) + plan["launch"]["command"]
+    if launcher == "torchrun":
+        import torch.distributed.run as torchrun
+        ns = torchrun.get_args_parser().parse_args(words[1:])
+        assert (ns.standalone, ns.master_addr, ns.master_port) == (False, "127.0.0.1", 21234)
+    elif launcher == "deepspeed":
+        from deepspeed.launcher.runner import parse_args
+        assert parse_args(words[1:]).master_port == 21234
+    else:
+        from accelerate.commands.launch import launch_command_parser
+        assert launch_command_parser().parse_args(words[2:]).main_process_port == 21234
+
+
 # ---- containers and modules ------------------------------------------------------------------
 
 def test_pyxis_runs_where_the_job_was_submitted(ck, tmp_path: Path) -> None:
