@@ -42,7 +42,8 @@ def site_file(tmp: Path, n: int) -> Path:
         f"name: bench{n}\nscheduler: {{kind: slurm, partition: gpu}}\n"
         f"nodes: {{nodelist: '{nodelist}', gpus_per_node: 8, cpus_per_node: 96}}\n"
         "network: {fabric: infiniband, hcas: [mlx5_0, mlx5_1, mlx5_2, mlx5_3], socket_ifname: ib0}\n"
-        "storage:\n  - {path: /lustre, type: lustre, use: [data, checkpoints]}\n")
+        "storage:\n  - {path: /lustre, type: lustre, use: [data, checkpoints]}\n"
+        f"  - {{path: {tmp}, type: local, shared: true}}\n")   # multi-node run dirs must be shared
     return path
 
 

@@ -65,6 +65,23 @@ def ck_proc():
     return run
 
 
+def shared_site(directory: Path, site: str, shared: Path) -> Path:
+    """The example site ``site`` with ``shared`` declared shared storage, as a site file in
+    ``directory``.  Multi-node run directories must be on a site's shared storage; in tests a
+    temporary directory stands in for the cluster's Lustre or NFS."""
+    import yaml
+
+    from clusterkit.site import load_site
+
+    parent = load_site(site)
+    storage = [s.model_dump(exclude_defaults=True) for s in parent.storage]
+    storage.append({"path": str(shared), "type": "local", "shared": True})
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{site}.yaml"
+    path.write_text(yaml.safe_dump({"extends": str(REPO / "site_configs" / f"{site}.yaml"), "storage": storage}))
+    return path
+
+
 def assert_one_line_error(result: CLIResult, code: int, *needles: str) -> None:
     """A user error: the documented exit code, 'clusterkit: error:' lines, no traceback."""
     assert result.code == code, (result.code, result.out, result.err)

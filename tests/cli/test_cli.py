@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.cli import COMMANDS
-from tests.conftest import REPO, assert_one_line_error
+from tests.conftest import REPO, assert_one_line_error, shared_site
 
 EXAMPLES = sorted(p for p in (REPO / "site_configs").glob("*.yaml") if not p.name.startswith("_"))
 
@@ -194,7 +194,8 @@ def test_no_half_written_run_dir_when_writing_fails(ck, tmp_path: Path, monkeypa
 
 
 def test_render_json_and_warning(ck, tmp_path: Path) -> None:
-    result = ck("render", "--site", "eth-nfs", "--stage", "multi-node", "--nodes", "2", "--out", str(tmp_path / "r"),
+    site = shared_site(tmp_path / "sites", "eth-nfs", tmp_path)
+    result = ck("render", "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--out", str(tmp_path / "r"),
                 "--json", "--", "python", "train.py")
     data = json.loads(result.out)
     assert data["world_size"] == 8 and data["launcher"] == "torchrun"
@@ -204,7 +205,8 @@ def test_render_json_and_warning(ck, tmp_path: Path) -> None:
 def test_weak_setups_warn_but_render(ck, tmp_path: Path) -> None:
     site = tmp_path / "nfs-big.yaml"
     site.write_text("name: nfs-big\nnodes: {nodelist: 'n[01-32]', gpus_per_node: 8}\n"
-                    "network: {fabric: infiniband, hcas: [mlx5_0]}\nstorage:\n  - {path: /shared, type: nfs}\n")
+                    "network: {fabric: infiniband, hcas: [mlx5_0]}\nstorage:\n  - {path: /shared, type: nfs}\n"
+                    f"  - {{path: {tmp_path}, type: local, shared: true}}\n")
     result = ck("render", "--site", str(site), "--stage", "large-cluster", "--out", str(tmp_path / "r"), "--", "python", "t.py")
     assert result.code == 0, result.err
     assert "only NFS shared storage" in result.err
@@ -232,7 +234,8 @@ def test_site_template_override(ck, tmp_path: Path) -> None:
 
 
 def test_debug_adds_nccl_debug_knobs(ck, tmp_path: Path) -> None:
-    result = ck("render", "--site", "ib-h100", "--stage", "multi-node", "--debug", "--out", str(tmp_path / "r"),
+    site = shared_site(tmp_path / "sites", "ib-h100", tmp_path)
+    result = ck("render", "--site", str(site), "--stage", "multi-node", "--debug", "--out", str(tmp_path / "r"),
                 "--", "python", "t.py")
     assert result.code == 0, result.err
     env = (tmp_path / "r" / "nccl.env").read_text()
@@ -242,22 +245,24 @@ def test_debug_adds_nccl_debug_knobs(ck, tmp_path: Path) -> None:
 
 
 def test_nccl_policy_per_fabric_and_stage(ck, tmp_path: Path) -> None:
-    def env_of(*args: str) -> dict[str, str]:
+    sites = {name: str(shared_site(tmp_path / "sites", name, tmp_path)) for name in ("ib-h100", "roce-a100", "eth-nfs")}
+
+    def env_of(site: str, *args: str) -> dict[str, str]:
         out = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
-        r = ck("render", *args, "--out", str(out), "--json", "--", "python", "t.py")
+        r = ck("render", "--site", sites[site], *args, "--out", str(out), "--json", "--", "python", "t.py")
         assert r.code == 0, r.err
         return {e["name"]: e["value"] for e in json.loads((out / "plan.json").read_text())["env"]}
 
-    ib_large = env_of("--site", "ib-h100", "--stage", "large-cluster")
+    ib_large = env_of("ib-h100", "--stage", "large-cluster")
     assert ib_large["NCCL_IB_HCA"] == "=" + ",".join(f"mlx5_{i}" for i in range(8))
     assert ib_large["NCCL_IB_QPS_PER_CONNECTION"] == "4" and ib_large["NCCL_CROSS_NIC"] == "0"
-    ib_multi = env_of("--site", "ib-h100", "--stage", "multi-node")
+    ib_multi = env_of("ib-h100", "--stage", "multi-node")
     assert "NCCL_IB_QPS_PER_CONNECTION" not in ib_multi and ib_multi["NCCL_IB_DISABLE"] == "0"
-    roce = env_of("--site", "roce-a100", "--stage", "multi-node")
+    roce = env_of("roce-a100", "--stage", "multi-node")
     assert (roce["NCCL_IB_GID_INDEX"], roce["NCCL_IB_TC"]) == ("3", "106") and "NCCL_IB_SL" not in roce
-    eth = env_of("--site", "eth-nfs", "--stage", "multi-node")
+    eth = env_of("eth-nfs", "--stage", "multi-node")
     assert eth["NCCL_IB_DISABLE"] == "1" and eth["NCCL_SOCKET_IFNAME"] == "=eth0" and "NCCL_IB_HCA" not in eth
-    single = env_of("--site", "ib-h100", "--stage", "single-node")
+    single = env_of("ib-h100", "--stage", "single-node")
     assert set(single) == {"NCCL_DEBUG", "OMP_NUM_THREADS", "NCCL_IB_TIMEOUT"}
     for e in (ib_large, roce, eth, single):
         assert "NCCL_P2P_DISABLE" not in e and "NCCL_SHM_DISABLE" not in e
@@ -269,7 +274,7 @@ def test_container_mounts_the_run_directory_unless_covered(ck, tmp_path: Path, r
     site.write_text(
         "name: ctr\nscheduler: {kind: slurm, partition: gpu}\nnodes: {nodelist: 'n[1-4]', gpus_per_node: 8}\n"
         f"software: {{container: {{runtime: {runtime}, image: img.sif, mounts: ['{tmp_path}/shared:/shared']}}}}\n"
-        "storage:\n  - {path: /shared, type: nfs}\n")
+        f"storage:\n  - {{path: /shared, type: nfs}}\n  - {{path: {tmp_path}/runs, type: nfs}}\n")
     outside = tmp_path / "runs" / "a"
     assert ck("render", "--site", str(site), "--stage", "multi-node", "--out", str(outside), "--", "python", "t.py").code == 0
     line = next(ln for ln in (outside / "job.sbatch").read_text().splitlines() if flag in ln)

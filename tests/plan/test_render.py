@@ -24,7 +24,8 @@ def test_render_7b_fsdp(site_file: SiteFile, run_cli: Run, tmp_path: Path) -> No
     plan = json.loads((out / "plan.json").read_text())
     assert (plan["launcher"], plan["stage"], plan["nnodes"], plan["gpus_per_node"]) == (
         "torchrun", "single-node", 1, 8)
-    assert plan["settings"]["strategy"] == "fsdp"
+    # torchrun acts on no strategy setting (the script picks FSDP), so none is passed to it
+    assert plan["settings"]["strategy"] == "ddp" and "recommended: FSDP full shard" in stdout
     assert "train.py --lr 3e-4" in (out / "job.sbatch").read_text()
     assert f"run directory: {out}" in stdout and "recommended: FSDP full shard" in stdout
 
@@ -57,7 +58,9 @@ def test_render_offload_goes_into_ds_config(site_file: SiteFile, run_cli: Run, t
 
 def test_render_176b_megatron(site_file: SiteFile, run_cli: Run, tmp_path: Path) -> None:
     out = tmp_path / "run176b"
-    code, _, err = run_cli("plan", "--site", site_file(H100_SITE), "--model-params", "176B",
+    # 16 nodes read the run directory: tmp_path stands in for the site's shared Lustre
+    shared = H100_SITE.replace("cost:", f"  - {{path: {tmp_path}, type: lustre}}\ncost:")
+    code, _, err = run_cli("plan", "--site", site_file(shared), "--model-params", "176B",
                            "--largest-layer-params", "3596615680", "--nodes", "16", "--render", "--out", str(out),
                            "--", "python", "pretrain_gpt.py")
     assert code == 0, err

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, assert_one_line_error
+from tests.conftest import REPO, assert_one_line_error, shared_site
 
 FAKEBIN = Path(__file__).parent / "fakebin"
 HOSTILE = ["a'; echo x", "$(touch pwned)", "sp ace", "`touch pwned2`", "new\nline", "*"]
@@ -77,19 +77,22 @@ def test_torchrun_multi_node_expands_per_node_and_parses(ck, tmp_path: Path) -> 
         assert ns.training_script == "train.py" and ns.training_script_args == HOSTILE
 
 
-def test_torchrun_single_node_is_standalone(ck, tmp_path: Path) -> None:
+def test_torchrun_single_node_uses_the_job_port(ck, tmp_path: Path) -> None:
     import torch.distributed.run as torchrun
 
     run_dir = render(ck, tmp_path, "--site", "local")
     logs = execute(run_dir, tmp_path)
     (args, env), = recorded(logs, "torchrun").values()
     ns = torchrun.get_args_parser().parse_args(args)
-    assert ns.standalone and ns.nproc_per_node == "2" and ns.training_script_args == HOSTILE
+    assert not ns.standalone and ns.nproc_per_node == "2" and ns.training_script_args == HOSTILE
     assert env["CK_HEAD"] == "127.0.0.1"
+    # the job's own port, below Linux's ephemeral range (32768-60999), not one the OS picks there
+    assert ns.master_addr == "127.0.0.1" and ns.master_port == int(env["CK_PORT"]) and 20000 <= ns.master_port < 32000
 
 
 def test_deepspeed_hostfile_from_allocation_and_no_ssh(ck, tmp_path: Path) -> None:
-    run_dir = render(ck, tmp_path, "--site", "roce-a100", "--stage", "large-cluster", "--nodes", "9",
+    run_dir = render(ck, tmp_path, "--site", str(shared_site(tmp_path / "sites", "roce-a100", tmp_path)),
+                     "--stage", "large-cluster", "--nodes", "9",
                      "--launcher", "deepspeed", "--set", "zero_stage=3", "--set", "grad_accum=4")
     logs = execute(run_dir, tmp_path, nodelist="a100-[03-11]", nnodes=9)
     calls = recorded(logs, "deepspeed")
@@ -112,7 +115,8 @@ def test_deepspeed_hostfile_from_allocation_and_no_ssh(ck, tmp_path: Path) -> No
 
 
 def test_horovod_runs_once_with_total_slots(ck, tmp_path: Path) -> None:
-    run_dir = render(ck, tmp_path, "--site", "eth-nfs", "--stage", "multi-node", "--nodes", "3", "--launcher", "horovod")
+    run_dir = render(ck, tmp_path, "--site", str(shared_site(tmp_path / "sites", "eth-nfs", tmp_path)),
+                     "--stage", "multi-node", "--nodes", "3", "--launcher", "horovod")
     logs = execute(run_dir, tmp_path, nodelist="node[02-04]", nnodes=3)
     calls = recorded(logs, "horovodrun")
     assert len(calls) == 1
@@ -165,8 +169,10 @@ def test_megatron_sizes_and_env(ck, tmp_path: Path) -> None:
     logs = execute(run_dir, tmp_path, nodelist="node[1-2]", nnodes=2)
     args, _ = recorded(logs, "torchrun")["0.0"]
     ns = torchrun.get_args_parser().parse_args(args)
+    # world 16 / (tp 4 x pp 2) = data parallel 2: global batch 1 x 2 (Megatron's own default, made explicit)
     assert ns.training_script_args == ["--seq-length", "4096", "--tensor-model-parallel-size", "4",
-                                       "--pipeline-model-parallel-size", "2"]
+                                       "--pipeline-model-parallel-size", "2", "--micro-batch-size", "1",
+                                       "--global-batch-size", "2"]
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in (run_dir / "job.sbatch").read_text()
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, shared_site
 
 GOLDEN = REPO / "tests" / "golden"
 SITES = ["local", "testbed", "ib-h100", "roce-a100", "eth-nfs"]
@@ -25,12 +25,20 @@ CASES = [(s, st, la) for s in SITES for st in STAGES for la in LAUNCHERS]
 
 
 def normalise(text: str, run_dir: Path) -> str:
-    return text.replace(str(run_dir), "@RUN_DIR@").replace(str(REPO), "@REPO@")
+    sites = run_dir.parent / "sites"
+    return text.replace(str(run_dir), "@RUN_DIR@").replace(str(sites), "@TEST_SITES@").replace(str(REPO), "@REPO@")
+
+
+def site_arg(tmp_path: Path, site: str, stage: str) -> str:
+    """Several nodes read the run directory: tmp_path stands in for the site's shared storage."""
+    if stage == "single-node" or site in ("local", "testbed"):   # testbed declares /tmp shared
+        return site
+    return str(shared_site(tmp_path / "sites", site, tmp_path))
 
 
 def rendered_files(ck, tmp_path: Path, site: str, stage: str, launcher: str) -> dict[str, str]:
     run_dir = tmp_path / "run"
-    args = ["render", "--site", site, "--stage", stage, "--nodes", STAGES[stage], "--launcher", launcher,
+    args = ["render", "--site", site_arg(tmp_path, site, stage), "--stage", stage, "--nodes", STAGES[stage], "--launcher", launcher,
             "--job-name", "golden", "--out", str(run_dir), *EXTRA.get(launcher, []),
             "--", "python", "train.py", "--lr", "3e-4"]
     result = ck(*args)

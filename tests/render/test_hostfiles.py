@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.site import load_site
-from tests.conftest import REPO
+from tests.conftest import REPO, shared_site
 
 HOSTFILES = REPO / "hostfiles"
 SITES = ["testbed", "ib-h100", "roce-a100", "eth-nfs"]
@@ -24,7 +24,8 @@ def test_hostfiles_in_sync(ck, tmp_path: Path, request: pytest.FixtureRequest, s
     n = len(s.nodes.hosts)
     stage = "multi-node" if n <= 8 else "large-cluster"
     run_dir = tmp_path / "run"
-    result = ck("render", "--site", site, "--stage", stage, "--nodes", str(n), "--launcher", launcher,
+    site_file = shared_site(tmp_path / "sites", site, tmp_path)   # every node reads the run directory
+    result = ck("render", "--site", str(site_file), "--stage", stage, "--nodes", str(n), "--launcher", launcher,
                 "--set", "container=false", "--out", str(run_dir), "--", "python", "train.py")
     assert result.code == 0, result.err
     text = (run_dir / "hostfile").read_text()

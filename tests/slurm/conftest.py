@@ -59,7 +59,7 @@ def _free_port_block(count: int) -> int:
     """A base port with ``count`` consecutive free ports (slurmctld + one per slurmd)."""
     rng = random.Random()
     for _ in range(200):
-        # below 20000: job scripts derive rendezvous ports from job ids in 20000-39999
+        # below 20000: job scripts derive rendezvous ports from job ids in 20000-31999
         base = rng.randrange(10000, 19000)
         if all(_port_free(base + i) for i in range(count)):
             return base

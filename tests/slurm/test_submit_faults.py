@@ -43,8 +43,9 @@ def big_site(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("args, reason", [
     (["--site", "testbed", "--set", "partition=nope"], "Invalid partition name specified"),
+    # 1 of 16 GPUs asks for its share (1 CPU): Slurm then refuses on the node count itself
     (["--site", "{big}", "--stage", "multi-node", "--nodes", "6", "--gpus-per-node", "1"],
-     "More processors requested than permitted"),
+     "Node count specification invalid"),
     (["--site", "{big}", "--gpus-per-node", "9"], "Requested node configuration is not available"),
 ], ids=["bad-partition", "too-many-nodes", "too-many-gpus"])
 def test_sbatch_refusal_is_one_line_with_slurms_reason(cli: CK, big_site: Path, args: list[str], reason: str) -> None:

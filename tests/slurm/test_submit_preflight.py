@@ -31,6 +31,7 @@ network:
   port_rate_gbps: 400
 storage:
   - {{path: /lustre/scratch, type: lustre, use: [data, checkpoints]}}
+  - {{path: /tmp, type: local, shared: true}}     # the run directories: every testbed node is this machine
 preflight: {{policy: {policy}, max_excluded_fraction: 0.5}}
 """
 
@@ -38,6 +39,8 @@ preflight: {{policy: {policy}, max_excluded_fraction: 0.5}}
 @pytest.fixture
 def lab_site(sshlab_factory, tmp_path: Path):
     lab = sshlab_factory(PROFILES, use_netns=False)   # loopback on this host: slurmctld must stay reachable
+    for host in lab.hosts:   # the site declares /tmp (the run directories) shared: preflight checks it too
+        (lab.node_dir(host) / "root" / "tmp").mkdir(exist_ok=True)
 
     def make(policy: str) -> tuple[Path, dict[str, str]]:
         path = tmp_path / f"site-{policy}.yaml"

@@ -29,7 +29,8 @@ def _hca_list(hcas: list[str]) -> str:
     return "=" + ",".join(hcas)
 
 
-def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "") -> list[EnvVar]:
+def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
+           omp_threads: int | None = None) -> list[EnvVar]:
     """The env our policy sets for this site and stage, before site overrides."""
     env: list[EnvVar] = []
 
@@ -45,8 +46,12 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "") ->
         add("NCCL_DEBUG", "WARN", "surface real NCCL problems in the job log without INFO noise")
 
     # torchrun sets OMP_NUM_THREADS=1 when unset (and warns), which starves CPU-side work.
-    per_proc = max(1, site.nodes.cpus_per_node // site.nodes.gpus_per_node)
-    add("OMP_NUM_THREADS", str(per_proc), "cpus_per_node / gpus_per_node: one CPU share per rank instead of torchrun's 1")
+    if omp_threads is None:
+        add("OMP_NUM_THREADS", str(max(1, site.nodes.cpus_per_node // site.nodes.gpus_per_node)),
+            "cpus_per_node / gpus_per_node: one CPU share per rank instead of torchrun's 1")
+    else:
+        add("OMP_NUM_THREADS", str(omp_threads),
+            "the job's CPUs per task / ranks per task: one CPU share per rank instead of torchrun's 1")
 
     if stage == "single-node":
         # One machine: NCCL uses NVLink/PCIe/shared memory; fabric knobs would only mislead.
@@ -83,10 +88,10 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "") ->
 
 
 def resolve(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
-            extra: list[EnvVar] | None = None) -> list[EnvVar]:
+            extra: list[EnvVar] | None = None, omp_threads: int | None = None) -> list[EnvVar]:
     """Policy (+ launcher extras), then the site's ``nccl.env`` overrides, which always win."""
     merged: dict[str, EnvVar] = {}
-    for var in policy(site, stage, debug=debug, run_dir=run_dir) + list(extra or []):
+    for var in policy(site, stage, debug=debug, run_dir=run_dir, omp_threads=omp_threads) + list(extra or []):
         merged[var.name] = var
     for name, value in site.nccl.env.items():
         old = merged.get(name)

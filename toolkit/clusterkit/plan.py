@@ -7,6 +7,7 @@ downstream decides anything the plan did not.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
@@ -67,6 +68,7 @@ class Plan:
     time: str
     settings: Settings
     preflight_in_job: bool
+    cpus_per_task: int = 1              # every srun step asks for it: since Slurm 22.05 srun need not take sbatch's
     warnings: tuple[str, ...] = ()
 
     @property
@@ -95,13 +97,38 @@ def _job_name(request: JobRequest, command: tuple[str, ...]) -> str:
     return f"ck-{base or 'job'}"
 
 
+_MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
+
+
+def cpu_share(site: Site, s: Settings, gpn: int, launch: Launch) -> tuple[int, int]:
+    """(CPUs per task, OMP threads per rank): a job on some of a node's GPUs gets that share of
+    its CPUs; each rank gets its share of its task's CPUs."""
+    tasks = gpn if launch.mode == "per_gpu" else 1
+    node_share = site.nodes.cpus_per_node * gpn // site.nodes.gpus_per_node
+    cpus = s.cpus_per_task or max(1, node_share // tasks)
+    ranks_per_task = 1 if launch.mode == "per_gpu" else gpn
+    return cpus, max(1, cpus // ranks_per_task)
+
+
+def _mem_share(site: Site, gpn: int) -> list[tuple[str, str | None]]:
+    """``--mem`` for a job on part of a node: its GPUs' share of the node's memory.
+
+    ``--mem`` (per node) rather than ``--mem-per-gpu``/``--mem-per-cpu``: it is what Slurm users
+    read in ``sinfo``/``scontrol show node``, holds whatever the task layout, and does not
+    clash with a site's DefMemPerCPU.  A site that sets a memory option itself wins.
+    """
+    if gpn >= site.nodes.gpus_per_node or any(k in site.scheduler.sbatch for k in _MEM_OPTIONS):
+        return []
+    return [("mem", f"{int(site.nodes.mem_gb * 1024 * gpn // site.nodes.gpus_per_node)}M")]
+
+
 def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec: stages.StageSpec,
             exclude: tuple[str, ...], time: str, max_restarts: int) -> tuple[tuple[str, str | None], ...]:
     sch = site.scheduler
     override = site.stages.get(spec.name)  # type: ignore[call-overload]
     partition = s.partition or (override.partition if override else None) or sch.partition
     tasks = gpn if launch.mode == "per_gpu" else 1
-    cpus = s.cpus_per_task or max(1, site.nodes.cpus_per_node // tasks)
+    cpus, _ = cpu_share(site, s, gpn, launch)
     out: list[tuple[str, str | None]] = []
     if partition:
         out.append(("partition", partition))
@@ -109,7 +136,7 @@ def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec
         if value:
             out.append((key, value))
     out += [("time", time), ("nodes", str(nnodes)), ("ntasks-per-node", str(tasks)),
-            ("gpus-per-node", str(gpn)), ("cpus-per-task", str(cpus))]
+            ("gpus-per-node", str(gpn)), ("cpus-per-task", str(cpus))] + _mem_share(site, gpn)
     if exclude:
         from clusterkit.nodes import fold
         out.append(("exclude", fold(exclude)))
@@ -142,6 +169,31 @@ def _context(site: Site, request: JobRequest, s: Settings, nnodes: int, gpn: int
                    run_dir=request.run_dir, container=use_container)
 
 
+def _check_used(s: Settings, launcher: str, site: Site) -> None:
+    """Refuse a --set key the launcher or site would ignore: nothing given is silently dropped."""
+    for key in sorted(s.model_fields_set):
+        if getattr(s, key) is None:
+            continue
+        users = settings_mod.used_by(key)
+        if launcher not in users:
+            raise PlanError(f"--set {key}: the {launcher} launcher does not use it; it is used by {', '.join(users)}")
+        if key in settings_mod.SLURM_ONLY and site.scheduler.kind != "slurm":
+            raise PlanError(f"--set {key}: site {site.name} is a local site (no Slurm); {key} applies to Slurm sites only")
+
+
+def _check_run_dir_shared(site: Site, run_dir: str, nnodes: int) -> None:
+    """Every node reads the hostfile and launcher configs from the run directory."""
+    if nnodes < 2 or site.scheduler.kind != "slurm" or not os.path.isabs(run_dir):
+        return
+    path = os.path.normpath(run_dir)
+    shared = [os.path.normpath(st.path) for st in site.shared_storage]
+    if any(path == root or path.startswith(root.rstrip("/") + "/") for root in shared):
+        return
+    raise PlanError(f"run directory {path} is not on {site.name}'s shared storage ({', '.join(shared) or 'none declared'}), "
+                    f"but all {nnodes} nodes read its hostfile and configs: use --out under a shared path, or declare "
+                    "the filesystem in the site's storage list with shared: true")
+
+
 def make_plan(site: Site, request: JobRequest) -> Plan:
     """Check the request against the site and stage, and build the frozen plan."""
     spec = stages.get(request.stage)
@@ -156,11 +208,13 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         raise PlanError(f"cannot exclude {', '.join(unknown)}: not in {site.name}'s nodelist {site.nodes.nodelist}")
     override = site.stages.get(spec.name)  # type: ignore[call-overload]
     launcher = request.launcher or (override.launcher if override and override.launcher else spec.default_launcher)
+    _check_used(s, launcher, site)
     container_cfg = site.software.container
     wanted = s.container if s.container is not None else (override.container if override and override.container is not None else True)
     use_container = bool(container_cfg) and wanted and site.scheduler.kind == "slurm"
     if s.container and not container_cfg:
         raise PlanError(f"--set container=true but site {site.name} configures no software.container")
+    _check_run_dir_shared(site, request.run_dir, nnodes)
     ctx = _context(site, request, s, nnodes, gpn, use_container)
     launch = launchers.get(launcher)(ctx)
     time = s.time or (override.time if override and override.time else None) or site.scheduler.time
@@ -168,7 +222,9 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         raise PlanError(f"--set time={time!r}: not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
     max_restarts = s.max_restarts if s.max_restarts is not None else (
         override.max_restarts if override and override.max_restarts is not None else site.scheduler.max_restarts)
-    env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env))
+    cpus, omp = cpu_share(site, s, gpn, launch)
+    env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
+                       omp_threads=omp)
     if launcher == "deepspeed" and launch.mode == "once":
         from clusterkit.launchers.deepspeed import check_pdsh_env
         check_pdsh_env(env)
@@ -182,7 +238,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         modules=tuple(site.software.modules),
         container=container_cfg.model_dump() if use_container and container_cfg else None,
         max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s, requeue=spec.requeue,
-        time=time, settings=s,
+        time=time, settings=s, cpus_per_task=cpus,
         preflight_in_job=bool(s.preflight_in_job if s.preflight_in_job is not None else site.preflight.in_job),
         warnings=tuple(warnings),
     )

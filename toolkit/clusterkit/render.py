@@ -130,8 +130,9 @@ def container_mounts(plan: Plan) -> list[str]:
 def _launcher_words(plan: Plan) -> list[Word]:
     words: list[Word] = list(plan.launch.words)
     c = plan.container
-    if c and c["runtime"] == "apptainer" and plan.launch.mode != "once":
-        # apptainer wraps the per-node launcher; --nv binds the host's driver into the container
+    if c and c["runtime"] == "apptainer":
+        # apptainer wraps the launcher (a "once" launcher is single-node here: it runs in a step);
+        # --nv binds the host's driver into the container
         mounts = container_mounts(plan)
         bind = ["--bind", ",".join(mounts)] if mounts else []
         words = ["apptainer", "exec", "--nv", *bind, c["image"], *words]
@@ -150,7 +151,9 @@ def launch_body(plan: Plan) -> str:
 
 def srun_options(plan: Plan) -> list[str]:
     """srun flags for the launch step (already shell-safe words)."""
-    opts = [f"--nodes={plan.nnodes}", "--kill-on-bad-exit=1"]
+    # --cpus-per-task on the step itself: since Slurm 22.05 srun no longer inherits sbatch's
+    # (the flag, not SRUN_CPUS_PER_TASK, which some sites' profiles set for their own use)
+    opts = [f"--nodes={plan.nnodes}", "--kill-on-bad-exit=1", f"--cpus-per-task={plan.cpus_per_task}"]
     if plan.launch.mode == "per_gpu":
         opts.append(f"--ntasks-per-node={plan.gpus_per_node}")
         opts.append("--output=" + shell_quote(f"{slurm_pattern(plan.run_dir)}/logs/%j.rank%t.out"))
@@ -160,7 +163,10 @@ def srun_options(plan: Plan) -> list[str]:
     c = plan.container
     if c and c["runtime"] == "pyxis":
         opts.append("--container-image=" + shell_quote(c["image"]))
-        opts.append("--container-mounts=" + shell_quote(",".join(container_mounts(plan))))
+        # pyxis starts in the image's WORKDIR: run where the job was submitted from, as srun does
+        # without a container, so a relative `python train.py` finds the script
+        opts.append("--container-mounts=" + shell_quote(",".join(container_mounts(plan))) + ',"$PWD"')
+        opts.append('--container-workdir="$PWD"')
     return opts
 
 

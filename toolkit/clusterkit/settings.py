@@ -1,14 +1,16 @@
 """Job settings given with ``--set key=value``: batch sizes, ZeRO stage, parallel sizes, overrides.
 
-Values are parsed as YAML scalars (``3`` is an int, ``true`` a bool).  Unknown keys are errors
-that list the valid ones, like site configs.
+Values are typed by the setting they target: a string setting (``time``, ``account``,
+``partition``) takes the text as given (``time=90`` is ninety minutes, ``account=1234`` an
+account), numbers and booleans are parsed by the field.  Unknown keys are errors that list the
+valid ones, like site configs.  A setting the chosen launcher or site would ignore is refused
+(see :data:`USED_BY`): nothing given on the command line is silently dropped.
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterable, Literal, Optional
 
-import re
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from clusterkit.errors import UsageError
@@ -48,16 +50,42 @@ class Settings(BaseModel):
     preflight_in_job: Optional[bool] = Field(None, description="run preflight checks on the allocated nodes first")
 
 
+_ALL = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
+
+# Which launchers act on each setting (through job.sbatch, a launcher file, or the launcher's
+# argv/env).  A key given for any other launcher is refused, naming these.
+USED_BY: dict[str, tuple[str, ...]] = {
+    "micro_batch": ("deepspeed", "megatron"),
+    "grad_accum": ("deepspeed", "megatron"),
+    "global_batch": ("deepspeed", "megatron"),
+    "precision": ("deepspeed", "accelerate", "megatron"),
+    "zero_stage": ("deepspeed",),
+    "offload": ("deepspeed", "accelerate"),
+    "ds_launcher": ("deepspeed",),
+    "include": ("deepspeed",),
+    "exclude_slots": ("deepspeed",),
+    "strategy": ("accelerate",),
+    "tp": ("megatron",),
+    "pp": ("megatron",),
+    "cp": ("megatron",),
+}
+# Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
+SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job")
+
+
 def valid_keys() -> list[str]:
     return sorted(Settings.model_fields)
 
 
-def _scalar(raw: str) -> Any:
-    """Typed value of a --set string: integers and booleans as such, everything else verbatim."""
-    if re.fullmatch(r"[+-]?\d+", raw):
-        return int(raw)
-    if raw.lower() in ("true", "yes", "on", "false", "no", "off"):
-        return raw.lower() in ("true", "yes", "on")
+def used_by(key: str) -> tuple[str, ...]:
+    """The launchers that act on setting ``key``."""
+    return USED_BY.get(key, _ALL)
+
+
+def _typed(raw: str) -> Any:
+    """The --set text, left for the target field to type: pydantic's lax mode turns ``"3"`` into
+    3 and ``"yes"`` into True for int and bool settings, while a string setting keeps ``"90"``
+    as written (guessing the type from the text would make it an int and refuse it)."""
     return raw if raw else None
 
 
@@ -73,7 +101,7 @@ def parse_pairs(pairs: Iterable[str]) -> dict[str, Any]:
             raise UsageError(f"--set {key}: unknown setting; valid settings: {', '.join(valid_keys())}")
         if any(ord(c) < 32 or ord(c) == 127 for c in raw):
             raise UsageError(f"--set {key}: control characters (newline, tab) are not allowed in values")
-        out[key] = _scalar(raw.strip())
+        out[key] = _typed(raw.strip())
     return out
 
 

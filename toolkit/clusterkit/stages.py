@@ -30,7 +30,7 @@ class StageSpec:
 STAGES: dict[str, StageSpec] = {
     "single-node": StageSpec(
         "single-node", 1, 1, 1, "torchrun", False, False, False, False,
-        "one machine, many GPUs; torchrun --standalone; no IB or shared storage needed"),
+        "one machine, many GPUs; torchrun on the job's own port; no IB or shared storage needed"),
     "multi-node": StageSpec(
         "multi-node", 2, 8, 2, "torchrun", True, True, False, True,
         "2-8 nodes; shared NFS/Lustre; RDMA fabric (warned on Ethernet); torchrun c10d rendezvous"),

@@ -176,6 +176,7 @@ def render_recommended(site: Any, result: est.PlanEstimate, command: tuple[str, 
     from clusterkit.errors import PlanError
     from clusterkit.cli.common import build_request
     from clusterkit.pipeline import render_run
+    from clusterkit import settings as settings_mod
 
     chosen = result.recommended
     if chosen is None:
@@ -187,6 +188,8 @@ def render_recommended(site: Any, result: est.PlanEstimate, command: tuple[str, 
     settings = chosen.settings()
     if result.request.shape is not None:  # the micro batch the activations were sized for
         settings["micro_batch"] = result.request.shape.micro_batch
+    # keep what the chosen launcher acts on: torchrun's DDP/FSDP choice lives in the script
+    settings = {k: v for k, v in settings.items() if chosen.method.launcher in settings_mod.used_by(k)}
     request = build_request(
         stage=chosen.layout.stage, command=command, launcher=chosen.method.launcher, nodes=chosen.layout.nodes,
         gpus_per_node=chosen.layout.gpus_per_node, sets=sets, job_name=job_name, exclude=None, debug=False,

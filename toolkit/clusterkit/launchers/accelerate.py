@@ -8,11 +8,25 @@ from __future__ import annotations
 
 import yaml
 
+from clusterkit.errors import PlanError
 from clusterkit.launchers import Context, Launch, Sh, Word, split_python
+
+
+def _check_offload(ctx: Context) -> None:
+    s = ctx.settings
+    if "offload" not in s.model_fields_set or s.offload == "none":
+        return
+    if s.strategy != "fsdp":
+        raise PlanError(f"accelerate: offload={s.offload} needs strategy=fsdp (DDP keeps everything on the GPU)")
+    if s.offload != "optimizer+params":
+        # FSDP's CPUOffload moves parameters, gradients and the optimizer step together
+        raise PlanError("accelerate: FSDP offloads parameters and optimizer together (fsdp_offload_params); "
+                        "use offload=optimizer+params")
 
 
 def config(ctx: Context) -> dict[str, object]:
     s = ctx.settings
+    _check_offload(ctx)
     if s.strategy == "fsdp":
         dist = "FSDP"
     elif ctx.world_size == 1:
@@ -48,8 +62,8 @@ def build(ctx: Context) -> Launch:
     words: list[Word] = ["accelerate", "launch", "--config_file", f"{ctx.run_dir}/accelerate.yaml",
                          "--num_machines", str(ctx.nnodes), "--num_processes", str(ctx.world_size)]
     if ctx.multi:
-        words += ["--machine_rank", Sh('"$SLURM_NODEID"'), "--main_process_ip", Sh('"$CK_HEAD"'),
-                  "--main_process_port", Sh('"$CK_PORT"')]
+        words += ["--machine_rank", Sh('"$SLURM_NODEID"'), "--main_process_ip", Sh('"$CK_HEAD"')]
+    words += ["--main_process_port", Sh('"$CK_PORT"')]   # the default, 29500, collides between jobs
     if not py.is_python:
         words.append("--no_python")
     elif py.module:

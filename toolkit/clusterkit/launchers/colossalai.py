@@ -17,8 +17,11 @@ def build(ctx: Context) -> Launch:
     if ctx.container and ctx.multi:
         raise PlanError("colossalai run starts workers over SSH, outside the site's container; "
                         "use torchrun, or --set container=false")
+    if not py.args[0].endswith(".py"):
+        # colossalai run skips a script without the suffix and exits 0: the job would "succeed"
+        raise PlanError(f"colossalai run only starts files ending in .py, not {py.args[0]!r}: rename the script")
     words: list[Word] = ["colossalai", "run", "--nproc_per_node", str(ctx.gpus_per_node)]
     if ctx.multi:
-        words += ["--hostfile", Sh('"$CK_HOSTFILE"'), "--master_addr", Sh('"$CK_HEAD"'),
-                  "--master_port", Sh('"$CK_PORT"')]
+        words += ["--hostfile", Sh('"$CK_HOSTFILE"'), "--master_addr", Sh('"$CK_HEAD"')]
+    words += ["--master_port", Sh('"$CK_PORT"')]   # its default, 29500, collides between jobs
     return Launch("colossalai", "once", tuple(words), py.args, dialect=BARE if ctx.multi else None)

@@ -114,7 +114,8 @@ def build(ctx: Context) -> Launch:
             mode = "once"
             words += ["--launcher", "pdsh", "--master_addr", Sh('"$CK_HEAD"'), "--master_port", Sh('"$CK_PORT"')]
     else:
-        words += ["--num_gpus", str(ctx.gpus_per_node)]
+        # --master_port: the default, 29500, collides between two jobs on one node
+        words += ["--num_gpus", str(ctx.gpus_per_node), "--master_port", Sh('"$CK_PORT"')]
     if s.include:
         words += ["--include", check_filter(s.include, ctx, "include")]
     if s.exclude_slots:

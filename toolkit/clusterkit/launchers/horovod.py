@@ -4,6 +4,9 @@ horovodrun starts the workers itself (over SSH/MPI on several nodes), so it runs
 not once per node.  ``-np`` is the total slot count; the ``-H`` list is built from the
 allocation at run time (``CK_HOSTS_SLOTS``), and the same hosts go into a ``host slots=N``
 hostfile for ``--hostfile`` users.
+
+Ports: horovodrun's Gloo rendezvous server binds a random free port itself (any of 1024-65535,
+taken at bind time); no horovodrun flag pins it to the job's ``CK_PORT``.
 """
 
 from __future__ import annotations

@@ -14,12 +14,15 @@ from clusterkit.nccl import EnvVar
 
 _FLAGS = {"tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size",
           "cp": "--context-parallel-size"}
+_BATCH_FLAGS = {"micro": "--micro-batch-size", "global": "--global-batch-size"}
+_PRECISION_FLAGS = {"bf16": "--bf16", "fp16": "--fp16"}
 
 
-def _sizes_from_args(args: tuple[str, ...], defaults: dict[str, int]) -> tuple[dict[str, int], set[str]]:
-    """Parallel sizes already in the user's Megatron args win over --set values."""
+def _sizes_from_args(args: tuple[str, ...], defaults: dict[str, int],
+                     flags: dict[str, str] = _FLAGS) -> tuple[dict[str, int], set[str]]:
+    """Sizes already in the user's Megatron args win over --set values."""
     sizes, given = dict(defaults), set()
-    for key, flag in _FLAGS.items():
+    for key, flag in flags.items():
         for i, a in enumerate(args):
             value = a.split("=", 1)[1] if a.startswith(flag + "=") else (
                 args[i + 1] if a == flag and i + 1 < len(args) else None)
@@ -29,6 +32,26 @@ def _sizes_from_args(args: tuple[str, ...], defaults: dict[str, int]) -> tuple[d
                 sizes[key] = int(value)
                 given.add(key)
     return sizes, given
+
+
+def _batch_args(ctx: Context, user_args: tuple[str, ...], dp: int) -> list[str]:
+    """``--micro-batch-size`` and ``--global-batch-size`` (user args win), checked like Megatron does:
+    the global batch is a multiple of micro x data parallel (the quotient is gradient accumulation)."""
+    s = ctx.settings
+    wanted_global = s.global_batch
+    if wanted_global is None and "grad_accum" in s.model_fields_set:
+        wanted_global = s.micro_batch * s.grad_accum * dp
+    elif wanted_global is not None and "grad_accum" in s.model_fields_set and (
+            wanted_global != s.micro_batch * s.grad_accum * dp):
+        raise PlanError(f"megatron: global_batch {wanted_global} != micro_batch {s.micro_batch} x grad_accum "
+                        f"{s.grad_accum} x data parallel {dp}; set one of global_batch or grad_accum")
+    micro = _sizes_from_args(user_args, {"micro": s.micro_batch}, {"micro": _BATCH_FLAGS["micro"]})[0]["micro"]
+    defaults = {"micro": s.micro_batch, "global": wanted_global or micro * dp}
+    sizes, given = _sizes_from_args(user_args, defaults, _BATCH_FLAGS)
+    if sizes["global"] % (sizes["micro"] * dp):
+        raise PlanError(f"megatron: global batch {sizes['global']} is not a multiple of micro batch {sizes['micro']} "
+                        f"x data parallel {dp}")
+    return [w for key, flag in _BATCH_FLAGS.items() if key not in given for w in (flag, str(sizes[key]))]
 
 
 def build(ctx: Context) -> Launch:
@@ -45,13 +68,14 @@ def build(ctx: Context) -> Launch:
     if sizes["tp"] > ctx.gpus_per_node:
         raise PlanError(f"megatron: tensor parallel {sizes['tp']} spans nodes ({ctx.gpus_per_node} GPUs per node); "
                         "keep TP within a node's NVLink domain")
-    if s.global_batch is not None and s.global_batch % (s.micro_batch * dp):
-        raise PlanError(f"megatron: global batch {s.global_batch} is not a multiple of micro batch {s.micro_batch} "
-                        f"x data parallel {dp}")
     args = list(py.args)
     for key, flag in _FLAGS.items():
         if key not in given and (sizes[key] > 1 or key != "cp"):
             args += [flag, str(sizes[key])]
+    args += _batch_args(ctx, py.args, dp)
+    if "precision" in s.model_fields_set and s.precision in _PRECISION_FLAGS and not (
+            set(_PRECISION_FLAGS.values()) & set(py.args)):
+        args.append(_PRECISION_FLAGS[s.precision])
     env: tuple[EnvVar, ...] = ()
     if sizes["tp"] > 1 or sizes["cp"] > 1:
         env = (EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "1", "launcher",

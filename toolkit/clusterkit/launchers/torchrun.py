@@ -1,6 +1,6 @@
 """torchrun (torch.distributed.run) for DDP and FSDP.
 
-One node: ``--standalone`` (a private c10d store on a free port).  Several nodes: one torchrun per
+One node: a static rendezvous on 127.0.0.1 at the job's port (``CK_PORT``).  Several nodes: one torchrun per
 node (``srun --ntasks-per-node=1``), ``--nnodes $SLURM_NNODES``, c10d rendezvous at the first host
 of the allocation on a port derived from the job id, so two jobs sharing a head node don't collide.
 Never ``localhost`` as the endpoint: every other node would rendezvous with itself.
@@ -18,7 +18,10 @@ def torchrun_words(ctx: Context, py: PyCommand) -> list[Word]:
                   "--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous(ctx),
                   "--rdzv-id", Sh('"$SLURM_JOB_ID"')]
     else:
-        words += ["--standalone", "--nnodes", "1", "--nproc-per-node", str(ctx.gpus_per_node)]
+        # not --standalone: its store takes a port from the ephemeral range; the job's own port
+        # (CK_PORT, below it) keeps two jobs on one node apart and is known before start
+        words += ["--nnodes", "1", "--nproc-per-node", str(ctx.gpus_per_node),
+                  "--master-addr", "127.0.0.1", "--master-port", Sh('"$CK_PORT"')]
     if not py.is_python:
         words.append("--no-python")   # the command is an executable, not a python script
     elif py.module:
