@@ -225,5 +225,5 @@ def test_preempted_job_is_requeued_until_the_budget_is_spent(cli: CK) -> None:
     text = log.read_text()
     assert "requeueing (restart 1 of 2)" in text and "requeueing (restart 2 of 2)" in text
     assert "budget of 2 restarts is spent: not requeueing" in text
-    node_logs = "".join(p.read_text() for p in (run_dir / "logs").glob(f"{job}.r0.rank*.out"))
+    node_logs = "".join(p.read_text() for p in (run_dir / "logs").glob(f"{job}.r*.rank*.out"))
     assert all(f"run {n} on node1" in node_logs for n in range(3)), node_logs

@@ -84,6 +84,8 @@ class JobRecord(BaseModel):
     signal: int | None = None
     reason: str | None = None
     cancel_requested: bool = False
+    # `clusterkit doctor`'s one-line verdict, cached for `status` (which never reads logs itself)
+    diagnosis: str | None = None
 
     @property
     def key(self) -> str:
