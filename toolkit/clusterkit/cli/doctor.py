@@ -132,11 +132,14 @@ def _from_logs(targets: tuple[str, ...]) -> dict[str, Any]:
 def _from_job(ref: str) -> dict[str, Any]:
     from clusterkit import output
     from clusterkit.diagnose import LogsUnreadable, one_line, slurm_view
-    from clusterkit.errors import SubmitError
+    from clusterkit.errors import RecordError, SubmitError, UsageError
     from clusterkit.records import TERMINAL, RecordStore, SlurmQuery, log_files
 
     store = RecordStore()
-    rec = store.find(ref)
+    try:
+        rec = store.find(ref)
+    except RecordError as exc:  # for doctor, exit 1 means "a failure was diagnosed": a bad JOB is usage
+        raise UsageError(str(exc)) from exc
     files = log_files(rec)
     view, slurm, err = None, None, None
     try:

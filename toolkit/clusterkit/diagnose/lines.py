@@ -24,7 +24,9 @@ _MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
 
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
-_GLOG = re.compile(r"^(?:\[(?:rank|default)\d+\]:)?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,6}) ")
+# torch's C++ logs (c10) write "[E1201 09:24:07.123456789 ProcessGroupNCCL.cpp:616]", its Python ones
+# "E1201 09:24:07.123000 5069 .../api.py:1002]"
+_GLOG = re.compile(r"^(?:\[(?:rank|default)\d+\]:)?\[?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})[ \]]")
 _SYSLOG = re.compile(r"^(?:\[\w{3} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?: (\d{4})\])?")
 _RANK = re.compile(r"^\[rank(\d+)\]:")
 _LOCAL = re.compile(r"^\[default(\d+)\]:")
