@@ -538,7 +538,7 @@ def summarize(rec: JobRecord, st: JobStatus) -> Mapping[str, Any]:
         "launcher": rec.launcher, "name": rec.job_name, "nodes": rec.nnodes, "world_size": rec.world_size,
         "state": st.state, "exit_code": st.exit_code, "signal": st.signal, "reason": st.reason,
         "node_list": st.nodes, "restarts": st.restarts, "source": st.source,
-        "submitted_at": rec.submitted_at, "run_dir": rec.run_dir,
+        "submitted_at": rec.submitted_at, "run_dir": rec.run_dir, "diagnosis": rec.diagnosis,
     }
 
 

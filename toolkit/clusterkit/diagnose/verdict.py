@@ -108,15 +108,18 @@ def _slurm_fact(att: Attempt, view: SlurmView | None) -> dict[str, Any] | None:
         # srun names the node that failed; slurmstepd on the survivors only says that one did
         lead = next((f for f in facts if f.category == cat and "Node failure on" in f.text), None) \
             or next((f for f in facts if f.category == cat), None)
-        evidence = _dedup([_ev(f) for f in sorted((f for f in facts if f.category == cat),
-                                                   key=lambda f: (f.path, f.lineno))])
+        rest = sorted((f for f in facts if f.category == cat and f is not lead), key=lambda f: (f.path, f.lineno))
+        evidence = _dedup(([_ev(lead)] if lead else []) + [_ev(f) for f in rest])
         node = None
         if view and cat == "slurm-node-failure" and view.down_nodes:
             node = None if lead and "Node failure on" in lead.text else view.down_nodes[0][0]
             evidence.insert(0, "slurm: " + "; ".join(f"node {n} is down: {r}" for n, r in view.down_nodes))
         elif view and state_cat == cat:
             evidence.insert(0, f"slurm: job state {view.state}" + (f", reason {view.reason}" if view.reason else ""))
-        return _verdict(cat, lead, evidence, node=node)
+        summary = None
+        if lead and "DUE TO JOB REQUEUE" in lead.text:
+            summary = "Slurm requeued this run (scontrol requeue, or a requeue after a failure)"
+        return _verdict(cat, lead, evidence, node=node, summary=summary)
     return None
 
 
