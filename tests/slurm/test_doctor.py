@@ -97,7 +97,7 @@ def jobs(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     j.submit("time-limit", *single, "--set", "time=00:01:00", *PAIR, "--", "python", TRAIN,
              "--steps", "1000", "--step-s", "1")
     j.submit("cancel", *single, *PAIR, "--", "python", TRAIN, "--steps", "1000", "--step-s", "1")
-    j.submit("requeue", *multi, "--gpus-per-node", "1", *PAIR, "--", "python", TRAIN, "--steps", "8",
+    j.submit("requeue", *multi, "--gpus-per-node", "1", *PAIR, "--", "python", TRAIN, "--steps", "20",
              "--step-s", "1", "--ckpt", str(base / "requeue.pt"))
     j.submit("clean", *multi, "--gpus-per-node", "2", *PAIR, "--", "python", TRAIN)
     j.submit("node-down", *multi, "--gpus-per-node", "1", "--set", "max_restarts=0", *FAR, "--",
@@ -196,7 +196,8 @@ def test_requeued_job_is_diagnosed_per_restart(jobs: Jobs) -> None:
     _assert_verdict(code, rep, "ok")
     assert [r["restart"] for r in rep["restarts"]] == [1, 0]
     older = rep["restarts"][1]["verdict"]
-    assert older["category"] == "slurm-cancelled" and "requeued" in older["summary"], older
+    # restart 0 ended because of the requeue: never "ok", and never a made-up cause
+    assert (older["category"], "requeued" in older["summary"]) in {("slurm-cancelled", True), ("unknown", True)}, older
 
 
 def test_clean_run_is_ok(jobs: Jobs) -> None:
@@ -215,4 +216,5 @@ def test_node_set_down_mid_job_is_node_failure(jobs: Jobs) -> None:
         jobs.cli.bed.run("scontrol", "update", "nodename=node4", "state=resume", check=False)
     code, rep = jobs.doctor("node-down")
     v = _assert_verdict(code, rep, "slurm-node-failure", node="node4")
-    assert "srun: error: Node failure on node4" in v["evidence"][0]
+    assert any("srun: error: Node failure on node4" in e for e in v["evidence"]), v
+    assert v["evidence"][0].startswith("slurm: "), v  # Slurm's own word first

@@ -75,7 +75,8 @@ SIGNATURES: tuple[Signature, ...] = tuple(
            r"NCCL communicator was aborted", r"Some NCCL operations have failed or timed out",
            r"Timed out waiting \d+ms for \w+ operation", cascade="nccl-timeout")
     + _sig("nccl-timeout", r"Connection reset by peer", r"Connection closed by (?:remote )?peer", r"Broken pipe",
-           r"remote worker crashing", r"remote process exited", cascade="connection-reset")
+           r"remote worker crashing", r"remote process exited", r"Connection was likely closed",
+           r"Failed to recv, got 0 bytes", cascade="connection-reset")
     + _sig("nccl-timeout", r"Error waiting on exit barrier", r"exit_barrier", cascade="exit-barrier")
     + _sig("nccl-timeout", r"ChildFailedError", r"RendezvousClosedError", cascade="child-failed")
     + _sig("nccl-timeout", r"Signal 15 \(SIGTERM\) received by PID", r"got signal: 15",

@@ -30,7 +30,8 @@ def diagnose_files(files: Sequence[Path], view: verdict.SlurmView | None = None,
     newest = max(atts)
     restarts = []
     for r in sorted(atts, reverse=True):
-        v = verdict.judge(atts[r], view if r == newest else None, completed=None if r == newest else False)
+        v = verdict.judge(atts[r], view if r == newest else None, completed=None if r == newest else False,
+                          superseded=r != newest)
         restarts.append({"restart": r, "verdict": v, "cascade": verdict.cascade_rows(atts[r])})
     return {
         "job": job,

@@ -202,15 +202,27 @@ def _fallback(att: Attempt, view: SlurmView | None) -> dict[str, Any]:
         ev.insert(0, f"slurm: job state {view.state}" + (f", exit code {view.exit_code}" if view.exit_code is not None
                                                          else f", signal {view.signal}" if view.signal else ""))
     first = att.task_exits[0] if att.task_exits else None
-    return _verdict("unknown", None, ev, node=first.node if first else None)
+    live = view is not None and view.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED",
+                                               "SUSPENDED", "RESIZING")
+    summary = f"the job is {view.state}: no failure in its logs so far" if live and view else None
+    return _verdict("unknown", None, ev, node=first.node if first else None, summary=summary)
 
 
-def judge(att: Attempt, view: SlurmView | None, *, completed: bool | None = None) -> dict[str, Any]:
-    """The verdict for one attempt.  ``completed``: Slurm (or the job script) says it succeeded."""
+def _requeued(att: Attempt) -> dict[str, Any]:
+    ev = [f"{t.path}:{t.lineno}: srun: task {t.tasks} on {t.node} exited with code {t.code}" for t in att.task_exits]
+    return _verdict("unknown", None, ev, summary="this run left no failure in its logs, and Slurm started the job "
+                                                 "again (requeued by scontrol, a node failure or preemption)")
+
+
+def judge(att: Attempt, view: SlurmView | None, *, completed: bool | None = None,
+          superseded: bool = False) -> dict[str, Any]:
+    """The verdict for one attempt.  ``completed``: Slurm says it succeeded; ``superseded``: a
+    later restart of the job exists, so this run did not end the job whatever its logs say."""
     done = completed if completed is not None else (view is not None and view.state == "COMPLETED")
     if done:
         return _verdict("ok", None, [f"slurm: job state {view.state}"] if view and view.state else [])
     v = (_slurm_fact(att, view) or _first_failure(att) or _behind(att)
+         or (_requeued(att) if superseded else None)
          or (_verdict("ok", None, ["clusterkit: launcher exited with status 0"]) if att.success and view is None
              else _fallback(att, view)))
     if v["node"] is None and view and view.nodes and re.fullmatch(r"[\w.-]+", view.nodes):
