@@ -190,3 +190,30 @@ def test_usage_errors_are_exit_2(ck, args: tuple[str, ...], needle: str) -> None
 def test_unknown_job_is_a_clear_error(ck, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLUSTERKIT_STATE_DIR", str(tmp_path))
     assert_one_line_error(ck("doctor", "424242"), 2, "no job record for '424242'")
+
+
+def test_trigger_finds_the_same_lines_with_re2_and_python_re() -> None:
+    """Signatures are written in the common subset of both engines: same candidate lines."""
+    import re
+
+    fallback = re.compile(reader.catalogue.trigger_pattern().encode(), re.M)
+    for name in dir(captured):
+        text = getattr(captured, name)
+        if not isinstance(text, str) or name.startswith("_"):
+            continue
+        data = text.encode()
+        fast = {data.rfind(b"\n", 0, m.start()) for m in reader.TRIGGER.finditer(data)}
+        slow = {data.rfind(b"\n", 0, m.start()) for m in fallback.finditer(data)}
+        assert fast == slow and fast, name
+
+
+def test_scan_without_re2_gives_the_same_findings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    p = tmp_path / "9012.r0.node017.out"
+    p.write_text(captured.NCCL_IB + captured.TORCHRUN_REAL)
+    fast = reader.scan_file(p)
+    monkeypatch.setattr(reader, "TRIGGER", re.compile(reader.catalogue.trigger_pattern().encode(), re.M))
+    slow = reader.scan_file(p)
+    assert [(f.category, f.lineno) for f in slow.findings] == [(f.category, f.lineno) for f in fast.findings]
+    assert slow.cascade == fast.cascade and len(slow.root_causes) == len(fast.root_causes) == 1
