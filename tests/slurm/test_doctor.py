@@ -197,7 +197,9 @@ def test_requeued_job_is_diagnosed_per_restart(jobs: Jobs) -> None:
     assert [r["restart"] for r in rep["restarts"]] == [1, 0]
     older = rep["restarts"][1]["verdict"]
     # restart 0 ended because of the requeue: never "ok", and never a made-up cause
-    assert (older["category"], "requeued" in older["summary"]) in {("slurm-cancelled", True), ("unknown", True)}, older
+    batch = (jobs.cli.runs / "requeue" / "logs" / f"slurm-{job}.out").read_text()
+    assert (older["category"], "requeued" in older["summary"]) in {("slurm-cancelled", True), ("unknown", True)}, (
+        older, batch)
 
 
 def test_clean_run_is_ok(jobs: Jobs) -> None:

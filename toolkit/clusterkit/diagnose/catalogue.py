@@ -78,7 +78,8 @@ SIGNATURES: tuple[Signature, ...] = tuple(
            r"remote worker crashing", r"remote process exited", r"Connection was likely closed",
            r"Failed to recv, got 0 bytes", cascade="connection-reset")
     + _sig("nccl-timeout", r"Error waiting on exit barrier", r"exit_barrier", cascade="exit-barrier")
-    + _sig("nccl-timeout", r"ChildFailedError", r"RendezvousClosedError", cascade="child-failed")
+    + _sig("nccl-timeout", r"ChildFailedError", r"RendezvousClosedError", r"failed to shutdown the rendezvous",
+           cascade="child-failed")
     + _sig("nccl-timeout", r"Signal 15 \(SIGTERM\) received by PID", r"got signal: 15",
            r"closing signal SIGTERM", cascade="peer-killed")
     + _sig("nccl-timeout", r"srun: error: \S+: tasks? [0-9,-]+: Terminated", r"srun: forcing job termination",
