@@ -13,7 +13,7 @@ cascade).  Then times, in one run and on the same files:
 * ``grep -E -n`` with the same signatures (the catalogue's pattern, translated to ERE).
 
 Prints wall time (best of ``--repeat``, files in the page cache after the first pass) and peak
-resident memory of each (``wait4`` rusage of the child).
+resident memory of each (GNU time's ``%M``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from clusterkit.diagnose import catalogue, reader  # noqa: E402
 
 JOB = 880001
 BAD_RANK = 317
+GNU_TIME = "/usr/bin/time"   # GNU time (apt-get install time): peak RSS of a child, measured alone
 STEP = ("[rank{R}]:[2026-12-01 10:{M:02d}:{S:02d},{MS:03d}] step {N} | loss {L:.4f} | lr 2.9e-04 | "
         "grad_norm {G:.3f} | tokens/s 38412 | mem_alloc 61.2GiB | mem_reserved 70.4GiB\n")
 DS = ("[2026-12-01 10:{M:02d}:{S:02d},{MS:03d}] [INFO] [logging.py:128:log_dist] [Rank 0] step={N}, "
@@ -86,14 +87,19 @@ def to_ere(pattern: str) -> str:
 
 
 def measure(argv: list[str]) -> tuple[float, float, bytes]:
-    """(seconds, peak RSS in MB, stdout) of one child process."""
+    """(seconds, peak RSS in MB, stdout) of one child process.
+
+    Peak RSS comes from GNU time: a child forked straight from this (large) Python process
+    would report this process's size as its own peak, since maxrss counts the pages before exec.
+    """
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO / "toolkit")})
-    out = b"".join(iter(lambda: proc.stdout.read(1 << 20), b""))  # type: ignore[union-attr]
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return time.perf_counter() - t0, usage.ru_maxrss / 1024, out
+    proc = subprocess.run([GNU_TIME, "-f", "CK_MAXRSS_KB %M", *argv], capture_output=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "toolkit")})
+    secs = time.perf_counter() - t0
+    m = re.search(rb"CK_MAXRSS_KB (\d+)", proc.stderr)
+    if not m:
+        raise SystemExit(f"{argv[0]} failed: {proc.stderr[-500:].decode(errors='replace')}")
+    return secs, int(m.group(1)) / 1024, proc.stdout
 
 
 def main() -> int:

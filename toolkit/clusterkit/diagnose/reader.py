@@ -144,6 +144,10 @@ class _Cursor:
     restart: int
     lineno: int = 1           # line number at the start of the current chunk
     last_time: float | None = None
+    # the time known at a position of the current chunk (the last hit): looking up for the
+    # time of the next hit stops there, so a log with many hits costs no more than one pass
+    mark_pos: int = 0
+    mark_time: float | None = None
     # findings with no time above them: they take the first time that follows (an upper bound)
     pending: list[Finding] = field(default_factory=list)
 
@@ -185,6 +189,7 @@ def scan_file(path: Path, progress: Callable[[int], None] | None = None) -> File
             cut = len(buf) if eof else buf.rfind(b"\n") + 1
             if cut == 0:  # a chunk without a newline (binary junk): take it as it is
                 cut = len(buf)
+            cur.mark_pos, cur.mark_time = 0, cur.last_time
             done = _scan_chunk(cur, buf, cut, eof)
             cur.lineno += buf.count(b"\n", 0, done)
             cur.last_time = _time_before(buf, done, cur) or cur.last_time
@@ -215,11 +220,11 @@ def _scan_chunk(cur: _Cursor, buf: bytes, cut: int, eof: bool) -> int:
     return cut
 
 
-def _time_before(buf: bytes, pos: int, cur: _Cursor) -> float | None:
-    """The time of the last line before ``pos`` that has one (looking a few lines up)."""
+def _time_before(buf: bytes, pos: int, cur: _Cursor, floor: int = 0) -> float | None:
+    """The time of the last line before ``pos`` that has one (looking a few lines up, not past ``floor``)."""
     end = pos
     for _ in range(_BACK_LINES):
-        if end <= 0:
+        if end <= floor:
             return None
         start = buf.rfind(b"\n", 0, max(0, end - 1)) + 1
         line = buf[start:end].decode("utf-8", errors="replace")
@@ -241,7 +246,11 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
         scan.success.add(cur.restart)
         return
     f = lines.facts(text, cur.year)
-    when = f.time if f.time is not None else (_time_before(buf, start, cur) or cur.last_time)
+    when = f.time
+    if when is None:
+        when = _time_before(buf, start, cur, cur.mark_pos)
+        when = cur.mark_time if when is None else when
+    cur.mark_pos, cur.mark_time = end, when
     cur.settle(when)
     if catalogue.ROOT_CAUSE in text:
         _root_cause(cur, buf, end, lineno)
