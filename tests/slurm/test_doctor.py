@@ -220,3 +220,18 @@ def test_node_set_down_mid_job_is_node_failure(jobs: Jobs) -> None:
     v = _assert_verdict(code, rep, "slurm-node-failure", node="node4")
     assert any("srun: error: Node failure on node4" in e for e in v["evidence"]), v
     assert v["evidence"][0].startswith("slurm: "), v  # Slurm's own word first
+
+
+def test_slurm_unreachable_still_diagnoses_the_logs_and_exits_3(jobs: Jobs) -> None:
+    assert jobs.end("clean")["state"] == "COMPLETED"
+    jobs.cli.bed.stop_controller()
+    try:
+        proc = jobs.cli("doctor", jobs.ids["clean"], "--json", timeout=180)
+    finally:
+        jobs.cli.bed.start_controller()
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("clusterkit: error: cannot reach Slurm controller"), lines
+    assert lines[0].endswith("(diagnosed from the logs alone)")
+    rep = json.loads(proc.stdout)  # the logs' own account is still printed
+    assert rep["verdict"]["category"] == "ok" and rep["slurm"] is None
