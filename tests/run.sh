@@ -29,5 +29,5 @@ else
   echo "tests/run.sh: not root (or no apt-get): system packages not installed; Slurm/SSH tests will skip" >&2
 fi
 
-"$PY" -m pip install -q --disable-pip-version-check ".[test,examples]"
+"$PY" -m pip install -q --disable-pip-version-check ".[test,examples,doctor]"
 exec "$PY" -m pytest "$@"

@@ -74,9 +74,9 @@ def test_srun_launcher_one_task_per_gpu(cli: CK) -> None:
                "--launcher", "srun", "--out", str(run_dir), "--wait", "--", "python", "examples/allreduce.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job = _submitted_id(proc.stdout)
-    # srun writes one log per rank: logs/<job>.rank<N>.out
-    assert sorted(p.name for p in (run_dir / "logs").glob(f"{job}.rank*.out")) == [
-        f"{job}.rank{i}.out" for i in range(4)]
+    # srun writes one log per rank and restart: logs/<job>.r<restart>.rank<N>.out
+    assert sorted(p.name for p in (run_dir / "logs").glob(f"{job}.r0.rank*.out")) == [
+        f"{job}.r0.rank{i}.out" for i in range(4)]
     _check_allreduce(run_dir, 4, {"node1", "node2"})
 
 
@@ -162,8 +162,8 @@ def test_status_logs_and_cancel_of_a_running_job(cli: CK) -> None:
     assert st["node_list"] == "node[1-2]" and st["exit_code"] is None
     table = cli("status")
     assert re.search(rf"^.*{job} .*RUNNING.*$", table.stdout, re.M), table.stdout
-    cli.wait_for(job, lambda s: len(list((run_dir / "logs").glob(f"{job}.rank*.out"))) == 2
-                 and all("started" in p.read_text() for p in (run_dir / "logs").glob(f"{job}.rank*.out")),
+    cli.wait_for(job, lambda s: len(list((run_dir / "logs").glob(f"{job}.r0.rank*.out"))) == 2
+                 and all("started" in p.read_text() for p in (run_dir / "logs").glob(f"{job}.r0.rank*.out")),
                  what="both nodes' logs")
     cancelled = cli("cancel", job)
     assert cancelled.returncode == 0 and f"Cancelled job {job} (was RUNNING)" in cancelled.stdout
@@ -225,5 +225,5 @@ def test_preempted_job_is_requeued_until_the_budget_is_spent(cli: CK) -> None:
     text = log.read_text()
     assert "requeueing (restart 1 of 2)" in text and "requeueing (restart 2 of 2)" in text
     assert "budget of 2 restarts is spent: not requeueing" in text
-    node_logs = "".join(p.read_text() for p in (run_dir / "logs").glob(f"{job}.rank*.out"))
+    node_logs = "".join(p.read_text() for p in (run_dir / "logs").glob(f"{job}.r*.rank*.out"))
     assert all(f"run {n} on node1" in node_logs for n in range(3)), node_logs

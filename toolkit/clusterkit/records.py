@@ -100,6 +100,8 @@ class JobRecord(BaseModel):
     signal: int | None = None
     reason: str | None = None
     cancel_requested: bool = False
+    # `clusterkit doctor`'s one-line verdict, cached for `status` (which never reads logs itself)
+    diagnosis: str | None = None
 
     @property
     def key(self) -> str:
@@ -647,7 +649,7 @@ def summarize(rec: JobRecord, st: JobStatus) -> Mapping[str, Any]:
         "launcher": rec.launcher, "name": rec.job_name, "nodes": rec.nnodes, "world_size": rec.world_size,
         "state": st.state, "exit_code": st.exit_code, "signal": st.signal, "reason": st.reason,
         "node_list": st.nodes, "restarts": st.restarts, "source": st.source, "stale": st.stale,
-        "submitted_at": rec.submitted_at, "run_dir": rec.run_dir,
+        "submitted_at": rec.submitted_at, "run_dir": rec.run_dir, "diagnosis": rec.diagnosis,
     }
 
 

@@ -149,6 +149,17 @@ def launch_body(plan: Plan) -> str:
     return "exec " + shell_join(_launcher_words(plan) + [Sh('"$@"')])
 
 
+def _restart_log(plan: Plan, who: str) -> str:
+    """srun's ``--output`` with one file per restart: ``<job>.r<restart>.<who>.out``.
+
+    Slurm's filename patterns know no restart count and expand no environment variables, so
+    the batch shell splices ``$SLURM_RESTART_COUNT`` in; a requeued run then never truncates
+    the logs of the run before it (``clusterkit doctor`` reads each attempt apart).
+    """
+    return ("--output=" + shell_quote(f"{slurm_pattern(plan.run_dir)}/logs/%j.r")
+            + '"${SLURM_RESTART_COUNT:-0}"' + shell_quote(f".{who}.out"))
+
+
 def srun_options(plan: Plan) -> list[str]:
     """srun flags for the launch step (already shell-safe words)."""
     # --cpus-per-task on the step itself: since Slurm 22.05 srun no longer inherits sbatch's
@@ -156,10 +167,10 @@ def srun_options(plan: Plan) -> list[str]:
     opts = [f"--nodes={plan.nnodes}", "--kill-on-bad-exit=1", f"--cpus-per-task={plan.cpus_per_task}"]
     if plan.launch.mode == "per_gpu":
         opts.append(f"--ntasks-per-node={plan.gpus_per_node}")
-        opts.append("--output=" + shell_quote(f"{slurm_pattern(plan.run_dir)}/logs/%j.rank%t.out"))
+        opts.append(_restart_log(plan, "rank%t"))
     else:
         opts.append("--ntasks-per-node=1")
-        opts.append("--output=" + shell_quote(f"{slurm_pattern(plan.run_dir)}/logs/%j.%N.out"))
+        opts.append(_restart_log(plan, "%N"))
     c = plan.container
     if c and c["runtime"] == "pyxis":
         opts.append("--container-image=" + shell_quote(c["image"]))

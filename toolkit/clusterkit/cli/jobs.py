@@ -143,6 +143,10 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
         output.out().print(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
                            f"world size {rec.world_size}; nodes: {st.nodes or '-'}", markup=False)
         output.out().print(f"  run directory: {rec.run_dir}", markup=False)
+        if st.terminal and st.state != "COMPLETED":
+            # the verdict doctor cached; status itself never scans logs
+            output.out().print(f"  doctor: {rec.diagnosis}" if rec.diagnosis
+                               else f"  why it ended: clusterkit doctor {rec.key}", markup=False)
         if st.state != "COMPLETED":
             _print_tails(tails)
         return code

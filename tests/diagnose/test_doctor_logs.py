@@ -1,0 +1,219 @@
+"""``clusterkit doctor --logs`` on captured text, one case per category the testbed cannot
+produce, plus the line parsers and bad input.  Everything runs through the real CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clusterkit.diagnose import lines, reader
+from tests.conftest import assert_one_line_error
+
+from . import captured
+
+
+def _doctor(ck, tmp_path: Path, files: dict[str, str | bytes], *extra: str) -> tuple[int, dict]:
+    for name, text in files.items():
+        p = tmp_path / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    r = ck("doctor", "--logs", *(str(tmp_path / n) for n in files), "--json", *extra)
+    assert "Traceback" not in r.err, r.err
+    return r.code, json.loads(r.out)
+
+
+@pytest.mark.parametrize("name, text, category, node, rank, evidence", [
+    ("logs/9001.r0.node017.out", captured.NCCL_IB, "nccl-network", "node017", None, "Got completion from peer"),
+    ("dmesg-gpu007.txt", captured.XID_DMESG, "gpu-hardware", None, None, "Xid (PCI:0000:b1:00): 79"),
+    ("kern.log", captured.ECC_SYSLOG, "gpu-hardware", "gpu042", None, "double bit error"),
+    ("logs/9002.r0.gpu003.out", captured.CUDA_OOM, "gpu-oom", "gpu003", 3, "CUDA out of memory"),
+    ("logs/9003.r0.gpu011.out", captured.STALE_NFS, "filesystem", "gpu011", 14, "Stale file handle"),
+    ("logs/9004.r0.gpu001.out", captured.SHM, "shm", "gpu001", 1, "Bus error"),
+    ("logs/9005.r0.gpu001.out", captured.DEEPSPEED_BATCH, "launcher-config", "gpu001", 0, "train_batch_size"),
+    ("logs/9006.r0.gpu007.out", captured.TORCHRUN_REAL, "user-code", "gpu007", 1, "ValueError: loss is nan"),
+], ids=["nccl-ib", "xid-79", "ecc-dbe", "cuda-oom", "stale-nfs", "shm", "deepspeed-batch", "torchrun"])
+def test_captured_failure_is_diagnosed(ck, tmp_path: Path, name: str, text: str, category: str,
+                                       node: str | None, rank: int | None, evidence: str) -> None:
+    code, rep = _doctor(ck, tmp_path, {name: text})
+    v = rep["verdict"]
+    assert code == 1
+    assert (v["category"], v["node"], v["rank"]) == (category, node, rank)
+    assert evidence in v["evidence"][0]
+    assert v["evidence"][0].startswith(str(tmp_path / name) + ":")  # file:line
+    assert v["advice"]
+
+
+def test_evidence_line_numbers_are_real(ck, tmp_path: Path) -> None:
+    code, rep = _doctor(ck, tmp_path, {"logs/9002.r0.gpu003.out": captured.CUDA_OOM})
+    path, lineno, text = rep["verdict"]["evidence"][0].split(":", 2)
+    assert captured.CUDA_OOM.splitlines()[int(lineno) - 1].strip().startswith(text.strip())  # long lines are cut
+
+
+def test_cascade_is_counted_never_the_cause(ck, tmp_path: Path) -> None:
+    code, rep = _doctor(ck, tmp_path, {"logs/9001.r0.node017.out": captured.NCCL_IB,
+                                       "logs/9006.r0.gpu007.out": captured.TORCHRUN_REAL})
+    cascade = {c["category"]: c for c in rep["cascade"]}
+    assert cascade["nccl-timeout"]["ranks"] == [25, 26]
+    assert cascade["connection-reset"]["count"] == 2 and cascade["connection-reset"]["ranks"] == [0, 27]
+    assert cascade["child-failed"]["count"] == 1
+    # the IB error (09:10) came long before rank 1's exception (15:28): it is the root cause
+    assert rep["verdict"]["category"] == "nccl-network"
+
+
+def test_only_timeouts_name_the_rank_that_is_behind(ck, tmp_path: Path) -> None:
+    code, rep = _doctor(ck, tmp_path, {"logs/9007.r0.gpu002.out": captured.NCCL_TIMEOUT_ONLY})
+    v = rep["verdict"]
+    assert code == 1 and (v["category"], v["rank"]) == ("nccl-timeout", 9)
+    assert "collective 1187" in v["summary"] and "1188" in v["summary"]
+
+
+def test_completed_run_is_ok_whatever_the_noise(ck, tmp_path: Path) -> None:
+    code, rep = _doctor(ck, tmp_path, {"logs/slurm-9008.out": captured.EXIT_BARRIER_AFTER_SUCCESS})
+    assert code == 0 and rep["verdict"]["category"] == "ok"
+    assert {c["category"] for c in rep["cascade"]} == {"exit-barrier", "connection-reset"}
+
+
+def test_restarts_are_diagnosed_apart_newest_first(ck, tmp_path: Path) -> None:
+    batch = ("clusterkit: job 9009 on gpu[001-002] (restart 0 of at most 2)\n"
+             "slurmstepd: error: *** JOB 9009 ON gpu001 CANCELLED AT 2026-12-01T10:00:00 DUE TO PREEMPTION ***\n"
+             "clusterkit: job 9009 on gpu[003-004] (restart 1 of at most 2)\n")
+    code, rep = _doctor(ck, tmp_path, {"logs/slurm-9009.out": batch,
+                                       "logs/9009.r1.gpu003.out": captured.CUDA_OOM})
+    assert [r["restart"] for r in rep["restarts"]] == [1, 0]
+    assert [r["verdict"]["category"] for r in rep["restarts"]] == ["gpu-oom", "slurm-preempted"]
+    assert rep["verdict"] == rep["restarts"][0]["verdict"]
+
+
+def test_human_report(ck, tmp_path: Path) -> None:
+    p = tmp_path / "9002.r0.gpu003.out"
+    p.write_text(captured.CUDA_OOM)
+    r = ck("doctor", "--logs", str(p))
+    assert r.code == 1
+    first = r.out.splitlines()[0]
+    assert first.startswith("gpu-oom: a GPU ran out of memory: torch.OutOfMemoryError: CUDA out of memory.")
+    assert "  node gpu003, rank 3, time 2026-12-01T10:00:01Z" in r.out
+    assert "  cascade: nccl-timeout x1 (ranks 0)" in r.out
+    assert "  advice: lower --set micro_batch=N" in r.out
+
+
+# --------------------------------------------------------------------------- line parsers
+
+@pytest.mark.parametrize("line, iso", [
+    ("[2026-12-01 15:39:30,374] [WARNING] [real_accelerator.py:213:get_accelerator] Setting accelerator to CPU.",
+     "2026-12-01T15:39:30Z"),
+    ("E1201 15:28:41.624000 16605 site-packages/torch/distributed/elastic/multiprocessing/api.py:1002] failed",
+     "2026-12-01T15:28:41Z"),
+    ("[rank25]:[E1201 09:24:07.551230112 ProcessGroupNCCL.cpp:616] [Rank 25] Watchdog caught", "2026-12-01T09:24:07Z"),
+    ("slurmstepd: error: *** JOB 7 ON node1 CANCELLED AT 2026-12-01T15:37:22 DUE TO TIME LIMIT ***",
+     "2026-12-01T15:37:22Z"),
+    ("  time      : 2026-12-01_15:28:41", "2026-12-01T15:28:41Z"),
+    ("Dec  1 09:01:07 gpu042 kernel: [1234567.890123] NVRM: Xid (PCI:0000:3b:00): 48, pid=1", "2026-12-01T09:01:07Z"),
+    ("[Tue Dec  1 09:01:12 2026] NVRM: Xid (PCI:0000:b1:00): 79, pid='<unknown>'", "2026-12-01T09:01:12Z"),
+    ("node017:48211:48390 [3] NCCL INFO transport/net.cc:1134 -> 6", None),
+])
+def test_line_time(line: str, iso: str | None) -> None:
+    assert lines.iso(lines.line_time(line, 2026)) == iso
+
+
+@pytest.mark.parametrize("line, rank, local, node", [
+    ("[rank27]:[E1201 09:14:07.123456789 ProcessGroupNCCL.cpp:1671] [PG 0 Rank 27] ...", 27, None, None),
+    ("[default3]:Traceback (most recent call last):", None, 3, None),
+    ("node017:48211:48390 [3] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion", None, None, "node017"),
+    ("[2026-12-01 07:30:11,845] [INFO] [logging.py:128:log_dist] [Rank 0] step=3000", 0, None, None),
+    ("srun: error: node2: task 5: Exited with exit code 1", None, None, "node2"),
+    ("srun: error: Node failure on node3", None, None, "node3"),
+    ("slurmstepd-node1: error: Exceeded job memory limit", None, None, "node1"),
+    ("Dec  1 09:01:07 gpu042 kernel: [1234567.890123] NVRM: Xid", None, None, "gpu042"),
+])
+def test_line_rank_and_node(line: str, rank: int | None, local: int | None, node: str | None) -> None:
+    f = lines.facts(line, 2026)
+    assert (f.rank, f.local_rank, f.node) == (rank, local, node)
+
+
+def test_root_cause_block_across_a_chunk_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    p = tmp_path / "9010.r0.gpu007.out"
+    p.write_text(captured.TORCHRUN_REAL)
+    cut = captured.TORCHRUN_REAL.index("Root Cause") + 40
+    monkeypatch.setattr(reader, "CHUNK", cut)
+    scan = reader.scan_file(p)
+    (rc,) = scan.root_causes
+    assert (rc.rank, rc.local_rank, rc.exitcode, rc.node) == (1, 1, 1, "gpu007")
+    assert lines.iso(rc.time) == "2026-12-01T15:28:41Z"
+    assert captured.TORCHRUN_REAL.splitlines()[rc.lineno - 1] == "Root Cause (first observed failure):"
+
+
+# --------------------------------------------------------------------------- bad input
+
+def test_binary_junk_and_long_lines_give_a_verdict(ck, tmp_path: Path) -> None:
+    junk = bytes(range(256)) * 4000 + b"\x00" * (3 << 20) + b"\n" + captured.STALE_NFS.encode() + b"\xff\xfe" * 10
+    code, rep = _doctor(ck, tmp_path, {"logs/9011.r0.gpu011.out": junk})
+    assert code == 1 and rep["verdict"]["category"] == "filesystem"
+    assert rep["files"]["bytes"] == len(junk)
+
+
+def test_logs_without_any_signature_are_unknown(ck, tmp_path: Path) -> None:
+    code, rep = _doctor(ck, tmp_path, {"a.log": "step 1 loss 2.0\nstep 2 loss 1.9\n", "empty.log": ""})
+    assert code == 1 and rep["verdict"]["category"] == "unknown"
+    assert rep["files"]["read"] == 2
+
+
+def test_missing_path_is_a_warning_if_others_are_there(ck, tmp_path: Path) -> None:
+    (tmp_path / "9002.r0.gpu003.out").write_text(captured.CUDA_OOM)
+    r = ck("doctor", "--logs", str(tmp_path / "nope.log"), str(tmp_path / "9002.r0.gpu003.out"))
+    assert r.code == 1 and r.out.startswith("gpu-oom:")
+    assert r.err == f"clusterkit: warning: {tmp_path / 'nope.log'}: no such file or directory\n"
+
+
+def test_nothing_to_read_is_exit_3(ck, tmp_path: Path) -> None:
+    r = ck("doctor", "--logs", str(tmp_path / "nope.log"))
+    assert_one_line_error(r, 3, "no log files to read", "nope.log")
+
+
+def test_directory_without_files_is_exit_3(ck, tmp_path: Path) -> None:
+    (tmp_path / "logs" / "empty").mkdir(parents=True)
+    r = ck("doctor", "--logs", str(tmp_path / "logs"))
+    assert_one_line_error(r, 3, "no log files to read", str(tmp_path / "logs"))
+
+
+@pytest.mark.parametrize("args, needle", [
+    ((), "give one JOB, or --logs PATH..."),
+    (("1", "2"), "give one JOB, or --logs PATH..."),
+    (("--logs",), "--logs needs at least one PATH"),
+    (("--bogus",), "No such option '--bogus'"),
+])
+def test_usage_errors_are_exit_2(ck, args: tuple[str, ...], needle: str) -> None:
+    assert_one_line_error(ck("doctor", *args), 2, needle)
+
+
+def test_unknown_job_is_a_clear_error(ck, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLUSTERKIT_STATE_DIR", str(tmp_path))
+    assert_one_line_error(ck("doctor", "424242"), 2, "no job record for '424242'")
+
+
+def test_trigger_finds_the_same_lines_with_re2_and_python_re() -> None:
+    """Signatures are written in the common subset of both engines: same candidate lines."""
+    import re
+
+    fallback = re.compile(reader.catalogue.trigger_pattern().encode(), re.M)
+    for name in dir(captured):
+        text = getattr(captured, name)
+        if not isinstance(text, str) or name.startswith("_"):
+            continue
+        data = text.encode()
+        fast = {data.rfind(b"\n", 0, m.start()) for m in reader.TRIGGER.finditer(data)}
+        slow = {data.rfind(b"\n", 0, m.start()) for m in fallback.finditer(data)}
+        assert fast == slow and fast, name
+
+
+def test_scan_without_re2_gives_the_same_findings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    p = tmp_path / "9012.r0.node017.out"
+    p.write_text(captured.NCCL_IB + captured.TORCHRUN_REAL)
+    fast = reader.scan_file(p)
+    monkeypatch.setattr(reader, "TRIGGER", re.compile(reader.catalogue.trigger_pattern().encode(), re.M))
+    slow = reader.scan_file(p)
+    assert [(f.category, f.lineno) for f in slow.findings] == [(f.category, f.lineno) for f in fast.findings]
+    assert slow.cascade == fast.cascade and len(slow.root_causes) == len(fast.root_causes) == 1

@@ -1,0 +1,103 @@
+"""``clusterkit doctor``: read every log, ask Slurm, answer with one verdict per restart."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from clusterkit.diagnose import reader, verdict
+from clusterkit.errors import ClusterkitError, ExitCode
+from clusterkit.records import JobRecord, JobStatus, SlurmQuery, log_files, refresh
+
+
+class LogsUnreadable(ClusterkitError):
+    """Nothing could be read: no log, or no scheduler answer and no log."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+Progress = Callable[[int], None]
+
+
+def diagnose_files(files: Sequence[Path], view: verdict.SlurmView | None = None, *, job: str | None = None,
+                   progress: Progress | None = None) -> dict[str, Any]:
+    """The doctor report over ``files`` (and Slurm's view of the newest run, if known)."""
+    scans = [reader.scan_file(p, progress) for p in files]
+    atts = verdict.attempts(s for s in scans if s.error is None)
+    if not atts:
+        atts = {0: verdict.Attempt(0)}
+    newest = max(atts)
+    restarts = []
+    for r in sorted(atts, reverse=True):
+        v = verdict.judge(atts[r], view if r == newest else None, completed=None if r == newest else False,
+                          superseded=r != newest)
+        restarts.append({"restart": r, "verdict": v, "cascade": verdict.cascade_rows(atts[r])})
+    return {
+        "job": job,
+        "verdict": restarts[0]["verdict"],
+        "cascade": restarts[0]["cascade"],
+        "restarts": restarts,
+        "slurm": None,
+        "files": {"read": sum(1 for s in scans if s.error is None), "bytes": sum(s.bytes_read for s in scans),
+                  "unreadable": [s.error for s in scans if s.error]},
+        "engine": reader.ENGINE,
+    }
+
+
+def one_line(report: dict[str, Any]) -> str:
+    """The verdict in one line (what ``clusterkit status`` shows from the record)."""
+    v = report["verdict"]
+    where = ", ".join(x for x in (f"node {v['node']}" if v["node"] else "",
+                                  f"rank {v['rank']}" if v["rank"] is not None else "") if x)
+    return f"{v['category']}" + (f" ({where})" if where else "") + f": {v['summary']}"
+
+
+# --------------------------------------------------------------------------- Slurm's side
+
+_KV = re.compile(r"(\S+?)=(\S*)")
+
+
+def slurm_view(rec: JobRecord, query: SlurmQuery) -> tuple[verdict.SlurmView, dict[str, Any]]:
+    """The job's state (squeue, sacct or scontrol, as ``status`` reads it), its steps, its down nodes."""
+    (_, st), = refresh([rec], query)
+    steps = _steps(rec.job_id, query) if rec.scheduler == "slurm" else []
+    down = _down_nodes(st, query) if rec.scheduler == "slurm" and st.nodes else []
+    view = verdict.SlurmView(state=st.state, reason=st.reason, exit_code=st.exit_code, signal=st.signal,
+                             down_nodes=tuple(down), nodes=st.nodes)
+    return view, _slurm_json(st, steps, down)
+
+
+def _slurm_json(st: JobStatus, steps: list[dict[str, str]], down: list[tuple[str, str]]) -> dict[str, Any]:
+    return {"state": st.state, "exit_code": st.exit_code, "signal": st.signal, "reason": st.reason,
+            "nodes": st.nodes, "restarts": st.restarts, "source": st.source, "steps": steps,
+            "down_nodes": [{"node": n, "reason": r} for n, r in down]}
+
+
+def _steps(job_id: str, query: SlurmQuery) -> list[dict[str, str]]:
+    """Per-step rows from sacct (none where there is no accounting: slurmctld forgets steps)."""
+    proc = query.run(["sacct", "-P", "-n", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList"], query.timeout_s)
+    rows = []
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        parts = line.split("|")
+        if len(parts) >= 4 and parts[0].startswith(job_id):
+            rows.append({"step": parts[0], "state": parts[1], "exit_code": parts[2], "nodes": parts[3]})
+    return rows
+
+
+def _down_nodes(st: JobStatus, query: SlurmQuery) -> list[tuple[str, str]]:
+    """The job's nodes that Slurm holds down or drained, with the reason it gives."""
+    proc = query.run(["scontrol", "-o", "show", "node", st.nodes or ""], query.timeout_s)
+    out = []
+    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
+        kv = dict(_KV.findall(line))
+        state = kv.get("State", "")
+        if re.search(r"DOWN|DRAIN|FAIL", state):
+            reason = re.search(r"Reason=(.*?)(?: \w+=|$)", line)
+            out.append((kv.get("NodeName", "?"), f"{state}" + (f" ({reason.group(1)})" if reason else "")))
+    return out
+
+
+def job_files(rec: JobRecord) -> list[Path]:
+    """The job's logs in its run directory (the same files ``clusterkit logs`` shows)."""
+    return log_files(rec)

@@ -1,0 +1,112 @@
+"""Per-line facts: when a line was written, by which node, by which rank.
+
+Pure functions over one decoded line.  Every format is one the tools really print:
+
+* ISO times anywhere in the line: DeepSpeed / Python logging ``[2026-12-01 15:28:41,123]``,
+  slurmstepd ``CANCELLED AT 2026-12-01T15:28:41``, newer NCCL's timestamp;
+* torch's glog prefix ``E1201 15:28:41.624000 16605 .../api.py:1002]`` (no year: taken from
+  the file's other lines or its modification time);
+* torchrun's failure summary ``time : 2026-12-01_15:28:41``;
+* syslog ``Dec  1 15:28:41 node5 kernel: ...`` and ``dmesg -T`` ``[Tue Dec  1 15:28:41 2026]``.
+
+Ranks: torchrun's ``[rank3]:`` is the global rank, ``[default3]:`` the local one (its
+``--tee`` prefix); DeepSpeed logs ``[Rank 3]``.  NCCL's ``host:pid:tid [2]`` bracket is the
+local GPU index, never a rank.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+_MONTHS = {m: i for i, m in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), start=1)}
+
+_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
+# torch's C++ logs (c10) write "[E1201 09:24:07.123456789 ProcessGroupNCCL.cpp:616]", its Python ones
+# "E1201 09:24:07.123000 5069 .../api.py:1002]"
+_GLOG = re.compile(r"^(?:\[(?:rank|default)\d+\]:)?\[?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})[ \]]")
+_SYSLOG = re.compile(r"^(?:\[\w{3} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?: (\d{4})\])?")
+_RANK = re.compile(r"^\[rank(\d+)\]:")
+_LOCAL = re.compile(r"^\[default(\d+)\]:")
+_DS_RANK = re.compile(r"\[Rank (\d+)\]")
+_NCCL_HOST = re.compile(r"^(?:\[(?:rank|default)\d+\]:)?([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] ")
+_SYSLOG_HOST = re.compile(r"^[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d ([A-Za-z0-9][\w.-]*) kernel:")
+_SRUN_NODE = re.compile(r"srun: error: (?:Node failure on )?([A-Za-z0-9][\w.-]*)(?:: task|$)")
+_STEPD_NODE = re.compile(r"slurmstepd-([A-Za-z0-9][\w.-]*): ")
+_PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:)")
+
+
+@dataclass(frozen=True)
+class LineFacts:
+    """What a line says about itself (None where it says nothing)."""
+
+    time: float | None
+    node: str | None
+    rank: int | None
+    local_rank: int | None
+
+
+def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None) -> float | None:
+    try:
+        t = datetime(y, mo, d, h, mi, s, tzinfo=timezone.utc).timestamp()
+    except ValueError:
+        return None
+    return t + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def line_time(line: str, year: int) -> float | None:
+    """Seconds since the epoch (log times are read as UTC), or None if the line has no time."""
+    m = _GLOG.match(line)
+    if m:
+        mo, d, h, mi, s, frac = m.groups()
+        return _epoch(year, int(mo), int(d), int(h), int(mi), int(s), frac)
+    m = _ISO.search(line)
+    if m:
+        y, mo, d, h, mi, s, frac = m.groups()
+        return _epoch(int(y), int(mo), int(d), int(h), int(mi), int(s), frac)
+    m = _SYSLOG.match(line)
+    if m and m.group(1) in _MONTHS:
+        mon, d, h, mi, s, y = m.groups()
+        return _epoch(int(y) if y else year, _MONTHS[mon], int(d), int(h), int(mi), int(s), None)
+    return None
+
+
+def line_rank(line: str) -> tuple[int | None, int | None]:
+    """(global rank, local rank) from torchrun's or DeepSpeed's prefix."""
+    m = _RANK.match(line)
+    if m:
+        return int(m.group(1)), None
+    m = _LOCAL.match(line)
+    if m:
+        return None, int(m.group(1))
+    m = _DS_RANK.search(line)
+    return (int(m.group(1)), None) if m else (None, None)
+
+
+def line_node(line: str) -> str | None:
+    """The host a line names as its writer: NCCL's ``host:pid:tid``, syslog, srun's node."""
+    for rx in (_NCCL_HOST, _SYSLOG_HOST, _SRUN_NODE, _STEPD_NODE):
+        m = rx.match(line) if rx in (_NCCL_HOST, _SYSLOG_HOST) else rx.search(line)
+        if m:
+            return m.group(1)
+    return None
+
+
+def facts(line: str, year: int) -> LineFacts:
+    """Everything :mod:`lines` knows about ``line``."""
+    rank, local = line_rank(line)
+    return LineFacts(line_time(line, year), line_node(line), rank, local)
+
+
+def strip_prefix(line: str) -> str:
+    """The line without torchrun's ``[rankN]:`` / ``[defaultN]:`` prefix."""
+    return _PREFIX.sub("", line, count=1)
+
+
+def iso(t: float | None) -> str | None:
+    """``2026-12-01T15:28:41Z`` (UTC; fractions dropped) or None."""
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,320 @@
+"""Streamed reading of log files: a file is read in chunks, never whole, and only the lines
+that match some signature are decoded and looked at.
+
+One pattern (every signature of the catalogue, alternated) finds the candidate lines; RE2
+scans with a DFA at close to ``grep`` speed where ``google-re2`` is installed, Python's ``re``
+does the same job slower otherwise.  Memory stays bounded: one chunk, a capped number of
+findings per file, counters for the cascade.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from clusterkit.diagnose import catalogue, lines
+
+try:  # optional: the `doctor` extra
+    import re2 as _fast_re  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover - depends on the environment
+    _fast_re = None
+
+CHUNK = 1 << 20
+MAX_FINDINGS = 200          # per file and category: more only adds to the counts
+MAX_TEXT = 400              # characters of a line kept as evidence
+BLOCK_BYTES = 2048          # torchrun's Root Cause block fits in this
+_BACK_LINES = 64            # how far up to look for the time of a line that has none
+
+_ROOT_FIELDS = re.compile(r"time\s*:\s*(\S+)|host\s*:\s*(\S+)|rank\s*:\s*(\d+)(?: \(local_rank: (\d+)\))?"
+                          r"|exitcode\s*:\s*(-?\d+)")
+_SEQ = re.compile(r"SeqNum=(\d+)")
+_SRUN_EXIT = re.compile(r"srun: error: (\S+): tasks? ([0-9,-]+): Exited with exit code (\d+)")
+_RESTART = re.compile(r"clusterkit: job \d+ on \S+ \(restart (\d+) of at most \d+\)")
+# <job>.r<restart>.<node or rankN>.out, as clusterkit's job script names srun's logs
+_NAME = re.compile(r"^(?P<job>\d+)\.r(?P<restart>\d+)\.(?P<who>.+)\.(?:out|err|log)$")
+_OLD_NAME = re.compile(r"^(?P<job>\d+)\.(?P<who>[^.]+)\.(?:out|err|log)$")
+
+
+def _compile_trigger() -> Any:
+    pattern = catalogue.trigger_pattern()
+    if _fast_re is not None:
+        opts = _fast_re.Options()
+        opts.never_nl = False
+        opts.posix_syntax = False
+        opts.one_line = False
+        return _fast_re.compile(b"(?m)" + pattern.encode(), options=opts)
+    return re.compile(pattern.encode(), re.M)
+
+
+TRIGGER = _compile_trigger()
+ENGINE = "re2" if _fast_re is not None else "re"
+
+
+@dataclass
+class Finding:
+    """One log line that matched a signature."""
+
+    category: str
+    cascade: str | None
+    slurm: bool
+    time: float | None
+    node: str | None
+    rank: int | None
+    local_rank: int | None
+    path: str
+    lineno: int
+    text: str
+    restart: int = 0
+    seq: int | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.lineno}"
+
+
+@dataclass
+class RootCause:
+    """torchrun's "Root Cause (first observed failure)" entry of one node agent."""
+
+    time: float | None
+    node: str | None
+    rank: int | None
+    local_rank: int | None
+    exitcode: int | None
+    path: str
+    lineno: int
+    restart: int = 0
+
+
+@dataclass
+class TaskExit:
+    """``srun: error: node2: task 5: Exited with exit code 1``."""
+
+    node: str
+    tasks: str
+    code: int
+    path: str
+    lineno: int
+    restart: int = 0
+
+
+@dataclass
+class FileScan:
+    """What one file holds, split by restart where the file says which restart wrote it."""
+
+    path: str
+    node: str | None = None
+    rank: int | None = None
+    findings: list[Finding] = field(default_factory=list)
+    root_causes: list[RootCause] = field(default_factory=list)
+    task_exits: list[TaskExit] = field(default_factory=list)
+    cascade: Counter[tuple[int, str]] = field(default_factory=Counter)
+    cascade_ranks: dict[tuple[int, str], set[int]] = field(default_factory=dict)
+    restarts: set[int] = field(default_factory=set)
+    success: set[int] = field(default_factory=set)
+    bytes_read: int = 0
+    error: str | None = None
+    kept: Counter[tuple[int, str]] = field(default_factory=Counter)
+
+
+def name_facts(path: Path) -> tuple[int | None, str | None, int | None]:
+    """(restart, node, rank) that clusterkit's log names carry: ``123.r1.node4.out``, ``123.r0.rank5.out``."""
+    m = _NAME.match(path.name) or _OLD_NAME.match(path.name)
+    if not m:
+        return None, None, None
+    restart = int(m.group("restart")) if "restart" in m.groupdict() and m.group("restart") else None
+    who = m.group("who")
+    rm = re.fullmatch(r"rank(\d+)", who)
+    if rm:
+        return restart, None, int(rm.group(1))
+    return restart, who, None
+
+
+@dataclass
+class _Cursor:
+    """Where the scan of one file stands (line numbers, the last time seen, the restart)."""
+
+    scan: FileScan
+    year: int
+    restart: int
+    lineno: int = 1           # line number at the start of the current chunk
+    last_time: float | None = None
+    # the time known at a position of the current chunk (the last hit): looking up for the
+    # time of the next hit stops there, so a log with many hits costs no more than one pass
+    mark_pos: int = 0
+    mark_time: float | None = None
+    # findings with no time above them: they take the first time that follows (an upper bound)
+    pending: list[Finding] = field(default_factory=list)
+
+    def settle(self, when: float | None) -> None:
+        if when is None or not self.pending:
+            return
+        for f in self.pending:
+            f.time = when
+        self.pending.clear()
+
+
+def scan_file(path: Path, progress: Callable[[int], None] | None = None) -> FileScan:
+    """Read ``path`` in chunks and collect its findings; never raises for a bad file."""
+    restart, node, rank = name_facts(path)
+    scan = FileScan(path=str(path), node=node, rank=rank)
+    try:
+        st = path.stat()
+        fh = path.open("rb")
+    except OSError as exc:
+        scan.error = f"{path}: {exc.strerror or exc}"
+        return scan
+    cur = _Cursor(scan, datetime.fromtimestamp(st.st_mtime, tz=timezone.utc).year, restart or 0)
+    scan.restarts.add(cur.restart)
+    with fh:
+        carry = b""
+        while True:
+            try:
+                data = fh.read(CHUNK)
+            except OSError as exc:
+                scan.error = f"{path}: read failed after {scan.bytes_read} bytes: {exc.strerror or exc}"
+                break
+            scan.bytes_read += len(data)
+            if progress is not None:
+                progress(len(data))
+            eof = not data
+            buf = carry + data
+            if not buf:
+                break
+            cut = len(buf) if eof else buf.rfind(b"\n") + 1
+            if cut == 0:  # a chunk without a newline (binary junk): take it as it is
+                cut = len(buf)
+            cur.mark_pos, cur.mark_time = 0, cur.last_time
+            done = _scan_chunk(cur, buf, cut, eof)
+            cur.lineno += buf.count(b"\n", 0, done)
+            cur.last_time = _time_before(buf, done, cur) or cur.last_time
+            cur.settle(cur.last_time)
+            carry = buf[done:]
+            if eof:
+                break
+    return scan
+
+
+def _scan_chunk(cur: _Cursor, buf: bytes, cut: int, eof: bool) -> int:
+    """Handle every trigger hit in ``buf[:cut]``; returns how far the chunk was consumed."""
+    counted, line_no = 0, cur.lineno
+    last_start = -1
+    for m in TRIGGER.finditer(buf, 0, cut):
+        start = buf.rfind(b"\n", 0, m.start()) + 1
+        if start == last_start:
+            continue  # one line, several hits
+        last_start = start
+        end = buf.find(b"\n", m.start(), cut)
+        end = cut if end < 0 else end
+        line_no += buf.count(b"\n", counted, start)
+        counted = start
+        text = buf[start:min(end, start + 64 * 1024)].decode("utf-8", errors="replace").rstrip("\r")
+        if catalogue.ROOT_CAUSE in text and not eof and cut - end < BLOCK_BYTES and start > 0:
+            return start  # the summary block is cut by the chunk's end: read it with the next chunk
+        _handle_line(cur, text, buf, start, end, line_no)
+    return cut
+
+
+def _time_before(buf: bytes, pos: int, cur: _Cursor, floor: int = 0) -> float | None:
+    """The time of the last line before ``pos`` that has one (looking a few lines up, not past ``floor``)."""
+    end = pos
+    for _ in range(_BACK_LINES):
+        if end <= floor:
+            return None
+        start = buf.rfind(b"\n", 0, max(0, end - 1)) + 1
+        line = buf[start:end].decode("utf-8", errors="replace")
+        t = lines.line_time(line, cur.year)
+        if t is not None:
+            return t
+        end = start
+    return None
+
+
+def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, lineno: int) -> None:
+    scan = cur.scan
+    m = _RESTART.search(text)
+    if m:
+        cur.restart = int(m.group(1))
+        scan.restarts.add(cur.restart)
+        return
+    if catalogue.SUCCESS_MARK in text:
+        scan.success.add(cur.restart)
+        return
+    f = lines.facts(text, cur.year)
+    when = f.time
+    if when is None:
+        when = _time_before(buf, start, cur, cur.mark_pos)
+        when = cur.mark_time if when is None else when
+    cur.mark_pos, cur.mark_time = end, when
+    cur.settle(when)
+    if catalogue.ROOT_CAUSE in text:
+        _root_cause(cur, buf, end, lineno)
+        return
+    m = _SRUN_EXIT.search(text)
+    if m:
+        scan.task_exits.append(TaskExit(m.group(1), m.group(2), int(m.group(3)), scan.path, lineno, cur.restart))
+        return
+    sig = catalogue.classify(lines.strip_prefix(text))
+    if sig is None:
+        return
+    rank = f.rank if f.rank is not None else scan.rank
+    if sig.cascade:
+        key = (cur.restart, sig.cascade)
+        scan.cascade[key] += 1
+        if rank is not None:
+            scan.cascade_ranks.setdefault(key, set()).add(rank)
+        if sig.cascade != "nccl-timeout" or scan.kept[key] >= MAX_FINDINGS:
+            return
+        scan.kept[key] += 1
+    else:
+        key = (cur.restart, sig.category)
+        if scan.kept[key] >= MAX_FINDINGS:
+            return
+        scan.kept[key] += 1
+    seq = _SEQ.search(text)
+    finding = Finding(
+        category=sig.category, cascade=sig.cascade, slurm=sig.slurm, time=when,
+        node=f.node or scan.node, rank=rank, local_rank=f.local_rank, path=scan.path, lineno=lineno,
+        text=text[:MAX_TEXT], restart=cur.restart, seq=int(seq.group(1)) if seq else None)
+    scan.findings.append(finding)
+    if when is None:
+        cur.pending.append(finding)
+
+
+def _root_cause(cur: _Cursor, buf: bytes, end: int, lineno: int) -> None:
+    block = buf[end:end + BLOCK_BYTES].decode("utf-8", errors="replace").splitlines()[:9]
+    got: dict[str, str] = {}
+    for line in block:
+        for m in _ROOT_FIELDS.finditer(line):
+            t, host, rank, local, code = m.groups()
+            for k, v in (("time", t), ("host", host), ("rank", rank), ("local", local), ("code", code)):
+                if v is not None:
+                    got.setdefault(k, v)
+    when = lines.line_time(got["time"], cur.year) if "time" in got else None
+    cur.scan.root_causes.append(RootCause(
+        time=when, node=cur.scan.node or got.get("host"),
+        rank=int(got["rank"]) if "rank" in got else None,
+        local_rank=int(got["local"]) if "local" in got else None,
+        exitcode=int(got["code"]) if "code" in got else None,
+        path=cur.scan.path, lineno=lineno, restart=cur.restart))
+
+
+def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
+    """Files to read (directories walked, sorted) and a message for each path that is not there."""
+    files: list[Path] = []
+    missing: list[str] = []
+    for p in paths:
+        if p.is_dir():
+            for root, dirs, names in os.walk(p):
+                dirs.sort()
+                files += [Path(root) / n for n in sorted(names) if not n.startswith(".")]
+        elif p.exists():
+            files.append(p)
+        else:
+            missing.append(f"{p}: no such file or directory")
+    return files, missing

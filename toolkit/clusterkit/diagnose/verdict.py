@@ -1,0 +1,236 @@
+"""Root cause, not cascade: from findings (and Slurm's facts) to one verdict per restart.
+
+Order: (a) Slurm's own facts (node failure, preemption, time limit, memory kill, cancel);
+(b) the earliest failure that is not a cascade symptom, ties broken by the lowest rank, with
+torchrun's per-node "Root Cause" entries as first-class evidence; (c) only cascade symptoms:
+``nccl-timeout``, naming the rank that is behind (the lowest collective sequence number a
+watchdog printed).  A job Slurm saw complete is ``ok`` whatever its logs hold.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from clusterkit.diagnose import catalogue
+from clusterkit.diagnose.lines import iso
+from clusterkit.diagnose.reader import FileScan, Finding, RootCause, TaskExit
+
+MAX_EVIDENCE = 5
+# Slurm states that are themselves the answer, strongest first
+_SLURM_STATES = {"NODE_FAIL": "slurm-node-failure", "BOOT_FAIL": "slurm-node-failure", "PREEMPTED": "slurm-preempted",
+                 "TIMEOUT": "slurm-time-limit", "DEADLINE": "slurm-time-limit", "OUT_OF_MEMORY": "host-oom"}
+_SLURM_ORDER = ("slurm-node-failure", "slurm-preempted", "slurm-time-limit", "host-oom", "slurm-cancelled")
+
+
+@dataclass
+class Attempt:
+    """Everything the logs say about one run (restart) of the job."""
+
+    restart: int
+    findings: list[Finding] = field(default_factory=list)
+    root_causes: list[RootCause] = field(default_factory=list)
+    task_exits: list[TaskExit] = field(default_factory=list)
+    cascade: Counter[str] = field(default_factory=Counter)
+    cascade_ranks: dict[str, set[int]] = field(default_factory=dict)
+    success: bool = False
+
+
+@dataclass(frozen=True)
+class SlurmView:
+    """What Slurm says about the newest run: its state and the nodes it holds down."""
+
+    state: str | None = None
+    reason: str | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    down_nodes: tuple[tuple[str, str], ...] = ()
+    nodes: str | None = None
+
+
+def attempts(scans: Iterable[FileScan]) -> dict[int, Attempt]:
+    """Group every file's findings by restart."""
+    out: dict[int, Attempt] = {}
+
+    def at(r: int) -> Attempt:
+        return out.setdefault(r, Attempt(r))
+
+    for s in scans:
+        for r in s.restarts:
+            at(r)
+        for f in s.findings:
+            at(f.restart).findings.append(f)
+        for rc in s.root_causes:
+            at(rc.restart).root_causes.append(rc)
+        for te in s.task_exits:
+            at(te.restart).task_exits.append(te)
+        for (r, kind), n in s.cascade.items():
+            at(r).cascade[kind] += n
+            at(r).cascade_ranks.setdefault(kind, set()).update(s.cascade_ranks.get((r, kind), set()))
+        for r in s.success:
+            at(r).success = True
+    return out
+
+
+def _key(f: Finding) -> tuple[float, int, str, int]:
+    inf = float("inf")
+    return (f.time if f.time is not None else inf, f.rank if f.rank is not None else 1 << 30, f.path, f.lineno)
+
+
+def _verdict(category: str, lead: Finding | None, evidence: list[str], *, node: str | None = None,
+             rank: int | None = None, time: float | None = None, summary: str | None = None) -> dict[str, Any]:
+    return {
+        "category": category,
+        "node": node if node is not None else (lead.node if lead else None),
+        "rank": rank if rank is not None else (lead.rank if lead else None),
+        "time": iso(time if time is not None else (lead.time if lead else None)),
+        "summary": summary or catalogue.SUMMARIES[category],
+        "evidence": evidence[:MAX_EVIDENCE],
+        "advice": list(catalogue.ADVICE[category]),
+    }
+
+
+def _ev(f: Finding) -> str:
+    return f"{f.where}: {f.text.strip()}"
+
+
+def _slurm_fact(att: Attempt, view: SlurmView | None) -> dict[str, Any] | None:
+    facts = sorted((f for f in att.findings if f.slurm), key=_key)
+    state_cat = _SLURM_STATES.get(view.state or "") if view else None
+    if view and view.state == "CANCELLED":
+        state_cat = "slurm-cancelled"
+    cats = {f.category for f in facts} | ({state_cat} if state_cat else set())
+    for cat in _SLURM_ORDER:
+        if cat not in cats:
+            continue
+        # srun names the node that failed; slurmstepd on the survivors only says that one did
+        lead = next((f for f in facts if f.category == cat and "Node failure on" in f.text), None) \
+            or next((f for f in facts if f.category == cat), None)
+        rest = sorted((f for f in facts if f.category == cat and f is not lead), key=lambda f: (f.path, f.lineno))
+        evidence = _dedup(([_ev(lead)] if lead else []) + [_ev(f) for f in rest])
+        node = None
+        if view and cat == "slurm-node-failure" and view.down_nodes:
+            node = None if lead and "Node failure on" in lead.text else view.down_nodes[0][0]
+            evidence.insert(0, "slurm: " + "; ".join(f"node {n} is down: {r}" for n, r in view.down_nodes))
+        elif view and state_cat == cat:
+            evidence.insert(0, f"slurm: job state {view.state}" + (f", reason {view.reason}" if view.reason else ""))
+        summary = None
+        if lead and "DUE TO JOB REQUEUE" in lead.text:
+            summary = "Slurm requeued this run (scontrol requeue, or a requeue after a failure)"
+        return _verdict(cat, lead, evidence, node=node, summary=summary)
+    return None
+
+
+def _root_cause_for(att: Attempt) -> RootCause | None:
+    causes = sorted(att.root_causes, key=lambda r: (r.time or float("inf"), r.rank if r.rank is not None else 1 << 30))
+    return causes[0] if causes else None
+
+
+def _first_failure(att: Attempt) -> dict[str, Any] | None:
+    causes = sorted((f for f in att.findings if not f.cascade and not f.slurm), key=_key)
+    root = _root_cause_for(att)
+    if not causes:
+        if root is None:
+            return None
+        ev = [f"{root.path}:{root.lineno}: torchrun root cause: rank {root.rank} on {root.node}, exit code {root.exitcode}"]
+        return _verdict("unknown", None, ev, node=root.node, rank=root.rank, time=root.time,
+                        summary=f"rank {root.rank} failed first (exit code {root.exitcode}) with no known signature")
+    lead = causes[0]
+    rank = lead.rank
+    if root is not None:
+        # torchrun's agent saw this worker fail first: prefer its own error where the times tie
+        # (log times have a second's resolution, and ranks on other nodes fail within it)
+        own = [f for f in causes if f.rank == root.rank or (f.rank is None and f.path == root.path)]
+        if own and (own[0].time is None or lead.time is None or own[0].time <= lead.time + 2):
+            lead = own[0]
+            rank = lead.rank if lead.rank is not None else root.rank
+    node = lead.node or _node_of(att, rank)
+    others = sorted((f for f in causes if f is not lead and f.category == lead.category),
+                    key=lambda f: (f.path, f.lineno))
+    evidence = _dedup([_ev(lead)] + [_ev(f) for f in others])
+    if root is not None:
+        evidence.append(f"{root.path}:{root.lineno}: torchrun root cause: rank {root.rank} on {root.node}, "
+                        f"exit code {root.exitcode}")
+    summary = f"{catalogue.SUMMARIES[lead.category]}: {lead.text.split(']:', 1)[-1].strip()[:160]}"
+    return _verdict(lead.category, lead, evidence, node=node, rank=rank, summary=summary)
+
+
+def _dedup(evidence: list[str]) -> list[str]:
+    """Evidence lines, each message once (slurmstepd repeats itself on every sample)."""
+    seen: set[str] = set()
+    out = []
+    for e in evidence:
+        msg = e.split(": ", 1)[-1]
+        if msg not in seen:
+            seen.add(msg)
+            out.append(e)
+    return out
+
+
+def _node_of(att: Attempt, rank: int | None) -> str | None:
+    if rank is None:
+        return None
+    for rc in att.root_causes:
+        if rc.rank == rank and rc.node:
+            return rc.node
+    return None
+
+
+def _behind(att: Attempt) -> dict[str, Any] | None:
+    timeouts = sorted((f for f in att.findings if f.cascade == "nccl-timeout"), key=_key)
+    if not timeouts:
+        return None
+    with_seq = [f for f in timeouts if f.seq is not None]
+    if with_seq:
+        low = min(f.seq for f in with_seq if f.seq is not None)
+        lead = min((f for f in with_seq if f.seq == low), key=lambda f: (f.rank if f.rank is not None else 1 << 30))
+        seqs = {f.seq for f in with_seq}
+        summary = (f"rank {lead.rank} is behind: its watchdog timed out at collective {low}"
+                   + (f", the others at {max(s for s in seqs if s is not None)}" if len(seqs) > 1 else
+                      " (every rank timed out at the same collective: the one behind may have printed nothing)"))
+    else:
+        lead = timeouts[0]
+        summary = "collectives timed out on every rank that printed; none says which rank is behind"
+    return _verdict("nccl-timeout", lead, [_ev(lead)], summary=summary)
+
+
+def _fallback(att: Attempt, view: SlurmView | None) -> dict[str, Any]:
+    ev = [f"{t.path}:{t.lineno}: srun: task {t.tasks} on {t.node} exited with code {t.code}" for t in att.task_exits]
+    if view and view.state:
+        ev.insert(0, f"slurm: job state {view.state}" + (f", exit code {view.exit_code}" if view.exit_code is not None
+                                                         else f", signal {view.signal}" if view.signal else ""))
+    first = att.task_exits[0] if att.task_exits else None
+    live = view is not None and view.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED",
+                                               "SUSPENDED", "RESIZING")
+    summary = f"the job is {view.state}: no failure in its logs so far" if live and view else None
+    return _verdict("unknown", None, ev, node=first.node if first else None, summary=summary)
+
+
+def _requeued(att: Attempt) -> dict[str, Any]:
+    ev = [f"{t.path}:{t.lineno}: srun: task {t.tasks} on {t.node} exited with code {t.code}" for t in att.task_exits]
+    return _verdict("unknown", None, ev, summary="this run left no failure in its logs, and Slurm started the job "
+                                                 "again (requeued by scontrol, a node failure or preemption)")
+
+
+def judge(att: Attempt, view: SlurmView | None, *, completed: bool | None = None,
+          superseded: bool = False) -> dict[str, Any]:
+    """The verdict for one attempt.  ``completed``: Slurm says it succeeded; ``superseded``: a
+    later restart of the job exists, so this run did not end the job whatever its logs say."""
+    done = completed if completed is not None else (view is not None and view.state == "COMPLETED")
+    if done:
+        return _verdict("ok", None, [f"slurm: job state {view.state}"] if view and view.state else [])
+    v = (_slurm_fact(att, view) or _first_failure(att) or _behind(att)
+         or (_requeued(att) if superseded else None)
+         or (_verdict("ok", None, ["clusterkit: launcher exited with status 0"]) if att.success and view is None
+             else _fallback(att, view)))
+    if v["node"] is None and view and view.nodes and re.fullmatch(r"[\w.-]+", view.nodes):
+        v["node"] = view.nodes  # a one-node job: whatever failed, failed there
+    return v
+
+
+def cascade_rows(att: Attempt) -> list[dict[str, Any]]:
+    """The cascade under a verdict: how often each symptom showed, and on which ranks."""
+    return [{"category": kind, "count": att.cascade[kind], "ranks": sorted(att.cascade_ranks.get(kind, set()))}
+            for kind in catalogue.CASCADE_KINDS if att.cascade.get(kind)]
