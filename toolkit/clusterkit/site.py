@@ -34,6 +34,7 @@ class Scheduler(_Model):
     """How jobs reach the machines: Slurm, or this machine with no scheduler."""
 
     kind: Literal["slurm", "local"] = "slurm"
+    cluster: Optional[str] = Field(None, description="Slurm's ClusterName (scontrol show config): which cluster this site describes")
     partition: Optional[str] = None
     account: Optional[str] = None
     qos: Optional[str] = None
@@ -283,15 +284,24 @@ def _build(node: Any, path: Path_, file: str, lines: dict[Path_, tuple[str, int]
     """Turn a composed YAML node into plain data, recording the line of every key path."""
     lines[path] = (file, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
+        # merge keys (`<<: *defaults`) first, so that the mapping's own keys override them
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                out.update(_merged(value_node, path, file, lines, issues))
+        lines[path] = (file, node.start_mark.line + 1)
+        own: set[str] = set()
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue
             key = _construct(key_node)
             if not isinstance(key, str):
                 issues.append(ConfigIssue(file, key_node.start_mark.line + 1, _dotted(path), f"key {key!r} must be a string"))
                 continue
-            if key in out:
+            if key in own:
                 issues.append(ConfigIssue(file, key_node.start_mark.line + 1, _dotted(path + (key,)), "duplicate key"))
                 continue
+            own.add(key)
             lines[path + (key,)] = (file, key_node.start_mark.line + 1)
             out[key] = _build(value_node, path + (key,), file, lines, issues)
             lines[path + (key,)] = (file, key_node.start_mark.line + 1)
@@ -299,6 +309,22 @@ def _build(node: Any, path: Path_, file: str, lines: dict[Path_, tuple[str, int]
     if isinstance(node, yaml.SequenceNode):
         return [_build(item, path + (i,), file, lines, issues) for i, item in enumerate(node.value)]
     return _construct(node)
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _merged(value_node: Any, path: Path_, file: str, lines: dict[Path_, tuple[str, int]],
+            issues: list[ConfigIssue]) -> dict[Any, Any]:
+    """The keys a merge key brings in: one mapping, or a list of them where earlier ones win."""
+    sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+    out: dict[Any, Any] = {}
+    for src in reversed(sources):
+        if not isinstance(src, yaml.MappingNode):
+            issues.append(ConfigIssue(file, src.start_mark.line + 1, _dotted(path), "merge key '<<' needs a mapping or a list of mappings"))
+            continue
+        out.update(_build(src, path, file, lines, issues))
+    return out
 
 
 def _construct(node: Any) -> Any:
@@ -483,11 +509,16 @@ def validate_data(data: Mapping[str, Any], lines: dict[Path_, tuple[str, int]], 
 
 def load_file(path: str | os.PathLike[str]) -> Site:
     """Load, merge (``extends``) and validate one site config file."""
+    return load_file_located(path)[0]
+
+
+def load_file_located(path: str | os.PathLike[str]) -> tuple[Site, dict[Path_, tuple[str, int]]]:
+    """:func:`load_file`, plus where each key path was set: ``{("nodes", "mem_gb"): (file, line)}``."""
     file = Path(path)
     doc = _load_chain(file)
     site = validate_data(doc.data, doc.lines, _display(file), file.resolve().parent)
     site._source = str(file.resolve())
-    return site
+    return site, doc.lines
 
 
 # --------------------------------------------------------------------------------------------
