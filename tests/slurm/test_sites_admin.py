@@ -175,7 +175,7 @@ def test_all_checks_the_sites_of_this_cluster_and_lists_the_rest(cli: CK, tmp_pa
     assert re.search(r"skipped local \(.*\): scheduler.kind is local", proc.stdout)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def gpu4_testbed(testbed: Testbed) -> Iterator[dict[str, str]]:
     """A second testbed, same cluster name, restarted with 2 nodes of gpu:h100:4: its client env."""
     lab = Path(tempfile.mkdtemp(prefix="clusterkit-slurmlab-gpu4-"))
@@ -206,6 +206,27 @@ def test_drift_after_restart_with_other_gpu_counts(cli: CK, tmp_path: Path, gpu4
     assert init.returncode == 0, init.stderr
     assert re.search(r"gpus_per_node: 4 +# Gres=gpu:h100:4", fresh.read_text())
     assert 'gpu_model: "H100"' in fresh.read_text()
+
+
+def test_mixed_partition_and_nodes_without_gpus(cli: CK, tmp_path: Path, gpu4_testbed: dict[str, str]) -> None:
+    env = cli.env(**gpu4_testbed)
+    # this throwaway testbed only: node2 loses its GPUs (Slurm cannot give them back until a restart)
+    subprocess.run(["scontrol", "update", "NodeName=node2", "Gres=gpu:0"], env=env, check=True, timeout=30)
+    mixed = cli("sites", "init", "mixed", "--from-slurm", env=env)
+    assert mixed.returncode == 2 and not mixed.stdout
+    assert mixed.stderr.strip() == ("clusterkit: error: partition debug has 2 node types "
+                                    "(node1: 8 CPUs, 64000 MB, 4 x h100; node2: 8 CPUs, 64000 MB, no GPUs); "
+                                    "pick one with --nodes")
+    site = tmp_path / "cpu.yaml"
+    proc = _init(cli, site, "--nodes", "node2", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"gpus_per_node: 1 +# unverified: Slurm has no gpu GRES", site.read_text())
+    assert "unverified: nodes.gpus_per_node" in proc.stderr
+    drift = cli("sites", "drift", str(site), env=env)
+    assert drift.returncode == 1, drift.stdout              # node1 is in the partition, not in the site
+    assert "DRIFT nodes.nodelist" in drift.stdout and "on node1 (nodes of partition debug the config lacks)" in drift.stdout
+    assert "note: Slurm schedules no GPUs (no gpu GRES) on node2" in drift.stdout
+    assert "gpus_per_node" not in drift.stdout.split("note:")[0]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -252,12 +252,12 @@ class Node:
 
     @property
     def gpus(self) -> int | None:
-        """GPUs Slurm schedules on the node; None when it schedules none (no ``gpu`` GRES)."""
+        """GPUs Slurm schedules on the node; None when it schedules none (no ``gpu`` GRES, or ``gpu:0``)."""
         counts = [g.count for g in self.gres if g.name == "gpu"]
         if counts and all(c is not None for c in counts):
-            return sum(c for c in counts if c is not None)
-        tres = self.cfg_tres.get("gres/gpu", "")  # 23.x sites that track gres/gpu as a TRES
-        return int(tres) if tres.isdigit() else None
+            return sum(c for c in counts if c is not None) or None
+        tres = self.cfg_tres.get("gres/gpu", "")  # sites that track gres/gpu as a TRES (AccountingStorageTRES)
+        return int(tres) or None if tres.isdigit() else None
 
     @property
     def gpu_types(self) -> tuple[str, ...]:
