@@ -125,12 +125,17 @@ def compare_slurm(site: Any, lines: Lines, facts: ClusterFacts, report: DriftRep
     if part is not None:
         _compare_time(f, sched.time, part)
     scope = facts.nodes_of(part) if part is not None or not sched.partition else list(facts.nodes.nodes)
-    _compare_membership(f, site, facts, scope, part)
+    # folding thousands of names is the costly step at scale: once per check
+    live_fold = nodelib.fold(n.name for n in scope)
+    hosts = site.nodes.hosts
+    _compare_membership(f, hosts, site.nodes.nodelist, facts, scope, live_fold, part)
     known = facts.nodes.by_name()
-    mine = [known[h] for h in site.nodes.hosts if h in known]
+    mine = [known[h] for h in hosts if h in known]
     _compare_nodes(f, site, mine, report)
     report.node_state.extend(node_states(mine))
     report.live.update(live_slurm_facts(site, scope))
+    if live_fold:
+        report.live["nodelist"] = live_fold
 
 
 def _compare_time(f: _Finder, time: str, part: T.Partition) -> None:
@@ -140,23 +145,21 @@ def _compare_time(f: _Finder, time: str, part: T.Partition) -> None:
               f"longer than partition {part.name}'s MaxTime={part.max_time}: Slurm refuses such jobs")
 
 
-def _compare_membership(f: _Finder, site: Any, facts: ClusterFacts, scope: list[T.Node],
-                        part: T.Partition | None) -> None:
-    configured = set(site.nodes.hosts)
+def _compare_membership(f: _Finder, hosts: list[str], nodelist: str, facts: ClusterFacts, scope: list[T.Node],
+                        live_fold: str, part: T.Partition | None) -> None:
+    configured = set(hosts)
     known = {n.name for n in facts.nodes.nodes}
     live = {n.name for n in scope}
     unknown = sorted(configured - known)
     if unknown:
-        f.add(("nodes", "nodelist"), site.nodes.nodelist, nodelib.fold(sorted(live)), unknown, "nodes Slurm does not know")
+        f.add(("nodes", "nodelist"), nodelist, live_fold, unknown, "nodes Slurm does not know")
     outside = sorted((configured & known) - live)
     if outside:
-        f.add(("nodes", "nodelist"), site.nodes.nodelist, nodelib.fold(sorted(live)), outside,
-              f"nodes not in partition {part.name if part else '?'}")
+        f.add(("nodes", "nodelist"), nodelist, live_fold, outside, f"nodes not in partition {part.name if part else '?'}")
     extra = sorted(live - configured)
     if extra:
         where = f"partition {part.name}" if part else "the cluster"
-        f.add(("nodes", "nodelist"), site.nodes.nodelist, nodelib.fold(sorted(live)), extra,
-              f"nodes of {where} the config lacks")
+        f.add(("nodes", "nodelist"), nodelist, live_fold, extra, f"nodes of {where} the config lacks")
 
 
 def _compare_nodes(f: _Finder, site: Any, mine: list[T.Node], report: DriftReport) -> None:
@@ -196,8 +199,6 @@ def node_states(nodes: Iterable[T.Node]) -> list[NodeState]:
 def live_slurm_facts(site: Any, scope: list[T.Node]) -> dict[str, Any]:
     """The values ``--write`` would set from Slurm: only those that are the same on every node."""
     out: dict[str, Any] = {}
-    if scope:
-        out["nodelist"] = nodelib.fold(n.name for n in scope)
     for key, values in (("gpus_per_node", {n.gpus for n in scope if n.gpus is not None}),
                         ("cpus_per_node", {n.cpus for n in scope if n.cpus is not None}),
                         ("gpu_model", {",".join(n.gpu_types) for n in scope if n.gpu_types})):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
@@ -14,9 +15,16 @@ def _value(v: Any) -> str:
     return ", ".join(str(x) for x in v) if isinstance(v, list) else str(v)
 
 
+def _shown(path: str) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
+
+
 def print_report(r: DriftReport) -> None:
     counts = f"{len(r.drift)} drift" + ("" if len(r.drift) == 1 else "s")
-    click.echo(f"site {r.site} ({r.file}) vs cluster {r.cluster or '?'}: {counts}")
+    click.echo(f"site {r.site} ({_shown(r.file)}) vs cluster {r.cluster or '?'}: {counts}")
     for d in r.drift:
         on = f" on {d.nodes}" if d.nodes else ""
         click.echo(f"  DRIFT {d.key} at {d.where}: configured {_value(d.configured)}, live {_value(d.live)}{on} ({d.message})")
