@@ -282,3 +282,29 @@ def test_init_with_probe_writes_node_facts(cli: CK, tmp_path: Path, lab_env) -> 
     assert "port_rate_gbps: 400" in text
     assert '- {path: "/home", type: nfs}' in text and '- {path: "/lustre/scratch", type: lustre}' in text
     assert cli("sites", "validate", str(site)).returncode == 0
+
+
+def test_partition_and_time_limit_drift(cli: CK, tmp_path: Path, gpu4_testbed: dict[str, str]) -> None:
+    env = cli.env(**gpu4_testbed)
+    subprocess.run(["scontrol", "update", "PartitionName=debug", "MaxTime=00:30:00"], env=env, check=True, timeout=30)
+    site = tmp_path / "limits.yaml"
+    site.write_text('name: limits\nscheduler: {cluster: testbed, partition: debug, time: "01:00:00"}\n'
+                    'nodes: {nodelist: "node[1-2]", gpus_per_node: 4, cpus_per_node: 8, mem_gb: 62.5}\n'
+                    'stages: {large-cluster: {partition: debug}}\n')
+    proc = cli("sites", "drift", str(site), env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ("DRIFT scheduler.time at limits.yaml:2: configured 01:00:00, live 00:30:00 "
+            "(longer than partition debug's MaxTime=00:30:00: Slurm refuses such jobs)") in proc.stdout.replace(str(tmp_path) + "/", "")
+    site.write_text(site.read_text().replace("partition: debug, time", "partition: gpu, time"))
+    gone = cli("sites", "drift", str(site), "--json", env=env)
+    drift = json.loads(gone.stdout)["sites"][0]["drift"]
+    assert gone.returncode == 1 and [d["key"] for d in drift] == ["scheduler.partition"], drift
+    assert drift[0]["live"] == ["debug"] and "partitions: debug" in drift[0]["message"]
+
+
+def test_probe_srun_reads_the_nodes_inside_slurm(cli: CK) -> None:
+    # the testbed's nodes run on this machine: no nvidia-smi, no HCA, its real interfaces and mounts
+    proc = cli("sites", "init", "srunned", "--from-slurm", "--probe", "srun")
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"fabric: ethernet +# unverified: no HCA found on the probed nodes", proc.stdout)
+    assert "fill in: software.driver_min: nvidia-smi reported no driver on the probed nodes" in proc.stderr

@@ -129,7 +129,8 @@ def _nodes(out: _Out, nodes: Sequence[T.Node], first: T.Node, probed: Mapping[st
     if model:
         out.put(1, f"gpu_model: {_q(model)}", "GRES type" if first.gpu_types else "nvidia-smi")
     else:
-        out.todo(1, "nodes.gpu_model", "gpu_model: H100", "GRES has no GPU type: run with --probe, or set it")
+        out.todo(1, "nodes.gpu_model", "gpu_model: H100", "neither GRES nor nvidia-smi named the GPU type" if probed
+                 else "GRES has no GPU type: run with --probe, or set it")
     if first.cpus:
         out.put(1, f"cpus_per_node: {first.cpus}", "CPUTot")
     if first.real_memory_mb and first.real_memory_mb > 1:
@@ -157,7 +158,8 @@ def _software(out: _Out, probed: Mapping[str, NodeFacts] | None) -> None:
         out.put(1, f"driver_min: {_q(drivers[0])}", "lowest driver found on the probed nodes")
     else:
         out.put(0, "# software:")  # a section of comments only would be null, which the schema refuses
-        out.todo(1, "software.driver_min", 'driver_min: "535.104"', "run with --probe to read the drivers")
+        out.todo(1, "software.driver_min", 'driver_min: "535.104"', "nvidia-smi reported no driver on the probed nodes"
+                 if probed else "run with --probe to read the drivers")
     out.todo(1, "software.container", 'container: {runtime: pyxis, image: "nvcr.io#nvidia/pytorch:24.05-py3"}',
              "container image: not known to Slurm")
 
