@@ -308,3 +308,55 @@ def test_probe_srun_reads_the_nodes_inside_slurm(cli: CK) -> None:
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"fabric: ethernet +# unverified: no HCA found on the probed nodes", proc.stdout)
     assert "fill in: software.driver_min: nvidia-smi reported no driver on the probed nodes" in proc.stderr
+
+
+RENAMED = """\
+name: tb-renamed
+scheduler: {{kind: slurm, cluster: testbed, partition: debug}}
+nodes: {{nodelist: "node[1-4]", gpus_per_node: 8, cpus_per_node: 8, mem_gb: 62.5}}
+ssh: {{port: {port}, known_hosts: "{known_hosts}", connect_timeout_s: 3, command_timeout_s: 15}}
+network:
+  fabric: infiniband
+  hcas:             # before the firmware update
+    - mlx5_0
+    - mlx5_1
+    - mlx5_2
+    - mlx5_3
+    - mlx5_4
+    - mlx5_5
+    - mlx5_6
+    - mlx5_8
+  port_rate_gbps: 800    # a requirement: --write never lowers it
+"""
+
+
+def test_renamed_hca_is_drift_and_write_fixes_the_list_only(cli: CK, tmp_path: Path, lab_env) -> None:
+    env, lab = lab_env
+    site = tmp_path / "tb-renamed.yaml"
+    text = RENAMED.format(port=lab.port, known_hosts=lab.known_hosts)
+    site.write_text(text)
+    proc = cli("sites", "drift", str(site), "--probe", "ssh", "--json", env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    found = {(d["key"], d["nodes"], d["live"]) for d in json.loads(proc.stdout)["sites"][0]["drift"]}
+    assert ("network.hcas", "node[1-4]", "missing mlx5_8; unlisted mlx5_7 (renamed?)") in found
+    assert ("network.port_rate_gbps", "node[1-2,4]", "mlx5_0 port 1 400 Gb/s, mlx5_1 port 1 400 Gb/s, "
+            "mlx5_2 port 1 400 Gb/s, mlx5_3 port 1 400 Gb/s, mlx5_4 port 1 400 Gb/s, mlx5_5 port 1 400 Gb/s, "
+            "mlx5_6 port 1 400 Gb/s") in found
+    wrote = cli("sites", "drift", str(site), "--probe", "ssh", "--write", env=env)
+    assert wrote.returncode == 1, wrote.stdout + wrote.stderr
+    assert "-    - mlx5_8\n+    - mlx5_7\n" in wrote.stdout
+    assert site.read_text() == text.replace("    - mlx5_8\n", "    - mlx5_7\n")   # port_rate_gbps kept at 800
+
+
+def test_probe_reports_unreachable_nodes_exit_3(cli: CK, tmp_path: Path, sshlab_factory) -> None:
+    lab = sshlab_factory({"node1": "healthy", "node2": "healthy", "node3": "healthy", "node4": "@refused"},
+                         use_netns=False)
+    env = cli.env(CLUSTERKIT_SSH_CONFIG=str(lab.ssh_config))
+    site = tmp_path / "part.yaml"
+    init = _init(cli, site, "--probe", "ssh", env=env)
+    assert init.returncode == 3 and site.exists(), init.stderr
+    assert re.search(r"^clusterkit: error: could not probe node4: refused: ", init.stderr, re.M)
+    assert "hcas: [mlx5_0" in site.read_text()                           # from the nodes that answered
+    drift = cli("sites", "drift", str(site), "--probe", "ssh", env=env)
+    assert drift.returncode == 3, drift.stdout + drift.stderr
+    assert re.search(r"^  UNREACHABLE node4: refused: ", drift.stdout, re.M)

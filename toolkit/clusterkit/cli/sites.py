@@ -111,8 +111,15 @@ When several apply, 2 wins over 3 over 1.
 """
 
 
-@sites.command("init", epilog=DRIFT_EXIT_HELP.replace("no drift", "site config written")
-               .replace("  1  drift found\n", ""))
+INIT_EXIT_HELP = """\b
+Exit codes:
+  0  site config written (or printed)
+  2  usage or config error (bad option, unknown partition, several node types)
+  3  could not reach the Slurm controller, or --probe could not reach some nodes
+"""
+
+
+@sites.command("init", epilog=INIT_EXIT_HELP)
 @click.argument("name")
 @click.option("--from-slurm", "from_slurm", is_flag=True, required=True,
               help="Read the cluster through scontrol (show config, partition, node).")
@@ -122,7 +129,7 @@ When several apply, 2 wins over 3 over 1.
               help="Also read GPUs, driver, HCAs, interfaces and mounts on every node.")
 @click.option("--out", default=None, type=click.Path(), help="Write the site file here (default: print it).")
 def init(name: str, from_slurm: bool, partition: str | None, nodes: str | None, probe_with: str | None,
-         out: str | None) -> None:
+         out: str | None) -> int:
     """Write a commented, valid site config NAME from the live Slurm cluster."""
     from pathlib import Path
 
@@ -138,6 +145,9 @@ def init(name: str, from_slurm: bool, partition: str | None, nodes: str | None, 
         click.echo(f"clusterkit: fill in: {item}", err=True)
     for item in draft.unverified:
         click.echo(f"clusterkit: unverified: {item}", err=True)
+    for host, why in draft.unreachable.items():
+        click.echo(f"clusterkit: error: could not probe {host}: {why}", err=True)
+    return 3 if draft.unreachable else 0
 
 
 @sites.command(epilog=DRIFT_EXIT_HELP)

@@ -46,21 +46,14 @@ def init_site(name: str, *, partition: str | None, nodes: str | None, probe_with
     chosen = pick_nodes(facts, part, nodes)
     stand_in = types.SimpleNamespace(ssh=SSH(), scheduler=Scheduler(partition=part.name if part else None))
     probed = _probe(stand_in, [n.name for n in chosen], probe_with, runner_for)
-    if probed is not None:
-        down = {h: nf.error for h, nf in probed.items() if not nf.reachable}
-        if down and len(down) == len(probed):
-            raise SlurmUnreachableNodes(down)
+    down = {h: nf.error for h, nf in (probed or {}).items() if not nf.reachable}
+    if probed and len(down) == len(probed):
+        first = next(iter(down.items()))
+        raise SlurmUnreachable(f"--probe reached none of the {len(down)} nodes ({first[0]}: {first[1]})")
     draft = render(name, facts, part, chosen, probed)
+    draft.unreachable = down
     _check_draft(draft)
     return draft
-
-
-class SlurmUnreachableNodes(SlurmUnreachable):
-    """--probe reached none of the nodes."""
-
-    def __init__(self, down: dict[str, str]):
-        first = next(iter(down.items()))
-        super().__init__(f"--probe reached none of the {len(down)} nodes (e.g. {first[0]}: {first[1]})")
 
 
 def _check_draft(draft: Draft) -> None:

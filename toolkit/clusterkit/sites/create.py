@@ -29,6 +29,7 @@ class Draft:
     text: str
     missing: list[str] = field(default_factory=list)
     unverified: list[str] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)  # probed nodes that did not answer
 
 
 class _Out:
