@@ -232,7 +232,7 @@ def test_mixed_partition_and_nodes_without_gpus(cli: CK, tmp_path: Path, gpu4_te
 # ---------------------------------------------------------------------------------------------
 # --probe ssh: the testbed's nodes are also SSH lab nodes with fake nvidia-smi, sysfs and mounts
 
-PROFILES = {"node1": "healthy", "node2": "old_driver", "node3": "ib_down", "node4": "healthy"}
+PROFILES = {"node1": "healthy", "node2": "old_driver", "node3": "ib_down", "node4": "no_lustre"}
 
 PROBED_SITE = """\
 name: tb-probe
@@ -263,7 +263,8 @@ def test_probe_ssh_finds_old_driver_and_ib_port_down(cli: CK, tmp_path: Path, la
     assert proc.returncode == 1, proc.stdout + proc.stderr
     found = {(d["key"], d["nodes"]): d for d in json.loads(proc.stdout)["sites"][0]["drift"]}
     assert set(found) == {("software.driver_min", "node2"), ("network.hcas", "node3"),
-                          ("network.port_rate_gbps", "node3")}, found
+                          ("network.port_rate_gbps", "node3"), ("storage[0].path", "node4")}, found
+    assert found[("storage[0].path", "node4")]["live"] == "not mounted"
     assert found[("software.driver_min", "node2")]["live"] == "470.239.06"
     assert found[("software.driver_min", "node2")]["line"] == 5
     assert found[("network.hcas", "node3")]["live"] == "mlx5_3 port 1 DOWN"
@@ -280,7 +281,8 @@ def test_init_with_probe_writes_node_facts(cli: CK, tmp_path: Path, lab_env) -> 
     assert re.search(r"fabric: infiniband +# link layer InfiniBand", text)
     assert "hcas: [mlx5_0, mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7]" in text
     assert "port_rate_gbps: 400" in text
-    assert '- {path: "/home", type: nfs}' in text and '- {path: "/lustre/scratch", type: lustre}' in text
+    # node4 has no Lustre: only what every probed node mounts becomes storage
+    assert '- {path: "/home", type: nfs}' in text and "/lustre" not in text
     assert cli("sites", "validate", str(site)).returncode == 0
 
 
