@@ -173,6 +173,9 @@ def test_all_checks_the_sites_of_this_cluster_and_lists_the_rest(cli: CK, tmp_pa
     assert "site tb (" in proc.stdout and "0 drifts" in proc.stdout
     assert re.search(r"skipped other \(.*other.yaml\): cluster elsewhere, not testbed", proc.stdout)
     assert re.search(r"skipped local \(.*\): scheduler.kind is local", proc.stdout)
+    local = cli("sites", "drift", "local")
+    assert local.returncode == 2 and local.stderr.strip() == (
+        "clusterkit: error: local: scheduler.kind is local: there is no Slurm cluster to compare it with")
 
 
 @pytest.fixture(scope="module")

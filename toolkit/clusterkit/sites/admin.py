@@ -160,6 +160,10 @@ def drift_sites(refs: Sequence[str], *, every: bool = False, probe_with: str | N
         if why:
             result.skipped.append((label, why))
             continue
+        if site.scheduler.kind != "slurm":
+            result.errors.append(UsageError(f"{label}: scheduler.kind is {site.scheduler.kind}: "
+                                            "there is no Slurm cluster to compare it with"))
+            continue
         _check_one(site, lines, facts, probe_with, runner_for, result)
     if write or dry_run:
         _edit(result, targets, apply=write)
