@@ -103,10 +103,6 @@ def _group(values: Mapping[str, Hashable]) -> dict[Hashable, list[str]]:
     return out
 
 
-def _time_s(text: str) -> float | None:
-    return T.parse_time(text)
-
-
 # ---------------------------------------------------------------------------------------------
 # Slurm facts
 # ---------------------------------------------------------------------------------------------
@@ -118,13 +114,14 @@ def compare_slurm(site: Any, lines: Lines, facts: ClusterFacts, report: DriftRep
     sched = site.scheduler
     if sched.cluster and facts.cluster and sched.cluster != facts.cluster:
         f.add(("scheduler", "cluster"), sched.cluster, facts.cluster, (), "ClusterName differs")
-    part = facts.partitions.get(sched.partition) if sched.partition else None
+    # without scheduler.partition, jobs go where sbatch sends them: Slurm's default partition
+    part = facts.partitions.get(sched.partition) if sched.partition else facts.default_partition()
     if sched.partition and part is None:
         f.add(("scheduler", "partition"), sched.partition, facts.partitions.names, (),
               f"partition does not exist (partitions: {', '.join(facts.partitions.names) or 'none'})")
     if part is not None:
         _compare_time(f, sched.time, part)
-    scope = facts.nodes_of(part) if part is not None or not sched.partition else list(facts.nodes.nodes)
+    scope = facts.nodes_of(part)
     # folding thousands of names is the costly step at scale: once per check
     live_fold = nodelib.fold(n.name for n in scope)
     hosts = site.nodes.hosts
@@ -139,7 +136,7 @@ def compare_slurm(site: Any, lines: Lines, facts: ClusterFacts, report: DriftRep
 
 
 def _compare_time(f: _Finder, time: str, part: T.Partition) -> None:
-    want, limit = _time_s(time), part.max_time_s
+    want, limit = T.parse_time(time), part.max_time_s
     if want is not None and limit is not None and want > limit:
         f.add(("scheduler", "time"), time, part.max_time, (),
               f"longer than partition {part.name}'s MaxTime={part.max_time}: Slurm refuses such jobs")

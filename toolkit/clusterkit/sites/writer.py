@@ -87,9 +87,9 @@ def _last_end(node: Node) -> int:
 def _replace(text: str, node: Node, value: Any) -> str:
     start, end = node.start_mark.index, node.end_mark.index
     if isinstance(node, SequenceNode) and not node.flow_style and node.value:
-        indent = " " * node.value[0].start_mark.column
         start = text.rfind("-", 0, node.value[0].start_mark.index)
-        body = f"\n{indent[:-2] if len(indent) >= 2 else ''}".join(f"- {_scalar(v)}" for v in value)
+        indent = " " * (start - (text.rfind("\n", 0, start) + 1))  # the first dash's column
+        body = f"\n{indent}".join(f"- {_scalar(v)}" for v in value)
         return text[:start] + body + text[_last_end(node):]
     new = _flow(value) if isinstance(value, list) else _scalar(value, getattr(node, "style", None))
     return text[:start] + new + text[end:]
