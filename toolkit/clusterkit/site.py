@@ -60,6 +60,7 @@ class Scheduler(_Model):
     """How jobs reach the machines: Slurm, or this machine with no scheduler."""
 
     kind: Literal["slurm", "local"] = "slurm"
+    cluster: Optional[str] = Field(None, description="Slurm's ClusterName (scontrol show config): which cluster this site describes")
     partition: Optional[str] = None
     account: Optional[str] = None
     qos: Optional[str] = None
@@ -706,11 +707,16 @@ def _writable_by_others(path: Path) -> str | None:
 
 def load_file(path: str | os.PathLike[str]) -> Site:
     """Load, merge (``extends``) and validate one site config file."""
+    return load_file_located(path)[0]
+
+
+def load_file_located(path: str | os.PathLike[str]) -> tuple[Site, dict[Path_, tuple[str, int]]]:
+    """:func:`load_file`, plus where each key path was set: ``{("nodes", "mem_gb"): (file, line)}``."""
     file = Path(path)
     doc = _load_chain(file)
     site = validate_data(doc.data, doc.lines, _display(file), file.resolve().parent, doc.raw)
     site._source = str(file.resolve())
-    return site
+    return site, doc.lines
 
 
 # --------------------------------------------------------------------------------------------

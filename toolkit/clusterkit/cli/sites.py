@@ -1,4 +1,5 @@
-"""``clusterkit sites``: list, show, validate site configs; print their JSON Schema."""
+"""``clusterkit sites``: list, show, validate site configs; print their JSON Schema; write one
+from the live cluster (``init``) and catch drift (``drift``)."""
 
 from __future__ import annotations
 
@@ -103,3 +104,79 @@ def schema() -> None:
     from clusterkit.site import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
+
+
+DRIFT_EXIT_HELP = """\b
+Exit codes:
+  0  no drift
+  1  drift found
+  2  usage or config error (bad option, invalid site config)
+  3  could not reach the Slurm controller or some nodes
+When several apply, 2 wins over 3 over 1.
+"""
+
+
+INIT_EXIT_HELP = """\b
+Exit codes:
+  0  site config written (or printed)
+  2  usage or config error (bad option, unknown partition, several node types)
+  3  could not reach the Slurm controller, or --probe could not reach some nodes
+"""
+
+
+@sites.command("init", epilog=INIT_EXIT_HELP)
+@click.argument("name")
+@click.option("--from-slurm", "from_slurm", is_flag=True, required=True,
+              help="Read the cluster through scontrol (show config, partition, node).")
+@click.option("--partition", default=None, help="The partition to describe (default: Slurm's default partition).")
+@click.option("--nodes", default=None, metavar="HOSTLIST", help="Only these nodes (picks one node type of a mixed partition).")
+@click.option("--probe", "probe_with", type=click.Choice(["ssh", "srun"]), default=None,
+              help="Also read GPUs, driver, HCAs, interfaces and mounts on every node.")
+@click.option("--out", default=None, type=click.Path(), help="Write the site file here (default: print it).")
+def init(name: str, from_slurm: bool, partition: str | None, nodes: str | None, probe_with: str | None,
+         out: str | None) -> int:
+    """Write a commented, valid site config NAME from the live Slurm cluster."""
+    from pathlib import Path
+
+    from clusterkit.sites.admin import init_site, write_new
+
+    draft = init_site(name, partition=partition, nodes=nodes, probe_with=probe_with)
+    if out:
+        write_new(Path(out), draft.text)
+        click.echo(f"wrote {out}", err=True)
+    else:
+        click.echo(draft.text, nl=False)
+    for item in draft.missing:
+        click.echo(f"clusterkit: fill in: {item}", err=True)
+    for item in draft.unverified:
+        click.echo(f"clusterkit: unverified: {item}", err=True)
+    for host, why in draft.unreachable.items():
+        click.echo(f"clusterkit: error: could not probe {host}: {why}", err=True)
+    return 3 if draft.unreachable else 0
+
+
+@sites.command(epilog=DRIFT_EXIT_HELP)
+@click.argument("refs", nargs=-1, metavar="SITE...")
+@click.option("--all", "every", is_flag=True, help="Every site on the search path whose scheduler.cluster is this cluster.")
+@click.option("--probe", "probe_with", type=click.Choice(["ssh", "srun"]), default=None,
+              help="Also compare driver, HCAs, port rate and mounts on every node.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--write", is_flag=True, help="Put the live facts (nodelist, GPUs, CPUs, memory, HCAs) into the site file; print the diff.")
+@click.option("--dry-run", is_flag=True, help="Print the diff --write would apply, and nothing else.")
+def drift(refs: tuple[str, ...], every: bool, probe_with: str | None, as_json: bool, write: bool, dry_run: bool) -> int:
+    """Compare site configs with the live cluster, key by key."""
+    from clusterkit import output
+    from clusterkit.cli import report_error
+    from clusterkit.sites.admin import drift_sites
+    from clusterkit.sites.show import print_run
+
+    result = drift_sites(refs, every=every, probe_with=probe_with, write=write, dry_run=dry_run)
+    if as_json:
+        output.emit_json(result.to_json())
+    elif dry_run:
+        click.echo("".join(result.diffs.values()), nl=False)
+    else:
+        print_run(result)
+    for err in result.errors:
+        report_error(err)
+    return result.exit_code

@@ -1,0 +1,216 @@
+"""What ``clusterkit sites init`` and ``sites drift`` do, behind the thin CLI commands."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from clusterkit.errors import ClusterkitError, ConfigError, UsageError
+from clusterkit.sites import drift as D
+from clusterkit.sites import writer as W
+from clusterkit.sites.create import Draft, pick_nodes, render
+from clusterkit.sites.facts import ClusterFacts, SlurmCommand, SlurmUnreachable, gather, run_slurm
+from clusterkit.sites.probe import NodeFacts, make_runner, probe
+
+PROBES = ("ssh", "srun")
+Runner = Any
+RunnerFactory = Callable[[Any, str], Runner]
+
+
+def _probe(site: Any, hosts: Sequence[str], transport: str | None, runner_for: RunnerFactory) -> dict[str, NodeFacts] | None:
+    if transport is None:
+        return None
+    if transport not in PROBES:
+        raise UsageError(f"--probe {transport!r}: choose one of {', '.join(PROBES)}")
+    return probe(hosts, runner_for(site, transport), timeout_s=float(site.ssh.command_timeout_s))
+
+
+# ---------------------------------------------------------------------------------------------
+# init
+# ---------------------------------------------------------------------------------------------
+
+
+def init_site(name: str, *, partition: str | None, nodes: str | None, probe_with: str | None,
+              run: SlurmCommand = run_slurm, runner_for: RunnerFactory = make_runner) -> Draft:
+    """Draft a site config for ``name`` from the live cluster (nothing is written here)."""
+    from clusterkit.site import SSH, Scheduler
+
+    if not name or not all(c.isalnum() or c in "._-" for c in name) or not name[0].isalnum():
+        raise UsageError(f"site name {name!r}: use letters, digits, '.', '_' and '-'")
+    facts = gather(run)
+    part = facts.partition(partition) if partition else facts.default_partition()
+    chosen = pick_nodes(facts, part, nodes)
+    stand_in = types.SimpleNamespace(ssh=SSH(), scheduler=Scheduler(partition=part.name if part else None))
+    probed = _probe(stand_in, [n.name for n in chosen], probe_with, runner_for)
+    down = {h: nf.error for h, nf in (probed or {}).items() if not nf.reachable}
+    if probed and len(down) == len(probed):
+        first = next(iter(down.items()))
+        raise SlurmUnreachable(f"--probe reached none of the {len(down)} nodes ({first[0]}: {first[1]})")
+    draft = render(name, facts, part, chosen, probed)
+    draft.unreachable = down
+    _check_draft(draft)
+    return draft
+
+
+def _check_draft(draft: Draft) -> None:
+    """A draft that does not validate is a bug of ours: fail loudly, never write it."""
+    from clusterkit.site import load_file
+
+    fd, tmp = tempfile.mkstemp(suffix=".yaml")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(draft.text)
+        load_file(tmp)
+    finally:
+        os.unlink(tmp)
+
+
+def write_new(path: Path, text: str) -> None:
+    """Write a new site file atomically; never overwrite one."""
+    if path.exists():
+        raise UsageError(f"--out {path}: file exists (drift --write edits an existing site)")
+    if not path.parent.is_dir():
+        raise UsageError(f"--out {path}: directory {path.parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.link(tmp, path)  # fails if someone created it meanwhile: never clobber
+    except FileExistsError:
+        raise UsageError(f"--out {path}: file exists") from None
+    finally:
+        os.unlink(tmp)
+
+
+# ---------------------------------------------------------------------------------------------
+# drift
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DriftRun:
+    """The outcome of ``sites drift``: reports, skipped sites, errors, and the exit code."""
+
+    reports: list[D.DriftReport] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (site, why)
+    errors: list[ClusterkitError] = field(default_factory=list)
+    diffs: dict[str, str] = field(default_factory=dict)  # file -> unified diff
+
+    @property
+    def exit_code(self) -> int:
+        """2 (usage/config) wins over 3 (could not reach) over 1 (drift)."""
+        codes = {int(e.exit_code) for e in self.errors} | {r.exit_code for r in self.reports}
+        return next((c for c in (2, 3, 1) if c in codes), 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sites": [r.to_json() for r in self.reports],
+                "skipped": [{"site": s, "why": w} for s, w in self.skipped],
+                "errors": [line for e in self.errors for line in e.lines()],
+                "diffs": self.diffs, "exit_code": self.exit_code}
+
+
+def _load(ref: str) -> tuple[Any, dict[Any, tuple[str, int]]]:
+    from clusterkit.site import find_site, load_file_located
+
+    return load_file_located(find_site(ref))
+
+
+def _targets(refs: Sequence[str], every: bool, result: DriftRun) -> list[tuple[Any, Any]]:
+    """(site, lines) to check; problems go to ``result.errors`` so other sites still run."""
+    from clusterkit.site import list_sites, load_file_located
+
+    out: list[tuple[Any, Any]] = []
+    entries: list[tuple[str, Callable[[], Any]]] = [(r, lambda r=r: _load(r)) for r in refs]
+    if every:
+        for e in list_sites():
+            if e.shadowed:
+                result.skipped.append((f"{e.name} ({e.path})", "shadowed by a site of the same name"))
+                continue
+            entries.append((f"{e.name} ({e.path})", lambda p=e.path: load_file_located(p)))
+    for label, load in entries:
+        try:
+            out.append((label, load()))
+        except ClusterkitError as exc:
+            result.errors.append(exc)
+    return out
+
+
+def drift_sites(refs: Sequence[str], *, every: bool = False, probe_with: str | None = None,
+                write: bool = False, dry_run: bool = False, run: SlurmCommand = run_slurm,
+                runner_for: RunnerFactory = make_runner) -> DriftRun:
+    """Check sites against the live cluster; with ``write``/``dry_run``, plan (and apply) fact edits."""
+    if not refs and not every:
+        raise UsageError("name at least one SITE, or --all")
+    if write and dry_run:
+        raise UsageError("--write and --dry-run exclude each other")
+    result = DriftRun()
+    targets = _targets(refs, every, result)
+    try:
+        facts = gather(run)
+    except SlurmUnreachable as exc:
+        result.errors.append(exc)
+        return result
+    for label, (site, lines) in targets:
+        why = _skip_reason(site, facts) if every and label not in refs else None
+        if why:
+            result.skipped.append((label, why))
+            continue
+        if site.scheduler.kind != "slurm":
+            result.errors.append(UsageError(f"{label}: scheduler.kind is {site.scheduler.kind}: "
+                                            "there is no Slurm cluster to compare it with"))
+            continue
+        _check_one(site, lines, facts, probe_with, runner_for, result)
+    if write or dry_run:
+        _edit(result, targets, apply=write)
+    return result
+
+
+def _skip_reason(site: Any, facts: ClusterFacts) -> str | None:
+    if site.scheduler.kind != "slurm":
+        return f"scheduler.kind is {site.scheduler.kind}"
+    if not site.scheduler.cluster:
+        return "no scheduler.cluster"
+    if site.scheduler.cluster != facts.cluster:
+        return f"cluster {site.scheduler.cluster}, not {facts.cluster}"
+    return None
+
+
+def _check_one(site: Any, lines: Any, facts: ClusterFacts, probe_with: str | None,
+               runner_for: RunnerFactory, result: DriftRun) -> None:
+    try:
+        probed = _probe(site, site.nodes.hosts, probe_with, runner_for)
+    except ClusterkitError as exc:
+        result.errors.append(exc)
+        return
+    result.reports.append(D.check(site, lines, facts, probed))
+
+
+def _edit(result: DriftRun, targets: list[tuple[Any, Any]], *, apply: bool) -> None:
+    by_source = {site.source: site for _, (site, _) in targets}
+    for report in result.reports:
+        site = by_source[report.file]
+        edits = W.plan_edits(site, report.live)
+        if not edits:
+            continue
+        path = Path(site.source)
+        old = path.read_text(encoding="utf-8")
+        new = W.apply_edits(old, edits)
+        shown = _display(path)
+        result.diffs[shown] = W.unified_diff(shown, old, new)
+        if apply:
+            try:
+                W.write_validated(path, new)
+            except ConfigError as exc:
+                result.errors.append(exc)
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)

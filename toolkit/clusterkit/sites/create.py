@@ -1,0 +1,213 @@
+"""``sites init``: a commented, valid site config from what Slurm (and the probe) report.
+
+Facts are written as values with a comment saying where they came from; what neither Slurm nor
+the probe can tell is a commented placeholder, listed in ``Draft.missing``; a value the schema
+needs but nobody reported is written conservatively and marked ``# unverified``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from clusterkit import nodes as nodelib
+from clusterkit.errors import UsageError
+from clusterkit.preflight import parsers as P
+from clusterkit.sites import slurm_text as T
+from clusterkit.sites.facts import ClusterFacts, group_types
+from clusterkit.sites.probe import NodeFacts
+
+_FSTYPES = {"lustre": "lustre", "nfs": "nfs", "nfs4": "nfs", "gpfs": "gpfs"}
+
+
+@dataclass
+class Draft:
+    """The site file's text and what the admin must still fill in."""
+
+    text: str
+    missing: list[str] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)
+    unreachable: dict[str, str] = field(default_factory=dict)  # probed nodes that did not answer
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.missing: list[str] = []
+        self.unverified: list[str] = []
+
+    def put(self, indent: int, text: str, why: str = "") -> None:
+        pad = "  " * indent + text
+        self.lines.append(f"{pad:<40} # {why}" if why else pad)
+
+    def todo(self, indent: int, key_path: str, text: str, why: str) -> None:
+        self.put(indent, f"# {text}", why)
+        self.missing.append(f"{key_path}: {why}")
+
+    def guess(self, indent: int, key_path: str, text: str, why: str) -> None:
+        self.put(indent, text, f"unverified: {why}")
+        self.unverified.append(f"{key_path}: {why}")
+
+
+def _q(value: str) -> str:
+    return json.dumps(value)
+
+
+def pick_nodes(facts: ClusterFacts, partition: T.Partition | None, hostlist: str | None) -> list[T.Node]:
+    """The nodes to describe: one node type, or a UsageError listing the types and their hosts."""
+    nodes = facts.nodes_of(partition)
+    if hostlist:
+        try:
+            wanted = set(nodelib.expand(hostlist))
+        except nodelib.HostlistError as exc:
+            raise UsageError(f"--nodes: {exc}") from None
+        unknown = sorted(wanted - {n.name for n in nodes})
+        if unknown:
+            where = f"partition {partition.name}" if partition else "the cluster"
+            raise UsageError(f"--nodes: {nodelib.fold(unknown)} not in {where}")
+        nodes = [n for n in nodes if n.name in wanted]
+    if not nodes:
+        raise UsageError(f"partition {partition.name if partition else '?'} has no nodes")
+    types = group_types(nodes)
+    if len(types) > 1:
+        listing = "; ".join(f"{nodelib.fold(h)}: {t.describe()}" for t, h in types.items())
+        raise UsageError(f"{'partition ' + partition.name if partition else 'the cluster'} has {len(types)} node types "
+                         f"({listing}); pick one with --nodes")
+    return nodes
+
+
+def render(name: str, facts: ClusterFacts, partition: T.Partition | None, nodes: Sequence[T.Node],
+           probed: Mapping[str, NodeFacts] | None) -> Draft:
+    """The site file for ``nodes`` (all of one type)."""
+    out = _Out()
+    first = nodes[0]
+    where = f"partition {partition.name}" if partition else "all nodes"
+    out.put(0, f"# clusterkit site config for Slurm cluster {facts.cluster or '?'}, {where}.")
+    out.put(0, "# Written by `clusterkit sites init` from scontrol show config/partition/node"
+               + (" and a probe of every node." if probed else "."))
+    out.put(0, "# Check it with `clusterkit sites drift` (cron) and `clusterkit sites validate`.")
+    out.put(0, f"name: {_q(name)}")
+    _scheduler(out, facts, partition)
+    _nodes(out, nodes, first, probed)
+    _software(out, probed)
+    _network(out, probed)
+    _storage(out, probed)
+    out.todo(0, "cost", "cost: {gpu_hour: 2.5, currency: USD}", "GPU-hour price: not known to Slurm")
+    return Draft("\n".join(out.lines) + "\n", out.missing, out.unverified)
+
+
+def _scheduler(out: _Out, facts: ClusterFacts, partition: T.Partition | None) -> None:
+    out.put(0, "scheduler:")
+    out.put(1, "kind: slurm")
+    if facts.cluster:
+        out.put(1, f"cluster: {_q(facts.cluster)}", "ClusterName")
+    if partition is not None:
+        out.put(1, f"partition: {_q(partition.name)}")
+    out.todo(1, "scheduler.account", "account: ACCOUNT", "the account jobs are charged to: not in Slurm's config")
+    limit = partition.max_time_s if partition else None
+    default = T.parse_time(partition.default_time) if partition else None
+    if partition is not None and default is not None and default != float("inf"):
+        out.put(1, f"time: {_q(partition.default_time)}", f"partition DefaultTime")
+    elif limit is not None and limit != float("inf"):
+        out.put(1, f"time: {_q(partition.max_time)}", "partition MaxTime")  # type: ignore[union-attr]
+    else:
+        out.guess(1, "scheduler.time", 'time: "01:00:00"', "the partition sets no time limit")
+
+
+def _nodes(out: _Out, nodes: Sequence[T.Node], first: T.Node, probed: Mapping[str, NodeFacts] | None) -> None:
+    out.put(0, "nodes:")
+    out.put(1, f"nodelist: {_q(nodelib.fold(n.name for n in nodes))}", f"{len(nodes)} nodes")
+    smi = _probe_gpus(probed)
+    if first.gpus:
+        out.put(1, f"gpus_per_node: {first.gpus}", f"Gres={','.join(g.raw for g in first.gres)}")
+    elif smi:
+        out.put(1, f"gpus_per_node: {smi[0]}", "nvidia-smi (Slurm has no gpu GRES here)")
+    else:
+        out.guess(1, "nodes.gpus_per_node", "gpus_per_node: 1", "Slurm has no gpu GRES on these nodes")
+    model = first.gpu_types[0].upper() if first.gpu_types else (smi[1] if smi else None)
+    if model:
+        out.put(1, f"gpu_model: {_q(model)}", "GRES type" if first.gpu_types else "nvidia-smi")
+    else:
+        out.todo(1, "nodes.gpu_model", "gpu_model: H100", "neither GRES nor nvidia-smi named the GPU type" if probed
+                 else "GRES has no GPU type: run with --probe, or set it")
+    if first.cpus:
+        out.put(1, f"cpus_per_node: {first.cpus}", "CPUTot")
+    if first.real_memory_mb and first.real_memory_mb > 1:
+        out.put(1, f"mem_gb: {round(first.real_memory_mb / 1024, 1):g}", f"RealMemory={first.real_memory_mb} MB")
+    if first.features:
+        out.put(1, f"# features: {','.join(first.features)}", "Slurm features (for reference)")
+
+
+def _probe_gpus(probed: Mapping[str, NodeFacts] | None) -> tuple[int, str] | None:
+    for nf in (probed or {}).values():
+        if nf.gpus is not None and nf.gpus.gpus:
+            name = re.sub(r"^NVIDIA\s+", "", nf.gpus.gpus[0].name).split()[0]
+            return len(nf.gpus.gpus), name
+    return None
+
+
+def _reachable(probed: Mapping[str, NodeFacts] | None) -> list[NodeFacts]:
+    return [nf for nf in (probed or {}).values() if nf.reachable]
+
+
+def _software(out: _Out, probed: Mapping[str, NodeFacts] | None) -> None:
+    drivers = sorted({v for nf in _reachable(probed) for v in nf.drivers}, key=lambda v: P.version_tuple(v) or ())
+    if drivers:
+        out.put(0, "software:")
+        out.put(1, f"driver_min: {_q(drivers[0])}", "lowest driver found on the probed nodes")
+    else:
+        out.put(0, "# software:")  # a section of comments only would be null, which the schema refuses
+        out.todo(1, "software.driver_min", 'driver_min: "535.104"', "nvidia-smi reported no driver on the probed nodes"
+                 if probed else "run with --probe to read the drivers")
+    out.todo(1, "software.container", 'container: {runtime: pyxis, image: "nvcr.io#nvidia/pytorch:24.05-py3"}',
+             "container image: not known to Slurm")
+
+
+def _network(out: _Out, probed: Mapping[str, NodeFacts] | None) -> None:
+    out.put(0, "network:")
+    invs = [nf.ib for nf in _reachable(probed) if nf.ib is not None and nf.ib.ports]
+    if not invs:
+        why = "no HCA found on the probed nodes" if probed else "fabric unknown without --probe"
+        out.guess(1, "network.fabric", "fabric: ethernet", why)
+        if not probed:
+            out.todo(1, "network.hcas", "hcas: [mlx5_0, mlx5_1]", "run with --probe to list the HCAs")
+        _ifname(out, probed, "ethernet")
+        return
+    hcas = sorted(set.intersection(*(set(i.hcas) for i in invs)))
+    ports = [p for i in invs for p in i.ports if p.hca in hcas]
+    layer = {p.link_layer for p in ports}
+    fabric = "roce" if layer == {"Ethernet"} else "infiniband"
+    out.put(1, f"fabric: {fabric}", f"link layer {', '.join(sorted(x or '?' for x in layer))}")
+    out.put(1, f"hcas: [{', '.join(hcas)}]", "HCAs present on every probed node")
+    rates = [p.rate_gbps for p in ports if p.state == "ACTIVE" and p.rate_gbps]
+    if rates:
+        out.put(1, f"port_rate_gbps: {int(min(rates))}", "lowest rate of the ACTIVE ports")
+    _ifname(out, probed, fabric)
+
+
+def _ifname(out: _Out, probed: Mapping[str, NodeFacts] | None, fabric: str) -> None:
+    want = "infiniband" if fabric == "infiniband" else "ethernet"
+    names = [i.name for nf in _reachable(probed) for i in (nf.interfaces or ()) if i.kind == want and i.state == "up"]
+    if names:
+        out.put(1, f"socket_ifname: {_q(sorted(set(names))[0])}", f"an {'IPoIB' if want == 'infiniband' else 'Ethernet'} interface that is up")
+    else:
+        out.todo(1, "network.socket_ifname", "socket_ifname: ib0", "NCCL's bootstrap interface: not found by the probe"
+                 if probed else "run with --probe to list the interfaces")
+
+
+def _storage(out: _Out, probed: Mapping[str, NodeFacts] | None) -> None:
+    reach = [nf for nf in _reachable(probed) if nf.mounts is not None]
+    if not reach:
+        out.todo(0, "storage", "storage: [{path: /lustre/scratch, type: lustre}]",
+                 "shared file systems: run with --probe to list the mounts")
+        return
+    per_node = [{(m.mountpoint, _FSTYPES[m.fstype]) for m in nf.mounts or () if m.fstype in _FSTYPES} for nf in reach]
+    shared = sorted(set.intersection(*per_node)) if per_node else []
+    if not shared:
+        out.todo(0, "storage", "storage: [{path: /lustre/scratch, type: lustre}]", "no Lustre/NFS/GPFS mount on every node")
+        return
+    out.put(0, "storage:", "mounted on every probed node")
+    for path, kind in shared:
+        out.put(1, f"- {{path: {_q(path)}, type: {kind}}}")

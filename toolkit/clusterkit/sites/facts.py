@@ -1,0 +1,115 @@
+"""Facts about a live Slurm cluster, gathered through one seam: a function that runs a Slurm
+client command and returns its stdout.
+
+Three calls, one per kind, whatever the cluster's size: ``scontrol show config``,
+``scontrol show partition -o``, ``scontrol show node -o``.  A controller that does not answer
+is a :class:`SlurmUnreachable` (exit 3), never a guess.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from clusterkit import nodes as nodelib
+from clusterkit.errors import ClusterkitError, ExitCode, UsageError
+from clusterkit.sites import slurm_text as T
+
+SlurmCommand = Callable[[Sequence[str]], str]
+
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "config": ("scontrol", "show", "config"),
+    "partitions": ("scontrol", "show", "partition", "-o"),
+    "nodes": ("scontrol", "show", "node", "-o"),
+}
+
+
+class SlurmUnreachable(ClusterkitError):
+    """The Slurm controller (or the Slurm client commands) could not be reached."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+def run_slurm(argv: Sequence[str], timeout_s: float = 60.0) -> str:
+    """The real seam: run a Slurm client command, return stdout, or raise SlurmUnreachable."""
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SlurmUnreachable(f"{argv[0]} not found: is a Slurm client installed on this host?") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmUnreachable(f"'{' '.join(argv)}' did not answer within {timeout_s:g} s") from None
+    if proc.returncode != 0:
+        said = (proc.stderr or proc.stdout).strip().splitlines()
+        raise SlurmUnreachable(f"'{' '.join(argv)}' failed (exit {proc.returncode}): "
+                               f"{said[-1] if said else 'no message'}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What Slurm says about the cluster: its config, partitions and nodes."""
+
+    config: T.SlurmConfig
+    partitions: T.Partitions
+    nodes: T.Nodes
+
+    @property
+    def cluster(self) -> str | None:
+        return self.config.cluster_name
+
+    def partition(self, name: str) -> T.Partition:
+        """The named partition, or a UsageError listing the ones that exist."""
+        part = self.partitions.get(name)
+        if part is None:
+            raise UsageError(f"partition {name!r} does not exist on cluster {self.cluster or '?'}; "
+                             f"partitions: {', '.join(self.partitions.names) or 'none'}")
+        return part
+
+    def default_partition(self) -> T.Partition | None:
+        return next((p for p in self.partitions.partitions if p.default), None)
+
+    def nodes_of(self, partition: T.Partition | None) -> list[T.Node]:
+        """The nodes of a partition (all nodes for None), in Slurm's order."""
+        if partition is None:
+            return list(self.nodes.nodes)
+        members = set(nodelib.expand(partition.nodes)) if partition.nodes else set()
+        return [n for n in self.nodes.nodes if n.name in members]
+
+
+def gather(run: SlurmCommand = run_slurm) -> ClusterFacts:
+    """Ask Slurm once per kind.  The config comes first: an unreachable controller fails fast."""
+    config = T.parse_config(run(COMMANDS["config"]))
+    partitions = T.parse_partitions(run(COMMANDS["partitions"]))
+    nodes = T.parse_nodes(run(COMMANDS["nodes"]))
+    return ClusterFacts(config, partitions, nodes)
+
+
+@dataclass(frozen=True)
+class NodeType:
+    """Nodes that look the same to Slurm: same CPUs, memory, GPUs, GPU type and features."""
+
+    cpus: int | None
+    real_memory_mb: int | None
+    gpus: int | None
+    gpu_type: str | None
+    features: tuple[str, ...]
+
+    def describe(self) -> str:
+        gpus = f"{self.gpus} x {self.gpu_type or 'gpu'}" if self.gpus else "no GPUs"
+        feats = f", features {','.join(self.features)}" if self.features else ""
+        return f"{self.cpus} CPUs, {self.real_memory_mb} MB, {gpus}{feats}"
+
+
+def node_type(node: T.Node) -> NodeType:
+    types = node.gpu_types
+    return NodeType(node.cpus, node.real_memory_mb, node.gpus, ",".join(types) or None, tuple(sorted(node.features)))
+
+
+def group_types(nodes: Sequence[T.Node]) -> dict[NodeType, list[str]]:
+    """Node names per node type, in first-seen order."""
+    out: dict[NodeType, list[str]] = {}
+    for n in nodes:
+        out.setdefault(node_type(n), []).append(n.name)
+    return out

@@ -1,0 +1,316 @@
+"""Total, pure parsers of what Slurm's admin commands print.
+
+``scontrol show config`` (``Key = value`` lines), ``scontrol show partition -o`` and
+``scontrol show node -o`` (one record per line, ``Key=value`` pairs), and the GRES and time
+strings inside them.  Nothing here runs a command; text that does not parse is kept, never
+a crash: an unreadable record line is returned in ``unparsed``, an unreadable GRES entry
+has ``count=None``, an unreadable time limit is ``None``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+# Values that may contain spaces.  scontrol prints them as ``Key=free text`` among the other
+# pairs (``OS=Linux 6.8.0 #1 SMP ...``, ``Reason=bad gpu [root@2024-05-01T10:00:00]``), so a
+# line is split at " Key=" boundaries, and these keys swallow what follows until the next key.
+_KEY_RE = re.compile(r"(?:^|\s+)([A-Z][A-Za-z0-9_/:.]*)=")
+_FREE_TEXT = {"Reason", "Comment", "Extra", "OS"}
+# Keys that may follow a Reason (slurm_sprint_node_table prints them after it, when set).
+_AFTER_REASON = {"Comment", "Extra", "InstanceId", "InstanceType", "ReservationName"}
+_NULL = {"(null)", "", "N/A", "none", "None"}
+
+
+def split_record(line: str) -> dict[str, str]:
+    """``NodeName=n1 CPUTot=8 OS=Linux 6.8 #1 SMP Reason=bad gpu`` -> ``{key: value}``.
+
+    A ``Key=`` inside a free-text value (``OS``) cannot be told from a real key without a key
+    list; scontrol's keys start with an upper-case letter, so lower-case words stay in the value.
+    """
+    out: dict[str, str] = {}
+    matches = list(_KEY_RE.finditer(line))
+    i = 0
+    while i < len(matches):
+        m = matches[i]
+        key = m.group(1)
+        j = i + 1
+        if key == "Reason":  # free text may hold "Key=" words: run to the next key printed after it
+            while j < len(matches) and matches[j].group(1) not in _AFTER_REASON:
+                j += 1
+        end = matches[j].start() if j < len(matches) else len(line)
+        out.setdefault(key, line[m.end():end].strip())
+        i = j
+    return out
+
+
+def _join_continuations(text: str) -> list[str]:
+    """Records of the multi-line form (indented continuation lines) joined into one line each."""
+    records: list[str] = []
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        if line[:1].isspace() and records:
+            records[-1] += " " + line.strip()
+        else:
+            records.append(line.strip())
+    return records
+
+
+# ---------------------------------------------------------------------------------------------
+# GRES
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gres:
+    """One GRES entry: ``gpu:h100:8(S:0-1)`` -> name gpu, type h100, count 8."""
+
+    name: str
+    type: str | None
+    count: int | None  # None: the count could not be read (raw kept)
+    raw: str
+
+
+_COUNT_RE = re.compile(r"(\d+)([KMGTP]?)")
+_MULT = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
+
+
+def _split_outside_parens(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def parse_gres(text: str) -> tuple[Gres, ...]:
+    """Parse a node's ``Gres=`` value (or sinfo's ``%G``): ``(null)`` is no GRES at all.
+
+    Forms: ``gpu:8``, ``gpu:h100:8``, ``gpu:h100:8(S:0-1)`` (socket affinity, 21.08+),
+    ``gpu:a100:no_consume:4``, ``gpu:(null):8(IDX:0-7)``, ``gpu:2K`` (K/M/G multipliers).
+    """
+    if (text or "").strip() in _NULL:
+        return ()
+    out: list[Gres] = []
+    for entry in _split_outside_parens(text):
+        bare = re.sub(r"\([^()]*\)$", "", entry)
+        parts = bare.split(":")
+        m = _COUNT_RE.fullmatch(parts[-1]) if len(parts) > 1 else None
+        count = int(m.group(1)) * _MULT[m.group(2)] if m else None
+        middle = [p for p in (parts[1:-1] if m else parts[1:]) if p not in ("(null)", "no_consume")]
+        out.append(Gres(parts[0], middle[0] if middle else None, count, entry))
+    return tuple(out)
+
+
+def parse_tres(text: str) -> dict[str, str]:
+    """``cpu=8,mem=62.50G,billing=8,gres/gpu=8`` -> ``{"cpu": "8", ..., "gres/gpu": "8"}``."""
+    out: dict[str, str] = {}
+    for item in (text or "").split(","):
+        key, sep, value = item.partition("=")
+        if sep and key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# time limits
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_time(text: str) -> float | None:
+    """A Slurm time limit in seconds; ``math.inf`` for UNLIMITED/INFINITE; None if unreadable.
+
+    Slurm's forms: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``.
+    """
+    t = (text or "").strip()
+    if t.upper() in ("UNLIMITED", "INFINITE"):
+        return math.inf
+    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", t)
+    if not m:
+        return None
+    days, a, b, c = m.group(1), int(m.group(2)), m.group(3), m.group(4)
+    nums = [a] + [int(x) for x in (b, c) if x is not None]
+    if days is not None:
+        hms = nums + [0] * (3 - len(nums))  # D-HH, D-HH:MM, D-HH:MM:SS
+        return float(int(days) * 86400 + hms[0] * 3600 + hms[1] * 60 + hms[2])
+    if len(nums) == 1:
+        return float(nums[0] * 60)  # MM
+    if len(nums) == 2:
+        return float(nums[0] * 60 + nums[1])  # MM:SS
+    return float(nums[0] * 3600 + nums[1] * 60 + nums[2])
+
+
+# ---------------------------------------------------------------------------------------------
+# scontrol show config
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """``scontrol show config`` as ``{key: value}``; values as printed."""
+
+    values: dict[str, str]
+
+    @property
+    def cluster_name(self) -> str | None:
+        name = self.values.get("ClusterName", "")
+        return None if name in _NULL else name
+
+    @property
+    def version(self) -> str | None:
+        return self.values.get("SLURM_VERSION") or None
+
+
+def parse_config(text: str) -> SlurmConfig:
+    """Parse ``scontrol show config``: ``Key = value`` lines; headers and blank lines skipped."""
+    values: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key.strip()):
+            values.setdefault(key.strip(), value.strip())
+    return SlurmConfig(values)
+
+
+# ---------------------------------------------------------------------------------------------
+# scontrol show partition -o
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    nodes: str  # Slurm hostlist, "" when the partition has none
+    max_time: str  # as printed: "UNLIMITED", "2-00:00:00", ...
+    default_time: str
+    state: str
+    default: bool
+    raw: dict[str, str] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def max_time_s(self) -> float | None:
+        return parse_time(self.max_time)
+
+
+@dataclass(frozen=True)
+class Partitions:
+    partitions: tuple[Partition, ...]
+    unparsed: tuple[str, ...] = ()
+
+    def get(self, name: str) -> Partition | None:
+        return next((p for p in self.partitions if p.name == name), None)
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.partitions]
+
+
+def parse_partitions(text: str) -> Partitions:
+    """Parse ``scontrol show partition -o`` (the multi-line form is joined first)."""
+    parts: list[Partition] = []
+    unparsed: list[str] = []
+    for line in _join_continuations(text):
+        kv = split_record(line)
+        if "PartitionName" not in kv:
+            unparsed.append(line)
+            continue
+        nodes = kv.get("Nodes", "")
+        parts.append(Partition(kv["PartitionName"], "" if nodes in _NULL else nodes, kv.get("MaxTime", ""),
+                               kv.get("DefaultTime", ""), kv.get("State", ""), kv.get("Default") == "YES", kv))
+    return Partitions(tuple(parts), tuple(unparsed))
+
+
+# ---------------------------------------------------------------------------------------------
+# scontrol show node -o
+# ---------------------------------------------------------------------------------------------
+
+# Base states and flags (``State=IDLE+DRAIN``, ``DOWN*``) that keep a node from running jobs.
+_UNUSABLE = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING",
+             "MAINTENANCE", "MAINT", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "REBOOT_ISSUED",
+             "REBOOT_REQUESTED", "INVALID_REG", "FUTURE", "UNKNOWN", "INVAL"}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node as Slurm has it configured and sees it now."""
+
+    name: str
+    cpus: int | None
+    real_memory_mb: int | None
+    gres: tuple[Gres, ...]
+    features: tuple[str, ...]
+    state: str  # as printed: "IDLE", "IDLE+DRAIN", "DOWN*", "MIXED"
+    reason: str
+    partitions: tuple[str, ...]
+    cfg_tres: dict[str, str] = field(compare=False, default_factory=dict)
+
+    @property
+    def gpus(self) -> int | None:
+        """GPUs Slurm schedules on the node; None when it schedules none (no ``gpu`` GRES, or ``gpu:0``)."""
+        counts = [g.count for g in self.gres if g.name == "gpu"]
+        if counts and all(c is not None for c in counts):
+            return sum(c for c in counts if c is not None) or None
+        tres = self.cfg_tres.get("gres/gpu", "")  # sites that track gres/gpu as a TRES (AccountingStorageTRES)
+        return int(tres) or None if tres.isdigit() else None
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(sorted({g.type for g in self.gres if g.name == "gpu" and g.type}))
+
+    @property
+    def state_words(self) -> set[str]:
+        # "IDLE+DRAIN", "DOWN*" (the star: not responding), "ALLOCATED+DRAIN+DYNAMIC_NORM"
+        words = set(re.split(r"[+]", self.state.upper().replace("*", "+NOT_RESPONDING")))
+        return {w for w in words if w}
+
+    @property
+    def usable(self) -> bool:
+        return not (self.state_words & _UNUSABLE)
+
+
+@dataclass(frozen=True)
+class Nodes:
+    nodes: tuple[Node, ...]
+    unparsed: tuple[str, ...] = ()
+
+    def by_name(self) -> dict[str, Node]:
+        return {n.name: n for n in self.nodes}
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.isdigit() else None
+
+
+def _node(kv: dict[str, str]) -> Node:
+    features = kv.get("AvailableFeatures", kv.get("Features", ""))
+    parts = kv.get("Partitions", "")
+    reason = kv.get("Reason", "")
+    return Node(
+        name=kv["NodeName"], cpus=_int(kv.get("CPUTot")), real_memory_mb=_int(kv.get("RealMemory")),
+        gres=parse_gres(kv.get("Gres", "")),
+        features=tuple(f for f in features.split(",") if f and features not in _NULL),
+        state=kv.get("State", ""), reason=re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", reason),
+        partitions=tuple(p for p in parts.split(",") if p and parts not in _NULL),
+        cfg_tres=parse_tres(kv.get("CfgTRES", "")))
+
+
+def parse_nodes(text: str) -> Nodes:
+    """Parse ``scontrol show node -o`` (the multi-line form is joined first).
+
+    A line that is not a ``NodeName=`` record is kept in ``unparsed``.
+    """
+    nodes: list[Node] = []
+    unparsed: list[str] = []
+    for line in _join_continuations(text):
+        kv = split_record(line)
+        if "NodeName" not in kv:
+            unparsed.append(line)
+            continue
+        nodes.append(_node(kv))
+    return Nodes(tuple(nodes), tuple(unparsed))
