@@ -24,7 +24,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from tests.conftest import assert_one_line_error
+from tests.conftest import assert_one_line_error, shared_site
 from tests.render.test_execute import execute
 
 HERE = Path(__file__).parent
@@ -180,7 +180,8 @@ def test_pdsh_env_values_that_deepspeed_would_half_quote_are_refused(ck, tmp_pat
 
 
 def test_pdsh_deepspeed_env_with_safe_values_renders(ck, tmp_path: Path) -> None:
-    result = ck("render", "--site", "ib-h100", "--stage", "multi-node", "--launcher", "deepspeed", "--set",
+    site = shared_site(tmp_path / "sites", "ib-h100", tmp_path)
+    result = ck("render", "--site", str(site), "--stage", "multi-node", "--launcher", "deepspeed", "--set",
                 "ds_launcher=pdsh", "--set", "container=false", "--out", str(tmp_path / "run"), "--", "python", "t.py",
                 "--lr", "1e-4")
     assert result.code == 0, result.err
