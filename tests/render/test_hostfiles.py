@@ -25,7 +25,7 @@ def test_hostfiles_in_sync(ck, tmp_path: Path, request: pytest.FixtureRequest, s
     stage = "multi-node" if n <= 8 else "large-cluster"
     run_dir = tmp_path / "run"
     result = ck("render", "--site", site, "--stage", stage, "--nodes", str(n), "--launcher", launcher,
-                "--set", "container=false", "--out", str(run_dir), "--", "python", "train.py")
+                "--set", "container=false", "--set", "max_restarts=0", "--out", str(run_dir), "--", "python", "train.py")
     assert result.code == 0, result.err
     text = (run_dir / "hostfile").read_text()
     assert len(text.splitlines()) == n

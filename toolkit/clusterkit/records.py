@@ -456,9 +456,22 @@ def refresh(records: Sequence[JobRecord], query: SlurmQuery | None = None) -> li
         if rec.scheduler == "local":
             st = local_status(rec) if rec.state not in TERMINAL else _cached(rec)
         else:
-            st = _slurm_status(rec, known.get(rec.job_id))
+            st = _with_reason(rec, _slurm_status(rec, known.get(rec.job_id)))
         out.append((rec, st))
     return out
+
+
+def _with_reason(rec: JobRecord, st: JobStatus) -> JobStatus:
+    """The job script's own reason for its end (``<job id>.reason``: restart budget spent, ...)
+    beats Slurm's generic one (``NonZeroExitCode``)."""
+    if not st.terminal:
+        return st
+    try:
+        text = (Path(rec.run_dir) / f"{rec.job_id}.reason").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return st
+    reason = text.strip().splitlines()[0][:300] if text.strip() else ""
+    return replace(st, reason=reason) if reason else st
 
 
 def _cached(rec: JobRecord) -> JobStatus:
