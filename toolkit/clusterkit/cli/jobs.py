@@ -185,9 +185,13 @@ def _follow(rec: Any) -> int:
 
 @click.command()
 @click.argument("job")
+@click.option("--now", is_flag=True, help="Cancel at once: no SIGTERM and grace time for the ranks first.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def cancel(job: str, as_json: bool) -> int:
+def cancel(job: str, now: bool, as_json: bool) -> int:
     """Cancel a job (running or pending); a job that already ended is left alone.
+
+    A running Slurm job's ranks get SIGTERM first and up to the site's scheduler.grace_s
+    seconds to save and exit; then the job is cancelled.  A cancelled job is never requeued.
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID.
     """
@@ -198,8 +202,15 @@ def cancel(job: str, as_json: bool) -> int:
     rec = store.find(job)
     (_, st), = records.refresh([rec])
     cancelled = False
+    waited: float | None = None
     if not st.terminal:
-        if rec.scheduler == "slurm":
+        if rec.scheduler == "slurm" and st.state == "RUNNING" and not now:
+            grace = float(rec.plan.get("grace_s", 60))
+            if not as_json:
+                output.info(f"clusterkit: SIGTERM to the ranks of job {rec.job_id}; up to {grace:g} s for them to save")
+            waited = submit_mod.stop_slurm(rec.job_id, grace)
+            cancelled = True
+        elif rec.scheduler == "slurm":
             submit_mod.cancel_slurm(rec.job_id)
             cancelled = True
         else:
@@ -207,9 +218,11 @@ def cancel(job: str, as_json: bool) -> int:
         rec = rec.model_copy(update={"cancel_requested": True})
         store.save(rec)
     if as_json:
-        output.emit_json({"job": rec.key, "cancelled": cancelled, "state_before": st.state})
+        output.emit_json({"job": rec.key, "cancelled": cancelled, "state_before": st.state,
+                          "grace_waited_s": None if waited is None else round(waited, 1)})
     elif cancelled:
-        output.out().print(f"Cancelled job {rec.job_id} (was {st.state}).", markup=False)
+        saved = "" if waited is None else f"; the ranks had {waited:.1f} s to save"
+        output.out().print(f"Cancelled job {rec.job_id} (was {st.state}){saved}.", markup=False)
     else:
         output.out().print(f"Job {rec.job_id} already ended ({st.state}); nothing to cancel.", markup=False)
     return 0
