@@ -23,8 +23,10 @@ sacct, where submitit's own watcher only ever sees UNKNOWN.
 
 **Requeue.**  submitit's requeue machinery lives inside its Python job runner (signal
 handlers calling ``checkpoint()``), which our script does not run.  Instead the rendered
-script traps the preemption signal (``--signal=B:USR2@T``), forwards TERM to the launcher,
-and calls ``scontrol requeue`` while ``SLURM_RESTART_COUNT`` is under the site's budget.  The
+script traps the time-limit warning (``--signal=B:USR2@T``), sends TERM to the ranks through
+their job steps (``scancel --signal=TERM``; never to srun, which would SIGKILL them), gives
+them ``scheduler.grace_s``, and calls ``scontrol requeue`` while ``SLURM_RESTART_COUNT`` is
+under the site's budget; a preempted run (``PreemptTime`` set) is requeued the same way.  The
 job keeps its id across restarts, so the job record, the submitit job object and the logs
 (``--open-mode=append``) stay valid; the restart count is read from scontrol by ``status``.
 
