@@ -234,8 +234,11 @@ def _scancel(args: list[str]) -> None:
 
 def _ranks_running(job_id: str) -> bool:
     """Whether any job step other than the batch shell's is still running (squeue -s)."""
-    proc = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], capture_output=True, text=True,
-                          timeout=60, check=False)
+    try:
+        proc = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False  # cannot tell: stop waiting, the scancel that follows reports what is wrong
     if proc.returncode != 0:
         return False  # the job is gone (or Slurm cannot say): nothing left to wait for
     steps = [s for s in proc.stdout.split() if not s.endswith((".batch", ".extern"))]
