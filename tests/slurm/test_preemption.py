@@ -222,3 +222,26 @@ def test_cancel_now_skips_the_grace_time(cli: CK) -> None:
     assert time.monotonic() - t0 < 15  # no 30 s grace: Slurm's KillWait (5 s) at most
     ranks = "".join(p.read_text() for p in (run_dir / "logs").glob("*.rank*.out"))
     assert "saved" not in ranks  # a 20 s save does not fit: --now means now
+
+
+def test_a_requeue_past_the_budget_stops_at_the_start_of_the_run(cli: CK) -> None:
+    """Slurm may requeue without asking the script (node failure, an admin's `scontrol requeue`):
+    the next run checks SLURM_RESTART_COUNT against max_restarts and ends FAILED with the reason."""
+    run_dir = cli.runs / "past"
+    proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
+               "--launcher", "srun", "--set", "max_restarts=1", "--out", str(run_dir), "--json", "--",
+               "bash", "-c", "echo up; sleep 300")
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(proc.stdout)["job_id"]
+    log = run_dir / "logs" / f"slurm-{job}.out"
+    for restart in (0, 1):
+        cli.wait_for(job, lambda s: s["state"] == "RUNNING" and log.exists()
+                     and f"(restart {restart} of at most 1)" in log.read_text(), what=f"run {restart}")
+        cli.bed.run("scontrol", "requeue", job)
+        cli.wait_for(job, lambda s: s["state"] == "PENDING" and s["restarts"] == restart + 1, what="requeued")
+        time.sleep(1.2)  # see Jobs.release
+        cli.bed.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+    st = cli.wait_for(job, lambda s: s["state"] in ("FAILED", "COMPLETED", "CANCELLED"), what="the end")
+    assert (st["state"], st["exit_code"], st["restarts"]) == ("FAILED", 1, 2), st
+    assert st["reason"] == "restart 2 is past the budget of 1 restarts: not running again", st
+    assert (run_dir / f"{job}.result").read_text().strip() == "1"
