@@ -116,7 +116,8 @@ def test_deepspeed_hostfile_from_allocation_and_no_ssh(ck, tmp_path: Path) -> No
 
 def test_horovod_runs_once_with_total_slots(ck, tmp_path: Path) -> None:
     run_dir = render(ck, tmp_path, "--site", str(shared_site(tmp_path / "sites", "eth-nfs", tmp_path)),
-                     "--stage", "multi-node", "--nodes", "3", "--launcher", "horovod")
+                     "--stage", "multi-node", "--nodes", "3", "--launcher", "horovod",
+                     "--set", "max_restarts=0")
     logs = execute(run_dir, tmp_path, nodelist="node[02-04]", nnodes=3)
     calls = recorded(logs, "horovodrun")
     assert len(calls) == 1
@@ -126,7 +127,8 @@ def test_horovod_runs_once_with_total_slots(ck, tmp_path: Path) -> None:
 
 
 def test_colossalai_bare_hostfile(ck, tmp_path: Path) -> None:
-    run_dir = render(ck, tmp_path, "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--launcher", "colossalai")
+    run_dir = render(ck, tmp_path, "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--launcher", "colossalai",
+                     "--set", "max_restarts=0")
     logs = execute(run_dir, tmp_path, nodelist="node[3-4]", nnodes=2)
     (args, _env), = recorded(logs, "colossalai").values()
     assert (run_dir / "hostfile").read_text() == "node3\nnode4\n"

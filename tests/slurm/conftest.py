@@ -107,18 +107,21 @@ class Testbed:
         subprocess.run(["slurmctld"], env=env, check=True, timeout=30)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            states = self.run("sinfo", "-h", "-N", "-o", "%T", check=False, timeout=30).stdout.split()
+            states = self.run("sinfo", "-h", "-N", "-p", "debug", "-o", "%T", check=False, timeout=30).stdout.split()
             if len(states) == NODES and all(s in ("idle", "allocated", "mixed", "completing") for s in states):
                 return
             time.sleep(0.3)
         raise RuntimeError(f"testbed nodes did not come back after restarting slurmctld: {states}")
 
     def wait_idle(self, timeout: float = 60) -> None:
-        """Wait until no job is left and every node is idle (earlier tests' jobs may linger)."""
+        """Wait until no job is left and every node is idle (earlier tests' jobs may linger).
+
+        `-p debug`: sinfo -N lists a node once per partition, and every node is also in `high`.
+        """
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             jobs = self.run("squeue", "-h", "-o", "%i %T", check=False).stdout.split("\n")
-            states = self.run("sinfo", "-h", "-N", "-o", "%T", check=False).stdout.split()
+            states = self.run("sinfo", "-h", "-N", "-p", "debug", "-o", "%T", check=False).stdout.split()
             if not any(j.strip() for j in jobs) and states == ["idle"] * NODES:
                 return
             time.sleep(0.3)

@@ -19,7 +19,7 @@ def _wait_done(bed: Testbed, job_id: str, timeout: float = 30) -> str:
 
 def test_four_idle_nodes_with_eight_fake_gpus(testbed: Testbed) -> None:
     testbed.wait_idle()
-    out = testbed.run("sinfo", "-h", "-N", "-o", "%N %T %G").stdout.split("\n")
+    out = testbed.run("sinfo", "-h", "-N", "-p", "debug", "-o", "%N %T %G").stdout.split("\n")
     rows = sorted(line.split() for line in out if line.strip())
     assert rows == [[f"node{i}", "idle", "gpu:8"] for i in range(1, 5)]
 

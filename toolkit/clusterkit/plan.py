@@ -64,7 +64,9 @@ class Plan:
     container: dict[str, Any] | None
     max_restarts: int
     preempt_signal_s: int
+    grace_s: int                        # seconds the ranks get to save after SIGTERM
     requeue: bool
+    checkpoint_dir: str                 # on shared storage; the script appends the job id (CK_CHECKPOINT_DIR)
     time: str
     settings: Settings
     preflight_in_job: bool
@@ -159,6 +161,46 @@ def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec
     return tuple(out)
 
 
+def time_seconds(text: str) -> int:
+    """Seconds in a Slurm time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS."""
+    days, _, rest = text.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:  # after 'D-' the first field is hours
+        h, m, sec = (parts + [0, 0])[:3]
+        return int(days) * 86400 + h * 3600 + m * 60 + sec
+    if len(parts) == 3:
+        return parts[0] * 3600 + parts[1] * 60 + parts[2]
+    return parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
+
+
+def _check_preemption(site: Site, launch: Launch, spec: stages.StageSpec, time: str, max_restarts: int) -> None:
+    """Refuse what the preemption path cannot serve: no room for the warning, ranks out of reach."""
+    if site.scheduler.kind != "slurm" or not spec.requeue:
+        return
+    signal_s = site.scheduler.preempt_signal_s
+    # Slurm checks --signal times about once a minute, so the warning may come up to 60 s early
+    if time_seconds(time) <= signal_s + 60:
+        raise PlanError(f"time limit {time} leaves no room for the time-limit warning: it must be longer than "
+                        f"scheduler.preempt_signal_s {signal_s} s + 60 s (Slurm may signal up to 60 s early)")
+    if launch.mode == "once" and max_restarts > 0:
+        # The warning reaches the ranks through their Slurm job steps (scancel --signal=TERM);
+        # a launcher that starts its workers over SSH/MPI from the batch host has no steps.
+        raise PlanError(f"{launch.launcher}{' ds_launcher=pdsh' if launch.launcher == 'deepspeed' else ''} starts "
+                        "its workers over SSH from the batch host, outside Slurm's job steps, so a preemption or "
+                        "time-limit warning cannot reach every rank and requeue would lose their work: "
+                        "use --set max_restarts=0 (no requeue) or a launcher that runs through srun")
+
+
+def checkpoint_base(site: Site, run_dir: str, job_name: str) -> str:
+    """Where CK_CHECKPOINT_DIR lives: the site's shared checkpoint storage, else any shared storage."""
+    shared = site.shared_storage
+    pick = next((s for s in shared if "checkpoints" in s.use), None) or (shared[0] if shared else None)
+    pick = pick or next((s for s in site.storage if "checkpoints" in s.use), None)
+    if pick is None:  # one machine without storage entries: beside the run
+        return f"{run_dir.rstrip('/')}/checkpoints"
+    return f"{pick.path.rstrip('/')}/checkpoints/{job_name}"
+
+
 def _context(site: Site, request: JobRequest, s: Settings, nnodes: int, gpn: int, use_container: bool) -> Context:
     hosts = [h for h in site.nodes.hosts if h not in set(request.exclude)]
     if len(hosts) < nnodes:
@@ -222,22 +264,26 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         raise PlanError(f"--set time={time!r}: not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
     max_restarts = s.max_restarts if s.max_restarts is not None else (
         override.max_restarts if override and override.max_restarts is not None else site.scheduler.max_restarts)
+    _check_preemption(site, launch, spec, time, max_restarts)
     cpus, omp = cpu_share(site, s, gpn, launch)
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
                        omp_threads=omp)
     if launcher == "deepspeed" and launch.mode == "once":
         from clusterkit.launchers.deepspeed import check_pdsh_env
         check_pdsh_env(env)
+    job_name = _job_name(request, tuple(request.command))
     return Plan(
         version=__version__, site=site.name, site_file=site.source, scheduler=site.scheduler.kind,
-        stage=spec.name, launcher=launcher, job_name=_job_name(request, tuple(request.command)),
+        stage=spec.name, launcher=launcher, job_name=job_name,
         nnodes=nnodes, gpus_per_node=gpn, world_size=nnodes * gpn, hosts=ctx.hosts,
         exclude=tuple(sorted(request.exclude)), command=tuple(request.command), run_dir=request.run_dir,
         launch=launch, env=tuple(env),
         sbatch=_sbatch(site, s, nnodes, gpn, launch, spec, tuple(sorted(request.exclude)), time, max_restarts),
         modules=tuple(site.software.modules),
         container=container_cfg.model_dump() if use_container and container_cfg else None,
-        max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s, requeue=spec.requeue,
+        max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s,
+        grace_s=site.scheduler.grace_s, requeue=spec.requeue,
+        checkpoint_dir=checkpoint_base(site, request.run_dir, job_name),
         time=time, settings=s, cpus_per_task=cpus,
         preflight_in_job=bool(s.preflight_in_job if s.preflight_in_job is not None else site.preflight.in_job),
         warnings=tuple(warnings),

@@ -540,7 +540,7 @@ def refresh(records: Sequence[JobRecord], query: SlurmQuery | None = None) -> li
         elif known is None:
             st = _stale_status(rec, query.unreachable or "")
         else:
-            st = _slurm_status(rec, known.get(rec.job_id))
+            st = _with_reason(rec, _slurm_status(rec, known.get(rec.job_id)))
         out.append((rec, st))
     return out
 
@@ -562,6 +562,19 @@ def may_still_run(st: JobStatus) -> bool:
     ``scancel``, which is harmless for a job that has in fact ended.
     """
     return st.stale or not st.terminal
+
+
+def _with_reason(rec: JobRecord, st: JobStatus) -> JobStatus:
+    """The job script's own reason for its end (``<job id>.reason``: restart budget spent, ...)
+    beats Slurm's generic one (``NonZeroExitCode``)."""
+    if not st.terminal:
+        return st
+    try:
+        text = (Path(rec.run_dir) / f"{rec.job_id}.reason").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return st
+    reason = text.strip().splitlines()[0][:300] if text.strip() else ""
+    return replace(st, reason=reason) if reason else st
 
 
 def _cached(rec: JobRecord) -> JobStatus:

@@ -146,7 +146,15 @@ def launch_body(plan: Plan) -> str:
                  f'LOCAL_WORLD_SIZE={plan.gpus_per_node}; ')
         prefix = shell_join(_launcher_words(plan))
         return ranks + "exec " + (prefix + " " if prefix else "") + '"$@"'
-    return "exec " + shell_join(_launcher_words(plan) + [Sh('"$@"')])
+    body = "exec " + shell_join(_launcher_words(plan) + [Sh('"$@"')])
+    if plan.launcher == "deepspeed" and plan.slurm:
+        # `scancel --signal=TERM` reaches every process of the step.  The `deepspeed` runner has
+        # no TERM handler and would die at once, ending the task while its workers still save
+        # (and a step whose task ended is killed).  Ignored, it waits for deepspeed.launcher.launch,
+        # which installs its own handler (TERM to the workers, SIGKILL after 30 s); the workers
+        # start with the default TERM action, so the training script's handler runs.
+        body = 'trap "" TERM; ' + body
+    return body
 
 
 def _restart_log(plan: Plan, who: str) -> str:

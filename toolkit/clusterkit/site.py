@@ -68,6 +68,18 @@ class Scheduler(_Model):
     sbatch: dict[str, str | int | bool] = Field(default_factory=dict)
     max_restarts: int = Field(3, ge=0, le=100)
     preempt_signal_s: int = Field(120, ge=10, le=3600)
+    grace_s: int = Field(60, ge=1, le=3600, validate_default=True,
+                         description="seconds the ranks get to save after SIGTERM (time-limit warning, cancel)")
+
+    @field_validator("grace_s")
+    @classmethod
+    def _grace(cls, v: int, info: ValidationInfo) -> int:
+        signal_s = info.data.get("preempt_signal_s")
+        # the ranks save after the USR2 warning and the job requeues itself before the limit
+        if isinstance(signal_s, int) and v >= signal_s:
+            raise ValueError(f"grace_s {v} must be less than preempt_signal_s {signal_s}: the ranks save "
+                             "between the time-limit warning and the requeue, before the limit")
+        return v
 
     @field_validator("time")
     @classmethod

@@ -23,8 +23,10 @@ sacct, where submitit's own watcher only ever sees UNKNOWN.
 
 **Requeue.**  submitit's requeue machinery lives inside its Python job runner (signal
 handlers calling ``checkpoint()``), which our script does not run.  Instead the rendered
-script traps the preemption signal (``--signal=B:USR2@T``), forwards TERM to the launcher,
-and calls ``scontrol requeue`` while ``SLURM_RESTART_COUNT`` is under the site's budget.  The
+script traps the time-limit warning (``--signal=B:USR2@T``), sends TERM to the ranks through
+their job steps (``scancel --signal=TERM``; never to srun, which would SIGKILL them), gives
+them ``scheduler.grace_s``, and calls ``scontrol requeue`` while ``SLURM_RESTART_COUNT`` is
+under the site's budget; a preempted run (``PreemptTime`` set) is requeued the same way.  The
 job keeps its id across restarts, so the job record, the submitit job object and the logs
 (``--open-mode=append``) stay valid; the restart count is read from scontrol by ``status``.
 
@@ -43,6 +45,7 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -212,3 +215,50 @@ def cancel_slurm(job_id: str) -> None:
         if _UNREACHABLE.search(proc.stderr):
             raise SubmitError(f"cannot reach Slurm controller: {reason}")
         raise SubmitError(f"scancel {job_id} failed: {reason}")
+
+
+def _scancel(args: list[str]) -> None:
+    """Run ``scancel ARGS``; SubmitError (one line) when Slurm is unreachable or refuses."""
+    try:
+        proc = subprocess.run([SlurmJob._cancel_command, *args], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise SubmitError("cannot cancel: scancel is not on PATH") from None
+    except subprocess.TimeoutExpired:
+        raise SubmitError("cannot reach Slurm controller: scancel got no answer in 60s") from None
+    if proc.returncode != 0 and "already completing or completed" not in proc.stderr:  # ended meanwhile
+        reason = _sbatch_reason(proc.stderr)
+        if _UNREACHABLE.search(proc.stderr):
+            raise SubmitError(f"cannot reach Slurm controller: {reason}")
+        raise SubmitError(f"scancel {' '.join(args)} failed: {reason}")
+
+
+def _ranks_running(job_id: str) -> bool:
+    """Whether any job step other than the batch shell's is still running (squeue -s)."""
+    try:
+        proc = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False  # cannot tell: stop waiting, the scancel that follows reports what is wrong
+    if proc.returncode != 0:
+        return False  # the job is gone (or Slurm cannot say): nothing left to wait for
+    steps = [s for s in proc.stdout.split() if not s.endswith((".batch", ".extern"))]
+    return bool(steps)
+
+
+def stop_slurm(job_id: str, grace_s: float, poll_s: float = 0.5) -> float:
+    """Let the ranks save, then cancel: SIGTERM to the job's steps, up to ``grace_s`` for them
+    to end, then ``scancel``.  Returns the seconds waited.
+
+    The batch shell is told first (``--batch``: the shell only, never srun, which would answer
+    TERM by killing every task): then it neither writes a result nor requeues the job when the
+    ranks exit.  ``--signal=TERM`` without ``--batch`` reaches every task of the running steps
+    and their children (torchrun's and deepspeed's workers), not the batch shell.
+    """
+    _scancel(["--batch", "--signal=TERM", job_id])
+    _scancel(["--signal=TERM", job_id])
+    start = time.monotonic()
+    while time.monotonic() - start < grace_s and _ranks_running(job_id):
+        time.sleep(poll_s)
+    waited = time.monotonic() - start
+    cancel_slurm(job_id)
+    return waited

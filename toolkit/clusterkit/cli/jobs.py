@@ -247,12 +247,16 @@ def _note_cancel(store: Any, rec: Any) -> Any:
 
 @click.command()
 @click.argument("job")
+@click.option("--now", is_flag=True, help="Cancel at once: no SIGTERM and grace time for the ranks first.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def cancel(job: str, as_json: bool) -> int:
+def cancel(job: str, now: bool, as_json: bool) -> int:
     """Cancel a job (running or pending); a job Slurm reports as ended is left alone.
 
     When the Slurm controller does not answer, the job's state is unknown, not ended, so
     scancel is still tried (it is harmless for a job that has in fact ended).
+
+    A running Slurm job's ranks get SIGTERM first and up to the site's scheduler.grace_s
+    seconds to save and exit; then the job is cancelled.  A cancelled job is never requeued.
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID.
     """
@@ -263,17 +267,26 @@ def cancel(job: str, as_json: bool) -> int:
     rec = store.find(job)
     (_, st), = records.refresh([rec])
     cancelled = False
+    waited: float | None = None
     if records.may_still_run(st):
-        if rec.scheduler == "slurm":
+        if rec.scheduler == "slurm" and st.state == "RUNNING" and not now:
+            grace = float(rec.plan.get("grace_s", 60))
+            if not as_json:
+                output.info(f"clusterkit: SIGTERM to the ranks of job {rec.job_id}; up to {grace:g} s for them to save")
+            waited = submit_mod.stop_slurm(rec.job_id, grace)
+            cancelled = True
+        elif rec.scheduler == "slurm":
             submit_mod.cancel_slurm(rec.job_id)
             cancelled = True
         else:
             cancelled = records.cancel_local(rec)
         rec = _note_cancel(store, rec)
     if as_json:
-        output.emit_json({"job": rec.key, "cancelled": cancelled, "state_before": st.state})
+        output.emit_json({"job": rec.key, "cancelled": cancelled, "state_before": st.state,
+                          "grace_waited_s": None if waited is None else round(waited, 1)})
     elif cancelled:
-        output.out().print(f"Cancelled job {rec.job_id} (was {st.state}).", markup=False)
+        saved = "" if waited is None else f"; the ranks had {waited:.1f} s to save"
+        output.out().print(f"Cancelled job {rec.job_id} (was {st.state}){saved}.", markup=False)
     else:
         output.out().print(f"Job {rec.job_id} already ended ({st.state}); nothing to cancel.", markup=False)
     return 0
