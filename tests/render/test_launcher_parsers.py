@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 from pathlib import Path
@@ -199,6 +200,11 @@ def test_filters_through_deepspeed_code(ck, ds_comm: None, tmp_path: Path, args:
     plan = json.loads((out / "plan.json").read_text())
     assert plan["world_size"] == world
     check_deepspeed(plan, out)
+    script = out / "job.sbatch"
+    assert f"= world size {world}" in script.read_text()
+    if shutil.which("shellcheck"):        # the allocation check the filter adds is clean shell too
+        p = subprocess.run(["shellcheck", "--shell=bash", "--severity=info", str(script)], capture_output=True, text=True)
+        assert p.returncode == 0, p.stdout
 
 
 @pytest.mark.parametrize("ds_args,extra", [("deepspeed", ["--deepspeed_config"]), ("hf", ["--deepspeed"]),

@@ -103,7 +103,8 @@ def allocation_check(f: Filter) -> tuple[str, ...]:
     what = shlex.quote(f"deepspeed {f.what} {f.text}")
     return (
         'ck_alloc=$(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-        f"for ck_ds_host in {hosts}; do",
+        f"ck_ds_hosts=({hosts})",
+        'for ck_ds_host in "${ck_ds_hosts[@]}"; do',
         '  if ! printf \'%s\\n\' "$ck_alloc" | grep -qxF -- "$ck_ds_host"; then',
         f"    printf 'clusterkit: error: %s: host %s is not among the allocated nodes %s\\n' {what} "
         '"$ck_ds_host" "$SLURM_JOB_NODELIST" >&2',
