@@ -1,7 +1,8 @@
 """``clusterkit submit`` / ``status`` / ``logs`` / ``cancel`` end to end on the Slurm testbed.
 
-Every job runs for real: sbatch, slurmd, srun, torchrun's c10d rendezvous at the head node and
-a gloo all-reduce on CPU.  All fake nodes share 127.0.0.1; the rendered script derives the
+Every job runs for real: sbatch, slurmd, srun, the real launcher (torchrun's c10d rendezvous at
+the head node, deepspeed --no_ssh on every node, accelerate launch, megatron-shaped torchrun, or
+one srun task per rank) and a gloo all-reduce on CPU that every rank checks.  All fake nodes share 127.0.0.1; the rendered script derives the
 rendezvous port from the job id, so jobs never share a port.
 """
 
