@@ -24,7 +24,7 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -50,18 +50,23 @@ class DataParallel:
 
 
 @pytest.fixture(scope="module")
-def ds_comm() -> None:
+def ds_comm() -> Iterator[None]:
     """DeepSpeedConfig reads the world from deepspeed.comm (world 1 when it is not initialised):
-    start a one-process gloo group so the ``mpu`` it is given counts."""
+    start a one-process gloo group so the ``mpu`` it is given counts; end it after the module."""
     import deepspeed
     import deepspeed.comm as dist
+    import torch.distributed
 
-    if not dist.is_initialized():
+    started = not dist.is_initialized()
+    if started:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, verbose=False,
                                    init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    yield
+    if started and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def materialise(src: Path, run_dir: Path) -> dict[str, Any]:
