@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from clusterkit import render as render_mod
 from clusterkit import workspace
-from clusterkit.errors import ExitCode, PreflightError
+from clusterkit.errors import ExitCode, PlanError, PreflightError
 from clusterkit.plan import JobRequest, Plan, make_plan
 from clusterkit.site import Site, load_site
 
@@ -37,6 +37,7 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None) ->
     """
     site_obj = load_site(site) if isinstance(site, str) else site
     draft = make_plan(site_obj, request)                   # validates; names the job
+    request = read_inputs(draft, request)
     run_dir = workspace.resolve_out(out, draft.job_name)
     try:
         plan = make_plan(site_obj, replace(request, run_dir=str(run_dir)))
@@ -47,6 +48,32 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None) ->
             workspace.release(run_dir)
         raise
     return RenderedRun(site_obj, plan, artifacts, run_dir)
+
+
+_MAX_INPUT_BYTES = 1 << 20
+
+
+def read_inputs(draft: Plan, request: JobRequest) -> JobRequest:
+    """Read, on the submit host, the files the command names that the plan checks: the user's
+    own DeepSpeed config, whose batch sizes must match the world before the job is queued."""
+    if draft.launcher != "deepspeed":
+        return request
+    from clusterkit.launchers.deepspeed import user_config
+
+    user = user_config(request.command)
+    if user is None:
+        return request
+    path = Path(user.path)
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(_MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise PlanError(f"deepspeed: {user.flag} {user.path}: cannot read the DeepSpeed config "
+                        f"({exc.strerror or exc})") from None
+    if len(data) > _MAX_INPUT_BYTES:
+        raise PlanError(f"deepspeed: {user.flag} {user.path}: larger than 1 MiB; not a DeepSpeed config")
+    text = data.decode("utf-8", errors="replace")
+    return replace(request, inputs={user.path: (str(path.resolve()), text)})
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,9 @@ class JobRequest:
     debug: bool = False
     exclude: tuple[str, ...] = ()
     run_dir: str = "."
+    # files the command names that the plan checks (read on the submit host by the pipeline):
+    # path as written -> (absolute path, text)
+    inputs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -208,7 +211,8 @@ def _context(site: Site, request: JobRequest, s: Settings, nnodes: int, gpn: int
                         f"after excluding {len(request.exclude)}")
     return Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=s,
                    stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=tuple(hosts[:nnodes]),
-                   run_dir=request.run_dir, container=use_container)
+                   run_dir=request.run_dir, container=use_container, site_hosts=tuple(hosts),
+                   inputs=request.inputs)
 
 
 def _check_used(s: Settings, launcher: str, site: Site) -> None:
@@ -275,7 +279,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     return Plan(
         version=__version__, site=site.name, site_file=site.source, scheduler=site.scheduler.kind,
         stage=spec.name, launcher=launcher, job_name=job_name,
-        nnodes=nnodes, gpus_per_node=gpn, world_size=nnodes * gpn, hosts=ctx.hosts,
+        nnodes=nnodes, gpus_per_node=gpn, world_size=launch.world_size or nnodes * gpn, hosts=ctx.hosts,
         exclude=tuple(sorted(request.exclude)), command=tuple(request.command), run_dir=request.run_dir,
         launch=launch, env=tuple(env),
         sbatch=_sbatch(site, s, nnodes, gpn, launch, spec, tuple(sorted(request.exclude)), time, max_restarts),

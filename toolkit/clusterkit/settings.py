@@ -31,6 +31,9 @@ class Settings(BaseModel):
     offload: Literal["none", "optimizer", "optimizer+params"] = "none"
     ds_launcher: Literal["no_ssh", "pdsh"] = Field(
         "no_ssh", description="no_ssh: deepspeed on every node via srun (no SSH between nodes); pdsh: once, over SSH")
+    ds_args: Literal["deepspeed", "hf", "none"] = Field(
+        "deepspeed", description="how the script learns the generated DeepSpeed config: deepspeed: --deepspeed_config "
+        "PATH; hf: --deepspeed PATH (transformers); none: only $CK_DS_CONFIG. A command naming its own config wins")
     include: Optional[str] = Field(None, description="deepspeed --include, e.g. 'node1@node2:0,1'")
     exclude_slots: Optional[str] = Field(None, description="deepspeed --exclude, e.g. 'node3:7'")
     # torchrun / accelerate

@@ -17,7 +17,7 @@ import importlib
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
 from clusterkit.errors import PlanError
 from clusterkit.nccl import EnvVar
@@ -73,6 +73,10 @@ class Context:
     hosts: tuple[str, ...]            # candidate hosts (static hostfile); Slurm rewrites at run time
     run_dir: str = "."                # where the rendered files live (absolute in real runs)
     container: bool = False           # the site's container wraps each per-node launcher
+    site_hosts: tuple[str, ...] = ()  # every host of the site the job may land on (after --exclude)
+    # files the command names that a launcher checks at render time (a user's DeepSpeed config),
+    # read by the pipeline on the submit host: path as written -> (absolute path, text)
+    inputs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def world_size(self) -> int:
@@ -93,6 +97,8 @@ class Launch:
     files: dict[str, str] = field(default_factory=dict)
     env: tuple[EnvVar, ...] = ()
     notes: tuple[str, ...] = ()       # facts worth showing in plan.json
+    world_size: int | None = None     # ranks, where the launcher runs fewer than nodes x GPUs
+    checks: tuple[str, ...] = ()      # bash lines the job script runs once the allocation is known
 
     @property
     def line(self) -> str:
