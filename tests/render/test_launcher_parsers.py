@@ -100,7 +100,9 @@ def check_torchrun(plan: dict[str, Any], run_dir: Path) -> None:
         assert int(ns.nproc_per_node) == plan["gpus_per_node"]
         assert [ns.training_script, *ns.training_script_args] == plan["launch"]["command"]
         if plan["nnodes"] == 1:
-            assert ns.standalone
+            # one node: a static rendezvous on loopback at the job's port (--standalone's store
+            # would take a port from the ephemeral range)
+            assert not ns.standalone and ns.master_addr == "127.0.0.1" and ns.master_port == 20123
         else:
             assert ns.nnodes == str(plan["nnodes"]) and ns.rdzv_backend == "c10d"
             assert ns.rdzv_endpoint == f"{plan['hosts'][0]}:20123"
