@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.plan import time_seconds
-from tests.conftest import REPO, assert_one_line_error
+from tests.conftest import REPO, assert_one_line_error, shared_site
 
 
 def _site(tmp_path: Path, scheduler: str) -> str:
@@ -72,7 +72,8 @@ def test_requeue_refused_where_the_warning_cannot_reach_every_rank(ck, tmp_path:
 
 
 def test_checkpoint_dir_is_on_shared_checkpoint_storage(ck, tmp_path: Path) -> None:
-    result = ck("render", "--site", "ib-h100", "--stage", "multi-node", "--nodes", "2", "--job-name", "llm",
+    site = shared_site(tmp_path / "sites", "ib-h100", tmp_path)   # the run directory, on "shared" tmp
+    result = ck("render", "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--job-name", "llm",
                 "--out", str(tmp_path / "run"), "--", "python", "train.py")
     assert result.code == 0, result.err
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())

@@ -174,7 +174,8 @@ def test_pdsh_env_values_that_deepspeed_would_half_quote_are_refused(ck, tmp_pat
     site.write_text('name: p\nnodes: {nodelist: "n[1-2]", gpus_per_node: 8}\nstorage: [{path: /tmp, type: nfs}]\n'
                     + "nccl:\n  env: {NCCL_SOCKET_IFNAME: " + json.dumps(value) + "}\n")
     result = ck("render", "--site", str(site), "--stage", "multi-node", "--launcher", "deepspeed",
-                "--set", "ds_launcher=pdsh", "--out", str(tmp_path / "run"), "--", "python", "t.py", cwd=tmp_path)
+                "--set", "ds_launcher=pdsh", "--set", "max_restarts=0", "--out", str(tmp_path / "run"), "--", "python", "t.py",
+                cwd=tmp_path)
     assert_one_line_error(result, 2, "ds_launcher=pdsh: environment value NCCL_SOCKET_IFNAME=")
     assert not (tmp_path / "run").exists()
 
@@ -182,8 +183,8 @@ def test_pdsh_env_values_that_deepspeed_would_half_quote_are_refused(ck, tmp_pat
 def test_pdsh_deepspeed_env_with_safe_values_renders(ck, tmp_path: Path) -> None:
     site = shared_site(tmp_path / "sites", "ib-h100", tmp_path)
     result = ck("render", "--site", str(site), "--stage", "multi-node", "--launcher", "deepspeed", "--set",
-                "ds_launcher=pdsh", "--set", "container=false", "--out", str(tmp_path / "run"), "--", "python", "t.py",
-                "--lr", "1e-4")
+                "ds_launcher=pdsh", "--set", "container=false", "--set", "max_restarts=0", "--out", str(tmp_path / "run"),
+                "--", "python", "t.py", "--lr", "1e-4")
     assert result.code == 0, result.err
     lines = (tmp_path / "run" / ".deepspeed_env").read_text().splitlines()
     assert "NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7" in lines

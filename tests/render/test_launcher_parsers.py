@@ -197,7 +197,7 @@ def _render(ck, tmp_path: Path, *args: str, command: tuple[str, ...] = ("python"
     (["--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--set", "exclude_slots=node2:1,3"], 14),
     (["--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--set", "include=node1:0,1@node2"], 10),
     (["--site", "testbed", "--stage", "multi-node", "--nodes", "3", "--set", "ds_launcher=pdsh",
-      "--set", "include=node1@node3:2"], 9),
+      "--set", "max_restarts=0", "--set", "include=node1@node3:2"], 9),
     (["--site", "testbed", "--set", "include=localhost:0,1,2"], 3),
     (["--site", "testbed", "--set", "exclude_slots=localhost:7", "--set", "micro_batch=3"], 7),
 ])

@@ -65,6 +65,7 @@ USED_BY: dict[str, tuple[str, ...]] = {
     "zero_stage": ("deepspeed",),
     "offload": ("deepspeed", "accelerate"),
     "ds_launcher": ("deepspeed",),
+    "ds_args": ("deepspeed",),
     "include": ("deepspeed",),
     "exclude_slots": ("deepspeed",),
     "strategy": ("accelerate",),
