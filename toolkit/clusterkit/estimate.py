@@ -412,7 +412,7 @@ class Layout:
 
     @property
     def stage(self) -> str:
-        """The clusterkit stage a node count implies (DESIGN.md section 5)."""
+        """The clusterkit stage a node count implies (see stages.py)."""
         return stage_for_nodes(self.nodes)
 
 

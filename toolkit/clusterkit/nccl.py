@@ -1,4 +1,4 @@
-"""NCCL and torch environment policy: fabric x stage x site overrides -> env (DESIGN.md section 6).
+"""NCCL and torch environment policy: fabric x stage x site overrides -> env (docs/architecture.md §3).
 
 Every rule states its reason; the reason travels into the rendered ``nccl.env`` so a person
 reading it at 3 a.m. knows why each value is there and where it came from.

@@ -1,6 +1,6 @@
 """Site configs: YAML with line numbers, ``extends:`` deep merge, pydantic validation, search path.
 
-A site config describes one cluster (DESIGN.md section 4).  Loading never probes the cluster:
+A site config describes one cluster (docs/architecture.md §2).  Loading never probes the cluster:
 it reads files and validates.  Every problem is reported at once as ``file:line: key.path: message``
 (a :class:`~clusterkit.errors.ConfigError`), with the line taken from whichever file in the
 ``extends`` chain set that key.

@@ -1,8 +1,8 @@
 """The three deployment stages: how many nodes each covers, what it needs, what it defaults to.
 
-DESIGN.md section 5.  A request outside a stage's node range, or on a site that cannot serve the
-stage, is a :class:`~clusterkit.errors.PlanError` that says why; a weak but legal setup is a
-warning carried on the plan.
+The README's stage table says what each is for.  A request outside a stage's node range, or on a
+site that cannot serve the stage, is a :class:`~clusterkit.errors.PlanError` that says why; a
+weak but legal setup is a warning carried on the plan.
 """
 
 from __future__ import annotations

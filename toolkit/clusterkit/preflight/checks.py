@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 
 from clusterkit.preflight import parsers as P
 
-# Stage names, as in DESIGN.md section 5.  Only the stage decides which checks apply.
+# Stage names, as in stages.py.  Only the stage decides which checks apply.
 SINGLE, MULTI, LARGE = "single-node", "multi-node", "large-cluster"
 STAGES = (SINGLE, MULTI, LARGE)
 
@@ -48,7 +48,7 @@ class Status(str, Enum):
 
 
 def stage_for_nodes(n: int) -> str:
-    """The stage a job on ``n`` nodes belongs to (DESIGN.md section 5)."""
+    """The stage a job on ``n`` nodes belongs to (see stages.py)."""
     return SINGLE if n <= 1 else MULTI if n <= 8 else LARGE
 
 
