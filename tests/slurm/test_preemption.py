@@ -44,7 +44,8 @@ def site(tmp_path: Path) -> Path:
     shared.mkdir()
     path = tmp_path / "testbed-preempt.yaml"
     path.write_text(f"name: testbed-preempt\nextends: {REPO / 'site_configs' / 'testbed.yaml'}\n"
-                    f"storage:\n  - {{path: {shared}, type: local, shared: true, use: [checkpoints]}}\n")
+                    f"storage:\n  - {{path: {shared}, type: local, shared: true, use: [checkpoints]}}\n"
+                    f"  - {{path: {tmp_path}, type: local, shared: true}}\n")   # the run directories
     return path
 
 

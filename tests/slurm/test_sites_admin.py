@@ -53,7 +53,7 @@ def test_init_prints_to_stdout_and_refuses_bad_partition(cli: CK) -> None:
     bad = cli("sites", "init", "tb", "--from-slurm", "--partition", "nosuch")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert bad.stderr.strip() == ("clusterkit: error: partition 'nosuch' does not exist on cluster testbed; "
-                                  "partitions: debug")
+                                  "partitions: debug, high")
 
 
 def _conf_with_dead_controller(bed: Testbed, tmp_path: Path) -> Path:
@@ -304,7 +304,7 @@ def test_partition_and_time_limit_drift(cli: CK, tmp_path: Path, gpu4_testbed: d
     gone = cli("sites", "drift", str(site), "--json", env=env)
     drift = json.loads(gone.stdout)["sites"][0]["drift"]
     assert gone.returncode == 1 and [d["key"] for d in drift] == ["scheduler.partition"], drift
-    assert drift[0]["live"] == ["debug"] and "partitions: debug" in drift[0]["message"]
+    assert drift[0]["live"] == ["debug", "high"] and "partitions: debug, high" in drift[0]["message"]
 
 
 def test_probe_srun_reads_the_nodes_inside_slurm(cli: CK) -> None:

@@ -82,7 +82,7 @@ def test_srun_launcher_one_task_per_gpu(cli: CK) -> None:
 
 
 def _node_logs(run_dir: Path, job: str) -> str:
-    return "".join(p.read_text() for p in sorted((run_dir / "logs").glob(f"{job}.node*.out")))
+    return "".join(p.read_text() for p in sorted((run_dir / "logs").glob(f"{job}.r*.node*.out")))
 
 
 def test_deepspeed_no_ssh_hostfile_from_the_allocation(cli: CK) -> None:
@@ -131,7 +131,7 @@ def test_deepspeed_exclude_slots_naming_a_host_outside_the_allocation_fails_clea
     job = _submitted_id(proc.stdout)
     log = (run_dir / "logs" / f"slurm-{job}.out").read_text()
     assert "clusterkit: error: deepspeed exclude_slots node4:1: host node4 is not among the allocated nodes" in log
-    assert not list((run_dir / "logs").glob(f"{job}.node*.out"))      # the launcher never started
+    assert not list((run_dir / "logs").glob(f"{job}.r*.node*.out"))      # the launcher never started
 
 
 def test_trainer_style_script_owns_deepspeed_path(cli: CK, tmp_path: Path) -> None:
@@ -173,7 +173,10 @@ def test_megatron_shaped_torchrun(cli: CK) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _check_allreduce(run_dir, 4, {"node1", "node2"})
     plan = json.loads((run_dir / "plan.json").read_text())
-    assert plan["launch"]["command"][-4:] == ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "1"]
+    args = plan["launch"]["command"]
+    for flag, value in (("--tensor-model-parallel-size", "2"), ("--pipeline-model-parallel-size", "1"),
+                        ("--micro-batch-size", "1"), ("--global-batch-size", "2")):
+        assert args[args.index(flag) + 1] == value, args
 
 
 def test_single_node_job(cli: CK) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 from clusterkit.diagnose import reader, verdict
 from clusterkit.errors import ClusterkitError, ExitCode
-from clusterkit.records import JobRecord, JobStatus, SlurmQuery, log_files, refresh
+from clusterkit.records import JobRecord, JobStatus, SlurmQuery, SlurmUnreachable, log_files, refresh
 
 
 class LogsUnreadable(ClusterkitError):
@@ -61,6 +61,10 @@ _KV = re.compile(r"(\S+?)=(\S*)")
 def slurm_view(rec: JobRecord, query: SlurmQuery) -> tuple[verdict.SlurmView, dict[str, Any]]:
     """The job's state (squeue, sacct or scontrol, as ``status`` reads it), its steps, its down nodes."""
     (_, st), = refresh([rec], query)
+    if query.unreachable is not None:
+        # refresh() shows a stale state while slurmctld does not answer; doctor wants Slurm's own
+        # word or none at all, and says it diagnosed from the logs alone
+        raise SlurmUnreachable(query.unreachable)
     steps = _steps(rec.job_id, query) if rec.scheduler == "slurm" else []
     down = _down_nodes(st, query) if rec.scheduler == "slurm" and st.nodes else []
     view = verdict.SlurmView(state=st.state, reason=st.reason, exit_code=st.exit_code, signal=st.signal,
