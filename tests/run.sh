@@ -7,7 +7,8 @@
 # local Slurm test cluster, OpenSSH server for the SSH test nodes, shellcheck for rendered
 # scripts, pdsh and clustershell for the preflight benchmark; then clusterkit itself with its
 # test and example extras (torch CPU build, deepspeed with DS_BUILD_OPS=0,
-# accelerate, transformers). The Slurm test cluster and the SSH lab are started
+# accelerate, transformers), and the side directory of horovod's and colossalai's launcher code
+# (below). The Slurm test cluster and the SSH lab are started
 # and stopped by the tests' own fixtures. Tests that need root skip, with the reason, without it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,4 +33,28 @@ fi
 
 # DS_BUILD_OPS=0: deepspeed's CUDA/C++ ops are not compiled at install (the tests run it on CPU)
 DS_BUILD_OPS=0 "$PY" -m pip install -q --disable-pip-version-check ".[test,examples,doctor]"
+
+# horovod and colossalai do not install here (horovod's pip install compiles Gloo/MPI, colossalai pins an
+# older torch). tests/render/test_launcher_parsers.py runs their own pure-Python launcher code instead,
+# unpacked (not installed, nothing built) from these pinned releases into a git-ignored side directory:
+# horovod and colossalai from their source releases; fabric, which colossalai's SSH runner imports, and
+# the packages fabric needs beyond this environment, from wheels. Idempotent: redone when the pins change.
+SIDE=build/side-launchers
+SIDE_SRC=(horovod==0.28.1 colossalai==0.5.0)
+SIDE_WHL=(fabric==3.2.2 deprecated==1.2.18 decorator==5.2.1 wrapt==1.17.3)
+if [ "$(cat "$SIDE/site/.pins" 2>/dev/null)" != "${SIDE_SRC[*]} ${SIDE_WHL[*]}" ]; then
+  echo "tests/run.sh: unpacking ${SIDE_SRC[*]} ${SIDE_WHL[*]} into $SIDE" >&2
+  rm -rf "$SIDE"
+  mkdir -p "$SIDE/dl" "$SIDE/site"
+  "$PY" -m pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$SIDE/dl" "${SIDE_SRC[@]}"
+  "$PY" -m pip download -q --disable-pip-version-check --no-deps --only-binary :all: -d "$SIDE/dl" "${SIDE_WHL[@]}"
+  for spec in "${SIDE_SRC[@]}"; do        # only the package directory of each source release
+    name=${spec%%==*} ver=${spec##*==}
+    tar -xzf "$SIDE/dl/$name-$ver.tar.gz" -C "$SIDE/site" --strip-components=1 "$name-$ver/$name"
+  done
+  for whl in "$SIDE"/dl/*.whl; do "$PY" -m zipfile -e "$whl" "$SIDE/site"; done
+  echo "${SIDE_SRC[*]} ${SIDE_WHL[*]}" > "$SIDE/site/.pins"
+fi
+export CK_SIDE_LAUNCHERS="$PWD/$SIDE/site"
+
 exec "$PY" -m pytest "$@"

@@ -4,9 +4,10 @@ deepspeed and accelerate launchers.
 tests/render/fakebin holds a fake ``srun`` (runs the step once per node/task with Slurm's
 per-node variables), a fake ``scontrol show hostnames``, and a recorder that stands in for the
 launchers that cannot run here: horovodrun and colossalai (not installable: horovod needs a
-compiled Gloo/MPI build, colossalai pins an older torch) and torchrun (its multi-node rendezvous
-needs the fake host names to resolve; the real torchrun runs on the Slurm testbed in
-tests/slurm).  deepspeed and accelerate are the real ones: they start a recording training
+compiled Gloo/MPI build, colossalai pins an older torch; their own parsers and host handling run
+on every golden case in test_launcher_parsers.py, from the side directory tests/run.sh unpacks)
+and torchrun (its multi-node rendezvous needs the fake host names to resolve; the real torchrun
+runs on the Slurm testbed in tests/slurm).  deepspeed and accelerate are the real ones: they start a recording training
 script (``train.py`` below) per rank.  This checks what golden files cannot: that per-node
 variables expand on each node, that the launcher arguments are accepted by the launcher's own
 parser, and that hostile values arrive as plain data.

@@ -12,17 +12,30 @@ holds them) expanded by bash with the runtime variables a node would have, follo
   ``prepare_multi_gpu_env`` + the torchrun namespace it builds (all of ``accelerate launch`` but
   starting the processes).
 
-horovod and colossalai are not installed here (horovod needs a compiled Gloo/MPI build, colossalai
-pins an older torch); their argv and hostfiles are checked against stand-ins in test_execute.py.
+- horovod, colossalai: they do not install here (horovod's pip install compiles Gloo/MPI,
+  colossalai pins an older torch).  tests/run.sh unpacks pinned releases of their pure-Python code
+  (horovod 0.28.1 and colossalai 0.5.0 source releases; fabric 3.2.2 and what it needs, wheels) into a side directory
+  it names in ``CK_SIDE_LAUNCHERS``; side_launchers.py imports the packages from there, whole (their
+  own ``__init__`` files, no package stub), in a subprocess, and runs horovodrun's ``parse_args`` +
+  ``_run`` host resolution (``parse_host_files`` / ``parse_hosts_and_slots`` /
+  ``get_host_assignments``) and colossalai's click command (``make_context`` + ``invoke``, through
+  ``launch_multi_processes``: ``fetch_hostfile``, ``get_launch_command``).  Stand-ins, named as
+  such there: what would contact the hosts (horovod's ``_run_static``/``_run_elastic``,
+  colossalai's fabric ``MultiNodeRunner``, recorders both) and the resolution of the plan's host
+  names (to TEST-NET-1 addresses).  The torchrun command colossalai builds per node then goes
+  through ``torch.distributed.run``'s parser.  Without ``CK_SIDE_LAUNCHERS`` (pytest run directly)
+  these cases skip and say why; under tests/run.sh a missing side directory fails.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -35,7 +48,9 @@ pytest.importorskip("torch", reason="torch (CPU build) is in the examples extra"
 ds_runner = pytest.importorskip("deepspeed.launcher.runner", reason="deepspeed is in the test extra")
 acc_launch = pytest.importorskip("accelerate.commands.launch", reason="accelerate is in the test extra")
 
-NOT_INSTALLABLE = {"horovod": "needs a compiled Gloo/MPI build", "colossalai": "pins an older torch"}
+# horovod and colossalai do not install here; their launcher code runs from the side directory
+SIDE_LAUNCHERS = {"horovod": "its pip install compiles Gloo/MPI", "colossalai": "it pins an older torch"}
+SIDE_SCRIPT = Path(__file__).parent / "side_launchers.py"
 RENDERED = [c for c in CASES if (GOLDEN / c[0] / c[1] / c[2] / "plan.json").exists()]
 
 
@@ -170,15 +185,91 @@ def check_srun(plan: dict[str, Any], run_dir: Path) -> None:
     assert argv(plan, run_dir, 0) == plan["command"]
 
 
+def side_dir(launcher: str) -> Path:
+    """The side directory tests/run.sh prepares (CK_SIDE_LAUNCHERS): skip when unset, fail when
+    it is set but lacks the unpacked package."""
+    value = os.environ.get("CK_SIDE_LAUNCHERS")
+    if not value:
+        pytest.skip(f"{launcher} does not install here ({SIDE_LAUNCHERS[launcher]}): its launcher code is "
+                    "unpacked into a side directory by tests/run.sh, which sets CK_SIDE_LAUNCHERS; unset here")
+    side = Path(value)
+    if not (side / launcher / "__init__.py").is_file():
+        pytest.fail(f"CK_SIDE_LAUNCHERS={side} has no {launcher} package: tests/run.sh's side step did not "
+                    "unpack it (delete build/side-launchers and rerun tests/run.sh)")
+    return side
+
+
+def run_side(launcher: str, plan: dict[str, Any], run_dir: Path, words: list[str]) -> dict[str, Any]:
+    """side_launchers.py in a subprocess: the launcher's own code on ``words`` and the hostfile."""
+    side = side_dir(launcher)
+    hostfile = run_dir / "hostfile"
+    request, result = run_dir / f"{launcher}.request.json", run_dir / f"{launcher}.result.json"
+    request.write_text(json.dumps({"argv": words, "hosts": plan["hosts"],
+                                   "hostfile": str(hostfile) if hostfile.exists() else None}))
+    p = subprocess.run([sys.executable, str(SIDE_SCRIPT), str(side), launcher, str(request), str(result)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = json.loads(result.read_text())
+    out["stdout"] = p.stdout[-2000:]            # the launcher's own messages (click.echo), for failures
+    assert out["loaded"] and all(Path(f).is_relative_to(side.resolve()) for f in out["loaded"]), out["loaded"]
+    return out
+
+
+def check_horovod(plan: dict[str, Any], run_dir: Path) -> None:
+    # horovodrun runs once, on the first node; it starts every rank itself
+    assert plan["launch"]["mode"] == "once"
+    words = argv(plan, run_dir, 0)
+    assert words[0] == "horovodrun"
+    out = run_side("horovod", plan, run_dir, words)
+    hosts, gpus, world = plan["hosts"], plan["gpus_per_node"], plan["world_size"]
+    assert out["mode"] == "static"
+    assert out["num_proc"] == world == len(hosts) * gpus                      # -np = total slots
+    assert out["names"] == hosts and out["slots"] == {h: gpus for h in hosts}
+    assert out["command"] == plan["launch"]["command"]
+    # gloo_run's rank placement: every slot of every host, local ranks 0..gpus-1, in host order
+    assert [(a[0], a[1], a[2], a[3], a[4]) for a in out["alloc"]] == [
+        (h, n * gpus + i, i, world, gpus) for n, h in enumerate(hosts) for i in range(gpus)]
+    if "hostfile_names" in out:       # the rendered hostfile says the same, read horovod's way
+        assert out["hostfile_names"] == hosts and out["hostfile_slots"] == out["slots"]
+
+
+def check_colossalai(plan: dict[str, Any], run_dir: Path) -> None:
+    import torch.distributed.run as torchrun
+
+    assert plan["launch"]["mode"] == "once"
+    words = argv(plan, run_dir, 0)
+    out = run_side("colossalai", plan, run_dir, words)
+    hosts, gpus, nnodes = plan["hosts"], plan["gpus_per_node"], plan["nnodes"]
+    params = out["params"]
+    assert out["exit"] == 0, out["stdout"]    # its refusals exit() without a code, after a message
+    assert params["nproc_per_node"] == gpus and params["master_port"] == 20123
+    assert [params["user_script"], *params["user_args"]] == plan["launch"]["command"]
+    if nnodes > 1:
+        assert out["hostfile_hosts"] == hosts                  # fetch_hostfile on the bare hostfile
+        assert [h for h, _port, _local in out["connected"]] == hosts
+    else:
+        assert out["connected"] == [["127.0.0.1", None, True]]    # no hosts given: the local node
+    assert [h for h, _cmd in out["sent"]] == [h for h, _p, _l in out["connected"]]
+    # the torchrun command colossalai sends each node, through torchrun's own parser
+    for node, (_host, cmd) in enumerate(out["sent"]):
+        cmd_words = shlex.split(cmd)
+        assert cmd_words[0] == "torchrun"
+        ns = torchrun.get_args_parser().parse_args(cmd_words[1:])
+        assert int(ns.nproc_per_node) == gpus and ns.nnodes == str(nnodes) and ns.node_rank == node
+        assert ns.master_addr == (hosts[0] if nnodes > 1 else "127.0.0.1") and ns.master_port == 20123
+        assert [ns.training_script, *ns.training_script_args] == plan["launch"]["command"]
+
+
 CHECKS = {"torchrun": check_torchrun, "megatron": check_torchrun, "deepspeed": check_deepspeed,
-          "accelerate": check_accelerate, "srun": check_srun}
+          "accelerate": check_accelerate, "srun": check_srun, "horovod": check_horovod,
+          "colossalai": check_colossalai}
 
 
 @pytest.mark.parametrize("site,stage,launcher", RENDERED, ids=["-".join(c) for c in RENDERED])
 def test_golden_case_through_launcher_code(request: pytest.FixtureRequest, tmp_path: Path, site: str, stage: str,
                                            launcher: str) -> None:
-    if launcher in NOT_INSTALLABLE:
-        pytest.skip(f"{launcher} {NOT_INSTALLABLE[launcher]}; checked against a stand-in in test_execute.py")
+    if launcher in SIDE_LAUNCHERS:
+        side_dir(launcher)            # skip (CK_SIDE_LAUNCHERS unset) or fail (set, not unpacked) first
     if launcher == "deepspeed":
         request.getfixturevalue("ds_comm")
     run_dir = tmp_path / "run"
