@@ -26,7 +26,7 @@ stand-in, named here:
   STAND-IN: ``MultiNodeRunner`` (fabric SSH connections that run each node's command) is
   replaced by a recorder of the hosts and the per-node commands.  STAND-IN: name resolution:
   ``HostInfo`` asks ``socket.getaddrinfo`` about each host (to tell the local one); the plan's
-  host names do not exist here, so they resolve to TEST-NET-1 addresses (192.0.2.x); every
+  host names do not exist here, so they resolve to loopback addresses (127.0.1.x; nothing connects to them); every
   other name goes to the real resolver.
 """
 
@@ -73,7 +73,7 @@ def horovod(side: Path, req: dict[str, Any]) -> dict[str, Any]:
 
 
 def colossalai(side: Path, req: dict[str, Any]) -> dict[str, Any]:
-    fake = {h: f"192.0.2.{i + 1}" for i, h in enumerate(req["hosts"])}
+    fake = {h: f"127.0.1.{i + 1}" for i, h in enumerate(req["hosts"])}
     real_getaddrinfo = socket.getaddrinfo
 
     def getaddrinfo(host: Any, port: Any, *rest: Any, **kw: Any) -> Any:   # stand-in, see above
