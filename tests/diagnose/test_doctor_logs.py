@@ -217,3 +217,13 @@ def test_scan_without_re2_gives_the_same_findings(tmp_path: Path, monkeypatch: p
     slow = reader.scan_file(p)
     assert [(f.category, f.lineno) for f in slow.findings] == [(f.category, f.lineno) for f in fast.findings]
     assert slow.cascade == fast.cascade and len(slow.root_causes) == len(fast.root_causes) == 1
+
+
+def test_the_job_scripts_success_line_with_and_without_its_time_stamp() -> None:
+    """The job script stamps its own lines (`clusterkit: 17:10:47 launcher exited ...`)."""
+    from clusterkit.diagnose import catalogue
+
+    assert catalogue.is_success("clusterkit: launcher exited with status 0")
+    assert catalogue.is_success("clusterkit: 17:10:47 launcher exited with status 0\n")
+    assert not catalogue.is_success("clusterkit: 17:10:47 launcher exited with status 143")
+    assert not catalogue.is_success("clusterkit: launcher exited with status 01")

@@ -99,7 +99,9 @@ ROOT_CAUSE = "Root Cause (first observed failure):"
 SRUN_TASK_EXIT = r"srun: error: \S+: tasks? [0-9,-]+: Exited with exit code"
 # clusterkit's own batch-log marker: one per (re)start of the job script
 RESTART_MARK = r"clusterkit: job \d+ on \S+ \(restart \d+ of at most \d+\)"
-SUCCESS_MARK = "clusterkit: launcher exited with status 0"
+# the job script stamps its own lines with the time (UTC, HH:MM:SS) since it logs signals
+SUCCESS_MARK = r"clusterkit: (?:\d\d:\d\d:\d\d )?launcher exited with status 0\b"
+_SUCCESS = re.compile(SUCCESS_MARK)
 
 _EXC_LINE = re.compile(r"^\s*(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::|\s*$)")
 COMPILED = tuple((s, re.compile(s.pattern)) for s in SIGNATURES)
@@ -108,8 +110,13 @@ COMPILED = tuple((s, re.compile(s.pattern)) for s in SIGNATURES)
 def trigger_pattern() -> str:
     """One alternation of every signature and marker: a line matching none of it is noise."""
     parts = [s.pattern for s in SIGNATURES] + [re.escape(ROOT_CAUSE), SRUN_TASK_EXIT, RESTART_MARK,
-                                              re.escape(SUCCESS_MARK), r"SeqNum=\d+"]
+                                              SUCCESS_MARK, r"SeqNum=\d+"]
     return "|".join(f"(?:{p})" for p in parts)
+
+
+def is_success(line: str) -> bool:
+    """The job script's own line for a launcher that exited 0."""
+    return _SUCCESS.search(line.rstrip("\r\n")) is not None
 
 
 def classify(message: str) -> Signature | None:

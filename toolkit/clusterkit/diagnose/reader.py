@@ -242,7 +242,7 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
         cur.restart = int(m.group(1))
         scan.restarts.add(cur.restart)
         return
-    if catalogue.SUCCESS_MARK in text:
+    if catalogue.is_success(text):
         scan.success.add(cur.restart)
         return
     f = lines.facts(text, cur.year)
