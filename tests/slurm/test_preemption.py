@@ -52,14 +52,15 @@ def site(tmp_path: Path) -> Path:
 class Jobs:
     """One job per launcher, submitted together, with their checkpoint directories."""
 
-    def __init__(self, cli: CK, site: Path, event: str, launchers: dict[str, list[str]], *extra: str) -> None:
+    def __init__(self, cli: CK, site: Path, event: str, launchers: dict[str, list[str]], *extra: str,
+                 script: tuple[str, ...] = ()) -> None:
         self.cli, self.event = cli, event
         self.ids: dict[str, str] = {}
         for name, args in launchers.items():
             proc = cli("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "2",
                        "--launcher", name, *args, "--set", "cpus_per_task=1", *extra,
                        "--job-name", f"{event}-{name}", "--out", str(cli.runs / f"{event}-{name}"),
-                       "--json", "--", "python", STANDIN)
+                       "--json", "--", "python", STANDIN, *script)
             assert proc.returncode == 0, proc.stdout + proc.stderr
             self.ids[name] = json.loads(proc.stdout)["job_id"]
         self.dirs = {n: site.parent / "shared" / "checkpoints" / f"{event}-{n}" / j for n, j in self.ids.items()}
@@ -186,7 +187,9 @@ def test_cancel_lets_every_rank_save_and_never_requeues(cli: CK, site: Path) -> 
 def test_restart_budget_stops_requeues_with_the_reason(cli: CK, site: Path) -> None:
     """max_restarts=1: the first warning requeues, a preemption of the restart does not."""
     cli.bed.wait_idle()
-    jobs = Jobs(cli, site, "budget", {"srun": []}, "--set", "max_restarts=1")
+    # the restart must still be training when the preemption comes (by default the stand-in
+    # finishes a second after its first restart, racing the preemption)
+    jobs = Jobs(cli, site, "budget", {"srun": []}, "--set", "max_restarts=1", script=("--finish-on-restart", "5"))
     (job,) = jobs.ids.values()
     jobs.wait_markers("started", 0, START_S)
     cli.bed.run("scancel", "--batch", "--signal=USR2", job)
