@@ -176,7 +176,7 @@ def test_output_directory_problems(ck, tmp_path: Path) -> None:
 
 
 def test_no_half_written_run_dir_when_writing_fails(ck, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from clusterkit import workspace
+    from clusterkit.job import rundir as workspace
 
     real_write = Path.write_text
     calls = {"n": 0}
@@ -281,9 +281,9 @@ def test_container_mounts_the_run_directory_unless_covered(ck, tmp_path: Path, r
     assert f"{tmp_path}/shared:/shared,{outside}" in line       # the launcher must see hostfile and configs
     # a run directory under a mount's target is already visible inside the container
     covered = Path("/shared/runs/b")
-    from clusterkit.plan import JobRequest, make_plan
-    from clusterkit.render import container_mounts
-    from clusterkit.site import load_file
+    from clusterkit.job.plan import JobRequest, make_plan
+    from clusterkit.job.render import container_mounts
+    from clusterkit.config.site import load_file
 
     plan = make_plan(load_file(site), JobRequest(stage="multi-node", command=("python", "t.py"), run_dir=str(covered)))
     assert container_mounts(plan) == [f"{tmp_path}/shared:/shared"]

@@ -14,10 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
-from clusterkit import settings as settings_mod
-from tests.conftest import REPO, assert_one_line_error, shared_site
+from clusterkit.job import settings as settings_mod
+from tests.conftest import REPO, assert_one_line_error
 
 GOLDEN = REPO / "tests" / "golden"
 

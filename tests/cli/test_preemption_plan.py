@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.plan import time_seconds
+from clusterkit.job.plan import time_seconds
 from tests.conftest import REPO, assert_one_line_error, shared_site
 
 

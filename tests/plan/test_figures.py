@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 
 from clusterkit.errors import UsageError
-from clusterkit.estimate import (
+from clusterkit.sizing.estimate import (
     ddp_model_states,
     default_largest_layer,
     megatron_model_states,

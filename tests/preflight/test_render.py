@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from clusterkit import output
+from clusterkit.cli import output
 from clusterkit.cli import preflight as cli
 from clusterkit.preflight.checks import CheckResult, Severity, Status
 from clusterkit.preflight.report import NodeResult, Report

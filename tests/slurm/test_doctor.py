@@ -14,7 +14,6 @@ import json
 import re
 import socket
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest

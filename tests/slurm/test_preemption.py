@@ -16,8 +16,6 @@ took (``pytest -s`` shows the table).
 from __future__ import annotations
 
 import json
-import re
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path

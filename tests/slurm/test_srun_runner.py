@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusterkit.runner import ErrorKind, NodeResult, SrunRunner
+from clusterkit.preflight.transport import ErrorKind, NodeResult, SrunRunner
 from .conftest import Testbed
 
 pytestmark = pytest.mark.slurm

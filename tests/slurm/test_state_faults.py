@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from clusterkit.records import load_record
+from clusterkit.scheduler.records import load_record
 
 from .conftest import CK
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import CK, REPO
+from .conftest import CK
 
 pytest.importorskip("torch", reason="examples/allreduce.py needs torch (pip install torch, CPU build)")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.records import RecordStore, SlurmQuery, load_record
+from clusterkit.scheduler.records import RecordStore, SlurmQuery, load_record
 
 from ..conftest import CLIResult, assert_one_line_error
 from .conftest import CK, REPO

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from clusterkit.runner import LocalRunner, NodeResult, SSHRunner, SrunRunner
+from clusterkit.preflight.transport import LocalRunner, NodeResult, SSHRunner, SrunRunner
 
 
 def main() -> int:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.runner import ErrorKind, NodeFailure, SSHRunner
-from clusterkit.site import SSH
+from clusterkit.preflight.transport import ErrorKind, NodeFailure, SSHRunner
+from clusterkit.config.site import SSH
 
 CONFIG = """\
 Host gpu*

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import RecordError
-from clusterkit.records import (
+from clusterkit.scheduler.records import (
     RECORD_VERSION, JobRecord, JobStatus, RecordStore, SlurmQuery, exit_status_of, load_record, log_files,
     parse_exit_code, parse_sacct, parse_scontrol_jobs, parse_squeue, refresh,
 )
@@ -124,7 +124,7 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path: Path, monkeypatch: py
     def boom(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("clusterkit.records.os.replace", boom)
+    monkeypatch.setattr("clusterkit.scheduler.records.os.replace", boom)
     with pytest.raises(RecordError, match="cannot write job record: No space left on device"):
         store.save(rec.model_copy(update={"state": "COMPLETED"}))
     assert path.read_bytes() == before and [p.name for p in (tmp_path / "jobs").iterdir()] == [path.name]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import RecordError
-from clusterkit.records import JobRecord, JobStatus, RecordStore, SlurmQuery, load_record, may_still_run, refresh, \
+from clusterkit.scheduler.records import JobRecord, JobStatus, RecordStore, SlurmQuery, load_record, may_still_run, refresh, \
     remember, wait
 
 from ..conftest import assert_one_line_error
@@ -108,7 +108,7 @@ def test_wait_polls_through_an_outage_with_backoff(tmp_path: Path, monkeypatch: 
         raise AssertionError(argv)
 
     sleeps: list[float] = []
-    monkeypatch.setattr("clusterkit.records.time.sleep", sleeps.append)
+    monkeypatch.setattr("clusterkit.scheduler.records.time.sleep", sleeps.append)
     seen: list[str] = []
     st = wait(rec, query=SlurmQuery(run=run), poll_s=0.5, outage_max_s=4.0,
               on_change=lambda s: seen.append(f"{s.state}{' stale' if s.stale else ''}"))

@@ -6,9 +6,9 @@ from typing import Any, Callable, Sequence
 
 import click
 
-from clusterkit import settings as settings_mod
+from clusterkit.job import settings as settings_mod
 from clusterkit.errors import UsageError
-from clusterkit.site import LAUNCHER_NAMES, STAGE_NAMES
+from clusterkit.config.site import LAUNCHER_NAMES, STAGE_NAMES
 
 F = Callable[..., Any]
 
@@ -47,16 +47,16 @@ def build_request(*, stage: str, command: Sequence[str], launcher: str | None, n
                   gpus_per_node: int | None, sets: Sequence[str], job_name: str | None,
                   exclude: str | None, debug: bool, extra_settings: dict[str, Any] | None = None) -> Any:
     """A JobRequest from parsed options (imported lazily to keep --help fast)."""
-    from clusterkit import nodes as nodelib
-    from clusterkit.plan import JobRequest
+    from clusterkit import hostlist
+    from clusterkit.job.plan import JobRequest
 
     if command and not command[0].strip():
         raise UsageError("the training command after '--' is empty; e.g. -- python train.py")
     excluded: tuple[str, ...] = ()
     if exclude:
         try:
-            excluded = tuple(nodelib.expand(exclude))
-        except nodelib.HostlistError as exc:
+            excluded = tuple(hostlist.expand(exclude))
+        except hostlist.HostlistError as exc:
             raise UsageError(f"--exclude: {exc}") from None
     values = dict(extra_settings or {})
     values.update(settings_mod.parse_pairs(sets))

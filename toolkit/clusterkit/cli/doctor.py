@@ -30,7 +30,7 @@ def _progress(total: int) -> Iterator[Any]:
         return
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
-    from clusterkit import output
+    from clusterkit.cli import output
 
     with Progress("reading logs", BarColumn(), DownloadColumn(), TimeRemainingColumn(),
                   console=output.err(), transient=True) as bar:
@@ -52,7 +52,7 @@ def _run(files: list[Path], view: Any, job: str | None) -> dict[str, Any]:
 
 
 def _print(report: dict[str, Any]) -> None:
-    from clusterkit import output
+    from clusterkit.cli import output
 
     con = output.out()
     for i, r in enumerate(report["restarts"]):
@@ -89,7 +89,7 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
     Cascade symptoms (watchdog timeouts, connection resets, killed peers) are counted under
     the verdict, never reported as its cause.
     """
-    from clusterkit import output
+    from clusterkit.cli import output
     from clusterkit.diagnose import LogsUnreadable
     from clusterkit.errors import UsageError
 
@@ -111,7 +111,7 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
 
 
 def _from_logs(targets: tuple[str, ...]) -> dict[str, Any]:
-    from clusterkit import output
+    from clusterkit.cli import output
     from clusterkit.diagnose import LogsUnreadable
     from clusterkit.diagnose.reader import expand
     from clusterkit.errors import UsageError
@@ -130,10 +130,10 @@ def _from_logs(targets: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _from_job(ref: str) -> dict[str, Any]:
-    from clusterkit import output
+    from clusterkit.cli import output
     from clusterkit.diagnose import LogsUnreadable, one_line, slurm_view
     from clusterkit.errors import RecordError, SubmitError, UsageError
-    from clusterkit.records import TERMINAL, RecordStore, SlurmQuery, log_files
+    from clusterkit.scheduler.records import TERMINAL, RecordStore, SlurmQuery, log_files
 
     store = RecordStore()
     try:

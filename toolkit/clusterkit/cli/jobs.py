@@ -15,19 +15,19 @@ TAIL_LINES = 20
 
 
 def _store() -> Any:
-    from clusterkit.records import RecordStore
+    from clusterkit.scheduler.records import RecordStore
 
     return RecordStore()
 
 
 def _tails(rec: Any, lines: int) -> list[dict[str, Any]]:
-    from clusterkit.records import log_files, tail
+    from clusterkit.scheduler.records import log_files, tail
 
     return [{"path": str(p), "tail": tail(p, lines)} for p in log_files(rec)]
 
 
 def _print_tails(tails: list[dict[str, Any]]) -> None:
-    from clusterkit import output
+    from clusterkit.cli import output
 
     for t in tails:
         if not t["tail"]:
@@ -56,7 +56,7 @@ def _state_text(st: Any) -> str:
 
 def _remember(store: Any, rec: Any, st: Any, failures: list[str]) -> Any:
     """Cache a final state in the record; a records directory that refuses is noted, not fatal."""
-    from clusterkit import records
+    from clusterkit.scheduler import records
     from clusterkit.errors import RecordError
 
     try:
@@ -67,7 +67,7 @@ def _remember(store: Any, rec: Any, st: Any, failures: list[str]) -> Any:
 
 
 def _warn_cache_failures(failures: list[str]) -> None:
-    from clusterkit import output
+    from clusterkit.cli import output
 
     if failures:
         output.warn(f"could not cache final job states ({len(failures)} record(s)): {failures[0]}")
@@ -75,7 +75,7 @@ def _warn_cache_failures(failures: list[str]) -> None:
 
 def _warn_status_problems(query: Any, failures: list[str]) -> int:
     """One warning line per kind of problem; the exit code for an unanswered controller."""
-    from clusterkit import output
+    from clusterkit.cli import output
     from clusterkit.errors import ExitCode
 
     _warn_cache_failures(failures)
@@ -87,7 +87,8 @@ def _warn_status_problems(query: Any, failures: list[str]) -> int:
 
 def follow_to_end(store: Any, rec: Any, as_json: bool) -> int:
     """Wait for the job's end, print its final state and log tails; return its exit status."""
-    from clusterkit import output, records
+    from clusterkit.cli import output
+    from clusterkit.scheduler import records
 
     def changed(st: Any) -> None:
         if not as_json:
@@ -125,7 +126,8 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
     with their last known state marked stale (UNKNOWN when none is known), with a warning;
     the exit code is then 3.
     """
-    from clusterkit import output, records
+    from clusterkit.cli import output
+    from clusterkit.scheduler import records
 
     store = _store()
     query = records.SlurmQuery()
@@ -183,7 +185,8 @@ def logs(job: str, follow: bool, lines: int, as_json: bool) -> int:
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID.
     """
-    from clusterkit import output, records
+    from clusterkit.cli import output
+    from clusterkit.scheduler import records
     from clusterkit.errors import UsageError
 
     if follow and as_json:
@@ -210,7 +213,7 @@ def _read(path: Path) -> str:
 
 def _follow(rec: Any) -> int:
     """Print log output as it arrives (like ``tail -f`` on every file) until the job ends."""
-    from clusterkit import records
+    from clusterkit.scheduler import records
 
     offsets: dict[Path, int] = {}
     current: Path | None = None
@@ -235,7 +238,7 @@ def _follow(rec: Any) -> int:
 
 def _note_cancel(store: Any, rec: Any) -> Any:
     """Mark the record cancelled; the cancel itself has happened, so a failure here only warns."""
-    from clusterkit import output
+    from clusterkit.cli import output
     from clusterkit.errors import RecordError
 
     try:
@@ -260,8 +263,9 @@ def cancel(job: str, now: bool, as_json: bool) -> int:
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID.
     """
-    from clusterkit import output, records
-    from clusterkit import submit as submit_mod
+    from clusterkit.cli import output
+    from clusterkit.scheduler import records
+    from clusterkit.scheduler import backends as submit_mod
 
     store = _store()
     rec = store.find(job)

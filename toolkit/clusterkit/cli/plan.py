@@ -1,6 +1,6 @@
 """``clusterkit plan``: which framework, ZeRO stage and node count fit a model on a site.
 
-The numbers come from :mod:`clusterkit.estimate` (pure); this module only reads the site,
+The numbers come from :mod:`clusterkit.sizing.estimate` (pure); this module only reads the site,
 calls it, and renders the result as a table (rich on a terminal, plain columns in a pipe) or
 JSON.  With ``--render`` the recommended setup goes straight to the render path.
 """
@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import click
 
-from clusterkit import estimate as est
+from clusterkit.sizing import estimate as est
 from clusterkit.errors import UsageError
 
 
@@ -114,7 +114,7 @@ def plan(site_ref: str, model_params: int, largest_layer_params: Optional[int], 
       clusterkit plan --site ib-h100 --model-params 176B --nodes 16 --hours 24 --json
       clusterkit plan --site ib-h100 --model-params 13B --render --out runs/13b -- python train.py
     """
-    from clusterkit.site import load_site
+    from clusterkit.config.site import load_site
 
     _check_render_options(do_render, command, out, job_name, sets)
     shape = _shape(model_params, seq_len, micro_batch, hidden_size, layers, vocab_size)
@@ -126,7 +126,7 @@ def plan(site_ref: str, model_params: int, largest_layer_params: Optional[int], 
     result = est.plan_estimate(hardware_of(site), request)
     run = render_recommended(site, result, command, out, job_name, sets) if do_render else None
     if as_json:
-        from clusterkit import output
+        from clusterkit.cli import output
         from clusterkit.cli.render import rendered_summary
 
         doc = result.to_dict()
@@ -175,8 +175,8 @@ def render_recommended(site: Any, result: est.PlanEstimate, command: tuple[str, 
     """Hand the recommended setup to the render path: launcher, stage, nodes and its settings."""
     from clusterkit.errors import PlanError
     from clusterkit.cli.common import build_request
-    from clusterkit.pipeline import render_run
-    from clusterkit import settings as settings_mod
+    from clusterkit.actions import render_run
+    from clusterkit.job import settings as settings_mod
 
     chosen = result.recommended
     if chosen is None:

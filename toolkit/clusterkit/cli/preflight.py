@@ -1,6 +1,6 @@
 """``clusterkit preflight``: check GPUs, drivers, IB links and storage on the nodes.
 
-Parses options, calls :func:`clusterkit.preflight.core.run_preflight`, renders the report
+Parses options, calls :func:`clusterkit.preflight.run.run_preflight`, renders the report
 (a rich table on a terminal, plain lines in a pipe, one JSON document with ``--json``) and
 returns the report's exit code.  Ctrl-C stops the run and prints what was checked so far.
 """
@@ -42,8 +42,8 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transp
     Nodes with identical results are grouped; the report names each bad node and why.
     """
     from clusterkit.errors import UsageError
-    from clusterkit.preflight.core import TRANSPORTS, run_preflight
-    from clusterkit.site import load_site
+    from clusterkit.preflight.run import TRANSPORTS, run_preflight
+    from clusterkit.config.site import load_site
 
     if not site_ref:
         raise UsageError("preflight needs --site SITE (a site config path or name; see `clusterkit sites list`)")
@@ -58,7 +58,7 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transp
     finally:
         progress.stop()
     if as_json:
-        from clusterkit import output
+        from clusterkit.cli import output
 
         output.emit_json(report.to_dict())
     else:
@@ -79,7 +79,7 @@ class _Progress:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        from clusterkit import output
+        from clusterkit.cli import output
 
         self._bar = Progress(TextColumn("preflight"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[bad]}"),
                              TimeElapsedColumn(), console=output.err(), transient=True)
@@ -112,7 +112,7 @@ def _render(report: Any) -> None:
     """Human rendering: a table on a terminal, one line per group in a pipe."""
     from rich.markup import escape
 
-    from clusterkit import output
+    from clusterkit.cli import output
 
     console = output.out()
     groups = report.groups()
@@ -137,6 +137,6 @@ def _who(group: Any) -> str:
 
 
 def _fold(hosts: list[str]) -> str:
-    from clusterkit.nodes import fold
+    from clusterkit.hostlist import fold
 
     return fold(hosts)

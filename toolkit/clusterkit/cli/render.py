@@ -18,7 +18,7 @@ def rendered_summary(run: Any) -> dict[str, Any]:
 
 
 def show_rendered(run: Any, as_json: bool) -> None:
-    from clusterkit import output
+    from clusterkit.cli import output
 
     summary = rendered_summary(run)
     if as_json:
@@ -47,7 +47,7 @@ def render(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     The run directory holds job.sbatch (exactly what `submit` hands to sbatch), nccl.env,
     plan.json, and the launcher's files (hostfile, ds_config.json, accelerate.yaml).
     """
-    from clusterkit.pipeline import render_run
+    from clusterkit.actions import render_run
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,

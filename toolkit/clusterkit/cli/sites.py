@@ -24,8 +24,8 @@ def sites() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_(as_json: bool) -> None:
     """List the sites on the search path, and where each comes from."""
-    from clusterkit import output
-    from clusterkit.site import list_sites, load_file
+    from clusterkit.cli import output
+    from clusterkit.config.site import list_sites, load_file
 
     rows = []
     for entry in list_sites():
@@ -53,10 +53,10 @@ def show(site: str, as_json: bool) -> None:
     """Show a site as clusterkit sees it: extends merged, defaults filled in."""
     import yaml
 
-    from clusterkit import output
-    from clusterkit.site import load_site
+    from clusterkit.cli import output
+    from clusterkit.config.site import load_site
 
-    from clusterkit.render import override_note, overridden
+    from clusterkit.job.render import override_note, overridden
 
     s = load_site(site)
     data = s.model_dump(mode="json")
@@ -75,8 +75,8 @@ def show(site: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def validate(paths: tuple[str, ...], as_json: bool) -> None:
     """Validate site config files; report every problem as file:line: key: message (exit 2)."""
-    from clusterkit import output
-    from clusterkit.site import load_file
+    from clusterkit.cli import output
+    from clusterkit.config.site import load_file
 
     results, problems = [], []
     for path in paths:
@@ -101,7 +101,7 @@ def validate(paths: tuple[str, ...], as_json: bool) -> None:
 @sites.command()
 def schema() -> None:
     """Print the JSON Schema of site configs (for editors: yaml-language-server, VS Code)."""
-    from clusterkit.site import json_schema
+    from clusterkit.config.site import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
 
@@ -165,7 +165,7 @@ def init(name: str, from_slurm: bool, partition: str | None, nodes: str | None, 
 @click.option("--dry-run", is_flag=True, help="Print the diff --write would apply, and nothing else.")
 def drift(refs: tuple[str, ...], every: bool, probe_with: str | None, as_json: bool, write: bool, dry_run: bool) -> int:
     """Compare site configs with the live cluster, key by key."""
-    from clusterkit import output
+    from clusterkit.cli import output
     from clusterkit.cli import report_error
     from clusterkit.sites.admin import drift_sites
     from clusterkit.sites.show import print_run

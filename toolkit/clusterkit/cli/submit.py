@@ -25,7 +25,7 @@ def _minutes(slurm_time: str) -> float:
 
 
 def _record(run: Any, job_id: str) -> Any:
-    from clusterkit.records import JobRecord, now_utc
+    from clusterkit.scheduler.records import JobRecord, now_utc
 
     p = run.plan
     return JobRecord(
@@ -38,7 +38,7 @@ def _record(run: Any, job_id: str) -> Any:
 
 def _dispatch(run: Any) -> str:
     """Submit the rendered run; return the job id."""
-    from clusterkit import submit as submit_mod
+    from clusterkit.scheduler import backends as submit_mod
 
     if run.plan.slurm:
         return submit_mod.submit_slurm(run.run_dir, run.artifacts["job.sbatch"])
@@ -71,9 +71,9 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     submission leaves a job record; follow it with `clusterkit status`, `logs` and `cancel`.
     With --wait the exit status is the job's own.
     """
-    from clusterkit.pipeline import render_run
-    from clusterkit.records import RecordStore
-    from clusterkit.site import load_site
+    from clusterkit.actions import render_run
+    from clusterkit.scheduler.records import RecordStore
+    from clusterkit.config.site import load_site
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
@@ -104,7 +104,7 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
 
 def _save_record(store: Any, rec: Any) -> None:
     """Save the job record; the job is submitted whatever happens here, so failing only warns."""
-    from clusterkit import output
+    from clusterkit.cli import output
     from clusterkit.errors import RecordError
 
     try:
@@ -115,7 +115,7 @@ def _save_record(store: Any, rec: Any) -> None:
 
 
 def _note_preflight_skipped(site: Any, skip: bool) -> None:
-    from clusterkit import output
+    from clusterkit.cli import output
 
     if not skip and site.scheduler.kind != "local" and site.preflight.before_submit:
         output.info("clusterkit: dry run: preflight not run, so nodes it would exclude are not in "
@@ -124,8 +124,8 @@ def _note_preflight_skipped(site: Any, skip: bool) -> None:
 
 def _preflight(site: Any, request: Any, skip: bool) -> Any:
     """Check the site's nodes first (site policy); return the request with bad nodes excluded."""
-    from clusterkit import output
-    from clusterkit.pipeline import PreflightRefused, preflight_gate
+    from clusterkit.cli import output
+    from clusterkit.actions import PreflightRefused, preflight_gate
 
     try:
         gate = preflight_gate(site, request, skip=skip)
@@ -135,7 +135,7 @@ def _preflight(site: Any, request: Any, skip: bool) -> Any:
     if gate.report is not None:
         _show_preflight(gate.report)
     if gate.excluded:
-        from clusterkit.nodes import fold
+        from clusterkit.hostlist import fold
 
         output.warn(f"preflight: keeping {fold(gate.excluded)} out of the job (#SBATCH --exclude)")
     return gate.request
@@ -143,14 +143,14 @@ def _preflight(site: Any, request: Any, skip: bool) -> Any:
 
 def _show_preflight(report: Any) -> None:
     """Preflight's grouped verdict on stderr (stdout stays the submission's own output)."""
-    from clusterkit import output
+    from clusterkit.cli import output
 
     for g in report.groups():
         output.info(f"preflight: {g.status.value.upper():<11} {g.summary()}")
 
 
 def _show_dry_run(run: Any, as_json: bool) -> int:
-    from clusterkit import output
+    from clusterkit.cli import output
 
     script = run.artifacts["job.sbatch"]
     if as_json:
@@ -159,7 +159,7 @@ def _show_dry_run(run: Any, as_json: bool) -> int:
         return 0
     for w in run.plan.warnings:
         output.warn(w)
-    from clusterkit.render import override_note
+    from clusterkit.job.render import override_note
 
     note = override_note(run.site)
     if note:
@@ -170,7 +170,7 @@ def _show_dry_run(run: Any, as_json: bool) -> int:
 
 
 def _show_submitted(rec: Any, as_json: bool) -> None:
-    from clusterkit import output
+    from clusterkit.cli import output
 
     if as_json:
         output.emit_json({"job": rec.key, "job_id": rec.job_id, "site": rec.site, "stage": rec.stage,

@@ -6,6 +6,6 @@ their signatures; :mod:`reader` streams log files and keeps the lines that matte
 """
 
 from clusterkit.diagnose.catalogue import CATEGORIES
-from clusterkit.diagnose.core import LogsUnreadable, diagnose_files, one_line, slurm_view
+from clusterkit.diagnose.doctor import LogsUnreadable, diagnose_files, one_line, slurm_view
 
 __all__ = ["CATEGORIES", "LogsUnreadable", "diagnose_files", "one_line", "slurm_view"]

@@ -88,7 +88,7 @@ class Expectations:
 
     @classmethod
     def from_site(cls, site: Any, stage: str) -> "Expectations":
-        """Read a :class:`clusterkit.site.Site` (duck-typed: this module does not import it)."""
+        """Read a :class:`clusterkit.config.site.Site` (duck-typed: this module does not import it)."""
         storage = tuple(
             StorageExpect(s.path, s.type, float(s.min_free_gb), "checkpoints" in s.use, float(s.timeout_s),
                           getattr(s, "shared", None))

@@ -17,7 +17,7 @@ from enum import Enum
 from typing import Any, Iterable, Sequence
 
 from clusterkit.errors import ExitCode
-from clusterkit.nodes import fold
+from clusterkit.hostlist import fold
 from clusterkit.preflight.checks import CheckResult, Status
 
 REPORT_VERSION = 1

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from clusterkit import nodes as nodelib
+from clusterkit import hostlist
 from clusterkit.errors import UsageError
 from clusterkit.preflight import parsers as P
 from clusterkit.sites import slurm_text as T
@@ -55,24 +55,24 @@ def _q(value: str) -> str:
     return json.dumps(value)
 
 
-def pick_nodes(facts: ClusterFacts, partition: T.Partition | None, hostlist: str | None) -> list[T.Node]:
+def pick_nodes(facts: ClusterFacts, partition: T.Partition | None, expr: str | None) -> list[T.Node]:
     """The nodes to describe: one node type, or a UsageError listing the types and their hosts."""
     nodes = facts.nodes_of(partition)
-    if hostlist:
+    if expr:
         try:
-            wanted = set(nodelib.expand(hostlist))
-        except nodelib.HostlistError as exc:
+            wanted = set(hostlist.expand(expr))
+        except hostlist.HostlistError as exc:
             raise UsageError(f"--nodes: {exc}") from None
         unknown = sorted(wanted - {n.name for n in nodes})
         if unknown:
             where = f"partition {partition.name}" if partition else "the cluster"
-            raise UsageError(f"--nodes: {nodelib.fold(unknown)} not in {where}")
+            raise UsageError(f"--nodes: {hostlist.fold(unknown)} not in {where}")
         nodes = [n for n in nodes if n.name in wanted]
     if not nodes:
         raise UsageError(f"partition {partition.name if partition else '?'} has no nodes")
     types = group_types(nodes)
     if len(types) > 1:
-        listing = "; ".join(f"{nodelib.fold(h)}: {t.describe()}" for t, h in types.items())
+        listing = "; ".join(f"{hostlist.fold(h)}: {t.describe()}" for t, h in types.items())
         raise UsageError(f"{'partition ' + partition.name if partition else 'the cluster'} has {len(types)} node types "
                          f"({listing}); pick one with --nodes")
     return nodes
@@ -109,7 +109,7 @@ def _scheduler(out: _Out, facts: ClusterFacts, partition: T.Partition | None) ->
     limit = partition.max_time_s if partition else None
     default = T.parse_time(partition.default_time) if partition else None
     if partition is not None and default is not None and default != float("inf"):
-        out.put(1, f"time: {_q(partition.default_time)}", f"partition DefaultTime")
+        out.put(1, f"time: {_q(partition.default_time)}", "partition DefaultTime")
     elif limit is not None and limit != float("inf"):
         out.put(1, f"time: {_q(partition.max_time)}", "partition MaxTime")  # type: ignore[union-attr]
     else:
@@ -118,7 +118,7 @@ def _scheduler(out: _Out, facts: ClusterFacts, partition: T.Partition | None) ->
 
 def _nodes(out: _Out, nodes: Sequence[T.Node], first: T.Node, probed: Mapping[str, NodeFacts] | None) -> None:
     out.put(0, "nodes:")
-    out.put(1, f"nodelist: {_q(nodelib.fold(n.name for n in nodes))}", f"{len(nodes)} nodes")
+    out.put(1, f"nodelist: {_q(hostlist.fold(n.name for n in nodes))}", f"{len(nodes)} nodes")
     smi = _probe_gpus(probed)
     if first.gpus:
         out.put(1, f"gpus_per_node: {first.gpus}", f"Gres={','.join(g.raw for g in first.gres)}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Hashable, Iterable, Mapping, Sequence
 
-from clusterkit import nodes as nodelib
+from clusterkit import hostlist
 from clusterkit.preflight import parsers as P
 from clusterkit.sites import slurm_text as T
 from clusterkit.sites.facts import ClusterFacts
@@ -79,7 +79,7 @@ class _Finder:
 
     def add(self, path: tuple[str | int, ...], configured: Any, live: Any, hosts: Iterable[str], message: str) -> None:
         file, line = self._where(path)
-        self.report.drift.append(Drift(_dotted(path), file, line, configured, live, nodelib.fold(sorted(hosts)), message))
+        self.report.drift.append(Drift(_dotted(path), file, line, configured, live, hostlist.fold(sorted(hosts)), message))
 
     def _where(self, path: tuple[str | int, ...]) -> tuple[str, int | None]:
         for n in range(len(path), 0, -1):
@@ -123,7 +123,7 @@ def compare_slurm(site: Any, lines: Lines, facts: ClusterFacts, report: DriftRep
         _compare_time(f, sched.time, part)
     scope = facts.nodes_of(part)
     # folding thousands of names is the costly step at scale: once per check
-    live_fold = nodelib.fold(n.name for n in scope)
+    live_fold = hostlist.fold(n.name for n in scope)
     hosts = site.nodes.hosts
     _compare_membership(f, hosts, site.nodes.nodelist, facts, scope, live_fold, part)
     known = facts.nodes.by_name()
@@ -163,7 +163,7 @@ def _compare_nodes(f: _Finder, site: Any, mine: list[T.Node], report: DriftRepor
     cfg = site.nodes
     no_gres = [n.name for n in mine if n.gpus is None]
     if no_gres:
-        report.notes.append(f"Slurm schedules no GPUs (no gpu GRES) on {nodelib.fold(sorted(no_gres))}: "
+        report.notes.append(f"Slurm schedules no GPUs (no gpu GRES) on {hostlist.fold(sorted(no_gres))}: "
                             "nodes.gpus_per_node not checked against Slurm there")
     _per_node(f, ("nodes", "gpus_per_node"), cfg.gpus_per_node,
               {n.name: n.gpus for n in mine if n.gpus is not None}, "GPUs per node (Slurm GRES)")
@@ -190,7 +190,7 @@ def _per_node(f: _Finder, path: tuple[str, ...], configured: Any, live: Mapping[
 def node_states(nodes: Iterable[T.Node]) -> list[NodeState]:
     """Down, drained or otherwise unusable nodes, grouped by state and reason."""
     groups = _group({n.name: (n.state, n.reason) for n in nodes if not n.usable})
-    return [NodeState(nodelib.fold(sorted(h)), s, r) for (s, r), h in groups.items()]  # type: ignore[misc]
+    return [NodeState(hostlist.fold(sorted(h)), s, r) for (s, r), h in groups.items()]  # type: ignore[misc]
 
 
 def live_slurm_facts(site: Any, scope: list[T.Node]) -> dict[str, Any]:

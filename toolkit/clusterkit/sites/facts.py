@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from clusterkit import nodes as nodelib
+from clusterkit import hostlist
 from clusterkit.errors import ClusterkitError, ExitCode, UsageError
 from clusterkit.sites import slurm_text as T
 
@@ -74,7 +74,7 @@ class ClusterFacts:
         """The nodes of a partition (all nodes for None), in Slurm's order."""
         if partition is None:
             return list(self.nodes.nodes)
-        members = set(nodelib.expand(partition.nodes)) if partition.nodes else set()
+        members = set(hostlist.expand(partition.nodes)) if partition.nodes else set()
         return [n for n in self.nodes.nodes if n.name in members]
 
 

@@ -106,6 +106,6 @@ def probe(hosts: Sequence[str], runner: Any, *, timeout_s: float = 60.0) -> dict
 
 def make_runner(site: Any, transport: str) -> Any:
     """The preflight runner for ``transport`` (ssh or srun), configured from ``site``."""
-    from clusterkit.preflight.core import make_runner as preflight_runner
+    from clusterkit.preflight.run import make_runner as preflight_runner
 
     return preflight_runner(site, transport)

@@ -23,7 +23,7 @@ import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from clusterkit import nodes as nodelib
+from clusterkit import hostlist
 from clusterkit.errors import ConfigError
 
 # The facts --write may set; requirements (driver_min, port_rate_gbps) are never written.
@@ -49,7 +49,7 @@ def plan_edits(site: Any, live: Mapping[str, Any]) -> list[Edit]:
             continue
         current = getattr(getattr(site, section), key)
         new = live[name]
-        same = (set(nodelib.expand(new)) == set(site.nodes.hosts)) if name == "nodelist" else current == new
+        same = (set(hostlist.expand(new)) == set(site.nodes.hosts)) if name == "nodelist" else current == new
         if not same:
             edits.append(Edit(section, key, new))
     return edits
@@ -138,7 +138,7 @@ def unified_diff(path: str, old: str, new: str) -> str:
 
 def write_validated(path: Path, text: str) -> None:
     """Validate ``text`` as the site at ``path`` (same directory: extends resolves) and rename it in."""
-    from clusterkit.site import load_file
+    from clusterkit.config.site import load_file
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".yaml", dir=path.parent)
     try:

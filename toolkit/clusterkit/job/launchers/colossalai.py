@@ -7,7 +7,7 @@ the other hosts over SSH.  It runs python scripts only.
 from __future__ import annotations
 
 from clusterkit.errors import PlanError
-from clusterkit.launchers import BARE, Context, Launch, Sh, Word, split_python
+from clusterkit.job.launchers import BARE, Context, Launch, Sh, Word, split_python
 
 
 def build(ctx: Context) -> Launch:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from clusterkit.errors import PlanError
-from clusterkit.site import STAGE_NAMES, Site
+from clusterkit.config.site import STAGE_NAMES, Site
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ import platform
 import time
 from typing import Any, Callable
 
-from clusterkit import nodes as nodelib
+from clusterkit import hostlist
 from clusterkit.errors import UsageError
 from clusterkit.preflight import checks as C
 from clusterkit.preflight.report import NodeResult, PolicyDecision, Report, decide
@@ -44,16 +44,16 @@ def resolve_hosts(site: Any, nodes: str | None, transport: str) -> list[str]:
     return _expand(nodes if nodes is not None else site.nodes.nodelist)
 
 
-def _expand(hostlist: str) -> list[str]:
+def _expand(expr: str) -> list[str]:
     try:
-        return nodelib.expand(hostlist)
-    except nodelib.HostlistError as exc:
+        return hostlist.expand(expr)
+    except hostlist.HostlistError as exc:
         raise UsageError(f"--nodes: {exc}") from None
 
 
 def make_runner(site: Any, transport: str, *, accept_new_host_keys: bool = False) -> Any:
     """The Runner for a transport, configured from the site (imports paramiko only for ssh)."""
-    from clusterkit import runner as R
+    from clusterkit.preflight import transport as R
 
     ssh = site.ssh
     if transport == "ssh":
@@ -78,7 +78,7 @@ def _srun_args(site: Any) -> list[str]:
 
 def _node_result(plan: C.CheckPlan, res: Any) -> NodeResult | None:
     """A runner result -> a report entry; None for a node the run never finished (Ctrl-C)."""
-    from clusterkit.runner import ErrorKind
+    from clusterkit.preflight.transport import ErrorKind
 
     kind = res.error
     if kind is ErrorKind.INTERRUPTED:

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Mapping, Sequence
 
 from clusterkit.errors import PlanError
-from clusterkit.nccl import EnvVar
-from clusterkit.settings import Settings
+from clusterkit.job.nccl import EnvVar
+from clusterkit.job.settings import Settings
 
 Mode = Literal["per_node", "once", "per_gpu"]
 
@@ -150,6 +150,6 @@ NAMES = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossal
 def get(name: str) -> Callable[[Context], Launch]:
     if name not in NAMES:
         raise PlanError(f"unknown launcher {name!r}; valid launchers: {', '.join(NAMES)}")
-    module = importlib.import_module(f"clusterkit.launchers.{name}")
+    module = importlib.import_module(f"clusterkit.job.launchers.{name}")
     build: Callable[[Context], Launch] = module.build
     return build

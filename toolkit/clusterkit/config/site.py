@@ -20,7 +20,7 @@ from typing import Any, Literal, Mapping, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo, field_validator, model_validator
 
-from clusterkit import nodes as nodelib
+from clusterkit import hostlist
 from clusterkit.errors import ConfigError, ConfigIssue
 
 STAGE_NAMES = ("single-node", "multi-node", "large-cluster")
@@ -117,14 +117,14 @@ class Nodes(_Model):
     @classmethod
     def _nodelist(cls, v: str) -> str:
         try:
-            nodelib.parse(v)
-        except nodelib.HostlistError as exc:
+            hostlist.parse(v)
+        except hostlist.HostlistError as exc:
             raise ValueError(str(exc)) from None
         return v
 
     @property
     def hosts(self) -> list[str]:
-        return nodelib.expand(self.nodelist)
+        return hostlist.expand(self.nodelist)
 
 
 class SSH(_Model):
@@ -737,10 +737,10 @@ def load_file_located(path: str | os.PathLike[str]) -> tuple[Site, dict[Path_, t
 
 def builtin_sites_dir() -> Path:
     """The example sites shipped inside the package (the ``local`` default among them)."""
-    packaged = Path(__file__).resolve().parent / "site_configs"
+    packaged = Path(__file__).resolve().parents[1] / "site_configs"
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[2] / "site_configs"  # source checkout
+    return Path(__file__).resolve().parents[3] / "site_configs"  # source checkout
 
 
 def search_path() -> list[tuple[Path, str]]:

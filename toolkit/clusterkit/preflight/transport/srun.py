@@ -39,7 +39,7 @@ class SrunRunner:
 
     def argv(self, hosts: Sequence[str], script: str, timeout: float, marker: str) -> list[str]:
         """The srun command line for ``hosts`` (exposed for ``--dry-run`` style displays)."""
-        from clusterkit.nodes import fold
+        from clusterkit.hostlist import fold
 
         n = str(len(hosts))
         # $1 script, $2 timeout, $3 marker.  `timeout -k 2` so a script ignoring TERM dies too.

@@ -29,7 +29,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Literal, Optional
 
 from clusterkit.errors import UsageError
-from clusterkit.site import LAUNCHER_NAMES
+from clusterkit.config.site import LAUNCHER_NAMES
 
 GIB = 2**30
 #: DeepSpeed's ``additional_buffer_factor`` default: slack on the host (CPU) figures only.
@@ -418,7 +418,7 @@ class Layout:
 
 def stage_for_nodes(nodes: int) -> str:
     """The stage whose node range holds ``nodes`` (single-node 1, multi-node 2-8, large-cluster 9+)."""
-    from clusterkit.stages import STAGES
+    from clusterkit.job.stages import STAGES
 
     for spec in STAGES.values():
         if spec.min_nodes <= nodes and (spec.max_nodes is None or nodes <= spec.max_nodes):

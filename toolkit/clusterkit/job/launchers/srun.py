@@ -8,7 +8,7 @@ node, so torch's ``env://`` init works unchanged.
 from __future__ import annotations
 
 from clusterkit.errors import PlanError
-from clusterkit.launchers import Context, Launch, split_python
+from clusterkit.job.launchers import Context, Launch, split_python
 
 
 def build(ctx: Context) -> Launch:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import yaml
 
 from clusterkit.errors import PlanError
-from clusterkit.launchers import Context, Launch, Sh, Word, split_python
+from clusterkit.job.launchers import Context, Launch, Sh, Word, split_python
 
 
 def _check_offload(ctx: Context) -> None:

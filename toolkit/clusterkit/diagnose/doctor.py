@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 from clusterkit.diagnose import reader, verdict
 from clusterkit.errors import ClusterkitError, ExitCode
-from clusterkit.records import JobRecord, JobStatus, SlurmQuery, SlurmUnreachable, log_files, refresh
+from clusterkit.scheduler.records import JobRecord, JobStatus, SlurmQuery, SlurmUnreachable, log_files, refresh
 
 
 class LogsUnreadable(ClusterkitError):

@@ -8,9 +8,9 @@ and overlap with compute as it expects.
 from __future__ import annotations
 
 from clusterkit.errors import PlanError
-from clusterkit.launchers import Context, Launch, split_python
-from clusterkit.launchers.torchrun import torchrun_words
-from clusterkit.nccl import EnvVar
+from clusterkit.job.launchers import Context, Launch, split_python
+from clusterkit.job.launchers.torchrun import torchrun_words
+from clusterkit.job.nccl import EnvVar
 
 _FLAGS = {"tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size",
           "cp": "--context-parallel-size"}

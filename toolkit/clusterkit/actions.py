@@ -10,11 +10,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from clusterkit import render as render_mod
-from clusterkit import workspace
+from clusterkit.job import render as render_mod
+from clusterkit.job import rundir as workspace
 from clusterkit.errors import ExitCode, PlanError, PreflightError
-from clusterkit.plan import JobRequest, Plan, make_plan
-from clusterkit.site import Site, load_site
+from clusterkit.job.plan import JobRequest, Plan, make_plan
+from clusterkit.config.site import Site, load_site
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def read_inputs(draft: Plan, request: JobRequest) -> JobRequest:
     own DeepSpeed config, whose batch sizes must match the world before the job is queued."""
     if draft.launcher != "deepspeed":
         return request
-    from clusterkit.launchers.deepspeed import user_config
+    from clusterkit.job.launchers.deepspeed import user_config
 
     user = user_config(request.command)
     if user is None:
@@ -105,12 +105,12 @@ def preflight_gate(site: Site, request: JobRequest, *, skip: bool = False, accep
         return Gate(request, skipped="local site: nothing remote to check (clusterkit preflight --transport local checks this machine)")
     if not site.preflight.before_submit:
         return Gate(request, skipped=f"site {site.name} sets preflight.before_submit: false")
-    from clusterkit import nodes as nodelib
-    from clusterkit.preflight.core import decide_for_site, run_preflight
+    from clusterkit import hostlist
+    from clusterkit.preflight.run import decide_for_site, run_preflight
 
     draft = make_plan(site, request)
     candidates = [h for h in site.nodes.hosts if h not in set(request.exclude)]
-    report = run_preflight(site, stage=draft.stage, nodes=nodelib.fold(candidates), transport=site.preflight.transport,
+    report = run_preflight(site, stage=draft.stage, nodes=hostlist.fold(candidates), transport=site.preflight.transport,
                            accept_new_host_keys=accept_new_host_keys, on_result=on_result)
     decision = decide_for_site(report, site, nodes_needed=draft.nnodes)
     if decision.refuse:

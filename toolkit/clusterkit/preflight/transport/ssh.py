@@ -9,11 +9,12 @@ import re
 import select
 import shlex
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from .base import (DEFAULT_COMMAND_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_FANOUT,
                    MAX_OUTPUT_BYTES, SSH_CONFIG_ENV, ErrorKind, NodeFailure, NodeResult,
@@ -21,6 +22,11 @@ from .base import (DEFAULT_COMMAND_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT
 
 if TYPE_CHECKING:  # paramiko costs ~190 ms to import: only SSHRunner.run_many pays it
     import paramiko
+
+def _warn_stderr(note: str) -> None:
+    """A note about the SSH set-up (an unreadable known_hosts line) on stderr, as the CLI warns."""
+    sys.stderr.write(f"clusterkit: warning: {note}\n")
+
 
 @dataclass(frozen=True)
 class SSHTarget:
@@ -80,8 +86,10 @@ class SSHRunner:
                  accept_new_host_keys: bool = False,
                  connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
                  command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S,
-                 fanout: int = DEFAULT_FANOUT, use_agent: bool = True):
+                 fanout: int = DEFAULT_FANOUT, use_agent: bool = True,
+                 warn: Callable[[str], None] | None = None):
         self.user = user
+        self._warn = warn or _warn_stderr
         self.port = port
         self.identity_file = identity_file
         self.jump_host = jump_host
@@ -340,9 +348,8 @@ class SSHRunner:
                         db.load(path)
                     except (OSError, UnicodeDecodeError) as exc:
                         raise NodeFailure(ErrorKind.CONFIG, f"cannot read known_hosts {path}: {exc}")
-                    from clusterkit import output
                     for note in db.warnings:
-                        output.warn(note)
+                        self._warn(note)
                 self._known[path] = db
             return db
 

@@ -12,13 +12,16 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from clusterkit import __version__, launchers, nccl, stages
-from clusterkit import settings as settings_mod
+from clusterkit import __version__
+from clusterkit.job import launchers
+from clusterkit.job import nccl
+from clusterkit.job import stages
+from clusterkit.job import settings as settings_mod
 from clusterkit.errors import PlanError
-from clusterkit.launchers import Context, Launch
-from clusterkit.nccl import EnvVar
-from clusterkit.settings import Settings
-from clusterkit.site import Site
+from clusterkit.job.launchers import Context, Launch
+from clusterkit.job.nccl import EnvVar
+from clusterkit.job.settings import Settings
+from clusterkit.config.site import Site
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 _SBATCH_VALUE = re.compile(r"[^\s\x00-\x1f'\"\\`]+")
@@ -143,7 +146,7 @@ def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec
     out += [("time", time), ("nodes", str(nnodes)), ("ntasks-per-node", str(tasks)),
             ("gpus-per-node", str(gpn)), ("cpus-per-task", str(cpus))] + _mem_share(site, gpn)
     if exclude:
-        from clusterkit.nodes import fold
+        from clusterkit.hostlist import fold
         out.append(("exclude", fold(exclude)))
     if spec.requeue:
         # B: signal only the batch shell; its trap forwards TERM to the launcher (torchrun
@@ -273,7 +276,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
                        omp_threads=omp)
     if launcher == "deepspeed" and launch.mode == "once":
-        from clusterkit.launchers.deepspeed import check_pdsh_env
+        from clusterkit.job.launchers.deepspeed import check_pdsh_env
         check_pdsh_env(env)
     job_name = _job_name(request, tuple(request.command))
     return Plan(

@@ -8,7 +8,7 @@ Never ``localhost`` as the endpoint: every other node would rendezvous with itse
 
 from __future__ import annotations
 
-from clusterkit.launchers import Context, Launch, PyCommand, Sh, Word, rendezvous, split_python
+from clusterkit.job.launchers import Context, Launch, PyCommand, Sh, Word, rendezvous, split_python
 
 
 def torchrun_words(ctx: Context, py: PyCommand) -> list[Word]:

@@ -11,12 +11,12 @@ taken at bind time); no horovodrun flag pins it to the job's ``CK_PORT``.
 
 from __future__ import annotations
 
-from clusterkit.launchers import SLOTS, Context, Launch, Sh, Word
+from clusterkit.job.launchers import SLOTS, Context, Launch, Sh, Word
 
 
 def build(ctx: Context) -> Launch:
     if not ctx.command:
-        from clusterkit.launchers import split_python
+        from clusterkit.job.launchers import split_python
         split_python(ctx.command, "horovod")  # raises the shared 'no command' error
     if ctx.container and ctx.multi:
         from clusterkit.errors import PlanError

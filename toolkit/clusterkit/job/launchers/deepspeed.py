@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from clusterkit.errors import PlanError
-from clusterkit.launchers import SLOTS, Context, Launch, Mode, Sh, Word, split_python
-from clusterkit.nccl import EnvVar
-from clusterkit.settings import Settings
+from clusterkit.job.launchers import SLOTS, Context, Launch, Mode, Sh, Word, split_python
+from clusterkit.job.nccl import EnvVar
+from clusterkit.job.settings import Settings
 
 _SPEC = re.compile(r"[A-Za-z0-9._-]+(:\d+(,\d+)*)?")
 # DeepSpeed's pdsh runner joins one remote shell line: it leaves arguments that start with '-'

@@ -17,7 +17,7 @@ shell command (torchrun, deepspeed, srun ...), not a pickled function, so we sub
 ends for good (never when it requeues itself).  :class:`ScriptSlurmJob` overrides ``done()``
 and the outcome reader to use that file, so ``job.result()`` returns the exit status.  A job
 killed before it could write the file (scancel, node failure, time limit, OOM) is decided by
-the scheduler's state instead: ``done()`` asks :class:`clusterkit.records.SlurmQuery` (squeue,
+the scheduler's state instead: ``done()`` asks :class:`clusterkit.scheduler.records.SlurmQuery` (squeue,
 then sacct, then scontrol when sacct fails), so it never waits forever on a site without
 sacct, where submitit's own watcher only ever sees UNKNOWN.
 
@@ -54,7 +54,7 @@ from submitit.local.local import LocalExecutor, LocalJob
 from submitit.slurm.slurm import SlurmExecutor, SlurmJob
 
 from clusterkit.errors import SubmitError
-from clusterkit.records import SlurmQuery, read_result_file, result_file
+from clusterkit.scheduler.records import SlurmQuery, read_result_file, result_file
 
 # sbatch's stderr when slurmctld is down (after its own retries, about 9 s)
 _UNREACHABLE = re.compile(r"Unable to contact slurm controller|Could not establish a configuration source"

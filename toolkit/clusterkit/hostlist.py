@@ -104,6 +104,3 @@ def fold(hosts: Iterable[str]) -> str:
     hosts = list(hosts)
     return str(NodeSet.fromlist(hosts, resolver=RESOLVER_NOGROUP)) if hosts else ""
 
-
-def count(hostlist: str) -> int:
-    return len(parse(hostlist))

@@ -25,16 +25,16 @@ import jinja2.sandbox
 
 from clusterkit.errors import ConfigError, PlanError
 
-from clusterkit.launchers import Sh, Word, shell_join
-from clusterkit.plan import Plan
-from clusterkit.site import Site
+from clusterkit.job.launchers import Sh, Word, shell_join
+from clusterkit.job.plan import Plan
+from clusterkit.config.site import Site
 
 
 def builtin_templates_dir() -> Path:
-    packaged = Path(__file__).resolve().parent / "templates"
+    packaged = Path(__file__).resolve().parents[1] / "templates"
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[2] / "templates"  # source checkout
+    return Path(__file__).resolve().parents[3] / "templates"  # source checkout
 
 
 def shell_quote(value: Any) -> str:

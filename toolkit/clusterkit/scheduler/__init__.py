@@ -1,0 +1,1 @@
+"""Schedulers: Slurm and local behind one interface; job records (docs/architecture.md)."""

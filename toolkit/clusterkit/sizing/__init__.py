@@ -1,0 +1,1 @@
+"""The memory model and recommendation behind ``clusterkit plan`` (docs/architecture.md)."""
