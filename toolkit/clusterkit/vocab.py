@@ -1,0 +1,169 @@
+"""Every closed vocabulary of clusterkit, once: stages with their node ranges, launchers,
+preflight transports, scheduler kinds, job states, and Slurm time (one parser, one validator).
+
+Everything else imports these names; nothing here does I/O (docs/architecture.md §1).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import Literal
+
+# --------------------------------------------------------------------------- stages
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    name: str
+    min_nodes: int
+    max_nodes: int | None
+    default_nodes: int
+    default_launcher: str
+    needs_shared_storage: bool
+    checks_fabric: bool          # IB/RoCE checks and NCCL fabric policy apply
+    wants_parallel_fs: bool      # warn on NFS: metadata storms at scale
+    requeue: bool                # preemption trap + requeue budget
+    help: str
+
+    @property
+    def node_range(self) -> str:
+        """``1``, ``2-8`` or ``9+``, as the help and error messages show it."""
+        if self.max_nodes == self.min_nodes:
+            return str(self.min_nodes)
+        return f"{self.min_nodes}-{self.max_nodes}" if self.max_nodes else f"{self.min_nodes}+"
+
+
+STAGES: dict[str, StageSpec] = {
+    "single-node": StageSpec(
+        "single-node", 1, 1, 1, "torchrun", False, False, False, False,
+        "one machine, many GPUs; torchrun on the job's own port; no IB or shared storage needed"),
+    "multi-node": StageSpec(
+        "multi-node", 2, 8, 2, "torchrun", True, True, False, True,
+        "2-8 nodes; shared NFS/Lustre; RDMA fabric (warned on Ethernet); torchrun c10d rendezvous"),
+    "large-cluster": StageSpec(
+        "large-cluster", 9, None, 16, "deepspeed", True, True, True, True,
+        "9+ nodes; Lustre/GPFS (warned on NFS); containers; deepspeed + hostfile; requeue on preemption"),
+}
+STAGE_NAMES: tuple[str, ...] = tuple(STAGES)
+Stage = Literal["single-node", "multi-node", "large-cluster"]
+
+# --------------------------------------------------------------------------- launchers, transports, schedulers
+
+LAUNCHERS: tuple[str, ...] = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
+Launcher = Literal["torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun"]
+
+# how preflight reaches the nodes (preflight/transport/)
+TRANSPORTS: tuple[str, ...] = ("ssh", "srun", "local")
+Transport = Literal["ssh", "srun", "local"]
+# how `sites init` / `sites drift` read node facts: the remote transports only
+PROBE_TRANSPORTS: tuple[str, ...] = ("ssh", "srun")
+
+SCHEDULER_KINDS: tuple[str, ...] = ("slurm", "local")
+SchedulerKind = Literal["slurm", "local"]
+
+# --------------------------------------------------------------------------- job states
+
+
+class JobState(str, Enum):
+    """A job's state in Slurm's words (squeue/sacct/scontrol), plus clusterkit's own three:
+    ``SUBMITTED`` (just handed over), ``UNKNOWN`` (the scheduler said nothing usable) and
+    ``LOST`` (neither the scheduler nor a result file knows the job any more)."""
+
+    SUBMITTED = "SUBMITTED"
+    PENDING = "PENDING"
+    CONFIGURING = "CONFIGURING"
+    RUNNING = "RUNNING"
+    COMPLETING = "COMPLETING"
+    REQUEUED = "REQUEUED"
+    REQUEUE_HOLD = "REQUEUE_HOLD"
+    REQUEUE_FED = "REQUEUE_FED"
+    RESIZING = "RESIZING"
+    SUSPENDED = "SUSPENDED"
+    STOPPED = "STOPPED"
+    SIGNALING = "SIGNALING"
+    STAGE_OUT = "STAGE_OUT"
+    RESV_DEL_HOLD = "RESV_DEL_HOLD"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    NODE_FAIL = "NODE_FAIL"
+    BOOT_FAIL = "BOOT_FAIL"
+    DEADLINE = "DEADLINE"
+    PREEMPTED = "PREEMPTED"
+    REVOKED = "REVOKED"
+    SPECIAL_EXIT = "SPECIAL_EXIT"
+    LOST = "LOST"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def is_terminal(self) -> bool:
+        """After this state the job never runs again (a requeued job passes through REQUEUED,
+        PENDING, never these)."""
+        return self in _TERMINAL
+
+    @classmethod
+    def parse(cls, text: str) -> JobState:
+        """Slurm's text (``CANCELLED by 0``, ``COMPLETED+``, ``RUNNING``) -> the state;
+        ``UNKNOWN`` for anything else."""
+        word = text.strip().split(" ")[0].rstrip("+*").upper() if text.strip() else ""
+        try:
+            return cls(word)
+        except ValueError:
+            return cls.UNKNOWN
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_TERMINAL = frozenset({
+    JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT, JobState.OUT_OF_MEMORY,
+    JobState.NODE_FAIL, JobState.BOOT_FAIL, JobState.DEADLINE, JobState.PREEMPTED, JobState.REVOKED,
+    JobState.SPECIAL_EXIT, JobState.LOST,
+})
+
+# --------------------------------------------------------------------------- Slurm time
+
+# sbatch --time: "minutes", "minutes:seconds", "hours:minutes:seconds", "days-hours",
+# "days-hours:minutes" and "days-hours:minutes:seconds"
+_SLURM_TIME = re.compile(r"(?:(?P<days>\d+)-(?P<dh>\d+)(?::(?P<dm>\d{1,2})(?::(?P<ds>\d{1,2}))?)?"
+                         r"|(?P<a>\d+)(?::(?P<b>\d{1,2})(?::(?P<c>\d{1,2}))?)?)")
+SLURM_TIME_FORMS = "MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+
+
+class SlurmTimeError(ValueError):
+    """Not a Slurm time; the message says which forms are."""
+
+
+def slurm_seconds(text: str) -> int:
+    """Seconds in a Slurm time limit (``90`` -> 5400, ``1-12`` -> 129600, ``12:00:00`` -> 43200).
+
+    Raises :class:`SlurmTimeError` for anything sbatch would not take as a positive limit.
+    """
+    m = _SLURM_TIME.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        raise SlurmTimeError(f"{text!r} is not a Slurm time ({SLURM_TIME_FORMS})")
+    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+    if "days" in g:
+        seconds = g["days"] * 86400 + g["dh"] * 3600 + g.get("dm", 0) * 60 + g.get("ds", 0)
+    elif "c" in g:
+        seconds = g["a"] * 3600 + g["b"] * 60 + g["c"]
+    else:
+        seconds = g["a"] * 60 + g.get("b", 0)
+    if seconds <= 0:
+        raise SlurmTimeError(f"{text!r}: a time limit must be longer than zero")
+    return seconds
+
+
+def check_slurm_time(text: str) -> str:
+    """``text`` unchanged when it is a Slurm time limit; :class:`SlurmTimeError` otherwise."""
+    slurm_seconds(text)
+    return text.strip()
+
+
+def slurm_minutes(text: str) -> float:
+    """A Slurm time limit in minutes (submitit's local executor counts its timeout in minutes)."""
+    return slurm_seconds(text) / 60
