@@ -1,12 +1,13 @@
-"""Fixtures shared by every test directory: run clusterkit through its real CLI entry point."""
+"""Fixtures shared by every test directory: ``ck``, the one way tests run the clusterkit CLI."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import pytest
 
@@ -21,8 +22,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="rewrite tests/golden and hostfiles/ from the current renderer, then review the diff")
 
 
-@dataclass
-class CLIResult:
+class CLIResult(NamedTuple):
+    """What one clusterkit command line did: exit status, stdout, stderr (``code, out, err = ck(...)``)."""
+
     code: int
     out: str
     err: str
@@ -31,38 +33,132 @@ class CLIResult:
     def lines(self) -> list[str]:
         return self.err.strip().splitlines()
 
+    # the subprocess.CompletedProcess names, for helpers that take either kind of result
+    @property
+    def returncode(self) -> int:
+        return self.code
 
-@pytest.fixture
-def ck(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
-    """Run ``clusterkit ARGS`` in-process through ``clusterkit.cli.main`` (same path as the console script)."""
-    from clusterkit.cli import main
+    @property
+    def stdout(self) -> str:
+        return self.out
 
-    def run(*args: str, cwd: Path | str = REPO) -> CLIResult:
+    @property
+    def stderr(self) -> str:
+        return self.err
+
+
+Env = Mapping[str, "str | None"]
+Wrap = Callable[[Sequence[str]], Sequence[str]]
+
+
+class CLI:
+    """The one way tests run ``clusterkit ARGS`` (the ``ck`` fixture).
+
+    ``ck(ARGS)`` runs it in-process through ``clusterkit.cli.main``, the console script's own
+    path (error boundary included), with stdout and stderr captured.  ``ck.proc(ARGS)`` (or
+    ``ck(ARGS, process=True)``) runs ``python -m clusterkit ARGS`` as a separate process, for
+    what needs one: an environment of its own, a timeout, stdin, a umask, signals, tracebacks,
+    start-up; ``ck.popen(ARGS)`` starts one and leaves it to the caller.
+
+    ``env`` is laid over ``os.environ`` (a value of None removes that variable); ``wrap`` turns
+    the argv into the one actually started (a network namespace, ``unshare``, ...).  ``bind()``
+    returns a copy with other defaults: the SSH lab and the Slurm testbed bind their env there.
+    Fixtures wider than a test, which cannot take ``ck``, make a ``CLI()``: process mode only.
+    """
+
+    def __init__(self, capsys: pytest.CaptureFixture[str] | None = None,
+                 monkeypatch: pytest.MonkeyPatch | None = None, *, cwd: Path | str = REPO,
+                 env: Env | None = None, process: bool = False, timeout: float = 120,
+                 wrap: Wrap | None = None) -> None:
+        self._capsys = capsys
+        self._monkeypatch = monkeypatch
+        self.cwd = cwd
+        self.env: dict[str, str | None] = dict(env or {})
+        self.process = process
+        self.timeout = timeout
+        self.wrap = wrap
+
+    def bind(self, *, cwd: Path | str | None = None, env: Env | None = None, process: bool | None = None,
+             timeout: float | None = None, wrap: Wrap | None = None) -> "CLI":
+        """A copy with these defaults (``env`` is laid over the bound one)."""
+        return CLI(self._capsys, self._monkeypatch, cwd=self.cwd if cwd is None else cwd,
+                   env={**self.env, **(env or {})}, process=self.process if process is None else process,
+                   timeout=self.timeout if timeout is None else timeout, wrap=wrap or self.wrap)
+
+    def argv(self, *args: str) -> list[str]:
+        """The command line that starts clusterkit as a process (the checkout's python)."""
+        return [sys.executable, "-m", "clusterkit", *args]
+
+    def environ(self, env: Env | None = None) -> dict[str, str]:
+        """The environment a process gets: os.environ, then the bound env, then ``env``."""
+        full = dict(os.environ)
+        for key, value in {**self.env, **(env or {})}.items():
+            if value is None:
+                full.pop(key, None)
+            else:
+                full[key] = value
+        return full
+
+    def __call__(self, *args: str, process: bool | None = None, cwd: Path | str | None = None,
+                 env: Env | None = None, timeout: float | None = None, input: str | None = None,
+                 umask: int | None = None, wrap: Wrap | None = None) -> CLIResult:
+        cwd = self.cwd if cwd is None else cwd
+        if self.process if process is None else process:
+            argv = self.argv(*args)
+            wrap = wrap or self.wrap
+            p = subprocess.run(wrap(argv) if wrap else argv, cwd=cwd, env=self.environ(env), text=True,
+                               capture_output=True, input=input, timeout=self.timeout if timeout is None else timeout,
+                               preexec_fn=None if umask is None else (lambda: os.umask(umask)))
+            return CLIResult(p.returncode, p.stdout, p.stderr)
+        extra = [name for name, value in (("timeout", timeout), ("umask", umask), ("wrap", wrap)) if value is not None]
+        if extra:
+            raise TypeError(f"{', '.join(extra)} needs a process: ck.proc(...)")
+        return self._in_process(args, cwd, env, input)
+
+    def proc(self, *args: str, **kw: Any) -> CLIResult:
+        """``python -m clusterkit ARGS`` as a separate process (keywords as for ``ck(...)``)."""
+        return self(*args, process=True, **kw)
+
+    def popen(self, *args: str, cwd: Path | str | None = None, env: Env | None = None,
+              wrap: Wrap | None = None, **popen_kw: Any) -> "subprocess.Popen[str]":
+        """Start ``python -m clusterkit ARGS``, stdout and stderr piped, text; the caller reaps it."""
+        argv = self.argv(*args)
+        wrap = wrap or self.wrap
+        popen_kw.setdefault("stdout", subprocess.PIPE)
+        popen_kw.setdefault("stderr", subprocess.PIPE)
+        popen_kw.setdefault("text", True)
+        return subprocess.Popen(wrap(argv) if wrap else argv, cwd=self.cwd if cwd is None else cwd,
+                                env=self.environ(env), **popen_kw)
+
+    def _in_process(self, args: Sequence[str], cwd: Path | str, env: Env | None, input: str | None) -> CLIResult:
+        from clusterkit.cli import main
+
+        if self._capsys is None or self._monkeypatch is None:
+            raise TypeError("in-process runs need the ck fixture; CLI() runs processes only: ck.proc(...)")
+        capsys, monkeypatch = self._capsys, self._monkeypatch
         monkeypatch.chdir(cwd)
         capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        with monkeypatch.context() as scoped:
+            for key, value in {**self.env, **(env or {})}.items():
+                if value is None:
+                    scoped.delenv(key, raising=False)
+                else:
+                    scoped.setenv(key, value)
+            if input is not None:
+                scoped.setattr(sys, "stdin", io.StringIO(input))
+            try:
+                main(list(args))
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         cap = capsys.readouterr()
         return CLIResult(code, cap.out, cap.err)
 
-    return run
-
 
 @pytest.fixture
-def ck_proc():
-    """Run ``python -m clusterkit ARGS`` as a separate process (for tracebacks, signals, start-up)."""
-
-    def run(*args: str, cwd: Path | str = REPO, env: dict[str, str] | None = None, timeout: float = 120,
-            input: str | None = None) -> CLIResult:
-        full_env = dict(os.environ, **(env or {}))
-        p = subprocess.run([sys.executable, "-m", "clusterkit", *args], cwd=cwd, env=full_env, text=True,
-                           capture_output=True, timeout=timeout, input=input)
-        return CLIResult(p.returncode, p.stdout, p.stderr)
-
-    return run
+def ck(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> CLI:
+    """Run ``clusterkit ARGS``: ``ck(...)`` in-process, ``ck.proc(...)`` as a process (see :class:`CLI`)."""
+    return CLI(capsys, monkeypatch)
 
 
 def shared_site(directory: Path, site: str, shared: Path) -> Path:

@@ -5,33 +5,29 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, assert_one_line_error
+from ..conftest import CLI, REPO, CLIResult, assert_one_line_error
 
 
-def _render(cwd: Path, *args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "clusterkit", "render", "--site", "local", *args, "--", "python",
-                           "train.py"], cwd=cwd, capture_output=True, text=True, timeout=120,
-                          preexec_fn=None if umask is None else (lambda: os.umask(umask)))
+def _render(ck: CLI, cwd: Path, *args: str, umask: int | None = None) -> CLIResult:
+    return ck.proc("render", "--site", "local", *args, "--", "python", "train.py", cwd=cwd, umask=umask)
 
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_ten_parallel_renders_with_one_job_name_get_ten_directories(tmp_path: Path) -> None:
+def test_ten_parallel_renders_with_one_job_name_get_ten_directories(ck, tmp_path: Path) -> None:
     with ThreadPoolExecutor(max_workers=10) as pool:
-        procs = list(pool.map(lambda _: _render(tmp_path, "--job-name", "same"), range(10)))
-    assert [p.returncode for p in procs] == [0] * 10, [p.stderr for p in procs if p.returncode]
+        procs = list(pool.map(lambda _: _render(ck, tmp_path, "--job-name", "same"), range(10)))
+    assert [p.code for p in procs] == [0] * 10, [p.err for p in procs if p.code]
     dirs = sorted((tmp_path / "runs").iterdir())
     assert len(dirs) == 10 and all(d.name.startswith("same-") for d in dirs)
-    printed = sorted(line.split(": ", 1)[1] for p in procs for line in p.stdout.splitlines()
+    printed = sorted(line.split(": ", 1)[1] for p in procs for line in p.out.splitlines()
                      if "run directory:" in line)
     assert printed == [str(d) for d in dirs]  # each render names its own directory
     for d in dirs:
@@ -39,26 +35,26 @@ def test_ten_parallel_renders_with_one_job_name_get_ten_directories(tmp_path: Pa
         assert f"export CK_RUN_DIR={d}\n" in (d / "job.sbatch").read_text()  # each script points at its own
 
 
-def test_run_directory_follows_the_umask(tmp_path: Path) -> None:
-    proc = _render(tmp_path, "--out", str(tmp_path / "run"), umask=0o027)
-    assert proc.returncode == 0, proc.stderr
+def test_run_directory_follows_the_umask(ck, tmp_path: Path) -> None:
+    proc = _render(ck, tmp_path, "--out", str(tmp_path / "run"), umask=0o027)
+    assert proc.code == 0, proc.err
     run = tmp_path / "run"
     assert (_mode(run), _mode(run / "logs"), _mode(run / "job.sbatch"), _mode(run / "nccl.env")) == (
         0o750, 0o750, 0o750, 0o640)
-    default = _render(tmp_path, umask=0o077)
-    assert default.returncode == 0, default.stderr
+    default = _render(ck, tmp_path, umask=0o077)
+    assert default.code == 0, default.err
     (made,) = (tmp_path / "runs").iterdir()
     assert (_mode(made), _mode(made / "job.sbatch"), _mode(made / "plan.json")) == (0o700, 0o700, 0o600)
 
 
-def test_existing_empty_out_keeps_its_mode_and_group(tmp_path: Path) -> None:
+def test_existing_empty_out_keeps_its_mode_and_group(ck, tmp_path: Path) -> None:
     out = tmp_path / "shared-run"
     out.mkdir()
     out.chmod(0o2770)  # a project directory: group-writable, setgid
     gid = 4242 if os.geteuid() == 0 else os.getegid()
     os.chown(out, -1, gid)
-    proc = _render(tmp_path, "--out", str(out), umask=0o002)
-    assert proc.returncode == 0, proc.stderr
+    proc = _render(ck, tmp_path, "--out", str(out), umask=0o002)
+    assert proc.code == 0, proc.err
     assert (_mode(out), out.stat().st_gid) == (0o2770, gid)
     assert {p.stat().st_gid for p in out.iterdir()} == {gid}  # the artifacts take the directory's group
     assert _mode(out / "nccl.env") == 0o664
@@ -101,8 +97,8 @@ def test_out_being_written_by_another_render_is_refused(ck, tmp_path: Path) -> N
     assert os.listdir(out) == [".clusterkit-staging"]
 
 
-def test_render_from_repo_root_still_defaults_to_runs(tmp_path: Path) -> None:
+def test_render_from_repo_root_still_defaults_to_runs(ck, tmp_path: Path) -> None:
     """The default base is the current directory's runs/, wherever clusterkit is run from."""
-    proc = _render(tmp_path, "--job-name", "where")
-    assert proc.returncode == 0 and not (REPO / "runs" / "where").exists()
+    proc = _render(ck, tmp_path, "--job-name", "where")
+    assert proc.code == 0 and not (REPO / "runs" / "where").exists()
     assert [d.name.split("-")[0] for d in (tmp_path / "runs").iterdir()] == ["where"]

@@ -85,17 +85,17 @@ def test_generated_site_case(ck, tmp_path: Path, name: str) -> None:
     assert_one_line_error(ck("sites", "validate", str(site), cwd=tmp_path), 2, needle)
 
 
-def test_extends_to_a_fifo_or_dev_zero_fails_fast(ck_proc, tmp_path: Path) -> None:
+def test_extends_to_a_fifo_or_dev_zero_fails_fast(ck, tmp_path: Path) -> None:
     """Run as a process with a timeout: before the fix a FIFO hung and /dev/zero ate memory."""
     os.mkfifo(tmp_path / "fifo.yaml")
     (tmp_path / "zero.yaml").symlink_to("/dev/zero")
     (tmp_path / "a.yaml").write_text("extends: fifo.yaml\n" + BASE)
     (tmp_path / "b.yaml").write_text("extends: zero.yaml\n" + BASE)
     (tmp_path / "c.yaml").write_text("extends: /dev/zero\n" + BASE)
-    assert_one_line_error(ck_proc("sites", "validate", "a.yaml", cwd=tmp_path, timeout=60), 2, "fifo.yaml: not a regular file")
-    assert_one_line_error(ck_proc("sites", "validate", "b.yaml", cwd=tmp_path, timeout=60), 2, "must be a .yaml or .yml site file")
-    assert_one_line_error(ck_proc("sites", "validate", "c.yaml", cwd=tmp_path, timeout=60), 2, "must be a .yaml or .yml site file")
-    assert_one_line_error(ck_proc("sites", "validate", "fifo.yaml", cwd=tmp_path, timeout=60), 2, "not a regular file")
+    assert_one_line_error(ck.proc("sites", "validate", "a.yaml", cwd=tmp_path, timeout=60), 2, "fifo.yaml: not a regular file")
+    assert_one_line_error(ck.proc("sites", "validate", "b.yaml", cwd=tmp_path, timeout=60), 2, "must be a .yaml or .yml site file")
+    assert_one_line_error(ck.proc("sites", "validate", "c.yaml", cwd=tmp_path, timeout=60), 2, "must be a .yaml or .yml site file")
+    assert_one_line_error(ck.proc("sites", "validate", "fifo.yaml", cwd=tmp_path, timeout=60), 2, "not a regular file")
 
 
 def test_extends_never_echoes_a_file_that_is_not_a_site_file(ck, tmp_path: Path) -> None:
@@ -145,7 +145,7 @@ def test_argv_case(ck, tmp_path: Path, case: dict[str, Any]) -> None:
     assert "NaN" not in result.out and "Infinity" not in result.out
 
 
-def test_sites_list_survives_the_whole_corpus(ck_proc, tmp_path: Path) -> None:
+def test_sites_list_survives_the_whole_corpus(ck, tmp_path: Path) -> None:
     """`sites list` loads every site on the search path: one hostile file must stay its own problem."""
     configs = tmp_path / "site_configs"
     configs.mkdir()
@@ -156,7 +156,7 @@ def test_sites_list_survives_the_whole_corpus(ck_proc, tmp_path: Path) -> None:
         (configs / f"{name}.yaml").write_bytes(text.encode("latin-1") if name == "not-utf8" else text.encode())
     os.mkfifo(configs / "fifo.yaml")
     (configs / "zero.yaml").symlink_to("/dev/zero")
-    result = ck_proc("sites", "list", "--json", cwd=tmp_path, timeout=120, env={"CLUSTERKIT_SITES": ""})
+    result = ck.proc("sites", "list", "--json", cwd=tmp_path, timeout=120, env={"CLUSTERKIT_SITES": ""})
     assert result.code == 0, result.err
     rows = {r["name"]: r for r in json.loads(result.out) if r["from"] == "./site_configs"}
     plan_time = {"sbatch-newline-value", "partition-newline"}   # valid sites; the plan refuses them

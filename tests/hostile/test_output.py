@@ -14,18 +14,18 @@ exit 9
 """
 
 
-def test_escape_sequences_from_a_node_are_dropped(ck_proc, tmp_path: Path) -> None:
+def test_escape_sequences_from_a_node_are_dropped(ck, tmp_path: Path) -> None:
     fakebin = tmp_path / "bin"
     fakebin.mkdir()
     (fakebin / "nvidia-smi").write_text(FAKE_SMI)
     (fakebin / "nvidia-smi").chmod(0o755)
     env = {"PATH": f"{fakebin}:{os.environ['PATH']}"}
-    result = ck_proc("preflight", "--site", "local", "--transport", "local", cwd=tmp_path, env=env)
+    result = ck.proc("preflight", "--site", "local", "--transport", "local", cwd=tmp_path, env=env)
     assert result.code == 1, result.err
     line = next(ln for ln in result.out.splitlines() if "gpu.present" in ln)
     assert "\x1b" not in result.out and "\x07" not in result.out and "\x08" not in result.out
     assert "NVIDIA-SMI has failed ALL OK" in line       # the words stay, as plain text
     assert ":-1: [bold red]x[/bold red]" in line        # no emoji, no markup
-    as_json = ck_proc("preflight", "--site", "local", "--transport", "local", "--json", cwd=tmp_path, env=env)
+    as_json = ck.proc("preflight", "--site", "local", "--transport", "local", "--json", cwd=tmp_path, env=env)
     # --json keeps the node's words as data: escaped by JSON, never raw bytes on the terminal
     assert as_json.code == 1 and "\x1b" not in as_json.out and "\\u001b[2K" in as_json.out

@@ -1,4 +1,4 @@
-"""Shared helpers for the ``clusterkit plan`` tests: site files in tmp_path and a CLI runner."""
+"""Shared helpers for the ``clusterkit plan`` tests: site files in tmp_path, ``plan --json`` parsed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
-from clusterkit.cli import main
+from tests.conftest import CLI
 
 H100_SITE = """\
 name: h100x64
@@ -50,24 +50,11 @@ def site_file(tmp_path: Path) -> Callable[[str], str]:
 
 
 @pytest.fixture
-def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
-    """Run ``clusterkit ARGS`` through its real entry point (error boundary included)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exc:
-            main(list(args))
-        out, err = capsys.readouterr()
-        return int(exc.value.code or 0), out, err
-
-    return run
-
-
-@pytest.fixture
-def plan_json(run_cli: Callable[..., tuple[int, str, str]]) -> Callable[..., dict[str, Any]]:
+def plan_json(ck: CLI) -> Callable[..., dict[str, Any]]:
     """``clusterkit plan --json ARGS`` -> the parsed document (and it must succeed)."""
 
     def run(*args: str) -> dict[str, Any]:
-        code, out, err = run_cli("plan", "--json", *args)
+        code, out, err = ck("plan", "--json", *args)
         assert code == 0, err
         assert err == ""
         return json.loads(out)

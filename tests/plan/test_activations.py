@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from clusterkit.sizing.estimate import Shape, activation_bytes, make_shape
+from tests.conftest import CLI
 
 from .conftest import H100_SITE, by_key
 
 Json = Callable[..., dict[str, Any]]
-Run = Callable[..., tuple[int, str, str]]
 
 # 7B, LLaMA-like: s=4096, b=1, h=4096, L=32, v=32000 -> s*b*h = 16_777_216
 #   checkpoints 2 * 16_777_216 * 32 = 1_073_741_824; one layer 34 * 16_777_216 = 570_425_344
@@ -74,9 +74,9 @@ def test_activations_can_push_a_setup_out(site_file: Callable[[str], str], plan_
         in doc["reason"]
 
 
-def test_shape_options_need_seq_len(site_file: Callable[[str], str], run_cli: Run) -> None:
+def test_shape_options_need_seq_len(site_file: Callable[[str], str], ck: CLI) -> None:
     site = site_file(H100_SITE)
-    code, out, err = run_cli("plan", "--site", site, "--model-params", "7B", "--layers", "32")
+    code, out, err = ck("plan", "--site", site, "--model-params", "7B", "--layers", "32")
     assert (code, out, err) == (2, "", "clusterkit: error: --layers only make sense with --seq-len\n")
-    code, out, err = run_cli("plan", "--site", site, "--model-params", "7B", "--seq-len", "0")
+    code, out, err = ck("plan", "--site", site, "--model-params", "7B", "--seq-len", "0")
     assert (code, out, err) == (2, "", "clusterkit: error: --seq-len 0: must be at least 1\n")

@@ -13,10 +13,11 @@ from typing import Any, Callable
 
 import pytest
 
+from tests.conftest import CLI
+
 from .conftest import H100_SITE, H100_TWO_NODES, SMALL_SITE, TINY_SITE, by_key
 
 Json = Callable[..., dict[str, Any]]
-Run = Callable[..., tuple[int, str, str]]
 
 
 def test_3b_recommends_fsdp_on_one_node(site_file: Callable[[str], str], plan_json: Json) -> None:
@@ -172,8 +173,8 @@ def test_nothing_fits_at_any_size(site_file: Callable[[str], str], plan_json: Js
     assert "no GPU count would help" in doc["reason"]
 
 
-def test_human_table_in_a_pipe(site_file: Callable[[str], str], run_cli: Run) -> None:
-    code, out, err = run_cli("plan", "--site", site_file(H100_SITE), "--model-params", "7B", "--hours", "10")
+def test_human_table_in_a_pipe(site_file: Callable[[str], str], ck: CLI) -> None:
+    code, out, err = ck("plan", "--site", site_file(H100_SITE), "--model-params", "7B", "--hours", "10")
     assert code == 0 and err == ""
     lines = out.splitlines()
     assert not any(ch in out for ch in "│─┃━\x1b")  # plain text: no box drawing, no colour codes
@@ -209,14 +210,14 @@ def test_cost_without_a_price(site_file: Callable[[str], str], plan_json: Json) 
     (["--model-params", "7B", "--launcher", "megatron", "--offload", "optimizer"],
      "no setup runs under --launcher megatron with --offload optimizer"),
 ])
-def test_bad_input_is_one_line_exit_2(site_file: Callable[[str], str], run_cli: Run,
+def test_bad_input_is_one_line_exit_2(site_file: Callable[[str], str], ck: CLI,
                                       args: list[str], message: str) -> None:
-    code, out, err = run_cli("plan", "--site", site_file(H100_SITE), *args)
+    code, out, err = ck("plan", "--site", site_file(H100_SITE), *args)
     assert code == 2
     assert out == ""
     assert err.startswith(f"clusterkit: error: {message}") and err.count("\n") == 1
 
 
-def test_unknown_site_is_exit_2(run_cli: Run, tmp_path: Any) -> None:
-    code, out, err = run_cli("plan", "--site", str(tmp_path / "nope.yaml"), "--model-params", "7B")
+def test_unknown_site_is_exit_2(ck: CLI, tmp_path: Any) -> None:
+    code, out, err = ck("plan", "--site", str(tmp_path / "nope.yaml"), "--model-params", "7B")
     assert code == 2 and out == "" and err.startswith("clusterkit: error: ") and err.count("\n") == 1

@@ -10,16 +10,17 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from tests.conftest import CLI
+
 from .conftest import H100_SITE, H100_TWO_NODES
 
-Run = Callable[..., tuple[int, str, str]]
 SiteFile = Callable[[str], str]
 
 
-def test_render_7b_fsdp(site_file: SiteFile, run_cli: Run, tmp_path: Path) -> None:
+def test_render_7b_fsdp(site_file: SiteFile, ck: CLI, tmp_path: Path) -> None:
     out = tmp_path / "run7b"
-    code, stdout, err = run_cli("plan", "--site", site_file(H100_SITE), "--model-params", "7B", "--render",
-                                "--out", str(out), "--", "python", "train.py", "--lr", "3e-4")
+    code, stdout, err = ck("plan", "--site", site_file(H100_SITE), "--model-params", "7B", "--render",
+                           "--out", str(out), "--", "python", "train.py", "--lr", "3e-4")
     assert code == 0, err
     plan = json.loads((out / "plan.json").read_text())
     assert (plan["launcher"], plan["stage"], plan["nnodes"], plan["gpus_per_node"]) == (
@@ -30,11 +31,11 @@ def test_render_7b_fsdp(site_file: SiteFile, run_cli: Run, tmp_path: Path) -> No
     assert f"run directory: {out}" in stdout and "recommended: FSDP full shard" in stdout
 
 
-def test_render_13b_zero2_with_user_settings(site_file: SiteFile, run_cli: Run, tmp_path: Path) -> None:
+def test_render_13b_zero2_with_user_settings(site_file: SiteFile, ck: CLI, tmp_path: Path) -> None:
     out = tmp_path / "run13b"
-    code, stdout, err = run_cli("plan", "--json", "--site", site_file(H100_SITE), "--model-params", "13B",
-                                "--launcher", "deepspeed", "--render", "--out", str(out),
-                                "--set", "micro_batch=2", "--", "python", "train.py")
+    code, stdout, err = ck("plan", "--json", "--site", site_file(H100_SITE), "--model-params", "13B",
+                           "--launcher", "deepspeed", "--render", "--out", str(out),
+                           "--set", "micro_batch=2", "--", "python", "train.py")
     assert code == 0, err
     doc = json.loads(stdout)
     # 13B, 1 node x 8: ZeRO-2 = 2*13e9 + int(18*13e9/8) = 26e9 + 29.25e9 = 55_250_000_000 <= 68_719_476_736
@@ -45,24 +46,24 @@ def test_render_13b_zero2_with_user_settings(site_file: SiteFile, run_cli: Run, 
     assert ds["train_micro_batch_size_per_gpu"] == 2  # the user's --set reaches the render
 
 
-def test_render_offload_goes_into_ds_config(site_file: SiteFile, run_cli: Run, tmp_path: Path) -> None:
+def test_render_offload_goes_into_ds_config(site_file: SiteFile, ck: CLI, tmp_path: Path) -> None:
     out = tmp_path / "run-offload"
-    code, _, err = run_cli("plan", "--site", site_file(H100_SITE), "--model-params", "7B", "--gpus", "8",
-                           "--offload", "optimizer+params", "--launcher", "deepspeed", "--render",
-                           "--out", str(out), "--", "python", "train.py")
+    code, _, err = ck("plan", "--site", site_file(H100_SITE), "--model-params", "7B", "--gpus", "8",
+                      "--offload", "optimizer+params", "--launcher", "deepspeed", "--render",
+                      "--out", str(out), "--", "python", "train.py")
     assert code == 0, err
     zero = json.loads((out / "ds_config.json").read_text())["zero_optimization"]
     assert zero["stage"] == 3
     assert zero["offload_optimizer"]["device"] == "cpu" and zero["offload_param"]["device"] == "cpu"
 
 
-def test_render_176b_megatron(site_file: SiteFile, run_cli: Run, tmp_path: Path) -> None:
+def test_render_176b_megatron(site_file: SiteFile, ck: CLI, tmp_path: Path) -> None:
     out = tmp_path / "run176b"
     # 16 nodes read the run directory: tmp_path stands in for the site's shared Lustre
     shared = H100_SITE.replace("cost:", f"  - {{path: {tmp_path}, type: lustre}}\ncost:")
-    code, _, err = run_cli("plan", "--site", site_file(shared), "--model-params", "176B",
-                           "--largest-layer-params", "3596615680", "--nodes", "16", "--render", "--out", str(out),
-                           "--", "python", "pretrain_gpt.py")
+    code, _, err = ck("plan", "--site", site_file(shared), "--model-params", "176B",
+                      "--largest-layer-params", "3596615680", "--nodes", "16", "--render", "--out", str(out),
+                      "--", "python", "pretrain_gpt.py")
     assert code == 0, err
     plan: dict[str, Any] = json.loads((out / "plan.json").read_text())
     assert (plan["launcher"], plan["stage"], plan["nnodes"], plan["world_size"]) == (
@@ -72,18 +73,18 @@ def test_render_176b_megatron(site_file: SiteFile, run_cli: Run, tmp_path: Path)
     assert "--use-distributed-optimizer" in script  # the ZeRO-1 the estimate assumed
 
 
-def test_render_when_nothing_fits_writes_nothing(site_file: SiteFile, run_cli: Run, tmp_path: Path) -> None:
+def test_render_when_nothing_fits_writes_nothing(site_file: SiteFile, ck: CLI, tmp_path: Path) -> None:
     out = tmp_path / "never"
-    code, stdout, err = run_cli("plan", "--site", site_file(H100_TWO_NODES), "--model-params", "176B",
-                                "--render", "--out", str(out), "--", "python", "train.py")
+    code, stdout, err = ck("plan", "--site", site_file(H100_TWO_NODES), "--model-params", "176B",
+                           "--render", "--out", str(out), "--", "python", "train.py")
     assert code == 2 and stdout == ""
     assert err.startswith("clusterkit: error: nothing to render: ") and err.count("\n") == 1
     assert not out.exists()
 
 
-def test_render_options_need_each_other(site_file: SiteFile, run_cli: Run) -> None:
+def test_render_options_need_each_other(site_file: SiteFile, ck: CLI) -> None:
     site = site_file(H100_SITE)
-    code, _, err = run_cli("plan", "--site", site, "--model-params", "7B", "--render")
+    code, _, err = ck("plan", "--site", site, "--model-params", "7B", "--render")
     assert code == 2 and err == "clusterkit: error: --render needs the training command after --, e.g. -- python train.py\n"
-    code, _, err = run_cli("plan", "--site", site, "--model-params", "7B", "--out", "x", "--", "python", "t.py")
+    code, _, err = ck("plan", "--site", site, "--model-params", "7B", "--out", "x", "--", "python", "t.py")
     assert code == 2 and err == "clusterkit: error: --out, command 'python t.py' only make sense with --render\n"

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
+from tests.conftest import CLI
 from tests.sshlab.lab import REFUSED, TARPIT, SSHLab, lab_unavailable_reason, start_lab
-
-REPO = Path(__file__).resolve().parents[2]
 
 # 12 virtual nodes, one per kind of trouble plus four healthy ones, a dead address and a tarpit.
 MIXED = {
@@ -63,10 +60,12 @@ def lab_site(lab: SSHLab, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_site(tmp_path_factory.mktemp("site") / "lab.yaml", lab)
 
 
-def clusterkit(lab: SSHLab, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``clusterkit ARGS`` inside the lab's namespace, as a user would."""
-    return lab.run([sys.executable, "-m", "clusterkit", *args], capture_output=True, text=True,
-                   timeout=timeout, cwd=str(REPO))
+@pytest.fixture(scope="session")
+def lab_ck(lab: SSHLab) -> CLI:
+    """The CLI as a process inside the lab's namespace with the lab's env (its ssh config, no
+    agent), as a user would run it.  Session-wide like the lab, so a process-only ``CLI()``
+    bound there rather than the per-test ``ck``."""
+    return CLI().bind(process=True, wrap=lab.wrap, env={**lab.env(), "SSH_AUTH_SOCK": None})
 
 
 def groups_by_node(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

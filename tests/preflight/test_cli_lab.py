@@ -4,24 +4,22 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .conftest import REPO, clusterkit, groups_by_node, write_site
+from .conftest import groups_by_node, write_site
 
 pytestmark = pytest.mark.sshlab
 
 
 @pytest.fixture(scope="module")
-def mixed_json(lab, lab_site) -> tuple[int, dict[str, Any]]:  # type: ignore[no-untyped-def]
-    proc = clusterkit(lab, "preflight", "--site", str(lab_site), "--stage", "multi-node", "--json")
-    assert proc.stderr == ""
-    return proc.returncode, json.loads(proc.stdout)
+def mixed_json(lab_ck, lab_site) -> tuple[int, dict[str, Any]]:  # type: ignore[no-untyped-def]
+    proc = lab_ck("preflight", "--site", str(lab_site), "--stage", "multi-node", "--json")
+    assert proc.err == ""
+    return proc.code, json.loads(proc.out)
 
 
 def check_messages(node: dict[str, Any]) -> dict[str, str]:
@@ -91,56 +89,55 @@ def test_json_shape(mixed_json) -> None:  # type: ignore[no-untyped-def]
     assert {c["check"] for c in report["checks"]} >= {"gpu.count", "ib.ports", "ib.peermem", "storage.writable"}
 
 
-def test_plain_output_groups_identical_results(lab, lab_site) -> None:  # type: ignore[no-untyped-def]
-    proc = clusterkit(lab, "preflight", "--site", str(lab_site), "--nodes", "node[01-04,11-12]")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    lines = proc.stdout.splitlines()
+def test_plain_output_groups_identical_results(lab_ck, lab_site) -> None:  # type: ignore[no-untyped-def]
+    proc = lab_ck("preflight", "--site", str(lab_site), "--nodes", "node[01-04,11-12]")
+    assert proc.code == 1, proc.out + proc.err
+    lines = proc.out.splitlines()
     assert "FAILED      node03: gpu.count: 7 GPUs, expected 8" in lines
     assert "FAILED      node04: ib.ports: mlx5_3 port 1 DOWN (Disabled); ib.rate: mlx5_3 port 1 10 Gb/s < 400 Gb/s" in lines
     assert "OK          4 nodes: ok" in lines
     assert lines[-1].startswith("preflight lab (multi-node, ssh): 6 of 6 nodes checked in ")
     assert lines[-1].endswith("4 ok, 2 failed")
-    assert "\x1b[" not in proc.stdout  # no colour codes in a pipe
+    assert "\x1b[" not in proc.out  # no colour codes in a pipe
 
 
-def test_all_healthy_exit_0(lab, lab_site) -> None:  # type: ignore[no-untyped-def]
-    proc = clusterkit(lab, "preflight", "--site", str(lab_site), "--nodes", "node[01-02]", "--json")
-    report = json.loads(proc.stdout)
-    assert proc.returncode == 0 and report["counts"]["ok"] == 2
+def test_all_healthy_exit_0(lab_ck, lab_site) -> None:  # type: ignore[no-untyped-def]
+    proc = lab_ck("preflight", "--site", str(lab_site), "--nodes", "node[01-02]", "--json")
+    report = json.loads(proc.out)
+    assert proc.code == 0 and report["counts"]["ok"] == 2
 
 
-def test_single_node_stage_skips_ib_and_shared_storage(lab, lab_site) -> None:  # type: ignore[no-untyped-def]
+def test_single_node_stage_skips_ib_and_shared_storage(lab_ck, lab_site) -> None:  # type: ignore[no-untyped-def]
     # node04's IB port is down and node06 has no Lustre: neither matters on one node
     for node in ("node04", "node06"):
-        proc = clusterkit(lab, "preflight", "--site", str(lab_site), "--nodes", node, "--stage", "single-node")
-        assert proc.returncode == 0, proc.stdout
-        assert "note: single-node stage: InfiniBand and shared-storage checks skipped" in proc.stdout
+        proc = lab_ck("preflight", "--site", str(lab_site), "--nodes", node, "--stage", "single-node")
+        assert proc.code == 0, proc.out
+        assert "note: single-node stage: InfiniBand and shared-storage checks skipped" in proc.out
 
 
-def test_large_cluster_warns_on_nfs_without_failing(lab, lab_site) -> None:  # type: ignore[no-untyped-def]
-    proc = clusterkit(lab, "preflight", "--site", str(lab_site), "--nodes", "node[01-02]", "--stage", "large-cluster")
-    assert proc.returncode == 0, proc.stdout
+def test_large_cluster_warns_on_nfs_without_failing(lab_ck, lab_site) -> None:  # type: ignore[no-untyped-def]
+    proc = lab_ck("preflight", "--site", str(lab_site), "--nodes", "node[01-02]", "--stage", "large-cluster")
+    assert proc.code == 0, proc.out
     assert ("WARN        2 nodes (node[01-02]): storage.nfs_at_scale: /home is NFS: at large-cluster scale prefer "
-            "Lustre/GPFS") in proc.stdout.splitlines()
+            "Lustre/GPFS") in proc.out.splitlines()
 
 
-def test_unknown_host_keys_refused_then_accepted(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_host_keys_refused_then_accepted(lab, lab_ck, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     known = tmp_path / "known_hosts"
     site = write_site(tmp_path / "site.yaml", lab, nodelist="node[01-02]", known_hosts=str(known))
-    proc = clusterkit(lab, "preflight", "--site", str(site), "--json")
-    report = json.loads(proc.stdout)
-    assert proc.returncode == 3
+    proc = lab_ck("preflight", "--site", str(site), "--json")
+    report = json.loads(proc.out)
+    assert proc.code == 3
     assert {n["error_kind"] for n in report["nodes"]} == {"hostkey-unknown"}
-    proc = clusterkit(lab, "preflight", "--site", str(site), "--accept-new-host-keys")
-    assert proc.returncode == 0, proc.stdout
+    proc = lab_ck("preflight", "--site", str(site), "--accept-new-host-keys")
+    assert proc.code == 0, proc.out
     assert len(known.read_text().splitlines()) == 2
-    assert clusterkit(lab, "preflight", "--site", str(site)).returncode == 0  # now known
+    assert lab_ck("preflight", "--site", str(site)).code == 0  # now known
 
 
-def test_ctrl_c_prints_what_was_checked(lab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_ctrl_c_prints_what_was_checked(lab, lab_ck, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     site = write_site(tmp_path / "slow.yaml", lab, nodelist="node[01-02,10]", command_timeout_s=40)
-    proc = lab.popen([sys.executable, "-m", "clusterkit", "preflight", "--site", str(site)],
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    proc = lab_ck.popen("preflight", "--site", str(site))
     time.sleep(8)  # the healthy nodes answer within a second or two; node10 hangs for 40 s
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)

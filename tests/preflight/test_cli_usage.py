@@ -4,23 +4,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import CLI
 
 SITE = """\
 name: usage
 nodes: {nodelist: "gpu[01-04]", gpus_per_node: 8}
 """
-
-
-def run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "clusterkit", "preflight", *args], capture_output=True,
-                          text=True, timeout=60, cwd=cwd)
 
 
 @pytest.fixture
@@ -41,32 +34,32 @@ def site(tmp_path: Path) -> Path:
          "clusterkit: error: --transport local checks this machine only; --nodes names 2 hosts"),
     ],
 )
-def test_usage_errors_exit_2_with_one_line(site: Path, args: tuple[str, ...], message: str) -> None:
+def test_usage_errors_exit_2_with_one_line(ck: CLI, site: Path, args: tuple[str, ...], message: str) -> None:
     full = args if args == () else ("--site", str(site), *args)
-    proc = run(*full)
-    assert proc.returncode == 2
-    assert proc.stdout == ""
-    assert len(proc.stderr.splitlines()) == 1 and proc.stderr.startswith(message), proc.stderr
+    proc = ck("preflight", *full)
+    assert proc.code == 2
+    assert proc.out == ""
+    assert len(proc.err.splitlines()) == 1 and proc.err.startswith(message), proc.err
 
 
-def test_bad_site_file_exit_2(tmp_path: Path) -> None:
+def test_bad_site_file_exit_2(ck: CLI, tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nnodes: {nodelist: 'x[1-2]', gpus_per_node: 8, colour: blue}\n")
-    proc = run("--site", str(bad))
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.startswith(f"clusterkit: error: {bad}:2: nodes.colour:")
+    proc = ck("preflight", "--site", str(bad))
+    assert proc.code == 2 and "Traceback" not in proc.err
+    assert proc.err.startswith(f"clusterkit: error: {bad}:2: nodes.colour:")
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has nvidia-smi")
-def test_local_transport_on_this_machine_reports_missing_gpus(site: Path) -> None:
-    proc = run("--site", str(site), "--transport", "local", "--json")
-    assert proc.returncode == 1, proc.stderr
-    report = json.loads(proc.stdout)
+def test_local_transport_on_this_machine_reports_missing_gpus(ck: CLI, site: Path) -> None:
+    proc = ck("preflight", "--site", str(site), "--transport", "local", "--json")
+    assert proc.code == 1, proc.err
+    report = json.loads(proc.out)
     node, = report["nodes"]
     assert report["transport"] == "local" and report["stage"] == "single-node"
     assert node["status"] == "failed"
     assert [c["message"] for c in node["checks"] if c["status"] == "fail"] == [
         "nvidia-smi not found (no NVIDIA driver installed?)"]
-    plain = run("--site", str(site), "--transport", "local", "--nodes", "thisbox")
-    assert plain.returncode == 1
-    assert "FAILED      thisbox: gpu.present: nvidia-smi not found (no NVIDIA driver installed?)" in plain.stdout.splitlines()
+    plain = ck("preflight", "--site", str(site), "--transport", "local", "--nodes", "thisbox")
+    assert plain.code == 1
+    assert "FAILED      thisbox: gpu.present: nvidia-smi not found (no NVIDIA driver installed?)" in plain.out.splitlines()

@@ -23,6 +23,8 @@ from typing import Iterator
 
 import pytest
 
+from tests.conftest import CLI, CLIResult, Wrap
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TESTBED = HERE / "testbed.sh"
@@ -165,23 +167,24 @@ def testbed() -> Iterator[Testbed]:
 
 @dataclass
 class CK:
-    """Runs the ``clusterkit`` CLI as a user would, against the testbed, with its own records dir."""
+    """``ck`` against the testbed, as a user runs it: a process with SLURM_CONF, the checkout's
+    python first on PATH, and job records of its own."""
 
     bed: Testbed
     state_dir: Path
     runs: Path
     with_sacct: bool = False
+    ck: CLI = field(default_factory=CLI)  # the test's ck; module-wide fixtures get a process-only CLI()
 
     def env(self, **extra: str) -> dict[str, str]:
         return self.bed.env(with_sacct=self.with_sacct, CLUSTERKIT_STATE_DIR=str(self.state_dir), **extra)
 
-    def __call__(self, *args: str, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "clusterkit", *args], cwd=REPO, env=env or self.env(),
-                              capture_output=True, text=True, timeout=timeout)
+    def __call__(self, *args: str, timeout: float = 240, env: dict[str, str] | None = None,
+                 wrap: Wrap | None = None) -> CLIResult:
+        return self.ck.proc(*args, cwd=REPO, env=env or self.env(), timeout=timeout, wrap=wrap)
 
     def popen(self, *args: str) -> "subprocess.Popen[str]":
-        return subprocess.Popen([sys.executable, "-m", "clusterkit", *args], cwd=REPO, env=self.env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return self.ck.popen(*args, cwd=REPO, env=self.env())
 
     def records(self) -> list[Path]:
         d = self.state_dir / "jobs"
@@ -189,8 +192,8 @@ class CK:
 
     def status(self, job: str) -> dict:
         proc = self("status", job, "--json", timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
+        assert proc.code == 0, proc.err
+        return json.loads(proc.out)
 
     def wait_for(self, job: str, predicate, timeout: float = 60, what: str = "state") -> dict:
         """Poll ``status JOB --json`` until ``predicate(status)`` holds."""
@@ -205,8 +208,8 @@ class CK:
 
 
 @pytest.fixture
-def cli(testbed: Testbed, tmp_path: Path) -> CK:
-    """The CLI against the testbed, records under tmp_path/state, run dirs under tmp_path/runs."""
+def cli(ck: CLI, testbed: Testbed, tmp_path: Path) -> CK:
+    """``ck`` bound to the testbed, records under tmp_path/state, run dirs under tmp_path/runs."""
     # run directories must be readable by the job's processes, which run as root like us
     tmp_path.chmod(0o755)
-    return CK(bed=testbed, state_dir=tmp_path / "state", runs=tmp_path / "runs")
+    return CK(bed=testbed, state_dir=tmp_path / "state", runs=tmp_path / "runs", ck=ck)

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
+from ..conftest import CLI
 from .conftest import REPO, Testbed
 
 PROFILE = REPO / "tests" / "sshlab" / "profiles" / "healthy"
@@ -41,32 +42,30 @@ def _fake_node_env(bed: Testbed, tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def test_srun_transport_checks_every_node(testbed: Testbed, tmp_path: Path) -> None:
+def test_srun_transport_checks_every_node(ck: CLI, testbed: Testbed, tmp_path: Path) -> None:
     site = _site(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "clusterkit", "preflight", "--site", str(site), "--transport", "srun",
-                           "--json"], env=_fake_node_env(testbed, tmp_path), capture_output=True, text=True,
-                          timeout=120, cwd=REPO)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = json.loads(proc.stdout)
+    proc = ck.proc("preflight", "--site", str(site), "--transport", "srun", "--json",
+                   env=_fake_node_env(testbed, tmp_path), timeout=120)
+    assert proc.code == 0, proc.out + proc.err
+    report = json.loads(proc.out)
     assert report["transport"] == "srun" and report["stage"] == "multi-node"
     assert report["groups"] == [{"status": "ok", "count": 4, "nodes": "node[1-4]", "lines": []}]
 
 
-def test_srun_transport_without_gpus_fails_every_node(testbed: Testbed, tmp_path: Path) -> None:
+def test_srun_transport_without_gpus_fails_every_node(ck: CLI, testbed: Testbed, tmp_path: Path) -> None:
     site = _site(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "clusterkit", "preflight", "--site", str(site), "--transport", "srun",
-                           "--nodes", "node[1-2]", "--stage", "single-node"], env=testbed.env(), capture_output=True,
-                          text=True, timeout=120, cwd=REPO)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
+    proc = ck.proc("preflight", "--site", str(site), "--transport", "srun", "--nodes", "node[1-2]",
+                   "--stage", "single-node", env=testbed.env(), timeout=120)
+    assert proc.code == 1, proc.out + proc.err
     assert ("FAILED      2 nodes (node[1-2]): gpu.present: nvidia-smi not found (no NVIDIA driver installed?)"
-            in proc.stdout.splitlines())
+            in proc.out.splitlines())
 
 
-def test_in_job_step_inside_an_allocation(testbed: Testbed, tmp_path: Path) -> None:
+def test_in_job_step_inside_an_allocation(ck: CLI, testbed: Testbed, tmp_path: Path) -> None:
     """What a job script's preflight step does: check the allocated nodes, stop on failure."""
     site = _site(tmp_path)
-    step = (f'{sys.executable} -m clusterkit preflight --site {site} --transport srun '
-            '--nodes "$SLURM_JOB_NODELIST" --json')
+    # the step line a job script has: clusterkit's own command line, the allocation's nodes
+    step = shlex.join(ck.argv("preflight", "--site", str(site), "--transport", "srun")) + ' --nodes "$SLURM_JOB_NODELIST" --json'
     proc = subprocess.run(["salloc", "--nodes", "2", "--nodelist", "node[3-4]", "--quiet", "bash", "-c", step],
                           env=_fake_node_env(testbed, tmp_path), capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -19,10 +19,12 @@ from typing import Iterator
 
 import pytest
 
+from ..conftest import CLIResult
+
 from .conftest import CK, TESTBED, Testbed, _free_port_block
 
 
-def _init(cli: CK, out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _init(cli: CK, out: Path, *args: str, env: dict[str, str] | None = None) -> CLIResult:
     return cli("sites", "init", out.stem, "--from-slurm", "--out", str(out), *args, env=env)
 
 

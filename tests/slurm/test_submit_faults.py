@@ -9,7 +9,6 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +19,7 @@ import pytest
 from clusterkit.scheduler.records import RecordStore, SlurmQuery, load_record
 
 from ..conftest import CLIResult, assert_one_line_error
-from .conftest import CK, REPO
+from .conftest import CK
 
 # A site that claims more than the testbed has, so that sbatch (not clusterkit) must refuse.
 BIG_SITE = """\
@@ -58,7 +57,7 @@ def test_sbatch_refusal_is_one_line_with_slurms_reason(cli: CK, big_site: Path, 
 
 
 def test_twenty_parallel_submits_give_twenty_intact_records(cli: CK) -> None:
-    def one(i: int) -> subprocess.CompletedProcess[str]:
+    def one(i: int) -> CLIResult:
         return cli("submit", "--site", "testbed", "--gpus-per-node", "1", "--launcher", "srun",
                    "--job-name", f"par{i}", "--out", str(cli.runs / f"par{i}"), "--json", "--", "true")
 
@@ -119,10 +118,8 @@ def _in_private_mounts(cli: CK, script: str, *args: str, env: dict[str, str] | N
     A read-only mount is the one unwritable directory that root (which runs these tests) cannot
     write anyway; the namespace keeps it away from everyone else on the machine.
     """
-    argv = ["unshare", "-m", "--propagation", "private", "sh", "-ec", script, "sh",
-            sys.executable, "-m", "clusterkit", *args]
-    p = subprocess.run(argv, cwd=REPO, env=env or cli.env(), capture_output=True, text=True, timeout=timeout)
-    return CLIResult(p.returncode, p.stdout, p.stderr)
+    return cli(*args, env=env, timeout=timeout,
+               wrap=lambda argv: ["unshare", "-m", "--propagation", "private", "sh", "-ec", script, "sh", *argv])
 
 
 def _testbed_jobs(cli: CK, name: str) -> list[str]:
