@@ -104,66 +104,83 @@ def stats(vals: list[float]) -> tuple[float, float, float]:
     return statistics.median(vals) * 1000, min(vals) * 1000, max(vals) * 1000
 
 
+class Timed:
+    """One process, timed from its start: wall time until it exits, its own CPU time (user +
+    system, which a busy machine inflates far less than wall time), and its stdout."""
+
+    def __init__(self, argv: list[str], **kw: Any) -> None:
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            self.t0 = time.perf_counter()
+            proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, **kw)
+            _, status, usage = os.wait4(proc.pid, 0)
+            self.wall = time.perf_counter() - self.t0
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            self.cpu = usage.ru_utime + usage.ru_stime
+            out.seek(0)
+            err.seek(0)
+            self.stdout, self.stderr = out.read(), err.read()
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{self.stdout}{self.stderr}")
+
+
 def bench_headline(work: Path, repeat: int, env: dict[str, str]) -> None:
     # the job, rendered once: plain sbatch submits this very file every time
     sh(ck("render", *JOB, "--out", str(work / "rendered"), *COMMAND), cwd=REPO, env=env)
     script = work / "rendered" / "job.sbatch"
+    Row = tuple[float, float, float]  # process returned, job RUNNING, process CPU time
 
-    def run_ck(i: int) -> tuple[float, float]:
-        t0 = time.perf_counter()
-        proc = sh(ck("submit", *JOB, "--skip-preflight", "--no-wait", "--out", str(work / f"ck{i}"), *COMMAND),
+    def run_ck(i: int) -> Row:
+        p = Timed(ck("submit", *JOB, "--skip-preflight", "--no-wait", "--out", str(work / f"ck{i}"), *COMMAND),
                   cwd=REPO, env=env)
-        t_ret = time.perf_counter() - t0
-        found = re.search(r"Submitted job (\d+)", proc.stdout)
+        found = re.search(r"Submitted job (\d+)", p.stdout)
         if found is None:
-            raise SystemExit(f"clusterkit submit printed no job id:\n{proc.stdout}{proc.stderr}")
-        job = found[1]
-        t_run = wait_running(job, t0)
-        cancel_and_drain(job)
-        return t_ret, t_run
+            raise SystemExit(f"clusterkit submit printed no job id:\n{p.stdout}{p.stderr}")
+        t_run = wait_running(found[1], p.t0)
+        cancel_and_drain(found[1])
+        return p.wall, t_run, p.cpu
 
-    def run_sbatch(i: int) -> tuple[float, float]:
-        t0 = time.perf_counter()
-        job = sh(["sbatch", "--parsable", str(script)], cwd=script.parent, env=env).stdout.strip().split(";")[0]
-        t_ret = time.perf_counter() - t0
-        t_run = wait_running(job, t0)
+    def run_sbatch(i: int) -> Row:
+        p = Timed(["sbatch", "--parsable", str(script)], cwd=script.parent, env=env)
+        job = p.stdout.strip().split(";")[0]
+        t_run = wait_running(job, p.t0)
         cancel_and_drain(job)
-        return t_ret, t_run
+        return p.wall, t_run, p.cpu
 
-    run_ck(-1)  # warm-up: page cache, .pyc files, slurmctld's first contact with the client
+    run_ck(-1)  # warm-up: page cache, bytecode cache, slurmctld's first contact with the client
     run_sbatch(-1)
-    a: list[tuple[float, float]] = []
-    b: list[tuple[float, float]] = []
+    a: list[Row] = []
+    b: list[Row] = []
     for i in range(repeat):
         a.append(run_ck(i))
         b.append(run_sbatch(i))
-    py: list[float] = []
-    version: list[float] = []
+    py: list[Timed] = []
+    version: list[Timed] = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        sh([sys.executable, "-c", "pass"], env=env)
-        py.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        sh(ck("--version"), cwd=REPO, env=env)
-        version.append(time.perf_counter() - t0)
+        py.append(Timed([sys.executable, "-c", "pass"], env=env))
+        version.append(Timed(ck("--version"), cwd=REPO, env=env))
 
     print(f"\n1. submit -> RUNNING, same job.sbatch, {repeat} alternating runs after one warm-up each (ms)")
-    print(f"   {'run':>3s} {'(a) ck returns':>15s} {'(a) ck RUNNING':>15s} {'(b) sbatch ret':>15s} "
-          f"{'(b) sbatch RUNNING':>19s}")
-    for i, ((ar, aa), (br, bb)) in enumerate(zip(a, b, strict=True)):
-        print(f"   {i:3d} {ar * 1000:15.0f} {aa * 1000:15.0f} {br * 1000:15.0f} {bb * 1000:19.0f}")
-    print(f"\n   {'':46s} {'median':>7s} {'min':>7s} {'max':>7s}")
-    rows = [("(a) clusterkit submit --skip-preflight --no-wait", [v[1] for v in a]),
-            ("(b) sbatch job.sbatch", [v[1] for v in b]),
-            ("    (a) process returned", [v[0] for v in a]),
-            ("    (b) process returned", [v[0] for v in b]),
-            ("    python -c pass (interpreter start-up)", py),
-            ("    clusterkit --version (click, no command)", version)]
+    print(f"   {'run':>3s} {'(a) ck returns':>15s} {'(a) ck RUNNING':>15s} {'(a) ck CPU':>11s} "
+          f"{'(b) sbatch returns':>19s} {'(b) sbatch RUNNING':>19s}")
+    for i, (ra, rb) in enumerate(zip(a, b, strict=True)):
+        print(f"   {i:3d} {ra[0] * 1000:15.0f} {ra[1] * 1000:15.0f} {ra[2] * 1000:11.0f} "
+              f"{rb[0] * 1000:19.0f} {rb[1] * 1000:19.0f}")
+    print(f"\n   {'':50s} {'median':>7s} {'min':>7s} {'max':>7s}")
+    rows = [("(a) clusterkit submit --skip-preflight --no-wait", [r[1] for r in a]),
+            ("(b) sbatch job.sbatch", [r[1] for r in b]),
+            ("    (a) process returned", [r[0] for r in a]),
+            ("    (a) process CPU time (user+sys)", [r[2] for r in a]),
+            ("    (b) process returned", [r[0] for r in b]),
+            ("    python -c pass: returned", [t.wall for t in py]),
+            ("    python -c pass: CPU time", [t.cpu for t in py]),
+            ("    clusterkit --version (no command): returned", [t.wall for t in version]),
+            ("    clusterkit --version (no command): CPU time", [t.cpu for t in version])]
     for name, vals in rows:
         med, lo, hi = stats(vals)
-        print(f"   {name:46s} {med:7.0f} {lo:7.0f} {hi:7.0f}")
-    ratio = statistics.median(v[1] for v in a) / statistics.median(v[1] for v in b)
-    print(f"   ratio of medians to RUNNING, (a) / (b): {ratio:.2f}x")
+        print(f"   {name:50s} {med:7.0f} {lo:7.0f} {hi:7.0f}")
+    ratio = statistics.median(r[1] for r in a) / statistics.median(r[1] for r in b)
+    print(f"   ratio of the medians to RUNNING, (a) / (b): {ratio:.2f}x")
+    print(f"   load average during the runs: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
 def bench_poll(work: Path, repeat: int, env: dict[str, str]) -> None:
@@ -221,8 +238,11 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="clusterkit-bench-"))
     work.chmod(0o755)  # the job's processes read the run directories
     # the CLI processes: this checkout's package, records in a directory of their own
-    env = dict(os.environ, CLUSTERKIT_STATE_DIR=str(work / "state"),
+    # Bytecode is cached (in the work directory) as for an installed package, whose .pyc files
+    # pip writes: compiling clusterkit's sources on every start is no user's cost.
+    env = dict(os.environ, CLUSTERKIT_STATE_DIR=str(work / "state"), PYTHONPYCACHEPREFIX=str(work / "pycache"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "toolkit"), os.environ.get("PYTHONPATH")])))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     try:
         bench_headline(work, args.repeat, env)
         if not args.only_submit:
