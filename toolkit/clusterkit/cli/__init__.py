@@ -40,6 +40,25 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+class CommandLoadError(ClusterkitError):
+    """A listed command whose module cannot be imported: a broken install, never "no such command"."""
+
+    exit_code = ExitCode.FAILURE
+
+
+def load_command(name: str, module: str, attr: str) -> click.Command:
+    """Import one command's module (and only it) and return its click command."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:  # ModuleNotFoundError included: a missing dependency or module
+        raise CommandLoadError(f"command '{name}' cannot be loaded: {exc} "
+                               f"(a broken install: reinstall clusterkit with its dependencies)") from exc
+    command = getattr(mod, attr, None)
+    if not isinstance(command, click.Command):
+        raise CommandLoadError(f"command '{name}': {module} has no click command {attr!r}")
+    return command
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
 
@@ -50,14 +69,7 @@ class LazyGroup(click.Group):
         spec = COMMANDS.get(cmd_name)
         if spec is None:
             return None
-        module, attr, _ = spec
-        try:
-            mod = importlib.import_module(module)
-        except ModuleNotFoundError as exc:  # a command not built yet is not a crash
-            if exc.name != module:
-                raise
-            return None
-        return getattr(mod, attr)
+        return load_command(cmd_name, *spec[:2])
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
