@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+import click
+
+if TYPE_CHECKING:  # rich costs ~40 ms to import: plain lines and JSON do not need it
+    from rich.console import Console
+    from rich.table import Table
 
 _out: Console | None = None
 _err: Console | None = None
@@ -21,6 +25,8 @@ _err: Console | None = None
 def out() -> Console:
     global _out
     if _out is None:
+        from rich.console import Console
+
         # In a pipe rich would wrap tables at 80 columns; plain wide lines read and grep better.
         _out = Console(highlight=False, emoji=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
     return _out
@@ -29,6 +35,8 @@ def out() -> Console:
 def err() -> Console:
     global _err
     if _err is None:
+        from rich.console import Console
+
         _err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
     return _err
 
@@ -39,14 +47,22 @@ def emit_json(data: Any) -> None:
 
 
 def warn(message: str) -> None:
-    err().print(f"[yellow]clusterkit: warning:[/yellow] {message}", markup=True)
+    # click drops the colour when stderr is not a terminal; the message itself is never markup
+    click.echo(click.style("clusterkit: warning:", fg="yellow") + " " + message, err=True)
 
 
 def info(message: str) -> None:
-    err().print(message, markup=False)
+    click.echo(message, err=True)
+
+
+def line(message: str) -> None:
+    """One plain line on stdout (no markup, no wrapping)."""
+    click.echo(message)
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    from rich.table import Table
+
     t = Table(title=title, show_lines=False, header_style="bold")
     for c in columns:
         t.add_column(c)
