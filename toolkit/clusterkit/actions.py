@@ -1,20 +1,28 @@
-"""The render path every command shares: site -> plan -> artifacts -> run directory.
+"""The flows the commands share: name the job, resolve its run directory, plan once, gate, write.
 
-``render`` and ``submit`` (and ``plan --render``) call :func:`render_run`; nothing else builds a
-run directory, so ``submit --dry-run`` shows exactly what ``submit`` hands to sbatch.
+``render``, ``submit`` and ``plan --render`` call :func:`render_run`; nothing else builds a run
+directory, so ``submit --dry-run`` shows exactly what ``submit`` hands to sbatch.  ``submit``
+passes :func:`preflight_gate` in as the gate: it checks the plan's candidate nodes and returns
+the plan with the bad ones excluded (:meth:`~clusterkit.job.plan.Plan.excluding`), so the job
+is planned once whatever preflight finds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING
 
-from clusterkit.job import render as render_mod
-from clusterkit.job import rundir as workspace
-from clusterkit.errors import ExitCode, PlanError, PreflightError
-from clusterkit.job.plan import JobRequest, Plan, make_plan
 from clusterkit.config.site import Site, load_site
+from clusterkit.errors import ExitCode, PlanError, PreflightError
+from clusterkit.job import plan as planning
+from clusterkit.job import render as render_mod
+from clusterkit.job import rundir
+from clusterkit.job.plan import JobRequest, Plan
+
+if TYPE_CHECKING:
+    from clusterkit.preflight.report import NodeResult, PolicyDecision, Report
 
 
 @dataclass(frozen=True)
@@ -29,23 +37,29 @@ class RenderedRun:
         return self.run_dir / "job.sbatch"
 
 
-def render_run(site: Site | str, request: JobRequest, out: str | None = None) -> RenderedRun:
-    """Plan and render ``request`` on ``site`` and write the run directory atomically.
+def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
+               gate: Callable[[Plan], Plan] | None = None) -> RenderedRun:
+    """Plan ``request`` on ``site`` once and write the run directory atomically.
 
-    Everything is checked (site, stage, launcher, batch math, output directory) before the
-    first byte is written.
+    The job name and run directory come first (the plan records the directory), then the
+    plan, then ``gate`` (submit's preflight), which may refuse or return the plan with nodes
+    excluded; only then is anything rendered and written.  On any failure the default run
+    directory (created here, where ``--out`` is only checked), and ``./runs`` if it was made
+    for it, is removed again.
     """
     site_obj = load_site(site) if isinstance(site, str) else site
-    draft = make_plan(site_obj, request)                   # validates; names the job
-    request = read_inputs(draft, request)
-    run_dir = workspace.resolve_out(out, draft.job_name)
+    name = planning.job_name(request)
+    request = read_inputs(planning.resolve_launcher(site_obj, request), request)
+    claim = rundir.resolve_out(out, name)
+    run_dir = claim.path
     try:
-        plan = make_plan(site_obj, replace(request, run_dir=str(run_dir)))
+        plan = planning.make_plan(site_obj, replace(request, run_dir=str(run_dir)))
+        if gate is not None:
+            plan = gate(plan)
         artifacts = render_mod.render(site_obj, plan)
-        workspace.write_run_dir(run_dir, artifacts)
+        rundir.write_run_dir(run_dir, artifacts)
     except BaseException:
-        if out is None:  # resolve_out created the default directory
-            workspace.release(run_dir)
+        claim.release()  # the default directory (and ./runs) when resolve_out created them
         raise
     return RenderedRun(site_obj, plan, artifacts, run_dir)
 
@@ -53,10 +67,10 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None) ->
 _MAX_INPUT_BYTES = 1 << 20
 
 
-def read_inputs(draft: Plan, request: JobRequest) -> JobRequest:
+def read_inputs(launcher: str, request: JobRequest) -> JobRequest:
     """Read, on the submit host, the files the command names that the plan checks: the user's
     own DeepSpeed config, whose batch sizes must match the world before the job is queued."""
-    if draft.launcher != "deepspeed":
+    if launcher != "deepspeed":
         return request
     from clusterkit.job.launchers.deepspeed import user_config
 
@@ -80,49 +94,48 @@ def read_inputs(draft: Plan, request: JobRequest) -> JobRequest:
 class Gate:
     """What preflight decided before a submission (or why it did not run)."""
 
-    request: JobRequest            # the request to submit: bad nodes added to its exclude list
-    report: Any = None             # preflight Report, when it ran
-    decision: Any = None           # PolicyDecision, when it ran
-    skipped: str | None = None     # why preflight did not run
+    plan: Plan                                 # the plan to submit: bad nodes added to its exclude list
+    report: Report | None = None               # when preflight ran
+    decision: PolicyDecision | None = None     # when preflight ran
+    skipped: str | None = None                 # why preflight did not run
 
     @property
     def excluded(self) -> list[str]:
         return list(self.decision.exclude) if self.decision is not None else []
 
 
-def preflight_gate(site: Site, request: JobRequest, *, skip: bool = False, accept_new_host_keys: bool = False,
-                   on_result: Callable[[Any], None] | None = None) -> Gate:
-    """Check the site's candidate nodes before a submission; apply the site's policy.
+def preflight_gate(site: Site, plan: Plan, *, skip: bool = False, accept_new_host_keys: bool = False,
+                   on_result: Callable[[NodeResult], None] | None = None) -> Gate:
+    """Check the site's candidate nodes for ``plan`` before a submission; apply the site's policy.
 
-    Candidates are the site's nodes minus those already excluded.  Under policy ``exclude``
-    the failed and unreachable nodes join the request's exclude list (so ``#SBATCH --exclude``
-    and plan.json show them); under ``refuse``, or when too few good nodes remain, the gate
-    raises :class:`~clusterkit.errors.PreflightError` carrying the report.
+    Candidates are the site's nodes minus those the plan already excludes.  Under policy
+    ``exclude`` the failed and unreachable nodes join the plan's exclude list (so ``#SBATCH
+    --exclude`` and plan.json show them); under ``refuse``, or when too few good nodes remain,
+    the gate raises :class:`PreflightRefused` carrying the report.
     """
     if skip:
-        return Gate(request, skipped="--skip-preflight")
+        return Gate(plan, skipped="--skip-preflight")
     if site.scheduler.kind == "local":
-        return Gate(request, skipped="local site: nothing remote to check (clusterkit preflight --transport local checks this machine)")
+        return Gate(plan, skipped="local site: nothing remote to check "
+                                  "(clusterkit preflight --transport local checks this machine)")
     if not site.preflight.before_submit:
-        return Gate(request, skipped=f"site {site.name} sets preflight.before_submit: false")
+        return Gate(plan, skipped=f"site {site.name} sets preflight.before_submit: false")
     from clusterkit import hostlist
     from clusterkit.preflight.run import decide_for_site, run_preflight
 
-    draft = make_plan(site, request)
-    candidates = [h for h in site.nodes.hosts if h not in set(request.exclude)]
-    report = run_preflight(site, stage=draft.stage, nodes=hostlist.fold(candidates), transport=site.preflight.transport,
-                           accept_new_host_keys=accept_new_host_keys, on_result=on_result)
-    decision = decide_for_site(report, site, nodes_needed=draft.nnodes)
+    report = run_preflight(site, stage=plan.stage, nodes=hostlist.fold(plan.candidates),
+                           transport=site.preflight.transport, accept_new_host_keys=accept_new_host_keys,
+                           on_result=on_result)
+    decision = decide_for_site(report, site, nodes_needed=plan.nnodes)
     if decision.refuse:
         raise PreflightRefused(decision.reason, report)
-    exclude = tuple(sorted(set(request.exclude) | set(decision.exclude)))
-    return Gate(replace(request, exclude=exclude), report, decision)
+    return Gate(plan.excluding(decision.exclude), report, decision)
 
 
 class PreflightRefused(PreflightError):
     """Preflight's verdict under the site policy: do not submit.  Carries the report to show."""
 
-    def __init__(self, reason: str, report: Any):
+    def __init__(self, reason: str, report: Report):
         super().__init__(f"preflight: not submitting: {reason}")
         self.report = report
         if report.unreachable_nodes():

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from clusterkit.job import settings as settings_mod
-from clusterkit.errors import UsageError
 from clusterkit.config.site import LAUNCHER_NAMES, STAGE_NAMES
+from clusterkit.errors import UsageError
+from clusterkit.job import settings as settings_mod
+
+if TYPE_CHECKING:
+    from clusterkit.job.plan import JobRequest
 
 F = Callable[..., Any]
 
@@ -26,15 +30,19 @@ def job_options(f: F) -> F:
                      help="Deployment stage: single-node (1), multi-node (2-8), large-cluster (9+ nodes)."),
         click.option("--launcher", type=click.Choice(LAUNCHER_NAMES), default=None,
                      help="Launcher (default: the site's choice for the stage, else the stage's)."),
-        click.option("--nodes", type=click.IntRange(min=1), default=None, help="Number of nodes (default: the stage's)."),
+        click.option("--nodes", type=click.IntRange(min=1), default=None,
+                     help="Number of nodes (default: the stage's)."),
         click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
                      help="GPUs (processes) per node (default: all of the site's)."),
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Job setting, repeatable: " + ", ".join(settings_mod.valid_keys()) + "."),
-        click.option("--out", default=None, metavar="DIR", help="Run directory to create (default: ./runs/<job>-<time>)."),
+        click.option("--out", default=None, metavar="DIR",
+                     help="Run directory to create (default: ./runs/<job>-<time>)."),
         click.option("--job-name", default=None, help="Slurm job name (default: ck-<script>)."),
-        click.option("--exclude", default=None, metavar="NODESET", help="Nodes to keep out of the job, e.g. gpu[003,017]."),
-        click.option("--debug", is_flag=True, help="NCCL debug logging (INFO, INIT/NET subsystems, one file per host)."),
+        click.option("--exclude", default=None, metavar="NODESET",
+                     help="Nodes to keep out of the job, e.g. gpu[003,017]."),
+        click.option("--debug", is_flag=True,
+                     help="NCCL debug logging (INFO, INIT/NET subsystems, one file per host)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
         click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True),
     ]
@@ -45,7 +53,7 @@ def job_options(f: F) -> F:
 
 def build_request(*, stage: str, command: Sequence[str], launcher: str | None, nodes: int | None,
                   gpus_per_node: int | None, sets: Sequence[str], job_name: str | None,
-                  exclude: str | None, debug: bool, extra_settings: dict[str, Any] | None = None) -> Any:
+                  exclude: str | None, debug: bool, extra_settings: dict[str, Any] | None = None) -> JobRequest:
     """A JobRequest from parsed options (imported lazily to keep --help fast)."""
     from clusterkit import hostlist
     from clusterkit.job.plan import JobRequest

@@ -8,13 +8,16 @@ JSON.  With ``--render`` the recommended setup goes straight to the render path.
 from __future__ import annotations
 
 import math
-
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from clusterkit.sizing import estimate as est
 from clusterkit.errors import UsageError
+from clusterkit.sizing import estimate as est
+
+if TYPE_CHECKING:
+    from clusterkit.actions import RenderedRun
+    from clusterkit.config.site import Site
 
 
 class _Size(click.ParamType):  # type: ignore[type-arg]  # generic only from click 8.2
@@ -22,7 +25,7 @@ class _Size(click.ParamType):  # type: ignore[type-arg]  # generic only from cli
 
     name = "SIZE"
 
-    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> int:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return value
         return est.parse_size(str(value), f"--{param.name.replace('_', '-')}" if param and param.name else "size")
@@ -35,7 +38,7 @@ class _Number(click.ParamType):  # type: ignore[type-arg]
         self.kind = kind
         self.name = "N" if kind is int else "X"
 
-    def convert(self, value: Any, param: Optional[click.Parameter], ctx: Optional[click.Context]) -> Any:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, self.kind):
             return value
         opt = f"--{param.name.replace('_', '-')}" if param and param.name else "value"
@@ -63,24 +66,28 @@ def hardware_of(site: Any) -> est.Hardware:
 
 
 @click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--site", "site_ref", required=True, metavar="SITE", help="Site config: a path or a name on the search path.")
+@click.option("--site", "site_ref", required=True, metavar="SITE",
+              help="Site config: a path or a name on the search path.")
 @click.option("--model-params", type=_Size(), required=True, help="Model size: 7B, 70e9, 350M, 1.5T or a plain count.")
 @click.option("--largest-layer-params", type=_Size(), default=None,
               help="Parameters of the largest layer (ZeRO-3 gathers one whole layer per GPU). "
                    "Default: guessed from a GPT-3-shaped model.")
-@click.option("--gpus", type=_Number(int), default=None, help="Fix the GPU count (a multiple of the site's GPUs per node).")
+@click.option("--gpus", type=_Number(int), default=None,
+              help="Fix the GPU count (a multiple of the site's GPUs per node).")
 @click.option("--nodes", type=_Number(int), default=None, help="Fix the node count.")
 @click.option("--launcher", type=click.Choice(est.LAUNCHERS), default=None,
               help="Only setups this launcher can run.")
 @click.option("--offload", type=click.Choice(est.OFFLOADS), default=None, help="Only setups with this CPU offload.")
 @click.option("--zero-init/--no-zero-init", default=True, show_default=True,
-              help="ZeRO-3/FSDP build the model sharded (deepspeed.zero.Init / meta device) rather than whole on every rank.")
+              help="ZeRO-3/FSDP build the model sharded (deepspeed.zero.Init / meta device) "
+                   "rather than whole on every rank.")
 @click.option("--seq-len", type=_Number(int), default=None,
               help="Sequence length: count activations too (full recomputation, FlashAttention).")
 @click.option("--micro-batch", type=_Number(int), default=None, help="With --seq-len: micro batch per GPU (default 1).")
 @click.option("--hidden-size", type=_Number(int), default=None,
               help="With --seq-len: hidden size (default: from a GPT-3 shape).")
-@click.option("--layers", type=_Number(int), default=None, help="With --seq-len: transformer layers (default: from a GPT-3 shape).")
+@click.option("--layers", type=_Number(int), default=None,
+              help="With --seq-len: transformer layers (default: from a GPT-3 shape).")
 @click.option("--vocab-size", type=_Number(int), default=None,
               help=f"With --seq-len: vocabulary size (default {est.DEFAULT_VOCAB}).")
 @click.option("--headroom", type=_Number(float), default=est.DEFAULT_HEADROOM, show_default=True,
@@ -96,11 +103,12 @@ def hardware_of(site: Any) -> est.Hardware:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="With --render: extra job settings (as `render --set`); they win over the plan's.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def plan(site_ref: str, model_params: int, largest_layer_params: Optional[int], gpus: Optional[int],
-         nodes: Optional[int], launcher: Optional[str], offload: Optional[str], zero_init: bool,
-         seq_len: Optional[int], micro_batch: Optional[int], hidden_size: Optional[int], layers: Optional[int],
-         vocab_size: Optional[int], headroom: float, buffer_factor: float, hours: Optional[float], as_json: bool, do_render: bool,
-         out: Optional[str], job_name: Optional[str], sets: tuple[str, ...], command: tuple[str, ...]) -> None:
+def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpus: int | None,
+         nodes: int | None, launcher: str | None, offload: str | None, zero_init: bool,
+         seq_len: int | None, micro_batch: int | None, hidden_size: int | None, layers: int | None,
+         vocab_size: int | None, headroom: float, buffer_factor: float, hours: float | None, as_json: bool,
+         do_render: bool,
+         out: str | None, job_name: str | None, sets: tuple[str, ...], command: tuple[str, ...]) -> None:
     """Choose framework, ZeRO stage and node count from model size and the site's GPUs.
 
     Memory is for model states (weights, gradients, optimizer states: Adam, mixed precision),
@@ -141,8 +149,8 @@ def plan(site_ref: str, model_params: int, largest_layer_params: Optional[int], 
         show_rendered(run, as_json=False)
 
 
-def _shape(params: int, seq_len: Optional[int], micro_batch: Optional[int], hidden: Optional[int],
-           layers: Optional[int], vocab: Optional[int]) -> Optional[est.Shape]:
+def _shape(params: int, seq_len: int | None, micro_batch: int | None, hidden: int | None,
+           layers: int | None, vocab: int | None) -> est.Shape | None:
     """The model shape for activations: only with --seq-len; the other sizes refine it."""
     if seq_len is None:
         given = [name for name, v in (("--micro-batch", micro_batch), ("--hidden-size", hidden),
@@ -157,8 +165,8 @@ def _shape(params: int, seq_len: Optional[int], micro_batch: Optional[int], hidd
     return est.make_shape(params, seq_len, micro_batch or 1, hidden, layers, vocab)
 
 
-def _check_render_options(do_render: bool, command: tuple[str, ...], out: Optional[str],
-                          job_name: Optional[str], sets: tuple[str, ...]) -> None:
+def _check_render_options(do_render: bool, command: tuple[str, ...], out: str | None,
+                          job_name: str | None, sets: tuple[str, ...]) -> None:
     """COMMAND and the render options belong with --render, and --render needs a COMMAND."""
     if do_render and not command:
         raise UsageError("--render needs the training command after --, e.g. -- python train.py")
@@ -170,12 +178,12 @@ def _check_render_options(do_render: bool, command: tuple[str, ...], out: Option
             raise UsageError(f"{', '.join(stray)} only make sense with --render")
 
 
-def render_recommended(site: Any, result: est.PlanEstimate, command: tuple[str, ...], out: Optional[str],
-                       job_name: Optional[str], sets: tuple[str, ...]) -> Any:
+def render_recommended(site: Site, result: est.PlanEstimate, command: tuple[str, ...], out: str | None,
+                       job_name: str | None, sets: tuple[str, ...]) -> RenderedRun:
     """Hand the recommended setup to the render path: launcher, stage, nodes and its settings."""
-    from clusterkit.errors import PlanError
-    from clusterkit.cli.common import build_request
     from clusterkit.actions import render_run
+    from clusterkit.cli.common import build_request
+    from clusterkit.errors import PlanError
     from clusterkit.job import settings as settings_mod
 
     chosen = result.recommended
@@ -199,9 +207,9 @@ def render_recommended(site: Any, result: est.PlanEstimate, command: tuple[str, 
 
 def print_human(site_name: str, result: est.PlanEstimate) -> None:
     """The table of candidates, the recommendation with its reason, and the cost line."""
+    from rich import box
     from rich.console import Console
     from rich.table import Table
-    from rich import box
 
     console = Console(highlight=False)
     if not console.is_terminal:  # plain columns in a pipe: no wrapping or truncation at 80
@@ -210,7 +218,8 @@ def print_human(site_name: str, result: est.PlanEstimate) -> None:
     llp = est.human_count(result.largest_layer_params) + (" (assumed)" if result.largest_layer_assumed else "")
     console.print(f"site {site_name}: {hw.max_nodes} nodes x {hw.gpus_per_node} GPUs, {hw.gpu_mem_gib:g} GiB per GPU, "
                   f"{hw.host_mem_gib:g} GiB host per node; headroom {req.headroom:.0%} leaves "
-                  f"{result.usable_gpu_bytes / est.GIB:.1f} GiB per GPU, {result.usable_host_bytes / est.GIB:.1f} GiB per node")
+                  f"{result.usable_gpu_bytes / est.GIB:.1f} GiB per GPU, "
+                  f"{result.usable_host_bytes / est.GIB:.1f} GiB per node")
     console.print(f"model: {est.human_count(req.total_params)} parameters, largest layer {llp}")
     if req.shape is not None:
         sh = req.shape

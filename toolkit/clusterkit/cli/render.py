@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from clusterkit.cli.common import build_request, job_options
 
+if TYPE_CHECKING:
+    from clusterkit.actions import RenderedRun
 
-def rendered_summary(run: Any) -> dict[str, Any]:
+
+def rendered_summary(run: RenderedRun) -> dict[str, Any]:
     p = run.plan
     return {"run_dir": str(run.run_dir), "script": str(run.script), "files": sorted(run.artifacts),
             "site": p.site, "stage": p.stage, "launcher": p.launcher, "nodes": p.nnodes,
@@ -17,7 +20,7 @@ def rendered_summary(run: Any) -> dict[str, Any]:
             "warnings": list(p.warnings)}
 
 
-def show_rendered(run: Any, as_json: bool) -> None:
+def show_rendered(run: RenderedRun, as_json: bool) -> None:
     from clusterkit.cli import output
 
     summary = rendered_summary(run)

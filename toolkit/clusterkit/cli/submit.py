@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import re
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from clusterkit.cli.common import build_request, job_options
+
+if TYPE_CHECKING:
+    from clusterkit.config.site import Site
+    from clusterkit.job.plan import Plan
+    from clusterkit.preflight.report import Report
 
 
 def _minutes(slurm_time: str) -> float:
@@ -72,8 +77,8 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     With --wait the exit status is the job's own.
     """
     from clusterkit.actions import render_run
-    from clusterkit.scheduler.records import RecordStore
     from clusterkit.config.site import load_site
+    from clusterkit.scheduler.records import RecordStore
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
@@ -85,8 +90,8 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
         return _show_dry_run(run, as_json)
     store = RecordStore()
     store.check_writable()  # before anything runs: a job without its record is one nobody follows
-    request = _preflight(site_obj, request, skip_preflight)
-    run = render_run(site_obj, request, out)
+    # run directory, plan, then preflight on the plan's candidate nodes, then the files
+    run = render_run(site_obj, request, out, gate=lambda plan: _preflight(site_obj, plan, skip_preflight))
     job_id = _dispatch(run)
     rec = _record(run, job_id)
     _save_record(store, rec)
@@ -122,13 +127,13 @@ def _note_preflight_skipped(site: Any, skip: bool) -> None:
                     "#SBATCH --exclude above")
 
 
-def _preflight(site: Any, request: Any, skip: bool) -> Any:
-    """Check the site's nodes first (site policy); return the request with bad nodes excluded."""
-    from clusterkit.cli import output
+def _preflight(site: Site, plan: Plan, skip: bool) -> Plan:
+    """Check the site's nodes first (site policy); return the plan with bad nodes excluded."""
     from clusterkit.actions import PreflightRefused, preflight_gate
+    from clusterkit.cli import output
 
     try:
-        gate = preflight_gate(site, request, skip=skip)
+        gate = preflight_gate(site, plan, skip=skip)
     except PreflightRefused as exc:
         _show_preflight(exc.report)
         raise
@@ -138,10 +143,10 @@ def _preflight(site: Any, request: Any, skip: bool) -> Any:
         from clusterkit.hostlist import fold
 
         output.warn(f"preflight: keeping {fold(gate.excluded)} out of the job (#SBATCH --exclude)")
-    return gate.request
+    return gate.plan
 
 
-def _show_preflight(report: Any) -> None:
+def _show_preflight(report: Report) -> None:
     """Preflight's grouped verdict on stderr (stdout stays the submission's own output)."""
     from clusterkit.cli import output
 

@@ -3,25 +3,30 @@
 The plan is the single description of a job: nodes, tasks, launcher invocation, NCCL env,
 sbatch directives and the files that go with it.  Rendering turns it into text; nothing
 downstream decides anything the plan did not.
+
+A command plans once: the job name (:func:`job_name`) and launcher (:func:`resolve_launcher`)
+are known before planning, so the run directory can be resolved first; nodes found bad later
+(preflight) are taken out with :meth:`Plan.excluding`, which gives what ``make_plan`` would have
+given with them in the request's exclude list, without planning again.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import re
-from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
 
 from clusterkit import __version__
-from clusterkit.job import launchers
-from clusterkit.job import nccl
-from clusterkit.job import stages
-from clusterkit.job import settings as settings_mod
+from clusterkit.config.site import Site
 from clusterkit.errors import PlanError
+from clusterkit.job import launchers, nccl, stages
+from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.settings import Settings
-from clusterkit.config.site import Site
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 _SBATCH_VALUE = re.compile(r"[^\s\x00-\x1f'\"\\`]+")
@@ -45,6 +50,14 @@ class JobRequest:
     # files the command names that the plan checks (read on the submit host by the pipeline):
     # path as written -> (absolute path, text)
     inputs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What :meth:`Plan.excluding` derives from: the site and the launcher's context (not in plan.json)."""
+
+    site: Site
+    context: Context
 
 
 @dataclass(frozen=True)
@@ -76,6 +89,7 @@ class Plan:
     time: str
     settings: Settings
     preflight_in_job: bool
+    basis: Basis = field(repr=False)
     cpus_per_task: int = 1              # every srun step asks for it: since Slurm 22.05 srun need not take sbatch's
     warnings: tuple[str, ...] = ()
 
@@ -83,11 +97,38 @@ class Plan:
     def slurm(self) -> bool:
         return self.scheduler == "slurm"
 
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """Every host the job may land on: the site's nodes less the exclude list, in nodelist order."""
+        return self.basis.context.site_hosts
+
+    def excluding(self, nodes: Iterable[str]) -> Plan:
+        """This plan with ``nodes`` kept out of the job too: equal to what :func:`make_plan` gives
+        with them added to the request's exclude list, and refused with the same PlanError (a
+        node not on the site, too few nodes left, a launcher's host filter naming one of them).
+
+        Only the hosts depend on the exclude list: the candidate hosts, ``#SBATCH --exclude`` and
+        the launcher's host checks are derived again; a launcher reads hosts only to refuse.
+        """
+        exclude = _exclude_list(self.basis.site, (*self.exclude, *nodes))
+        if exclude == self.exclude:
+            return self
+        site, ctx = self.basis.site, self.basis.context
+        ctx = _with_hosts(ctx, _candidates(site, exclude, self.nnodes))
+        if launchers.get(self.launcher)(ctx) != self.launch:  # re-runs the launcher's host checks
+            raise AssertionError(f"{self.launcher}: the launch changed with the exclude list; "
+                                 "launchers may read the hosts only to refuse a request")
+        sbatch = _sbatch(site, self.settings, self.nnodes, self.gpus_per_node, self.launch, stages.get(self.stage),
+                         exclude, self.time, self.max_restarts)
+        return replace(self, hosts=ctx.hosts, exclude=exclude, sbatch=sbatch, basis=Basis(site, ctx))
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description of everything in the plan (plan.json)."""
-        d = asdict(self)
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "basis"}
+        d["container"] = copy.deepcopy(self.container)
         d["launch"] = {"launcher": self.launch.launcher, "mode": self.launch.mode, "line": self.launch.line,
-                       "command": list(self.launch.command), "hostfile_dialect": self.launch.dialect.name if self.launch.dialect else None,
+                       "command": list(self.launch.command),
+                       "hostfile_dialect": self.launch.dialect.name if self.launch.dialect else None,
                        "files": sorted(self.launch.files), "notes": list(self.launch.notes)}
         d["env"] = [asdict(v) for v in self.env]
         d["sbatch"] = [[k, v] for k, v in self.sbatch]
@@ -95,14 +136,23 @@ class Plan:
         return d
 
 
-def _job_name(request: JobRequest, command: tuple[str, ...]) -> str:
+def job_name(request: JobRequest) -> str:
+    """The job's name: ``--job-name`` (checked), else ``ck-<script>`` from the command."""
     if request.job_name is not None:
         if not _JOB_NAME.fullmatch(request.job_name):
             raise PlanError(f"--job-name {request.job_name!r}: use 1-64 letters, digits, '.', '_', '+' or '-'")
         return request.job_name
+    command = request.command
     script = next((c for c in command[1:] if not c.startswith("-")), command[0] if command else "job")
     base = re.sub(r"[^A-Za-z0-9._+-]", "-", script.rsplit("/", 1)[-1].removesuffix(".py"))[:48].strip("-.")
     return f"ck-{base or 'job'}"
+
+
+def resolve_launcher(site: Site, request: JobRequest) -> str:
+    """The launcher: ``--launcher``, else the site's choice for the stage, else the stage's default."""
+    spec = stages.get(request.stage)
+    override = site.stages.get(spec.name)  # type: ignore[call-overload]
+    return request.launcher or (override.launcher if override and override.launcher else spec.default_launcher)
 
 
 _MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
@@ -144,7 +194,7 @@ def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec
         if value:
             out.append((key, value))
     out += [("time", time), ("nodes", str(nnodes)), ("ntasks-per-node", str(tasks)),
-            ("gpus-per-node", str(gpn)), ("cpus-per-task", str(cpus))] + _mem_share(site, gpn)
+            ("gpus-per-node", str(gpn)), ("cpus-per-task", str(cpus)), *_mem_share(site, gpn)]
     if exclude:
         from clusterkit.hostlist import fold
         out.append(("exclude", fold(exclude)))
@@ -163,7 +213,8 @@ def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec
         if text is not None and not _SBATCH_VALUE.fullmatch(text):
             # #SBATCH lines are comments to bash but a newline would start a live shell line,
             # and sbatch splits values at whitespace.
-            raise PlanError(f"sbatch --{option} value {text!r}: whitespace, quotes and control characters are not allowed")
+            raise PlanError(f"sbatch --{option} value {text!r}: whitespace, quotes and control characters "
+                            "are not allowed")
     return tuple(out)
 
 
@@ -172,7 +223,7 @@ def time_seconds(text: str) -> int:
     days, _, rest = text.rpartition("-")
     parts = [int(p) for p in rest.split(":")]
     if days:  # after 'D-' the first field is hours
-        h, m, sec = (parts + [0, 0])[:3]
+        h, m, sec = [*parts, 0, 0][:3]
         return int(days) * 86400 + h * 3600 + m * 60 + sec
     if len(parts) == 3:
         return parts[0] * 3600 + parts[1] * 60 + parts[2]
@@ -207,15 +258,37 @@ def checkpoint_base(site: Site, run_dir: str, job_name: str) -> str:
     return f"{pick.path.rstrip('/')}/checkpoints/{job_name}"
 
 
-def _context(site: Site, request: JobRequest, s: Settings, nnodes: int, gpn: int, use_container: bool) -> Context:
-    hosts = [h for h in site.nodes.hosts if h not in set(request.exclude)]
+def _exclude_list(site: Site, exclude: Iterable[str]) -> tuple[str, ...]:
+    """The exclude list, sorted; every node on it must be one of the site's."""
+    listed = tuple(sorted(set(exclude)))
+    known = set(site.nodes.hosts)
+    unknown = [h for h in listed if h not in known]
+    if unknown:
+        raise PlanError(f"cannot exclude {', '.join(unknown)}: not in {site.name}'s nodelist {site.nodes.nodelist}")
+    return listed
+
+
+def _candidates(site: Site, exclude: tuple[str, ...], nnodes: int) -> tuple[str, ...]:
+    """The site's hosts the job may land on, in nodelist order: enough for ``nnodes``."""
+    out = set(exclude)
+    hosts = tuple(h for h in site.nodes.hosts if h not in out)
     if len(hosts) < nnodes:
         raise PlanError(f"{nnodes} nodes requested but only {len(hosts)} of {site.name}'s nodes remain "
-                        f"after excluding {len(request.exclude)}")
-    return Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=s,
-                   stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=tuple(hosts[:nnodes]),
-                   run_dir=request.run_dir, container=use_container, site_hosts=tuple(hosts),
-                   inputs=request.inputs)
+                        f"after excluding {len(exclude)}")
+    return hosts
+
+
+def _with_hosts(ctx: Context, candidates: tuple[str, ...]) -> Context:
+    """The launcher's hosts: the first ``nnodes`` candidates (static hostfile), and all of them."""
+    return replace(ctx, hosts=candidates[:ctx.nnodes], site_hosts=candidates)
+
+
+def _context(site: Site, request: JobRequest, s: Settings, nnodes: int, gpn: int, use_container: bool,
+             exclude: tuple[str, ...]) -> Context:
+    ctx = Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=s,
+                  stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(),
+                  run_dir=request.run_dir, container=use_container, inputs=request.inputs)
+    return _with_hosts(ctx, _candidates(site, exclude, nnodes))
 
 
 def _check_used(s: Settings, launcher: str, site: Site) -> None:
@@ -227,7 +300,8 @@ def _check_used(s: Settings, launcher: str, site: Site) -> None:
         if launcher not in users:
             raise PlanError(f"--set {key}: the {launcher} launcher does not use it; it is used by {', '.join(users)}")
         if key in settings_mod.SLURM_ONLY and site.scheduler.kind != "slurm":
-            raise PlanError(f"--set {key}: site {site.name} is a local site (no Slurm); {key} applies to Slurm sites only")
+            raise PlanError(f"--set {key}: site {site.name} is a local site (no Slurm); "
+                            f"{key} applies to Slurm sites only")
 
 
 def _check_run_dir_shared(site: Site, run_dir: str, nnodes: int) -> None:
@@ -238,7 +312,8 @@ def _check_run_dir_shared(site: Site, run_dir: str, nnodes: int) -> None:
     shared = [os.path.normpath(st.path) for st in site.shared_storage]
     if any(path == root or path.startswith(root.rstrip("/") + "/") for root in shared):
         return
-    raise PlanError(f"run directory {path} is not on {site.name}'s shared storage ({', '.join(shared) or 'none declared'}), "
+    raise PlanError(f"run directory {path} is not on {site.name}'s shared storage "
+                    f"({', '.join(shared) or 'none declared'}), "
                     f"but all {nnodes} nodes read its hostfile and configs: use --out under a shared path, or declare "
                     "the filesystem in the site's storage list with shared: true")
 
@@ -252,19 +327,17 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     gpn = request.gpus_per_node or site.nodes.gpus_per_node
     if gpn < 1 or gpn > site.nodes.gpus_per_node:
         raise PlanError(f"--gpus-per-node {gpn}: site {site.name} nodes have {site.nodes.gpus_per_node} GPUs")
-    unknown = sorted(set(request.exclude) - set(site.nodes.hosts))
-    if unknown:
-        raise PlanError(f"cannot exclude {', '.join(unknown)}: not in {site.name}'s nodelist {site.nodes.nodelist}")
+    exclude = _exclude_list(site, request.exclude)
     override = site.stages.get(spec.name)  # type: ignore[call-overload]
-    launcher = request.launcher or (override.launcher if override and override.launcher else spec.default_launcher)
+    launcher = resolve_launcher(site, request)
     _check_used(s, launcher, site)
     container_cfg = site.software.container
-    wanted = s.container if s.container is not None else (override.container if override and override.container is not None else True)
+    site_wants = override.container if override and override.container is not None else True
+    wanted = s.container if s.container is not None else site_wants
     use_container = bool(container_cfg) and wanted and site.scheduler.kind == "slurm"
     if s.container and not container_cfg:
         raise PlanError(f"--set container=true but site {site.name} configures no software.container")
-    _check_run_dir_shared(site, request.run_dir, nnodes)
-    ctx = _context(site, request, s, nnodes, gpn, use_container)
+    ctx = _context(site, request, s, nnodes, gpn, use_container, exclude)
     launch = launchers.get(launcher)(ctx)
     time = s.time or (override.time if override and override.time else None) or site.scheduler.time
     if not _TIME_RE.fullmatch(time):
@@ -278,20 +351,21 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     if launcher == "deepspeed" and launch.mode == "once":
         from clusterkit.job.launchers.deepspeed import check_pdsh_env
         check_pdsh_env(env)
-    job_name = _job_name(request, tuple(request.command))
+    _check_run_dir_shared(site, request.run_dir, nnodes)  # last: the request is sound, is its place?
+    name = job_name(request)
     return Plan(
         version=__version__, site=site.name, site_file=site.source, scheduler=site.scheduler.kind,
-        stage=spec.name, launcher=launcher, job_name=job_name,
+        stage=spec.name, launcher=launcher, job_name=name,
         nnodes=nnodes, gpus_per_node=gpn, world_size=launch.world_size or nnodes * gpn, hosts=ctx.hosts,
-        exclude=tuple(sorted(request.exclude)), command=tuple(request.command), run_dir=request.run_dir,
+        exclude=exclude, command=tuple(request.command), run_dir=request.run_dir,
         launch=launch, env=tuple(env),
-        sbatch=_sbatch(site, s, nnodes, gpn, launch, spec, tuple(sorted(request.exclude)), time, max_restarts),
+        sbatch=_sbatch(site, s, nnodes, gpn, launch, spec, exclude, time, max_restarts),
         modules=tuple(site.software.modules),
         container=container_cfg.model_dump() if use_container and container_cfg else None,
         max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s,
         grace_s=site.scheduler.grace_s, requeue=spec.requeue,
-        checkpoint_dir=checkpoint_base(site, request.run_dir, job_name),
+        checkpoint_dir=checkpoint_base(site, request.run_dir, name),
         time=time, settings=s, cpus_per_task=cpus,
         preflight_in_job=bool(s.preflight_in_job if s.preflight_in_job is not None else site.preflight.in_job),
-        warnings=tuple(warnings),
+        basis=Basis(site, ctx), warnings=tuple(warnings),
     )

@@ -11,13 +11,15 @@ command line, and who may read it is the user's decision.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
 import shutil
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Mapping
 
 from clusterkit.errors import WorkspaceError
 
@@ -45,7 +47,26 @@ def _short(text: str) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def default_run_dir(job_name: str, base: Path | None = None) -> Path:
+@dataclass(frozen=True)
+class RunDir:
+    """A resolved run directory, and the directories resolving it created (deepest first):
+    the default one and any missing ``./runs``; an ``--out`` directory is only checked."""
+
+    path: Path
+    made: tuple[Path, ...] = ()
+
+    def release(self) -> None:
+        """Remove the directories resolving created, those still empty: nothing was written."""
+        for directory in self.made:
+            _remove_empty(directory)
+
+
+def _remove_empty(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # not empty (filled after all) or already gone: nothing of ours
+        directory.rmdir()
+
+
+def default_run_dir(job_name: str, base: Path | None = None) -> RunDir:
     """Create and return ``./runs/<job>-<UTC timestamp>`` (``-2``, ``-3`` ... when taken).
 
     Created here, not merely named: ``mkdir`` fails for all but one of several renders that
@@ -53,13 +74,14 @@ def default_run_dir(job_name: str, base: Path | None = None) -> Path:
     """
     base = check_path(Path(os.path.abspath(base or Path.cwd() / "runs")))
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    missing = [p for p in (base, *base.parents) if not p.exists()]   # deepest first
     try:
         base.mkdir(parents=True, exist_ok=True)
         for n in itertools.count(1):
             candidate = base / (f"{job_name}-{stamp}" if n == 1 else f"{job_name}-{stamp}-{n}")
             try:
                 os.mkdir(candidate)
-                return candidate
+                return RunDir(candidate, (candidate, *missing))
             except FileExistsError:
                 continue
     except OSError as exc:
@@ -67,18 +89,10 @@ def default_run_dir(job_name: str, base: Path | None = None) -> Path:
     raise AssertionError("unreachable")  # itertools.count never ends
 
 
-def release(path: Path) -> None:
-    """Remove a run directory claimed by :func:`default_run_dir` that was never filled."""
-    try:
-        path.rmdir()
-    except OSError:
-        pass  # not empty (filled after all) or already gone: nothing of ours to remove
-
-
-def resolve_out(out: str | None, job_name: str) -> Path:
-    """The absolute run directory for ``--out`` (or the default), checked before any rendering."""
-    path = Path(out).expanduser() if out else default_run_dir(job_name)
-    path = check_path(Path(os.path.abspath(path)))
+def resolve_out(out: str | None, job_name: str) -> RunDir:
+    """The absolute run directory for ``--out`` (or the default, created), checked before any rendering."""
+    claim = RunDir(Path(out).expanduser()) if out else default_run_dir(job_name)
+    path = check_path(Path(os.path.abspath(claim.path)))
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise WorkspaceError(f"--out {out or path}: {path} already exists and is not empty; choose a new directory")
     parent = path if path.is_dir() else path.parent  # an existing --out is filled in place
@@ -87,7 +101,7 @@ def resolve_out(out: str | None, job_name: str) -> Path:
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
         raise WorkspaceError(f"--out {out or path}: cannot create {path}: {probe} is not a writable directory")
-    return path
+    return replace(claim, path=path)
 
 
 def write_run_dir(path: Path, artifacts: Mapping[str, str]) -> Path:
@@ -169,4 +183,4 @@ def _undo(path: Path, moved: list[Path], created: bool) -> None:
         else:
             entry.unlink(missing_ok=True)
     if created:
-        release(path)
+        _remove_empty(path)
