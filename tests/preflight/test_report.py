@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clusterkit.errors import ExitCode
-from clusterkit.preflight.checks import CheckResult, Severity, Status
+from clusterkit.preflight.engine import CheckResult, Severity, Status
 from clusterkit.preflight.report import NodeResult, NodeStatus, Report, decide
 
 OK = CheckResult("gpu.count", Status.OK, Severity.ERROR, "8 GPUs")

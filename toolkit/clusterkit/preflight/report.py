@@ -18,7 +18,7 @@ from typing import Any, Iterable, Sequence
 
 from clusterkit.errors import ExitCode
 from clusterkit.hostlist import fold
-from clusterkit.preflight.checks import CheckResult, Status
+from clusterkit.preflight.engine import CheckResult, Status
 
 REPORT_VERSION = 1
 

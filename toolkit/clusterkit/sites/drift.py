@@ -12,6 +12,7 @@ from typing import Any, Hashable, Iterable, Mapping, Sequence
 
 from clusterkit import hostlist
 from clusterkit.preflight import parsers as P
+from clusterkit.preflight.catalogue import hca_ports, mounted_as
 from clusterkit.sites import slurm_text as T
 from clusterkit.sites.facts import ClusterFacts
 from clusterkit.sites.probe import NodeFacts
@@ -19,7 +20,6 @@ from clusterkit.sites.probe import NodeFacts
 # Slurm's RealMemory is usually set a little below physical memory (the OS keeps some), and
 # admins round mem_gb: within 5% is the same memory.
 MEM_TOLERANCE = 0.05
-_FSTYPES = {"lustre": {"lustre"}, "nfs": {"nfs", "nfs4"}, "gpfs": {"gpfs"}}
 
 Lines = Mapping[tuple[str | int, ...], tuple[str, int]]
 
@@ -264,22 +264,17 @@ def _probe_hcas(f: _Finder, site: Any, ok: Mapping[str, NodeFacts]) -> None:
         if nf.ib is None:
             continue
         specs = list(site.network.hcas)
-        gone = [s for s in specs if not _ports(nf.ib, s)]
+        gone = [s for s in specs if not hca_ports(nf.ib, s)]
         if gone:
             extra = sorted(set(nf.ib.hcas) - {s.partition(":")[0] for s in specs})
             missing[h] = f"missing {', '.join(gone)}" + (f"; unlisted {', '.join(extra)} (renamed?)" if extra else "")
-        bad = [f"{p.label} {p.state or '?'}" for s in specs for p in _ports(nf.ib, s) if p.state != "ACTIVE"]
+        bad = [f"{p.label} {p.state or '?'}" for s in specs for p in hca_ports(nf.ib, s) if p.state != "ACTIVE"]
         if bad:
             down[h] = ", ".join(bad)
     for live, hosts in _group(missing).items():
         f.add(("network", "hcas"), list(site.network.hcas), live, hosts, "HCAs missing or renamed")
     for live, hosts in _group(down).items():
         f.add(("network", "hcas"), list(site.network.hcas), live, hosts, "HCA ports not ACTIVE")
-
-
-def _ports(inv: P.IbInventory, spec: str) -> list[P.IbPort]:
-    hca, _, port = spec.partition(":")
-    return [p for p in inv.ports_of(hca) if not port or str(p.port) == port]
 
 
 def _probe_rate(f: _Finder, site: Any, ok: Mapping[str, NodeFacts]) -> None:
@@ -290,7 +285,7 @@ def _probe_rate(f: _Finder, site: Any, ok: Mapping[str, NodeFacts]) -> None:
     for h, nf in ok.items():
         if nf.ib is None:
             continue
-        ports = [p for s in site.network.hcas for p in _ports(nf.ib, s)]
+        ports = [p for s in site.network.hcas for p in hca_ports(nf.ib, s)]
         low = [f"{p.label} {p.rate_gbps:g} Gb/s" for p in ports if p.rate_gbps is not None and p.rate_gbps < need]
         if low:
             slow[h] = ", ".join(low)
@@ -307,7 +302,7 @@ def _probe_storage(f: _Finder, site: Any, ok: Mapping[str, NodeFacts]) -> None:
             m = P.find_mount(nf.mounts, s.path)
             if s.type == "local":
                 continue
-            if m is None or m.fstype not in _FSTYPES[s.type]:
+            if not mounted_as(m, s.type):
                 bad[h] = f"{m.mountpoint} ({m.fstype})" if m and m.mountpoint != "/" else "not mounted"
         for live, hosts in _group(bad).items():
             f.add(("storage", i, "path"), f"{s.path} ({s.type})", live, hosts, f"{s.path} not mounted as {s.type}")
