@@ -10,25 +10,26 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from clusterkit.config.site import Storage
 from clusterkit.preflight.catalogue import Expectations, StorageExpect, select_checks
-from clusterkit.preflight.engine import (
-    LARGE,
-    MULTI,
-    SINGLE,
-    CheckResult,
-    CheckSet,
-    Status,
-    build_script,
-    evaluate,
-    split_sections,
-)
+from clusterkit.preflight.engine import (LARGE, MULTI, SINGLE, CheckResult, CheckSet, Status, build_script, evaluate,
+                                         split_sections)
 
 PROFILES = Path(__file__).resolve().parents[1] / "sshlab" / "profiles"
 
-LUSTRE = StorageExpect("/lustre/scratch", "lustre", min_free_gb=0.001, writable=True, timeout_s=1.5)
-HOME = StorageExpect("/home", "nfs")
+
+def storage(path: str, kind: str, **kw: Any) -> StorageExpect:
+    """A site's ``storage:`` entry as the checks get it (``writable``: used for checkpoints)."""
+    use = ["checkpoints"] if kw.pop("writable", False) else []
+    return StorageExpect.from_config(Storage(path=path, type=kind, use=use, **kw))
+
+
+LUSTRE = storage("/lustre/scratch", "lustre", min_free_gb=0.001, writable=True, timeout_s=1.5)
+HOME = storage("/home", "nfs")
 
 
 def expect(stage: str = MULTI, **kw) -> Expectations:  # type: ignore[no-untyped-def]
@@ -68,7 +69,8 @@ def test_healthy_node_passes_every_check(tmp_path: Path) -> None:
     assert res["gpu.cuda"].message == "CUDA 12.4"
     assert res["ib.ports"].message == "ports ACTIVE/LinkUp"
     assert res["ib.peermem"].message == "nvidia_peermem loaded"
-    assert res["storage.mounted:/lustre/scratch"].message.startswith("/lustre/scratch mounted (lustre from 10.0.0.1@o2ib:/scratch")
+    lustre = res["storage.mounted:/lustre/scratch"].message
+    assert lustre.startswith("/lustre/scratch mounted (lustre from 10.0.0.1@o2ib:/scratch")
     assert res["storage.writable:/lustre/scratch"].status is Status.OK
     assert res["storage.mounted:/home"].message.startswith("/home mounted (nfs4")
     # every configured check was judged: nothing silently missing
@@ -83,7 +85,8 @@ def test_healthy_node_passes_every_check(tmp_path: Path) -> None:
         ("ib_down", "ib.rate", "mlx5_3 port 1 10 Gb/s < 400 Gb/s"),
         ("old_driver", "gpu.driver", "driver 470.239.06 < 535.104 required"),
         ("old_driver", "gpu.cuda", "CUDA 11.4 < 12.4 required"),
-        ("no_lustre", "storage.mounted:/lustre/scratch", "/lustre/scratch not mounted as lustre (only / (ext4) serves it)"),
+        ("no_lustre", "storage.mounted:/lustre/scratch",
+         "/lustre/scratch not mounted as lustre (only / (ext4) serves it)"),
         ("ecc_errors", "gpu.ecc", "uncorrected ECC errors (GPU 5: 3)"),
         ("garbage_smi", "gpu.present", "could not parse nvidia-smi --query-gpu"),
     ],
@@ -121,7 +124,8 @@ def test_cut_off_script_reports_unfinished_sections(tmp_path: Path) -> None:
     out, _ = run_on_profile(check_set, "healthy", tmp_path)
     begin_ib = f"@@ck-{check_set.token}@@ BEGIN ib\n"
     cut = out[: out.index(begin_ib)] + begin_ib + "\n/sys/class/infiniband/mlx5_0/ports/1/state:4: ACTIVE\n"
-    res = {r.check + (":" + r.target if r.target else ""): r for r in evaluate(check_set, cut, "remote command timed out after 9 s")}
+    judged = evaluate(check_set, cut, "remote command timed out after 9 s")
+    res = {r.check + (":" + r.target if r.target else ""): r for r in judged}
     assert res["gpu.count"].status is Status.OK
     assert res["ib.hcas"].message == "cut off while running (remote command timed out after 9 s)" and res["ib.hcas"].cut
     assert res["storage.mounted:/home"].message == "/home: not checked: remote command timed out after 9 s"
@@ -140,7 +144,7 @@ def test_stage_awareness() -> None:
     names = {c.name for c in single.checks}
     assert not any(n.startswith("ib.") for n in names) and "storage.mounted" not in names
     assert "single-node" in single.notes[0]
-    local = select_checks(expect(stage=SINGLE, storage=(StorageExpect("/raid", "local", 10),)))
+    local = select_checks(expect(stage=SINGLE, storage=(storage("/raid", "local", min_free_gb=10),)))
     assert {c.target for c in local.checks if c.target} == {"/raid"}
     large = select_checks(expect(stage=LARGE))
     assert [c.target for c in large.checks if c.name == "storage.nfs_at_scale"] == ["/home"]
@@ -169,7 +173,7 @@ def test_hca_port_spec_and_missing_hca(tmp_path: Path) -> None:
 
 
 def test_free_space_and_not_writable(tmp_path: Path) -> None:
-    huge = StorageExpect("/lustre/scratch", "lustre", min_free_gb=10**9, writable=True, timeout_s=3)
+    huge = storage("/lustre/scratch", "lustre", min_free_gb=10**9, writable=True, timeout_s=3)
     check_set = select_checks(expect(storage=(huge,)))
     node = tmp_path / "healthy"
     shutil.copytree(PROFILES / "healthy" / "root", node / "root")
@@ -184,7 +188,7 @@ def test_free_space_and_not_writable(tmp_path: Path) -> None:
 def test_hostile_storage_path_is_quoted(tmp_path: Path) -> None:
     victim = tmp_path / "pwned"
     hostile = f"/x'; touch {victim}; echo '$(touch {victim})"
-    check_set = select_checks(expect(storage=(StorageExpect(hostile, "nfs", writable=True, timeout_s=3),)))
+    check_set = select_checks(expect(storage=(storage(hostile, "nfs", writable=True, timeout_s=3),)))
     res = results(check_set, "healthy", tmp_path)
     assert not victim.exists()
     assert res[f"storage.mounted:{hostile}"].status is Status.FAIL
@@ -221,7 +225,8 @@ def test_mig_persistence_off_and_ecc_on_a100_capture() -> None:
     res = gpu_results("nvidia_smi_query_a100_mig.csv", gpus_per_node=4, gpu_model="A100")
     assert res["gpu.count"].status is Status.OK and res["gpu.model"].status is Status.OK
     assert (res["gpu.mig"].status, res["gpu.mig"].message) == (Status.FAIL, "MIG enabled on GPU 0")
-    assert (res["gpu.persistence"].status, res["gpu.persistence"].message) == (Status.WARN, "persistence mode off on GPU 2")
+    persistence = res["gpu.persistence"]
+    assert (persistence.status, persistence.message) == (Status.WARN, "persistence mode off on GPU 2")
     assert res["gpu.ecc"].message == "uncorrected ECC errors (GPU 2: 2)"
     assert res["gpu.driver"].message == "driver 535.104.05"
 
@@ -239,9 +244,9 @@ def test_err_cell_fails_ecc_and_na_passes() -> None:
     "capture,rc,message",
     [
         ("nvidia_smi_no_devices.txt", "6", "nvidia-smi: No devices were found"),
-        ("nvidia_smi_driver_failed.txt", "9", "nvidia-smi failed: NVIDIA-SMI has failed because it couldn't communicate "
-                                              "with the NVIDIA driver. Make sure that the latest NVIDIA driver is "
-                                              "installed and running."),
+        ("nvidia_smi_driver_failed.txt", "9", "nvidia-smi failed: NVIDIA-SMI has failed because it couldn't "
+                                              "communicate with the NVIDIA driver. Make sure that the latest NVIDIA "
+                                              "driver is installed and running."),
         ("nvidia_smi_bad_field.txt", "2", "could not parse nvidia-smi --query-gpu: line 1 has 1 fields, expected 8"),
     ],
 )

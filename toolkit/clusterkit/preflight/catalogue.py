@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass
 
 from clusterkit.config.site import Site, Storage
+from clusterkit.preflight import device_parsers as D
 from clusterkit.preflight import parsers as P
 from clusterkit.preflight.engine import (
     LARGE,
@@ -40,17 +41,18 @@ _READ_TIMEOUT_S = 5.0
 
 @dataclass(frozen=True)
 class StorageExpect:
+    """One ``storage:`` entry of the site, as the checks read it."""
+
     path: str
     type: str  # lustre | nfs | gpfs | local
-    min_free_gb: float = 0.0
-    writable: bool = False  # used for checkpoints
-    timeout_s: float = 10.0
-    shared: bool | None = None  # seen by every node; None: the site schema's default for the type
+    min_free_gb: float
+    writable: bool  # used for checkpoints
+    timeout_s: float
+    shared: bool  # seen by every node (the site schema decides: Storage.is_shared)
 
-    @property
-    def is_shared(self) -> bool:
-        """The site schema's rule (:attr:`clusterkit.config.site.Storage.is_shared`), not a copy of it."""
-        return Storage.model_construct(type=self.type, shared=self.shared).is_shared
+    @classmethod
+    def from_config(cls, s: Storage) -> StorageExpect:
+        return cls(s.path, s.type, float(s.min_free_gb), "checkpoints" in s.use, float(s.timeout_s), s.is_shared)
 
 
 @dataclass(frozen=True)
@@ -71,10 +73,7 @@ class Expectations:
     @classmethod
     def from_site(cls, site: Site, stage: str) -> Expectations:
         """What ``site`` asks of every node at ``stage``."""
-        storage = tuple(
-            StorageExpect(s.path, s.type, float(s.min_free_gb), "checkpoints" in s.use, float(s.timeout_s), s.shared)
-            for s in site.storage
-        )
+        storage = tuple(StorageExpect.from_config(s) for s in site.storage)
         return cls(
             stage=stage,
             gpus_per_node=site.nodes.gpus_per_node,
@@ -100,7 +99,7 @@ def _identity(text: str) -> str:
 
 def gpu_section(timeout_s: float) -> Section:
     """nvidia-smi's per-GPU query (:func:`~clusterkit.preflight.parsers.parse_gpu_query` reads it)."""
-    fields = ",".join(P.GPU_QUERY_FIELDS)
+    fields = ",".join(D.GPU_QUERY_FIELDS)
     return Section("gpu", f"nvidia-smi --query-gpu={fields} --format=csv,noheader", timeout_s)
 
 
@@ -115,26 +114,26 @@ def _gpu_sections(e: Expectations) -> list[Section]:
     ]
 
 
-def _judge_gpu_present(q: P.GpuQuery, out: SectionOutput) -> Verdict:
-    if q.state is P.GpuState.NOT_INSTALLED:
+def _judge_gpu_present(q: D.GpuQuery, out: SectionOutput) -> Verdict:
+    if q.state is D.GpuState.NOT_INSTALLED:
         return Verdict(False, "nvidia-smi not found (no NVIDIA driver installed?)")
-    if q.state is P.GpuState.NO_DEVICES:
+    if q.state is D.GpuState.NO_DEVICES:
         return Verdict(False, f"nvidia-smi: {q.message}")
-    if q.state is P.GpuState.DRIVER_FAILED:
+    if q.state is D.GpuState.DRIVER_FAILED:
         return Verdict(False, f"nvidia-smi failed: {q.message}")
     if not q.gpus:
         return Verdict(False, "nvidia-smi listed no GPUs")
     return Verdict(True, f"{len(q.gpus)} GPUs")
 
 
-def _judge_persistence(q: P.GpuQuery, _: SectionOutput) -> Verdict:
+def _judge_persistence(q: D.GpuQuery, _: SectionOutput) -> Verdict:
     off = [str(g.index) for g in q.gpus if g.persistence_mode is False]
     # without persistence mode the driver tears down GPU state between processes, so
     # every rank pays seconds of CUDA init and first collectives can time out
     return Verdict(not off, "persistence mode on" if not off else f"persistence mode off on GPU {','.join(off)}")
 
 
-def _judge_ecc(q: P.GpuQuery, _: SectionOutput) -> Verdict:
+def _judge_ecc(q: D.GpuQuery, _: SectionOutput) -> Verdict:
     errs = [f"GPU {g.index}: {g.ecc_uncorrected}" for g in q.gpus if g.ecc_uncorrected]
     unreadable = [str(g.index) for g in q.gpus if g.ecc_unreadable]
     if errs:
@@ -145,25 +144,25 @@ def _judge_ecc(q: P.GpuQuery, _: SectionOutput) -> Verdict:
     return Verdict(True, "ECC not reported by these GPUs" if na else "no uncorrected ECC errors")
 
 
-def _judge_mig(q: P.GpuQuery, _: SectionOutput) -> Verdict:
+def _judge_mig(q: D.GpuQuery, _: SectionOutput) -> Verdict:
     on = [str(g.index) for g in q.gpus if (g.mig_mode or "").lower() == "enabled"]
     # NCCL cannot communicate between MIG instances, and a MIG GPU shows up as slices
     return Verdict(not on, "MIG disabled" if not on else f"MIG enabled on GPU {','.join(on)}")
 
 
 def _gpu_checks(e: Expectations) -> list[Check]:
-    def count(q: P.GpuQuery, _: SectionOutput) -> Verdict:
+    def count(q: D.GpuQuery, _: SectionOutput) -> Verdict:
         n = len(q.gpus)
         ok = n == e.gpus_per_node
         return Verdict(ok, f"{n} GPUs" + ("" if ok else f", expected {e.gpus_per_node}"))
 
-    def model(q: P.GpuQuery, _: SectionOutput) -> Verdict:
+    def model(q: D.GpuQuery, _: SectionOutput) -> Verdict:
         want = (e.gpu_model or "").lower()
         bad = sorted({g.name for g in q.gpus if want not in g.name.lower()})
         names = ", ".join(sorted({g.name for g in q.gpus}))
         return Verdict(not bad, names if not bad else f"GPU model {', '.join(bad)}, expected {e.gpu_model}")
 
-    def driver(q: P.GpuQuery, _: SectionOutput) -> Verdict:
+    def driver(q: D.GpuQuery, _: SectionOutput) -> Verdict:
         versions = sorted(q.driver_versions)
         if not versions:
             return Verdict(False, "nvidia-smi reported no driver version")
@@ -178,7 +177,7 @@ def _gpu_checks(e: Expectations) -> list[Check]:
         ok = P.version_at_least(version, e.cuda_min)
         return Verdict(bool(ok), f"CUDA {version}" + ("" if ok else f" < {e.cuda_min} required"))
 
-    g = P.parse_gpu_query
+    g = D.parse_gpu_query
     checks = [
         Check("gpu.present", "gpu", g, _judge_gpu_present, describe="nvidia-smi runs and lists GPUs"),
         Check("gpu.count", "gpu", g, count, requires="gpu.present", describe="GPU count == nodes.gpus_per_node"),
@@ -195,7 +194,7 @@ def _gpu_checks(e: Expectations) -> list[Check]:
               describe="MIG disabled (NCCL does not span MIG slices)"),
     ]
     if e.cuda_min:
-        checks.append(Check("gpu.cuda", "cuda", P.parse_cuda_version, cuda, requires="gpu.present",
+        checks.append(Check("gpu.cuda", "cuda", D.parse_cuda_version, cuda, requires="gpu.present",
                             describe="driver's CUDA version >= software.cuda"))
     return checks
 
@@ -217,16 +216,16 @@ def _modules_section() -> Section:
     return Section("modules", modules, _READ_TIMEOUT_S)
 
 
-def hca_ports(inv: P.IbInventory, spec: str) -> list[P.IbPort]:
+def hca_ports(inv: D.IbInventory, spec: str) -> list[D.IbPort]:
     """The ports a ``network.hcas`` entry names: ``mlx5_0:1`` one port, ``mlx5_0`` all of them."""
     hca, _, port = spec.partition(":")
     return [p for p in inv.ports_of(hca) if not port or str(p.port) == port]
 
 
-def _wanted_ports(e: Expectations, inv: P.IbInventory) -> tuple[list[str], list[P.IbPort]]:
+def _wanted_ports(e: Expectations, inv: D.IbInventory) -> tuple[list[str], list[D.IbPort]]:
     """(missing HCA names, ports to judge)."""
     missing: list[str] = []
-    ports: list[P.IbPort] = []
+    ports: list[D.IbPort] = []
     for spec in e.hcas:
         found = hca_ports(inv, spec)
         if not found:
@@ -238,27 +237,27 @@ def _wanted_ports(e: Expectations, inv: P.IbInventory) -> tuple[list[str], list[
 def _ib_checks(e: Expectations) -> list[Check]:
     want_layer = "InfiniBand" if e.fabric == "infiniband" else "Ethernet"
 
-    def hcas(inv: P.IbInventory, _: SectionOutput) -> Verdict:
+    def hcas(inv: D.IbInventory, _: SectionOutput) -> Verdict:
         missing, _ports = _wanted_ports(e, inv)
         found = ", ".join(inv.hcas) or "none"
         return Verdict(not missing, f"HCAs {', '.join(e.hcas)} present" if not missing
                        else f"HCA {', '.join(missing)} missing (found: {found})")
 
-    def ports(inv: P.IbInventory, _: SectionOutput) -> Verdict:
-        def why(p: P.IbPort) -> str:
+    def ports(inv: D.IbInventory, _: SectionOutput) -> Verdict:
+        def why(p: D.IbPort) -> str:
             link_down = p.phys_state and p.phys_state != "LinkUp"
             return f"{p.label} {p.state or '?'}" + (f" ({p.phys_state})" if link_down else "")
 
         bad = [why(p) for p in _wanted_ports(e, inv)[1] if p.state != "ACTIVE" or p.phys_state not in (None, "LinkUp")]
         return Verdict(not bad, "ports ACTIVE/LinkUp" if not bad else ", ".join(bad))
 
-    def rate(inv: P.IbInventory, _: SectionOutput) -> Verdict:
+    def rate(inv: D.IbInventory, _: SectionOutput) -> Verdict:
         need = e.port_rate_gbps or 0
         slow = [f"{p.label} {p.rate_gbps:g} Gb/s" if p.rate_gbps is not None else f"{p.label} rate unknown"
                 for p in _wanted_ports(e, inv)[1] if p.rate_gbps is None or p.rate_gbps < need]
         return Verdict(not slow, f"rate >= {need:g} Gb/s" if not slow else f"{', '.join(slow)} < {need:g} Gb/s")
 
-    def layer(inv: P.IbInventory, _: SectionOutput) -> Verdict:
+    def layer(inv: D.IbInventory, _: SectionOutput) -> Verdict:
         wrong = [f"{p.label} {p.link_layer or '?'}" for p in _wanted_ports(e, inv)[1] if p.link_layer != want_layer]
         return Verdict(not wrong, f"link layer {want_layer}" if not wrong
                        else f"link layer {', '.join(wrong)}, expected {want_layer} for fabric {e.fabric}")
@@ -269,7 +268,7 @@ def _ib_checks(e: Expectations) -> list[Check]:
         return Verdict(bool(loaded),
                        f"{loaded[0]} loaded" if loaded else "nvidia_peermem not loaded (no GPUDirect RDMA)")
 
-    ib = P.parse_ib
+    ib = D.parse_ib
     checks = [
         Check("ib.hcas", "ib", ib, hcas, describe="configured HCAs present"),
         Check("ib.ports", "ib", ib, ports, requires="ib.hcas", describe="ports ACTIVE and LinkUp"),
@@ -371,7 +370,7 @@ def select_checks(expect: Expectations) -> CheckSet:
     else:
         sections += [ib_section(), _modules_section()]
         checks += _ib_checks(expect)
-    items = [(i, s) for i, s in enumerate(expect.storage) if expect.stage != SINGLE or not s.is_shared]
+    items = [(i, s) for i, s in enumerate(expect.storage) if expect.stage != SINGLE or not s.shared]
     if items:
         sections += _storage_sections(items)
         checks += _storage_checks(expect, items)

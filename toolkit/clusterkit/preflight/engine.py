@@ -192,7 +192,7 @@ def split_sections(stdout: str, token: str) -> dict[str, SectionOutput]:
             if current is not None:  # BEGIN without END: the previous section never finished
                 out[current] = SectionOutput(current, "\n".join(body).strip("\n"), None)
             current, body = b.group(1), []
-        elif e and e.group(1) == current:
+        elif e and current is not None and e.group(1) == current:
             # the prelude prints a newline before END, so drop the one blank line it adds
             text = "\n".join(body[:-1] if body and body[-1] == "" else body)
             out[current] = SectionOutput(current, text, e.group(2))

@@ -7,10 +7,12 @@ not drift: the config is not wrong because a node is out for repair.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 from clusterkit import hostlist
+from clusterkit.preflight import device_parsers as D
 from clusterkit.preflight import parsers as P
 from clusterkit.preflight.catalogue import hca_ports, mounted_as
 from clusterkit.sites import slurm_text as T
@@ -79,7 +81,8 @@ class _Finder:
 
     def add(self, path: tuple[str | int, ...], configured: Any, live: Any, hosts: Iterable[str], message: str) -> None:
         file, line = self._where(path)
-        self.report.drift.append(Drift(_dotted(path), file, line, configured, live, hostlist.fold(sorted(hosts)), message))
+        nodes = hostlist.fold(sorted(hosts))
+        self.report.drift.append(Drift(_dotted(path), file, line, configured, live, nodes, message))
 
     def _where(self, path: tuple[str | int, ...]) -> tuple[str, int | None]:
         for n in range(len(path), 0, -1):
@@ -152,7 +155,8 @@ def _compare_membership(f: _Finder, hosts: list[str], nodelist: str, facts: Clus
         f.add(("nodes", "nodelist"), nodelist, live_fold, unknown, "nodes Slurm does not know")
     outside = sorted((configured & known) - live)
     if outside:
-        f.add(("nodes", "nodelist"), nodelist, live_fold, outside, f"nodes not in partition {part.name if part else '?'}")
+        name = part.name if part else "?"
+        f.add(("nodes", "nodelist"), nodelist, live_fold, outside, f"nodes not in partition {name}")
     extra = sorted(live - configured)
     if extra:
         where = f"partition {part.name}" if part else "the cluster"
@@ -242,7 +246,7 @@ def compare_probe(site: Any, lines: Lines, probed: Mapping[str, NodeFacts], repo
 
 def _probe_gpus(f: _Finder, site: Any, ok: Mapping[str, NodeFacts]) -> None:
     cfg, need = site.nodes, site.software.driver_min
-    counts = {h: len(nf.gpus.gpus) for h, nf in ok.items() if nf.gpus is not None and nf.gpus.state is P.GpuState.OK}
+    counts = {h: len(nf.gpus.gpus) for h, nf in ok.items() if nf.gpus is not None and nf.gpus.state is D.GpuState.OK}
     _per_node(f, ("nodes", "gpus_per_node"), cfg.gpus_per_node, counts, "GPUs per node (nvidia-smi)")
     if need:
         old = {h: min(nf.drivers, key=lambda v: P.version_tuple(v) or ()) for h, nf in ok.items()

@@ -3,10 +3,12 @@ with preflight's script format, transports and parsers: one script, one connecti
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from clusterkit.preflight import catalogue, engine
+from clusterkit.preflight import device_parsers as D
 from clusterkit.preflight import parsers as P
 
 # /sys/class/net/<if>/type is the ARPHRD number: 1 Ethernet, 32 InfiniBand (IPoIB), 772 loopback.
@@ -28,8 +30,8 @@ class NodeFacts:
 
     host: str
     error: str = ""  # the node could not be reached or the script did not run
-    gpus: P.GpuQuery | None = None
-    ib: P.IbInventory | None = None
+    gpus: D.GpuQuery | None = None
+    ib: D.IbInventory | None = None
     mounts: tuple[P.Mount, ...] | None = None
     interfaces: tuple[Interface, ...] | None = None
     problems: tuple[str, ...] = ()
@@ -83,8 +85,8 @@ def node_facts(host: str, stdout: str, token: str) -> NodeFacts:
     """One node's script output -> its facts (pure)."""
     sections = engine.split_sections(stdout, token)
     problems: list[str] = []
-    gpus = _read(sections, "gpu", P.parse_gpu_query, problems)
-    ib = _read(sections, "ib", P.parse_ib, problems)
+    gpus = _read(sections, "gpu", D.parse_gpu_query, problems)
+    ib = _read(sections, "ib", D.parse_ib, problems)
     mounts = _read(sections, "mounts", P.parse_mounts, problems)
     nets = _read(sections, "net", parse_interfaces, problems)
     return NodeFacts(host, "", gpus, ib, mounts, nets, tuple(problems))
