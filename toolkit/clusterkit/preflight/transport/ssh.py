@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from .base import (DEFAULT_COMMAND_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_FANOUT,
-                   MAX_OUTPUT_BYTES, SSH_CONFIG_ENV, ErrorKind, NodeFailure, NodeResult,
+                   MAX_OUTPUT_BYTES, SSH_CONFIG_ENV, ErrorKind, NodeFailure, NodeOutput,
                    ResultCallback, RunResults, _decode, _one_line, _Watch, _Watchdog, fan_out)
 
 if TYPE_CHECKING:  # paramiko costs ~190 ms to import: only SSHRunner.run_many pays it
@@ -146,7 +146,7 @@ class SSHRunner:
 
         # paramiko logs every failed handshake with a traceback; without a handler of the
         # application's, Python's last-resort handler would print them on the user's stderr.
-        # Each failure is reported in its NodeResult instead.
+        # Each failure is reported in its NodeOutput instead.
         log = logging.getLogger("paramiko")
         if not log.handlers:
             log.addHandler(logging.NullHandler())
@@ -228,7 +228,7 @@ class SSHRunner:
     # -- one node ---------------------------------------------------------------------
 
     def _run_one(self, host: str, command: str, timeout: float,
-                 watchdog: _Watchdog) -> NodeResult:
+                 watchdog: _Watchdog) -> NodeOutput:
         t0 = time.monotonic()
         watch = _Watch(deadline=t0 + 3 * self.connect_timeout_s)
         watchdog.add(watch)
@@ -241,7 +241,7 @@ class SSHRunner:
             kind = f.kind
             if watch.expired and kind in (ErrorKind.PROTOCOL, ErrorKind.NETWORK):
                 kind = ErrorKind.TIMEOUT  # we closed it: the connect phase outlived its bound
-            return NodeResult(host, error=kind, reason=f.reason, duration_s=time.monotonic() - t0)
+            return NodeOutput(host, error=kind, reason=f.reason, duration_s=time.monotonic() - t0)
         finally:
             watchdog.remove(watch)
             if transport is not None:
@@ -446,7 +446,7 @@ class SSHRunner:
         return key
 
     def _exec(self, host: str, t: "paramiko.Transport", command: str, timeout: float,
-              watch: _Watch, t0: float) -> NodeResult:
+              watch: _Watch, t0: float) -> NodeOutput:
         import paramiko
 
         watch.deadline = time.monotonic() + timeout + 2  # the watchdog backs up select()
@@ -461,14 +461,14 @@ class SSHRunner:
         out, err, finished, truncated = _drain(chan, time.monotonic() + timeout)
         dt = time.monotonic() - t0
         if not finished:
-            return NodeResult(host, None, out, err, ErrorKind.COMMAND_TIMEOUT,
+            return NodeOutput(host, None, out, err, ErrorKind.COMMAND_TIMEOUT,
                               f"command still running after {timeout:g} s; abandoned", dt, truncated)
         status = chan.recv_exit_status() if chan.exit_status_ready() else -1
         if status < 0:
-            return NodeResult(host, None, out, err, ErrorKind.PROTOCOL,
+            return NodeOutput(host, None, out, err, ErrorKind.PROTOCOL,
                               "the command ended without an exit status (killed by a signal?)",
                               dt, truncated)
-        return NodeResult(host, status, out, err, duration_s=dt, truncated=truncated)
+        return NodeOutput(host, status, out, err, duration_s=dt, truncated=truncated)
 
 
 def _config_text(path: Path, depth: int = 0) -> str:
