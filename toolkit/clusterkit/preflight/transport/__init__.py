@@ -27,12 +27,24 @@ node inside a Slurm allocation), :class:`LocalRunner` (this machine).  This modu
 commands and returns their text; it does not parse it.
 """
 
-from .base import (DEFAULT_COMMAND_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_FANOUT,
-                   MAX_OUTPUT_BYTES, SSH_CONFIG_ENV, ErrorKind, NodeFailure, NodeOutput,
-                   ResultCallback, Runner, RunResults, fan_out)
+from .base import (
+                   DEFAULT_COMMAND_TIMEOUT_S,
+                   DEFAULT_CONNECT_TIMEOUT_S,
+                   DEFAULT_FANOUT,
+                   MAX_OUTPUT_BYTES,
+                   SSH_CONFIG_ENV,
+                   ErrorKind,
+                   NodeFailure,
+                   NodeOutput,
+                   ResultCallback,
+                   Runner,
+                   RunResults,
+                   fan_out,
+)
 from .local import LocalRunner
 from .srun import SrunRunner
-from .ssh import SSHRunner, SSHTarget
+from .ssh import SSHRunner
+from .ssh_config import SSHTarget
 
 __all__ = ["DEFAULT_COMMAND_TIMEOUT_S", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_FANOUT",
            "MAX_OUTPUT_BYTES", "SSH_CONFIG_ENV", "ErrorKind", "LocalRunner", "NodeFailure",
