@@ -41,10 +41,6 @@ class SSHTarget:
         return (self.jump.chain_key if self.jump else ()) + own
 
 
-def _default_ssh_config() -> str:
-    return os.environ.get(SSH_CONFIG_ENV) or os.path.expanduser("~/.ssh/config")
-
-
 def default_ssh_config() -> str:
     return os.environ.get(SSH_CONFIG_ENV) or os.path.expanduser("~/.ssh/config")
 
