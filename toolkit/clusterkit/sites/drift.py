@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from clusterkit import hostlist
 from clusterkit.preflight import device_parsers as D
@@ -24,6 +24,7 @@ from clusterkit.sites.probe import NodeFacts
 MEM_TOLERANCE = 0.05
 
 Lines = Mapping[tuple[str | int, ...], tuple[str, int]]
+V = TypeVar("V", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,9 @@ def _dotted(path: Sequence[str | int]) -> str:
     return out
 
 
-def _group(values: Mapping[str, Hashable]) -> dict[Hashable, list[str]]:
-    out: dict[Hashable, list[str]] = {}
+def _group(values: Mapping[str, V]) -> dict[V, list[str]]:
+    """The hosts that share each value."""
+    out: dict[V, list[str]] = {}
     for host, value in values.items():
         out.setdefault(value, []).append(host)
     return out
@@ -181,9 +183,9 @@ def _compare_nodes(f: _Finder, site: Any, mine: list[T.Node], report: DriftRepor
             f.add(("nodes", "gpu_model"), cfg.gpu_model, live, hosts, "GPU type (Slurm GRES)")
     mem = {n.name: n.real_memory_mb for n in mine if n.real_memory_mb and n.real_memory_mb > 1}
     off = {h: mb for h, mb in mem.items() if abs(mb / 1024 - cfg.mem_gb) > MEM_TOLERANCE * cfg.mem_gb}
-    for live, hosts in _group(off).items():
-        f.add(("nodes", "mem_gb"), cfg.mem_gb, round(float(live) / 1024, 1), hosts,  # type: ignore[arg-type]
-              f"memory per node: Slurm RealMemory={live} MB (tolerance {MEM_TOLERANCE:.0%})")
+    for mb, hosts in _group(off).items():
+        f.add(("nodes", "mem_gb"), cfg.mem_gb, round(mb / 1024, 1), hosts,
+              f"memory per node: Slurm RealMemory={mb} MB (tolerance {MEM_TOLERANCE:.0%})")
 
 
 def _per_node(f: _Finder, path: tuple[str, ...], configured: Any, live: Mapping[str, Any], what: str) -> None:
@@ -194,7 +196,7 @@ def _per_node(f: _Finder, path: tuple[str, ...], configured: Any, live: Mapping[
 def node_states(nodes: Iterable[T.Node]) -> list[NodeState]:
     """Down, drained or otherwise unusable nodes, grouped by state and reason."""
     groups = _group({n.name: (n.state, n.reason) for n in nodes if not n.usable})
-    return [NodeState(hostlist.fold(sorted(h)), s, r) for (s, r), h in groups.items()]  # type: ignore[misc]
+    return [NodeState(hostlist.fold(sorted(h)), s, r) for (s, r), h in groups.items()]
 
 
 def live_slurm_facts(site: Any, scope: list[T.Node]) -> dict[str, Any]:
