@@ -105,7 +105,7 @@ class TargetResolver:
             hostkey_alias=opts.get("hostkeyalias"),
             known_hosts=self._known_hosts_path(opts))
         if spec and spec.lower() != "none":
-            target = with_jump(target, self._jump_chain(spec, depth))
+            target = _with_jump(target, self._jump_chain(spec, depth))
         return target
 
     def _jump_chain(self, spec: str, depth: int) -> SSHTarget:
@@ -113,7 +113,7 @@ class TargetResolver:
         hop: SSHTarget | None = None
         for part in (p.strip() for p in spec.split(",") if p.strip()):
             nxt = self._resolve(part, None if hop is None else "none", depth + 1)
-            hop = nxt if hop is None else with_jump(nxt, hop)
+            hop = nxt if hop is None else _with_jump(nxt, hop)
         if hop is None:
             raise NodeFailure(ErrorKind.CONFIG, f"empty ProxyJump {spec!r}")
         return hop
@@ -125,7 +125,7 @@ class TargetResolver:
         return os.path.expanduser(files[0] if files else "~/.ssh/known_hosts")
 
 
-def with_jump(target: SSHTarget, jump: SSHTarget) -> SSHTarget:
+def _with_jump(target: SSHTarget, jump: SSHTarget) -> SSHTarget:
     return SSHTarget(**{**target.__dict__, "jump": jump})
 
 
