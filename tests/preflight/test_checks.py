@@ -13,11 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from clusterkit.config.site import Storage
 from clusterkit.preflight.catalogue import Expectations, StorageExpect, select_checks
-from clusterkit.preflight.engine import (LARGE, MULTI, SINGLE, CheckResult, CheckSet, Status, build_script, evaluate,
-                                         split_sections)
+from clusterkit.preflight.engine import (
+    LARGE,
+    MULTI,
+    SINGLE,
+    CheckResult,
+    CheckSet,
+    Status,
+    build_script,
+    evaluate,
+    split_sections,
+)
 
 PROFILES = Path(__file__).resolve().parents[1] / "sshlab" / "profiles"
 
