@@ -41,8 +41,32 @@ def say(line: str) -> None:
     os.write(sys.stdout.fileno(), (line + "\n").encode())
 
 
-def main() -> int:
+def check_sum(rank: int, world: int, also_ok: bool = True) -> int:
+    """Every rank adds rank+1 in an all-reduce and checks the sum (and ``also_ok``, a check of
+    the caller's own); each rank prints its line, rank 0 the summary over all ranks.
+    Returns the exit status: 0 when every rank was ok."""
     import torch
+    import torch.distributed as dist
+
+    value = torch.tensor([float(rank + 1)])
+    dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    expected = world * (world + 1) // 2
+    got = int(value.item())
+    ok = got == expected and also_ok
+    say(f"allreduce rank {rank}/{world} on {socket.gethostname()}: sum={got} expected={expected} "
+        f"{'ok' if ok else 'WRONG'}")
+    # gather every rank's verdict so rank 0's summary covers them all
+    flags = torch.tensor([1.0 if ok else 0.0])
+    dist.all_reduce(flags, op=dist.ReduceOp.SUM)
+    all_ok = int(flags.item()) == world
+    if rank == 0:
+        verdict = "OK" if all_ok else "FAILED"
+        say(f"allreduce {verdict}: world_size={world} sum={got} expected={expected} "
+            f"ranks_ok={int(flags.item())}/{world}")
+    return 0 if all_ok else 1
+
+
+def main() -> int:
     import torch.distributed as dist
 
     rank, _local_rank, world = rank_and_world()
@@ -56,22 +80,7 @@ def main() -> int:
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
     try:
-        value = torch.tensor([float(rank + 1)])
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
-        expected = world * (world + 1) // 2
-        got = int(value.item())
-        ok = got == expected
-        say(f"allreduce rank {rank}/{world} on {socket.gethostname()}: sum={got} expected={expected} "
-            f"{'ok' if ok else 'WRONG'}")
-        # gather every rank's verdict so rank 0's summary covers them all
-        flags = torch.tensor([1.0 if ok else 0.0])
-        dist.all_reduce(flags, op=dist.ReduceOp.SUM)
-        all_ok = int(flags.item()) == world
-        if rank == 0:
-            verdict = "OK" if all_ok else "FAILED"
-            say(f"allreduce {verdict}: world_size={world} sum={got} expected={expected} "
-                f"ranks_ok={int(flags.item())}/{world}")
-        return 0 if all_ok else 1
+        return check_sum(rank, world)
     finally:
         dist.destroy_process_group()
 

@@ -19,10 +19,9 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
 import sys
 
-from allreduce import say
+from allreduce import check_sum, say
 
 
 def main() -> int:
@@ -40,24 +39,12 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     say(f"hf_deepspeed rank {rank}: --deepspeed {args.deepspeed} stage={stage} local_rank={args.local_rank}")
     try:
-        value = torch.tensor([float(rank + 1)])
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
-        expected = world * (world + 1) // 2
-        got = int(value.item())
         # every rank must have read the same file: sum the stage each one saw
-        stages = torch.tensor([float(stage if isinstance(stage, int) else -100)])
+        seen = stage if isinstance(stage, int) else -100
+        stages = torch.tensor([float(seen)])
         dist.all_reduce(stages, op=dist.ReduceOp.SUM)
         env_ok = os.environ.get("CK_DS_CONFIG") == os.path.abspath(args.deepspeed)
-        ok = got == expected and int(stages.item()) == world * (stage if isinstance(stage, int) else -100) and env_ok
-        say(f"allreduce rank {rank}/{world} on {socket.gethostname()}: sum={got} expected={expected} "
-            f"{'ok' if ok else 'WRONG'}")
-        flags = torch.tensor([1.0 if ok else 0.0])
-        dist.all_reduce(flags, op=dist.ReduceOp.SUM)
-        all_ok = int(flags.item()) == world
-        if rank == 0:
-            say(f"allreduce {'OK' if all_ok else 'FAILED'}: world_size={world} sum={got} expected={expected} "
-                f"ranks_ok={int(flags.item())}/{world}")
-        return 0 if all_ok else 1
+        return check_sum(rank, world, also_ok=int(stages.item()) == world * seen and env_ok)
     finally:
         dist.destroy_process_group()
 

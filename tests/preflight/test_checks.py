@@ -10,19 +10,37 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
-
-from clusterkit.preflight import checks as C
-from clusterkit.preflight.checks import Expectations, Status, StorageExpect
+from clusterkit.config.site import Storage
+from clusterkit.preflight.catalogue import Expectations, StorageExpect, select_checks
+from clusterkit.preflight.engine import (
+    LARGE,
+    MULTI,
+    SINGLE,
+    CheckResult,
+    CheckSet,
+    Status,
+    build_script,
+    evaluate,
+    split_sections,
+)
 
 PROFILES = Path(__file__).resolve().parents[1] / "sshlab" / "profiles"
 
-LUSTRE = StorageExpect("/lustre/scratch", "lustre", min_free_gb=0.001, writable=True, timeout_s=1.5)
-HOME = StorageExpect("/home", "nfs")
+
+def storage(path: str, kind: str, **kw: Any) -> StorageExpect:
+    """A site's ``storage:`` entry as the checks get it (``writable``: used for checkpoints)."""
+    use = ["checkpoints"] if kw.pop("writable", False) else []
+    return StorageExpect.from_config(Storage(path=path, type=kind, use=use, **kw))
 
 
-def expect(stage: str = C.MULTI, **kw) -> Expectations:  # type: ignore[no-untyped-def]
+LUSTRE = storage("/lustre/scratch", "lustre", min_free_gb=0.001, writable=True, timeout_s=1.5)
+HOME = storage("/home", "nfs")
+
+
+def expect(stage: str = MULTI, **kw) -> Expectations:  # type: ignore[no-untyped-def]
     base = dict(stage=stage, gpus_per_node=8, gpu_model="H100", driver_min="535.104", cuda_min="12.4",
                 fabric="infiniband", hcas=tuple(f"mlx5_{i}" for i in range(8)), port_rate_gbps=400,
                 storage=(LUSTRE, HOME), command_timeout_s=9)
@@ -30,40 +48,41 @@ def expect(stage: str = C.MULTI, **kw) -> Expectations:  # type: ignore[no-untyp
     return Expectations(**base)  # type: ignore[arg-type]
 
 
-def run_on_profile(plan: C.CheckPlan, profile: str, tmp_path: Path) -> tuple[str, int]:
-    """Run the plan's script as a lab node with ``profile`` would; returns (stdout, rc)."""
+def run_on_profile(check_set: CheckSet, profile: str, tmp_path: Path) -> tuple[str, int]:
+    """Run the set's script as a lab node with ``profile`` would; returns (stdout, rc)."""
     node = tmp_path / profile
     if not node.exists():
         shutil.copytree(PROFILES / profile / "root", node / "root", symlinks=True)
     env = dict(os.environ, PATH=f"{PROFILES / profile / 'bin'}:{os.environ['PATH']}",
                CLUSTERKIT_SYSROOT=str(node / "root"))
-    proc = subprocess.run(["sh", "-c", C.build_script(plan)], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(["sh", "-c", build_script(check_set)], env=env, capture_output=True, text=True, timeout=60)
     return proc.stdout, proc.returncode
 
 
-def results(plan: C.CheckPlan, profile: str, tmp_path: Path) -> dict[str, C.CheckResult]:
-    out, _ = run_on_profile(plan, profile, tmp_path)
-    return {r.check + (":" + r.target if r.target else ""): r for r in C.evaluate(plan, out)}
+def results(check_set: CheckSet, profile: str, tmp_path: Path) -> dict[str, CheckResult]:
+    out, _ = run_on_profile(check_set, profile, tmp_path)
+    return {r.check + (":" + r.target if r.target else ""): r for r in evaluate(check_set, out)}
 
 
-def failures(res: dict[str, C.CheckResult]) -> dict[str, str]:
+def failures(res: dict[str, CheckResult]) -> dict[str, str]:
     return {k: r.message for k, r in res.items() if r.status is Status.FAIL}
 
 
 def test_healthy_node_passes_every_check(tmp_path: Path) -> None:
-    plan = C.plan_checks(expect())
-    res = results(plan, "healthy", tmp_path)
+    check_set = select_checks(expect())
+    res = results(check_set, "healthy", tmp_path)
     assert failures(res) == {}
     assert {r.status for r in res.values()} == {Status.OK}
     assert res["gpu.count"].message == "8 GPUs"
     assert res["gpu.cuda"].message == "CUDA 12.4"
     assert res["ib.ports"].message == "ports ACTIVE/LinkUp"
     assert res["ib.peermem"].message == "nvidia_peermem loaded"
-    assert res["storage.mounted:/lustre/scratch"].message.startswith("/lustre/scratch mounted (lustre from 10.0.0.1@o2ib:/scratch")
+    lustre = res["storage.mounted:/lustre/scratch"].message
+    assert lustre.startswith("/lustre/scratch mounted (lustre from 10.0.0.1@o2ib:/scratch")
     assert res["storage.writable:/lustre/scratch"].status is Status.OK
     assert res["storage.mounted:/home"].message.startswith("/home mounted (nfs4")
     # every configured check was judged: nothing silently missing
-    assert len(res) == len(plan.checks)
+    assert len(res) == len(check_set.checks)
 
 
 @pytest.mark.parametrize(
@@ -74,32 +93,33 @@ def test_healthy_node_passes_every_check(tmp_path: Path) -> None:
         ("ib_down", "ib.rate", "mlx5_3 port 1 10 Gb/s < 400 Gb/s"),
         ("old_driver", "gpu.driver", "driver 470.239.06 < 535.104 required"),
         ("old_driver", "gpu.cuda", "CUDA 11.4 < 12.4 required"),
-        ("no_lustre", "storage.mounted:/lustre/scratch", "/lustre/scratch not mounted as lustre (only / (ext4) serves it)"),
+        ("no_lustre", "storage.mounted:/lustre/scratch",
+         "/lustre/scratch not mounted as lustre (only / (ext4) serves it)"),
         ("ecc_errors", "gpu.ecc", "uncorrected ECC errors (GPU 5: 3)"),
         ("garbage_smi", "gpu.present", "could not parse nvidia-smi --query-gpu"),
     ],
 )
 def test_bad_profiles_fail_the_right_check(tmp_path: Path, profile: str, key: str, words: str) -> None:
-    res = results(C.plan_checks(expect()), profile, tmp_path)
+    res = results(select_checks(expect()), profile, tmp_path)
     assert res[key].status is Status.FAIL
     assert words in res[key].message
 
 
 def test_bad_profile_fails_only_its_own_checks(tmp_path: Path) -> None:
-    fails = failures(results(C.plan_checks(expect()), "ib_down", tmp_path))
+    fails = failures(results(select_checks(expect()), "ib_down", tmp_path))
     assert set(fails) == {"ib.ports", "ib.rate"}
 
 
 def test_garbage_keeps_raw_text_and_skips_dependent_gpu_checks(tmp_path: Path) -> None:
-    res = results(C.plan_checks(expect()), "garbage_smi", tmp_path)
+    res = results(select_checks(expect()), "garbage_smi", tmp_path)
     assert "segfault at 0000" in (res["gpu.present"].raw or "")
     assert res["gpu.count"].status is Status.SKIP and res["gpu.driver"].status is Status.SKIP
     assert res["ib.ports"].status is Status.OK  # the rest of the node is still judged
 
 
 def test_hung_mount_is_a_bounded_failure(tmp_path: Path) -> None:
-    plan = C.plan_checks(expect())
-    res = results(plan, "hung_mount", tmp_path)  # run_on_profile's 60 s limit < the fake's 300 s sleep
+    check_set = select_checks(expect())
+    res = results(check_set, "hung_mount", tmp_path)  # run_on_profile's 60 s limit < the fake's 300 s sleep
     assert res["storage.free:/lustre/scratch"].message == "/lustre/scratch: no answer within 1.5 s"
     # the write probe is not even tried on a path that did not answer
     skipped = res["storage.writable:/lustre/scratch"]
@@ -108,65 +128,66 @@ def test_hung_mount_is_a_bounded_failure(tmp_path: Path) -> None:
 
 
 def test_cut_off_script_reports_unfinished_sections(tmp_path: Path) -> None:
-    plan = C.plan_checks(expect())
-    out, _ = run_on_profile(plan, "healthy", tmp_path)
-    begin_ib = f"@@ck-{plan.token}@@ BEGIN ib\n"
+    check_set = select_checks(expect())
+    out, _ = run_on_profile(check_set, "healthy", tmp_path)
+    begin_ib = f"@@ck-{check_set.token}@@ BEGIN ib\n"
     cut = out[: out.index(begin_ib)] + begin_ib + "\n/sys/class/infiniband/mlx5_0/ports/1/state:4: ACTIVE\n"
-    res = {r.check + (":" + r.target if r.target else ""): r for r in C.evaluate(plan, cut, "remote command timed out after 9 s")}
+    judged = evaluate(check_set, cut, "remote command timed out after 9 s")
+    res = {r.check + (":" + r.target if r.target else ""): r for r in judged}
     assert res["gpu.count"].status is Status.OK
     assert res["ib.hcas"].message == "cut off while running (remote command timed out after 9 s)" and res["ib.hcas"].cut
     assert res["storage.mounted:/home"].message == "/home: not checked: remote command timed out after 9 s"
 
 
 def test_markers_cannot_be_forged_by_node_output() -> None:
-    plan = C.plan_checks(expect(stage=C.SINGLE, storage=()))
+    check_set = select_checks(expect(stage=SINGLE, storage=()))
     fake = "@@ck-0000000000000000@@ END gpu 0\n"
-    text = f"\n@@ck-{plan.token}@@ BEGIN gpu\n{fake}\n@@ck-{plan.token}@@ END gpu 0\n"
-    assert C.split_sections(text, plan.token)["gpu"].text == fake.rstrip("\n")
-    assert plan.token != C.plan_checks(expect(stage=C.SINGLE)).token
+    text = f"\n@@ck-{check_set.token}@@ BEGIN gpu\n{fake}\n@@ck-{check_set.token}@@ END gpu 0\n"
+    assert split_sections(text, check_set.token)["gpu"].text == fake.rstrip("\n")
+    assert check_set.token != select_checks(expect(stage=SINGLE)).token
 
 
 def test_stage_awareness() -> None:
-    single = C.plan_checks(expect(stage=C.SINGLE))
+    single = select_checks(expect(stage=SINGLE))
     names = {c.name for c in single.checks}
     assert not any(n.startswith("ib.") for n in names) and "storage.mounted" not in names
     assert "single-node" in single.notes[0]
-    local = C.plan_checks(expect(stage=C.SINGLE, storage=(StorageExpect("/raid", "local", 10),)))
+    local = select_checks(expect(stage=SINGLE, storage=(storage("/raid", "local", min_free_gb=10),)))
     assert {c.target for c in local.checks if c.target} == {"/raid"}
-    large = C.plan_checks(expect(stage=C.LARGE))
+    large = select_checks(expect(stage=LARGE))
     assert [c.target for c in large.checks if c.name == "storage.nfs_at_scale"] == ["/home"]
-    multi = C.plan_checks(expect())
+    multi = select_checks(expect())
     assert "storage.nfs_at_scale" not in {c.name for c in multi.checks}
-    eth = C.plan_checks(expect(fabric="ethernet", hcas=()))
+    eth = select_checks(expect(fabric="ethernet", hcas=()))
     assert not any(c.name.startswith("ib.") for c in eth.checks) and "ethernet" in eth.notes[0]
 
 
 def test_large_cluster_warns_on_nfs_without_failing(tmp_path: Path) -> None:
-    res = results(C.plan_checks(expect(stage=C.LARGE)), "healthy", tmp_path)
+    res = results(select_checks(expect(stage=LARGE)), "healthy", tmp_path)
     assert res["storage.nfs_at_scale:/home"].status is Status.WARN
     assert failures(res) == {}
 
 
 def test_roce_site_expects_ethernet_link_layer(tmp_path: Path) -> None:
-    res = results(C.plan_checks(expect(fabric="roce")), "healthy", tmp_path)
+    res = results(select_checks(expect(fabric="roce")), "healthy", tmp_path)
     assert res["ib.link_layer"].status is Status.FAIL
     assert "expected Ethernet for fabric roce" in res["ib.link_layer"].message
 
 
 def test_hca_port_spec_and_missing_hca(tmp_path: Path) -> None:
-    res = results(C.plan_checks(expect(hcas=("mlx5_0:1", "mlx5_9"))), "healthy", tmp_path)
+    res = results(select_checks(expect(hcas=("mlx5_0:1", "mlx5_9"))), "healthy", tmp_path)
     assert res["ib.hcas"].message.startswith("HCA mlx5_9 missing (found: mlx5_0, mlx5_1")
     assert res["ib.ports"].status is Status.SKIP
 
 
 def test_free_space_and_not_writable(tmp_path: Path) -> None:
-    huge = StorageExpect("/lustre/scratch", "lustre", min_free_gb=10**9, writable=True, timeout_s=3)
-    plan = C.plan_checks(expect(storage=(huge,)))
+    huge = storage("/lustre/scratch", "lustre", min_free_gb=10**9, writable=True, timeout_s=3)
+    check_set = select_checks(expect(storage=(huge,)))
     node = tmp_path / "healthy"
     shutil.copytree(PROFILES / "healthy" / "root", node / "root")
     shutil.rmtree(node / "root" / "lustre" / "scratch")
     (node / "root" / "lustre" / "scratch").write_text("not a directory\n")  # writes into it fail, even as root
-    res = results(plan, "healthy", tmp_path)
+    res = results(check_set, "healthy", tmp_path)
     assert "GB free < 1e+09 GB required" in res["storage.free:/lustre/scratch"].message
     w = res["storage.writable:/lustre/scratch"]
     assert w.status is Status.FAIL and "/lustre/scratch not writable" in w.message
@@ -175,8 +196,8 @@ def test_free_space_and_not_writable(tmp_path: Path) -> None:
 def test_hostile_storage_path_is_quoted(tmp_path: Path) -> None:
     victim = tmp_path / "pwned"
     hostile = f"/x'; touch {victim}; echo '$(touch {victim})"
-    plan = C.plan_checks(expect(storage=(StorageExpect(hostile, "nfs", writable=True, timeout_s=3),)))
-    res = results(plan, "healthy", tmp_path)
+    check_set = select_checks(expect(storage=(storage(hostile, "nfs", writable=True, timeout_s=3),)))
+    res = results(check_set, "healthy", tmp_path)
     assert not victim.exists()
     assert res[f"storage.mounted:{hostile}"].status is Status.FAIL
 
@@ -185,9 +206,9 @@ def test_local_machine_without_gpus(tmp_path: Path) -> None:
     """This machine has no nvidia-smi: a clear failure, never a crash."""
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has nvidia-smi")
-    plan = C.plan_checks(expect(stage=C.SINGLE, storage=()))
-    proc = subprocess.run(["sh", "-c", C.build_script(plan)], capture_output=True, text=True, timeout=60)
-    res = {r.check: r for r in C.evaluate(plan, proc.stdout)}
+    check_set = select_checks(expect(stage=SINGLE, storage=()))
+    proc = subprocess.run(["sh", "-c", build_script(check_set)], capture_output=True, text=True, timeout=60)
+    res = {r.check: r for r in evaluate(check_set, proc.stdout)}
     assert res["gpu.present"].status is Status.FAIL
     assert res["gpu.present"].message == "nvidia-smi not found (no NVIDIA driver installed?)"
 
@@ -195,24 +216,25 @@ def test_local_machine_without_gpus(tmp_path: Path) -> None:
 DATA = Path(__file__).resolve().parents[1] / "data" / "preflight"
 
 
-def node_output(plan: C.CheckPlan, sections: dict[str, tuple[str, str]]) -> str:
+def node_output(check_set: CheckSet, sections: dict[str, tuple[str, str]]) -> str:
     """Script output as a node would print it: ``{section: (text, rc)}`` between the markers."""
-    m = f"@@ck-{plan.token}@@"
+    m = f"@@ck-{check_set.token}@@"
     return "".join(f"\n{m} BEGIN {name}\n{text}\n{m} END {name} {rc}\n" for name, (text, rc) in sections.items())
 
 
-def gpu_results(capture: str, rc: str = "0", **kw) -> dict[str, C.CheckResult]:  # type: ignore[no-untyped-def]
-    plan = C.plan_checks(expect(stage=C.SINGLE, storage=(), **kw))
+def gpu_results(capture: str, rc: str = "0", **kw) -> dict[str, CheckResult]:  # type: ignore[no-untyped-def]
+    check_set = select_checks(expect(stage=SINGLE, storage=(), **kw))
     text = (DATA / capture).read_text(errors="replace")
-    out = node_output(plan, {"gpu": (text, rc), "cuda": ((DATA / "nvidia_smi_version.txt").read_text(), "0")})
-    return {r.check: r for r in C.evaluate(plan, out)}
+    out = node_output(check_set, {"gpu": (text, rc), "cuda": ((DATA / "nvidia_smi_version.txt").read_text(), "0")})
+    return {r.check: r for r in evaluate(check_set, out)}
 
 
 def test_mig_persistence_off_and_ecc_on_a100_capture() -> None:
     res = gpu_results("nvidia_smi_query_a100_mig.csv", gpus_per_node=4, gpu_model="A100")
     assert res["gpu.count"].status is Status.OK and res["gpu.model"].status is Status.OK
     assert (res["gpu.mig"].status, res["gpu.mig"].message) == (Status.FAIL, "MIG enabled on GPU 0")
-    assert (res["gpu.persistence"].status, res["gpu.persistence"].message) == (Status.WARN, "persistence mode off on GPU 2")
+    persistence = res["gpu.persistence"]
+    assert (persistence.status, persistence.message) == (Status.WARN, "persistence mode off on GPU 2")
     assert res["gpu.ecc"].message == "uncorrected ECC errors (GPU 2: 2)"
     assert res["gpu.driver"].message == "driver 535.104.05"
 
@@ -230,9 +252,9 @@ def test_err_cell_fails_ecc_and_na_passes() -> None:
     "capture,rc,message",
     [
         ("nvidia_smi_no_devices.txt", "6", "nvidia-smi: No devices were found"),
-        ("nvidia_smi_driver_failed.txt", "9", "nvidia-smi failed: NVIDIA-SMI has failed because it couldn't communicate "
-                                              "with the NVIDIA driver. Make sure that the latest NVIDIA driver is "
-                                              "installed and running."),
+        ("nvidia_smi_driver_failed.txt", "9", "nvidia-smi failed: NVIDIA-SMI has failed because it couldn't "
+                                              "communicate with the NVIDIA driver. Make sure that the latest NVIDIA "
+                                              "driver is installed and running."),
         ("nvidia_smi_bad_field.txt", "2", "could not parse nvidia-smi --query-gpu: line 1 has 1 fields, expected 8"),
     ],
 )
@@ -243,18 +265,18 @@ def test_whole_node_gpu_failures(capture: str, rc: str, message: str) -> None:
 
 
 def test_hung_nvidia_smi_is_a_timeout_and_cuda_section_is_skipped() -> None:
-    plan = C.plan_checks(expect(stage=C.SINGLE, storage=()))
-    out = node_output(plan, {"gpu": ("", "124"), "cuda": ("skipped: section gpu timed out", "skip")})
-    res = {r.check: r for r in C.evaluate(plan, out)}
+    check_set = select_checks(expect(stage=SINGLE, storage=()))
+    out = node_output(check_set, {"gpu": ("", "124"), "cuda": ("skipped: section gpu timed out", "skip")})
+    res = {r.check: r for r in evaluate(check_set, out)}
     assert res["gpu.present"].message == "no answer within 3 s"
     assert res["gpu.count"].status is Status.SKIP
 
 
 def test_roce_node_passes_a_roce_site_and_fails_an_ib_one(tmp_path: Path) -> None:
     roce = dict(gpus_per_node=4, gpu_model="A100", hcas=("mlx5_0", "mlx5_1"), port_rate_gbps=200)
-    ok = results(C.plan_checks(expect(fabric="roce", **roce)), "roce", tmp_path)
+    ok = results(select_checks(expect(fabric="roce", **roce)), "roce", tmp_path)
     assert failures(ok) == {} and ok["ib.link_layer"].message == "link layer Ethernet"
-    bad = results(C.plan_checks(expect(fabric="infiniband", **roce)), "roce", tmp_path)
+    bad = results(select_checks(expect(fabric="infiniband", **roce)), "roce", tmp_path)
     assert failures(bad) == {"ib.link_layer": "link layer mlx5_0 port 1 Ethernet, mlx5_1 port 1 Ethernet, "
                                               "expected InfiniBand for fabric infiniband"}
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit.preflight import device_parsers as d
 from clusterkit.preflight import parsers as p
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "preflight"
@@ -20,8 +21,8 @@ def read(name: str) -> str:
 
 
 def test_gpu_query_eight_h100() -> None:
-    q = p.parse_gpu_query(read("nvidia_smi_query_h100x8.csv"))
-    assert isinstance(q, p.GpuQuery) and q.state is p.GpuState.OK
+    q = d.parse_gpu_query(read("nvidia_smi_query_h100x8.csv"))
+    assert isinstance(q, d.GpuQuery) and q.state is d.GpuState.OK
     assert [g.index for g in q.gpus] == list(range(8))
     g = q.gpus[3]
     assert g.name == "NVIDIA H100 80GB HBM3"
@@ -35,15 +36,15 @@ def test_gpu_query_eight_h100() -> None:
 
 
 def test_gpu_query_mig_and_ecc_and_persistence_off() -> None:
-    q = p.parse_gpu_query(read("nvidia_smi_query_a100_mig.csv"))
-    assert isinstance(q, p.GpuQuery)
+    q = d.parse_gpu_query(read("nvidia_smi_query_a100_mig.csv"))
+    assert isinstance(q, d.GpuQuery)
     assert [g.mig_mode for g in q.gpus] == ["Enabled", "Disabled", "Disabled", "Disabled"]
     assert q.gpus[2].persistence_mode is False and q.gpus[2].ecc_uncorrected == 2
 
 
 def test_gpu_query_na_and_not_supported_cells_are_none() -> None:
-    q = p.parse_gpu_query(read("nvidia_smi_query_consumer_na.csv"))
-    assert isinstance(q, p.GpuQuery)
+    q = d.parse_gpu_query(read("nvidia_smi_query_consumer_na.csv"))
+    assert isinstance(q, d.GpuQuery)
     rtx, t4 = q.gpus
     assert rtx.ecc_uncorrected is None and rtx.ecc_raw == "[N/A]" and not rtx.ecc_unreadable
     assert t4.ecc_uncorrected is None and t4.ecc_raw == "[Not Supported]"
@@ -52,40 +53,40 @@ def test_gpu_query_na_and_not_supported_cells_are_none() -> None:
 
 
 def test_gpu_query_err_cell_is_unreadable_not_a_crash() -> None:
-    q = p.parse_gpu_query(read("nvidia_smi_query_err.csv"))
-    assert isinstance(q, p.GpuQuery)
+    q = d.parse_gpu_query(read("nvidia_smi_query_err.csv"))
+    assert isinstance(q, d.GpuQuery)
     assert q.gpus[1].ecc_uncorrected is None and q.gpus[1].ecc_unreadable
 
 
 def test_gpu_query_nounits() -> None:
-    q = p.parse_gpu_query(read("nvidia_smi_query_nounits.csv"))
-    assert isinstance(q, p.GpuQuery) and q.gpus[0].memory_total_mib == 81559
+    q = d.parse_gpu_query(read("nvidia_smi_query_nounits.csv"))
+    assert isinstance(q, d.GpuQuery) and q.gpus[0].memory_total_mib == 81559
 
 
 @pytest.mark.parametrize(
     "name,state,words",
     [
-        ("nvidia_smi_no_devices.txt", p.GpuState.NO_DEVICES, "No devices were found"),
-        ("nvidia_smi_driver_failed.txt", p.GpuState.DRIVER_FAILED, "couldn't communicate"),
-        ("nvidia_smi_not_found.txt", p.GpuState.NOT_INSTALLED, "command not found"),
+        ("nvidia_smi_no_devices.txt", d.GpuState.NO_DEVICES, "No devices were found"),
+        ("nvidia_smi_driver_failed.txt", d.GpuState.DRIVER_FAILED, "couldn't communicate"),
+        ("nvidia_smi_not_found.txt", d.GpuState.NOT_INSTALLED, "command not found"),
     ],
 )
-def test_gpu_query_whole_node_states(name: str, state: p.GpuState, words: str) -> None:
-    q = p.parse_gpu_query(read(name))
-    assert isinstance(q, p.GpuQuery)
+def test_gpu_query_whole_node_states(name: str, state: d.GpuState, words: str) -> None:
+    q = d.parse_gpu_query(read(name))
+    assert isinstance(q, d.GpuQuery)
     assert q.state is state and q.gpus == () and words in q.message
 
 
 @pytest.mark.parametrize("name", ["nvidia_smi_garbage.txt", "nvidia_smi_bad_field.txt", "nvidia_smi_header.txt"])
 def test_gpu_query_garbage_is_a_parse_failure_with_raw_kept(name: str) -> None:
     text = read(name)
-    q = p.parse_gpu_query(text)
+    q = d.parse_gpu_query(text)
     assert isinstance(q, p.ParseFailure)
     assert q.raw == text and q.reason
 
 
 def test_gpu_query_empty_output() -> None:
-    q = p.parse_gpu_query("\n")
+    q = d.parse_gpu_query("\n")
     assert isinstance(q, p.ParseFailure) and q.reason == "no output"
 
 
@@ -94,11 +95,11 @@ def test_gpu_query_empty_output() -> None:
     [("nvidia_smi_header.txt", "12.4"), ("nvidia_smi_version.txt", "12.4"), ("nvidia_smi_header_470.txt", "11.4")],
 )
 def test_cuda_version(name: str, version: str) -> None:
-    assert p.parse_cuda_version(read(name)) == version
+    assert d.parse_cuda_version(read(name)) == version
 
 
 def test_cuda_version_missing() -> None:
-    r = p.parse_cuda_version(read("nvidia_smi_driver_failed.txt"))
+    r = d.parse_cuda_version(read("nvidia_smi_driver_failed.txt"))
     assert isinstance(r, p.ParseFailure) and "CUDA Version" in r.reason
 
 
@@ -116,8 +117,8 @@ def test_version_at_least(have: str, need: str, ok: bool | None) -> None:
 
 
 def test_ibstat_several_cas_and_ethernet_link_layer() -> None:
-    inv = p.parse_ibstat(read("ibstat_multi_ca.txt"))
-    assert isinstance(inv, p.IbInventory) and inv.source == "ibstat"
+    inv = d.parse_ibstat(read("ibstat_multi_ca.txt"))
+    assert isinstance(inv, d.IbInventory) and inv.source == "ibstat"
     assert inv.hcas == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
     m0, = inv.ports_of("mlx5_0")
     assert (m0.state, m0.phys_state, m0.rate_gbps, m0.link_layer) == ("ACTIVE", "LinkUp", 400.0, "InfiniBand")
@@ -130,15 +131,15 @@ def test_ibstat_several_cas_and_ethernet_link_layer() -> None:
 
 
 def test_ibstat_roce_bond() -> None:
-    inv = p.parse_ib(read("ibstat_roce.txt"))
-    assert isinstance(inv, p.IbInventory)
+    inv = d.parse_ib(read("ibstat_roce.txt"))
+    assert isinstance(inv, d.IbInventory)
     port, = inv.ports
     assert port.hca == "mlx5_bond_0" and port.link_layer == "Ethernet" and port.rate_gbps == 200.0
 
 
 def test_ib_sysfs_tree_with_a_down_port() -> None:
-    inv = p.parse_ib(read("ib_sysfs_8x400.txt"))
-    assert isinstance(inv, p.IbInventory) and inv.source == "sysfs"
+    inv = d.parse_ib(read("ib_sysfs_8x400.txt"))
+    assert isinstance(inv, d.IbInventory) and inv.source == "sysfs"
     assert inv.hcas == [f"mlx5_{i}" for i in range(8)]
     down, = inv.ports_of("mlx5_3")
     assert (down.state, down.phys_state, down.rate_gbps) == ("DOWN", "Disabled", 10.0)
@@ -147,22 +148,22 @@ def test_ib_sysfs_tree_with_a_down_port() -> None:
 
 
 def test_ib_sysfs_under_a_sysroot_prefix_roce() -> None:
-    inv = p.parse_ib_sysfs(read("ib_sysfs_roce_prefixed.txt"))
-    assert isinstance(inv, p.IbInventory)
+    inv = d.parse_ib_sysfs(read("ib_sysfs_roce_prefixed.txt"))
+    assert isinstance(inv, d.IbInventory)
     assert {port.link_layer for port in inv.ports} == {"Ethernet"} and inv.hcas == ["mlx5_0", "mlx5_1"]
 
 
 def test_ib_no_hca_is_an_empty_inventory() -> None:
-    inv = p.parse_ib("")
-    assert isinstance(inv, p.IbInventory) and inv.ports == () and inv.source == "none"
+    inv = d.parse_ib("")
+    assert isinstance(inv, d.IbInventory) and inv.ports == () and inv.source == "none"
 
 
 def test_ib_garbage() -> None:
-    r = p.parse_ib("ibstat: command not found\n")
+    r = d.parse_ib("ibstat: command not found\n")
     assert isinstance(r, p.ParseFailure) and "unexpected line" in r.reason
 
 
-# --- mounts, df, stat -f ----------------------------------------------------------------------
+# --- mounts, df ------------------------------------------------------------------------------
 
 
 def test_proc_mounts_lustre_nfs_gpfs_and_octal_spaces() -> None:
@@ -201,13 +202,6 @@ def test_df_lustre_and_block_sizes() -> None:
 def test_df_error_is_a_failure_with_the_message() -> None:
     r = p.parse_df(read("df_error.txt"))
     assert isinstance(r, p.ParseFailure) and "Cannot send after transport endpoint shutdown" in r.reason
-
-
-def test_stat_f() -> None:
-    s = p.parse_stat_f(read("stat_f_lustre.txt"))
-    assert isinstance(s, p.StatFs)
-    assert s.fstype == "lustre" and s.block_size == 4096 and s.available_bytes == 1663505166080 * 4096
-    assert isinstance(p.parse_stat_f("stat: cannot read file system information for '/x': No such file"), p.ParseFailure)
 
 
 def test_modules_lsmod_proc_modules_and_sysfs() -> None:
@@ -255,8 +249,8 @@ def test_squeue_custom_format() -> None:
 
 # --- totality ---------------------------------------------------------------------------------
 
-PARSERS = [p.parse_gpu_query, p.parse_cuda_version, p.parse_ib, p.parse_ib_sysfs, p.parse_ibstat, p.parse_mounts,
-           p.parse_df, p.parse_stat_f, p.parse_modules, p.parse_sacct, p.parse_squeue]
+PARSERS = [d.parse_gpu_query, d.parse_cuda_version, d.parse_ib, d.parse_ib_sysfs, d.parse_ibstat, p.parse_mounts,
+           p.parse_df, p.parse_modules, p.parse_sacct, p.parse_squeue]
 
 
 @pytest.mark.parametrize("parser", PARSERS, ids=lambda f: f.__name__)

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from clusterkit.cli import output
 from clusterkit.cli import preflight as cli
-from clusterkit.preflight.checks import CheckResult, Severity, Status
+from clusterkit.preflight.engine import CheckResult, Severity, Status
 from clusterkit.preflight.report import NodeResult, Report
 
 DOWN = CheckResult("ib.ports", Status.FAIL, Severity.ERROR, "mlx5_3 port 1 DOWN (Disabled)")

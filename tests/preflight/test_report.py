@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from clusterkit.errors import ExitCode
-from clusterkit.preflight.checks import CheckResult, Severity, Status
+from clusterkit.preflight.engine import CheckResult, Severity, Status
 from clusterkit.preflight.report import NodeResult, NodeStatus, Report, decide
 
 OK = CheckResult("gpu.count", Status.OK, Severity.ERROR, "8 GPUs")
@@ -62,7 +62,7 @@ def test_interrupted_report_lists_unchecked_nodes() -> None:
 def test_policy_exclude_refuse_and_limits() -> None:
     r = report([healthy(f"n{i}") for i in range(1, 10)] + [NodeResult("n10", True, (SEVEN,))])
     d = decide(r, "exclude", max_excluded_fraction=0.1)
-    assert not d.refuse and d.exclude_nodeset == "n10" and d.reason == "excluding n10 (failed preflight)"
+    assert not d.refuse and d.exclude == ("n10",) and d.reason == "excluding n10 (failed preflight)"
     refused = decide(r, "refuse")
     assert refused.refuse and "preflight.policy is refuse" in refused.reason
     too_many = decide(r, "exclude", max_excluded_fraction=0.05)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -121,17 +122,35 @@ def _check_resumed(jobs: Jobs) -> None:
                     "COMPLETED after one restart")
 
 
-def test_time_limit_warning_every_rank_saves_then_the_job_resumes(cli: CK, site: Path) -> None:
-    """USR2 to the batch shell is what --signal=B:USR2@T does before the time limit."""
+def _preempt(cli: CK) -> None:
+    """A job in partition high pinned to every node preempts every job in debug."""
+    cli.bed.run("sbatch", "--parsable", "-p", "high", "-N", "4", "-w", "node[1-4]", "--exclusive",
+                "-o", "/dev/null", "--wrap", "sleep 1")
+
+
+def _every_rank_saves_and_is_requeued(cli: CK, site: Path, event: str, label: str, send: Callable[[Jobs], None],
+                                      window: str, requeue_timeout: float = 120) -> Jobs:
+    """One job per launcher; once they run, ``send`` the event: every rank saves and every job is
+    requeued (restart 1).  Prints the figures under ``label``; the jobs are still held."""
     cli.bed.wait_idle()
-    jobs = Jobs(cli, site, "warn", LAUNCHERS)
+    jobs = Jobs(cli, site, event, LAUNCHERS)
     jobs.wait_markers("started", 0, START_S)
-    for job in jobs.ids.values():
-        cli.bed.run("scancel", "--batch", "--signal=USR2", job)
+    send(jobs)
     saved = jobs.wait_markers("saved", 0, 60)
     _check_saved(saved, 0)
-    jobs.wait_state(lambda s: s["state"] == "PENDING" and s["restarts"] == 1, "requeued")
-    _figures("warning", saved, "window: scheduler.grace_s = 30 s before the script requeues")
+    jobs.wait_state(lambda s: s["state"] == "PENDING" and s["restarts"] == 1, "requeued", timeout=requeue_timeout)
+    _figures(label, saved, window)
+    return jobs
+
+
+def test_time_limit_warning_every_rank_saves_then_the_job_resumes(cli: CK, site: Path) -> None:
+    """USR2 to the batch shell is what --signal=B:USR2@T does before the time limit."""
+    def warn(jobs: Jobs) -> None:
+        for job in jobs.ids.values():
+            cli.bed.run("scancel", "--batch", "--signal=USR2", job)
+
+    jobs = _every_rank_saves_and_is_requeued(cli, site, "warn", "warning", warn,
+                                             "window: scheduler.grace_s = 30 s before the script requeues")
     for name in jobs.ids:
         log = (cli.runs / f"warn-{name}" / "logs" / f"slurm-{jobs.ids[name]}.out").read_text()
         assert "SIGTERM to every rank" in log and "requeueing (restart 1 of 2)" in log, log
@@ -141,16 +160,10 @@ def test_time_limit_warning_every_rank_saves_then_the_job_resumes(cli: CK, site:
 
 
 def test_preemption_by_the_high_partition_every_rank_saves_then_the_job_resumes(cli: CK, site: Path) -> None:
-    cli.bed.wait_idle()
-    jobs = Jobs(cli, site, "preempt", LAUNCHERS)
-    jobs.wait_markers("started", 0, START_S)
-    cli.bed.run("sbatch", "--parsable", "-p", "high", "-N", "4", "-w", "node[1-4]", "--exclusive",
-                       "-o", "/dev/null", "--wrap", "sleep 1").stdout.strip()
-    saved = jobs.wait_markers("saved", 0, 60)
-    _check_saved(saved, 0)
     # never COMPLETED: requeued (by Slurm after the grace time, or by the script at once)
-    jobs.wait_state(lambda s: s["state"] == "PENDING" and s["restarts"] == 1, "requeued", timeout=90)
-    _figures("preempt", saved, "window: GraceTime 10 s + KillWait 5 s (Slurm's), whichever the script does not cut short")
+    jobs = _every_rank_saves_and_is_requeued(
+        cli, site, "preempt", "preempt", lambda _jobs: _preempt(cli),
+        "window: GraceTime 10 s + KillWait 5 s (Slurm's), whichever the script does not cut short", requeue_timeout=90)
     for name, job in jobs.ids.items():
         assert not (cli.runs / f"preempt-{name}" / f"{job}.result").exists(), name
     jobs.release()
@@ -162,8 +175,9 @@ def test_cancel_lets_every_rank_save_and_never_requeues(cli: CK, site: Path) -> 
     jobs = Jobs(cli, site, "cancel", LAUNCHERS)
     jobs.wait_markers("started", 0, START_S)
     with ThreadPoolExecutor(max_workers=len(jobs.ids)) as pool:
-        procs = dict(zip(jobs.ids, pool.map(lambda j: cli("cancel", j, "--json", timeout=120), jobs.ids.values())))
-    for name, proc in procs.items():
+        procs = dict(zip(jobs.ids, pool.map(lambda j: cli("cancel", j, "--json", timeout=120), jobs.ids.values()),
+                         strict=True))
+    for proc in procs.values():
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
         assert out["cancelled"] is True and out["state_before"] == "RUNNING", out
@@ -195,8 +209,7 @@ def test_restart_budget_stops_requeues_with_the_reason(cli: CK, site: Path) -> N
     jobs.wait_state(lambda s: s["state"] == "PENDING" and s["restarts"] == 1, "requeued")
     jobs.release()
     jobs.wait_markers("started", 1, START_S)
-    cli.bed.run("sbatch", "--parsable", "-p", "high", "-N", "4", "-w", "node[1-4]", "--exclusive",
-                "-o", "/dev/null", "--wrap", "sleep 1")
+    _preempt(cli)
     saved = jobs.wait_markers("saved", 1, 60)
     _check_saved(saved, 1)
     st = cli.wait_for(job, lambda s: s["state"] in ("FAILED", "COMPLETED", "CANCELLED"), timeout=90, what="the end")

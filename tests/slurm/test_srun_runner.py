@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusterkit.preflight.transport import ErrorKind, NodeResult, SrunRunner
+from clusterkit.preflight.transport import ErrorKind, NodeOutput, SrunRunner
 from .conftest import Testbed
 
 pytestmark = pytest.mark.slurm
@@ -16,7 +16,7 @@ def runner(bed: Testbed, **kw: float) -> SrunRunner:
 
 def test_one_task_per_node_with_separate_output_and_status(testbed: Testbed) -> None:
     nodes = testbed.nodes[:3]
-    seen: list[NodeResult] = []
+    seen: list[NodeOutput] = []
     script = ('echo "I am $SLURMD_NODENAME"; echo "err $SLURMD_NODENAME" >&2; '
               'printf "no newline"; [ "$SLURMD_NODENAME" = node2 ] && exit 5; exit 0')
     res = runner(testbed).run_many(nodes, script, timeout_s=20, on_result=seen.append)

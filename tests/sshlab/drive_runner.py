@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from clusterkit.preflight.transport import LocalRunner, NodeResult, SSHRunner, SrunRunner
+from clusterkit.preflight.transport import LocalRunner, NodeOutput, SSHRunner, SrunRunner
 
 
 def main() -> int:
@@ -25,7 +25,7 @@ def main() -> int:
     cls = {"ssh": SSHRunner, "local": LocalRunner, "srun": SrunRunner}[req["runner"]]
     runner = cls(**req.get("options", {}))
 
-    def announce(r: NodeResult) -> None:
+    def announce(r: NodeOutput) -> None:
         print(f"done {r.host}", file=sys.stderr, flush=True)
 
     results = runner.run_many(req["hosts"], req["script"], timeout_s=req.get("timeout_s"),

@@ -8,11 +8,11 @@ import subprocess
 import sys
 import textwrap
 
-from clusterkit.preflight.transport import ErrorKind, LocalRunner, NodeResult
+from clusterkit.preflight.transport import ErrorKind, LocalRunner, NodeOutput
 
 
 def test_runs_the_script_once_per_host_with_output_status_and_label() -> None:
-    seen: list[NodeResult] = []
+    seen: list[NodeOutput] = []
     res = LocalRunner().run_many(["a", "b", "a"], 'echo "on $CLUSTERKIT_HOST"; echo e >&2; exit 4',
                                  on_result=seen.append)
     assert list(res) == ["a", "b"]  # duplicates run once, input order kept
@@ -83,10 +83,10 @@ def test_the_engine_abandons_a_worker_stuck_past_its_budget_and_raises_bugs() ->
 
     release = threading.Event()
 
-    def work(host: str, _watchdog: object) -> NodeResult:
+    def work(host: str, _watchdog: object) -> NodeOutput:
         if host == "stuck":  # a library call that ignores every timeout
             release.wait(30)
-        return NodeResult(host, 0)
+        return NodeOutput(host, 0)
 
     try:
         res = fan_out(["stuck", "fine"], work, fanout=2, budget_s=0.5)
@@ -95,7 +95,7 @@ def test_the_engine_abandons_a_worker_stuck_past_its_budget_and_raises_bugs() ->
     assert res["fine"].ok
     assert res["stuck"].error is ErrorKind.TIMEOUT and "abandoned" in res["stuck"].reason
 
-    def buggy(host: str, _watchdog: object) -> NodeResult:
+    def buggy(host: str, _watchdog: object) -> NodeOutput:
         raise ZeroDivisionError("a bug")
 
     with pytest.raises(ZeroDivisionError):  # bugs are not dressed up as node failures

@@ -338,7 +338,7 @@ def test_known_hosts_with_markers_wildcards_and_a_bad_line(runner_lab: SSHLab, t
 
 
 def test_known_hosts_skipped_lines_are_warned_about(runner_lab: SSHLab, tmp_path: Path) -> None:
-    from clusterkit.preflight.transport.ssh import KnownHosts
+    from clusterkit.preflight.transport.ssh_keys import KnownHosts
 
     known = tmp_path / "known_hosts"
     known.write_text(f"@cert-authority *.cluster {runner_lab.host_key_line}\nnot an entry\n"

@@ -14,9 +14,9 @@ never dressed up as user errors.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Iterable, Sequence
 
 
 class ExitCode(IntEnum):
@@ -60,7 +60,7 @@ class ConfigError(ClusterkitError):
         super().__init__("; ".join(str(i) for i in self.issues))
 
     @classmethod
-    def single(cls, file: str, line: int | None, loc: str, message: str) -> "ConfigError":
+    def single(cls, file: str, line: int | None, loc: str, message: str) -> ConfigError:
         return cls([ConfigIssue(file, line, loc, message)])
 
     def lines(self) -> list[str]:
@@ -102,9 +102,3 @@ class RecordError(ClusterkitError):
 
     exit_code = ExitCode.FAILURE
 
-
-def join_lines(errors: Iterable[ClusterkitError]) -> list[str]:
-    out: list[str] = []
-    for err in errors:
-        out.extend(err.lines())
-    return out

@@ -1,7 +1,9 @@
 """Preflight: check GPUs, drivers, InfiniBand/RoCE links and storage on the nodes before a job.
 
-* :mod:`~clusterkit.preflight.parsers` - total, pure parsers of the node tools' output
-* :mod:`~clusterkit.preflight.checks`  - declarative checks, the one remote script, evaluation
+* :mod:`~clusterkit.preflight.parsers` - total, pure parsers of the node tools' output (mounts, df, modules)
+* :mod:`~clusterkit.preflight.device_parsers` - the same for nvidia-smi and InfiniBand (sysfs, ibstat)
+* :mod:`~clusterkit.preflight.engine`  - the check set, the one remote script, judging a node's output
+* :mod:`~clusterkit.preflight.catalogue` - the checks (GPU, driver, InfiniBand, storage) chosen per stage
 * :mod:`~clusterkit.preflight.report`  - per-node results, grouping, JSON, exit codes, site policy
 * :mod:`~clusterkit.preflight.run`    - :func:`run_preflight`: fan the script out through a Runner
 

@@ -12,13 +12,14 @@ contacted.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from clusterkit.errors import ExitCode
 from clusterkit.hostlist import fold
-from clusterkit.preflight.checks import CheckResult, Status
+from clusterkit.preflight.engine import CheckResult, Status
 
 REPORT_VERSION = 1
 
@@ -215,13 +216,9 @@ class PolicyDecision:
     exclude: tuple[str, ...]
     reason: str
 
-    @property
-    def exclude_nodeset(self) -> str:
-        """The ``--exclude`` value for sbatch (Slurm hostlist), empty when nothing is excluded."""
-        return fold(self.exclude)
 
-
-def decide(report: Report, policy: str, max_excluded_fraction: float = 1.0, nodes_needed: int | None = None) -> PolicyDecision:
+def decide(report: Report, policy: str, max_excluded_fraction: float = 1.0,
+           nodes_needed: int | None = None) -> PolicyDecision:
     """Apply the site's ``preflight.policy`` to a report.
 
     ``exclude``: leave failed and unreachable nodes out, unless more than
@@ -242,12 +239,6 @@ def decide(report: Report, policy: str, max_excluded_fraction: float = 1.0, node
                                          f"preflight.max_excluded_fraction={max_excluded_fraction:g}")
     good = len(report.ok_nodes())
     if nodes_needed is not None and good < nodes_needed:
-        return PolicyDecision(True, bad, f"only {good} nodes passed preflight, the job needs {nodes_needed} (failed: {listed})")
+        return PolicyDecision(True, bad, f"only {good} nodes passed preflight, the job needs {nodes_needed} "
+                                         f"(failed: {listed})")
     return PolicyDecision(False, bad, f"excluding {listed} (failed preflight)")
-
-
-def merge_notes(*groups: Iterable[str]) -> list[str]:
-    out: list[str] = []
-    for g in groups:
-        out.extend(x for x in g if x not in out)
-    return out

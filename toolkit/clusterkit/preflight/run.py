@@ -1,4 +1,4 @@
-"""Run preflight: build the check plan for a site and stage, fan the one script out through a
+"""Run preflight: choose the checks for a site and stage, fan the one script out through a
 Runner, judge every node's output, and return a :class:`~clusterkit.preflight.report.Report`.
 
 This is the function ``clusterkit preflight`` and ``clusterkit submit`` both call::
@@ -6,7 +6,7 @@ This is the function ``clusterkit preflight`` and ``clusterkit submit`` both cal
     report = run_preflight(site, stage="multi-node", nodes="gpu[001-016]", transport="ssh")
     decision = decide_for_site(report, site, nodes_needed=plan.nnodes)
     if decision.refuse: raise PreflightError(decision.reason)
-    exclude = decision.exclude_nodeset          # -> sbatch --exclude
+    exclude = decision.exclude                  # -> sbatch --exclude
 
 Node-level trouble never raises; bad input (unknown stage or transport, a bad hostlist) raises
 :class:`~clusterkit.errors.UsageError` before any node is contacted.
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from clusterkit import hostlist
 from clusterkit.errors import UsageError
-from clusterkit.preflight import checks as C
+from clusterkit.preflight import catalogue, engine
 from clusterkit.preflight.report import NodeResult, PolicyDecision, Report, decide
 
 TRANSPORTS = ("ssh", "srun", "local")
@@ -76,7 +76,7 @@ def _srun_args(site: Any) -> list[str]:
     return args + ([f"--account={sched.account}"] if sched.account else [])
 
 
-def _node_result(plan: C.CheckPlan, res: Any) -> NodeResult | None:
+def _node_result(check_set: engine.CheckSet, res: Any) -> NodeResult | None:
     """A runner result -> a report entry; None for a node the run never finished (Ctrl-C)."""
     from clusterkit.preflight.transport import ErrorKind
 
@@ -87,11 +87,11 @@ def _node_result(plan: C.CheckPlan, res: Any) -> NodeResult | None:
         return NodeResult(res.host, False, error=res.reason or kind.value, error_kind=kind.value,
                           duration_s=res.duration_s)
     cut = res.reason if kind is ErrorKind.COMMAND_TIMEOUT else "the remote command ended early"
-    results = tuple(C.evaluate(plan, res.stdout, cut))
+    results = tuple(engine.evaluate(check_set, res.stdout, cut))
     error = None
     if kind is ErrorKind.COMMAND_TIMEOUT:
         error = f"remote command timed out: {res.reason}"
-    elif res.exit_status != 0 and f"@@ck-{plan.token}@@" not in res.stdout:
+    elif res.exit_status != 0 and f"@@ck-{check_set.token}@@" not in res.stdout:
         # the script never got going (no bash, a broken login shell, ...): say what it printed
         said = (res.stderr or res.stdout).strip().splitlines()
         error = f"remote command exited {res.exit_status}" + (f": {said[-1][:200]}" if said else "")
@@ -112,34 +112,30 @@ def run_preflight(site: Any, stage: str | None = None, nodes: str | None = None,
     """
     if transport not in TRANSPORTS:
         raise UsageError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
-    if stage is not None and stage not in C.STAGES:
-        raise UsageError(f"--stage {stage!r}: choose one of {', '.join(C.STAGES)}")
+    if stage is not None and stage not in engine.STAGES:
+        raise UsageError(f"--stage {stage!r}: choose one of {', '.join(engine.STAGES)}")
     hosts = resolve_hosts(site, nodes, transport)
-    stage = stage or C.stage_for_nodes(len(hosts))
-    plan = C.plan_checks(C.Expectations.from_site(site, stage))
+    stage = stage or engine.stage_for_nodes(len(hosts))
+    check_set = catalogue.select_checks(catalogue.Expectations.from_site(site, stage))
     runner = runner if runner is not None else make_runner(site, transport, accept_new_host_keys=accept_new_host_keys)
-    report = Report(site.name, stage, transport, hosts, notes=list(plan.notes), checks=C.describe_checks(plan))
+    report = Report(site.name, stage, transport, hosts, notes=list(check_set.notes),
+                    checks=engine.describe_checks(check_set))
     if on_start is not None:
         on_start(hosts)
 
     def collect(res: Any) -> None:
-        entry = _node_result(plan, res)
+        entry = _node_result(check_set, res)
         if entry is not None:
             report.add(entry)
             if on_result is not None:
                 on_result(entry)
 
     t0 = time.monotonic()
-    results = runner.run_many(hosts, build_script_for(plan), timeout_s=float(site.ssh.command_timeout_s),
+    results = runner.run_many(hosts, engine.build_script(check_set), timeout_s=float(site.ssh.command_timeout_s),
                               fanout=int(site.ssh.fanout), on_result=collect)
     report.interrupted = bool(getattr(results, "interrupted", False))
     report.elapsed_s = time.monotonic() - t0
     return report
-
-
-def build_script_for(plan: C.CheckPlan) -> str:
-    """The remote script of a plan (kept separate so callers can show or render it)."""
-    return C.build_script(plan)
 
 
 def decide_for_site(report: Report, site: Any, nodes_needed: int | None = None) -> PolicyDecision:

@@ -7,11 +7,14 @@ not drift: the config is not wrong because a node is out for repair.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Hashable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from clusterkit import hostlist
+from clusterkit.preflight import device_parsers as D
 from clusterkit.preflight import parsers as P
+from clusterkit.preflight.catalogue import hca_ports, mounted_as
 from clusterkit.sites import slurm_text as T
 from clusterkit.sites.facts import ClusterFacts
 from clusterkit.sites.probe import NodeFacts
@@ -19,9 +22,9 @@ from clusterkit.sites.probe import NodeFacts
 # Slurm's RealMemory is usually set a little below physical memory (the OS keeps some), and
 # admins round mem_gb: within 5% is the same memory.
 MEM_TOLERANCE = 0.05
-_FSTYPES = {"lustre": {"lustre"}, "nfs": {"nfs", "nfs4"}, "gpfs": {"gpfs"}}
 
 Lines = Mapping[tuple[str | int, ...], tuple[str, int]]
+V = TypeVar("V", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,8 @@ class _Finder:
 
     def add(self, path: tuple[str | int, ...], configured: Any, live: Any, hosts: Iterable[str], message: str) -> None:
         file, line = self._where(path)
-        self.report.drift.append(Drift(_dotted(path), file, line, configured, live, hostlist.fold(sorted(hosts)), message))
+        nodes = hostlist.fold(sorted(hosts))
+        self.report.drift.append(Drift(_dotted(path), file, line, configured, live, nodes, message))
 
     def _where(self, path: tuple[str | int, ...]) -> tuple[str, int | None]:
         for n in range(len(path), 0, -1):
@@ -96,8 +100,9 @@ def _dotted(path: Sequence[str | int]) -> str:
     return out
 
 
-def _group(values: Mapping[str, Hashable]) -> dict[Hashable, list[str]]:
-    out: dict[Hashable, list[str]] = {}
+def _group(values: Mapping[str, V]) -> dict[V, list[str]]:
+    """The hosts that share each value."""
+    out: dict[V, list[str]] = {}
     for host, value in values.items():
         out.setdefault(value, []).append(host)
     return out
@@ -152,7 +157,8 @@ def _compare_membership(f: _Finder, hosts: list[str], nodelist: str, facts: Clus
         f.add(("nodes", "nodelist"), nodelist, live_fold, unknown, "nodes Slurm does not know")
     outside = sorted((configured & known) - live)
     if outside:
-        f.add(("nodes", "nodelist"), nodelist, live_fold, outside, f"nodes not in partition {part.name if part else '?'}")
+        name = part.name if part else "?"
+        f.add(("nodes", "nodelist"), nodelist, live_fold, outside, f"nodes not in partition {name}")
     extra = sorted(live - configured)
     if extra:
         where = f"partition {part.name}" if part else "the cluster"
@@ -177,9 +183,9 @@ def _compare_nodes(f: _Finder, site: Any, mine: list[T.Node], report: DriftRepor
             f.add(("nodes", "gpu_model"), cfg.gpu_model, live, hosts, "GPU type (Slurm GRES)")
     mem = {n.name: n.real_memory_mb for n in mine if n.real_memory_mb and n.real_memory_mb > 1}
     off = {h: mb for h, mb in mem.items() if abs(mb / 1024 - cfg.mem_gb) > MEM_TOLERANCE * cfg.mem_gb}
-    for live, hosts in _group(off).items():
-        f.add(("nodes", "mem_gb"), cfg.mem_gb, round(float(live) / 1024, 1), hosts,  # type: ignore[arg-type]
-              f"memory per node: Slurm RealMemory={live} MB (tolerance {MEM_TOLERANCE:.0%})")
+    for mb, hosts in _group(off).items():
+        f.add(("nodes", "mem_gb"), cfg.mem_gb, round(mb / 1024, 1), hosts,
+              f"memory per node: Slurm RealMemory={mb} MB (tolerance {MEM_TOLERANCE:.0%})")
 
 
 def _per_node(f: _Finder, path: tuple[str, ...], configured: Any, live: Mapping[str, Any], what: str) -> None:
@@ -190,7 +196,7 @@ def _per_node(f: _Finder, path: tuple[str, ...], configured: Any, live: Mapping[
 def node_states(nodes: Iterable[T.Node]) -> list[NodeState]:
     """Down, drained or otherwise unusable nodes, grouped by state and reason."""
     groups = _group({n.name: (n.state, n.reason) for n in nodes if not n.usable})
-    return [NodeState(hostlist.fold(sorted(h)), s, r) for (s, r), h in groups.items()]  # type: ignore[misc]
+    return [NodeState(hostlist.fold(sorted(h)), s, r) for (s, r), h in groups.items()]
 
 
 def live_slurm_facts(site: Any, scope: list[T.Node]) -> dict[str, Any]:
@@ -242,7 +248,7 @@ def compare_probe(site: Any, lines: Lines, probed: Mapping[str, NodeFacts], repo
 
 def _probe_gpus(f: _Finder, site: Any, ok: Mapping[str, NodeFacts]) -> None:
     cfg, need = site.nodes, site.software.driver_min
-    counts = {h: len(nf.gpus.gpus) for h, nf in ok.items() if nf.gpus is not None and nf.gpus.state is P.GpuState.OK}
+    counts = {h: len(nf.gpus.gpus) for h, nf in ok.items() if nf.gpus is not None and nf.gpus.state is D.GpuState.OK}
     _per_node(f, ("nodes", "gpus_per_node"), cfg.gpus_per_node, counts, "GPUs per node (nvidia-smi)")
     if need:
         old = {h: min(nf.drivers, key=lambda v: P.version_tuple(v) or ()) for h, nf in ok.items()
@@ -264,22 +270,17 @@ def _probe_hcas(f: _Finder, site: Any, ok: Mapping[str, NodeFacts]) -> None:
         if nf.ib is None:
             continue
         specs = list(site.network.hcas)
-        gone = [s for s in specs if not _ports(nf.ib, s)]
+        gone = [s for s in specs if not hca_ports(nf.ib, s)]
         if gone:
             extra = sorted(set(nf.ib.hcas) - {s.partition(":")[0] for s in specs})
             missing[h] = f"missing {', '.join(gone)}" + (f"; unlisted {', '.join(extra)} (renamed?)" if extra else "")
-        bad = [f"{p.label} {p.state or '?'}" for s in specs for p in _ports(nf.ib, s) if p.state != "ACTIVE"]
+        bad = [f"{p.label} {p.state or '?'}" for s in specs for p in hca_ports(nf.ib, s) if p.state != "ACTIVE"]
         if bad:
             down[h] = ", ".join(bad)
     for live, hosts in _group(missing).items():
         f.add(("network", "hcas"), list(site.network.hcas), live, hosts, "HCAs missing or renamed")
     for live, hosts in _group(down).items():
         f.add(("network", "hcas"), list(site.network.hcas), live, hosts, "HCA ports not ACTIVE")
-
-
-def _ports(inv: P.IbInventory, spec: str) -> list[P.IbPort]:
-    hca, _, port = spec.partition(":")
-    return [p for p in inv.ports_of(hca) if not port or str(p.port) == port]
 
 
 def _probe_rate(f: _Finder, site: Any, ok: Mapping[str, NodeFacts]) -> None:
@@ -290,7 +291,7 @@ def _probe_rate(f: _Finder, site: Any, ok: Mapping[str, NodeFacts]) -> None:
     for h, nf in ok.items():
         if nf.ib is None:
             continue
-        ports = [p for s in site.network.hcas for p in _ports(nf.ib, s)]
+        ports = [p for s in site.network.hcas for p in hca_ports(nf.ib, s)]
         low = [f"{p.label} {p.rate_gbps:g} Gb/s" for p in ports if p.rate_gbps is not None and p.rate_gbps < need]
         if low:
             slow[h] = ", ".join(low)
@@ -307,7 +308,7 @@ def _probe_storage(f: _Finder, site: Any, ok: Mapping[str, NodeFacts]) -> None:
             m = P.find_mount(nf.mounts, s.path)
             if s.type == "local":
                 continue
-            if m is None or m.fstype not in _FSTYPES[s.type]:
+            if not mounted_as(m, s.type):
                 bad[h] = f"{m.mountpoint} ({m.fstype})" if m and m.mountpoint != "/" else "not mounted"
         for live, hosts in _group(bad).items():
             f.add(("storage", i, "path"), f"{s.path} ({s.type})", live, hosts, f"{s.path} not mounted as {s.type}")

@@ -3,10 +3,12 @@ with preflight's script format, transports and parsers: one script, one connecti
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
-from clusterkit.preflight import checks as C
+from clusterkit.preflight import catalogue, engine
+from clusterkit.preflight import device_parsers as D
 from clusterkit.preflight import parsers as P
 
 # /sys/class/net/<if>/type is the ARPHRD number: 1 Ethernet, 32 InfiniBand (IPoIB), 772 loopback.
@@ -28,8 +30,8 @@ class NodeFacts:
 
     host: str
     error: str = ""  # the node could not be reached or the script did not run
-    gpus: P.GpuQuery | None = None
-    ib: P.IbInventory | None = None
+    gpus: D.GpuQuery | None = None
+    ib: D.IbInventory | None = None
     mounts: tuple[P.Mount, ...] | None = None
     interfaces: tuple[Interface, ...] | None = None
     problems: tuple[str, ...] = ()
@@ -60,15 +62,14 @@ def parse_interfaces(text: str) -> tuple[Interface, ...] | P.ParseFailure:
     return tuple(out)
 
 
-def probe_plan() -> C.CheckPlan:
+def probe_sections() -> engine.CheckSet:
     """The sections to run: no checks, only facts (the judging happens in drift/init)."""
-    fields = ",".join(P.GPU_QUERY_FIELDS)
-    sections = [C.Section("gpu", f"nvidia-smi --query-gpu={fields} --format=csv,noheader", 20.0),
-                *C._ib_sections()[:1], *C._storage_sections([]), C.Section("net", _NET, 5.0)]
-    return C.CheckPlan(C.Expectations(stage=C.MULTI, gpus_per_node=1), tuple(sections), ())
+    sections = (catalogue.gpu_section(20.0), catalogue.ib_section(), catalogue.mounts_section(),
+                engine.Section("net", _NET, 5.0))
+    return engine.CheckSet(sections, ())
 
 
-def _read(sections: dict[str, C.SectionOutput], name: str, parse: Any, problems: list[str]) -> Any:
+def _read(sections: dict[str, engine.SectionOutput], name: str, parse: Any, problems: list[str]) -> Any:
     out = sections.get(name)
     if out is None or out.rc is None:
         problems.append(f"{name}: no output (the script was cut off)")
@@ -82,10 +83,10 @@ def _read(sections: dict[str, C.SectionOutput], name: str, parse: Any, problems:
 
 def node_facts(host: str, stdout: str, token: str) -> NodeFacts:
     """One node's script output -> its facts (pure)."""
-    sections = C.split_sections(stdout, token)
+    sections = engine.split_sections(stdout, token)
     problems: list[str] = []
-    gpus = _read(sections, "gpu", P.parse_gpu_query, problems)
-    ib = _read(sections, "ib", P.parse_ib, problems)
+    gpus = _read(sections, "gpu", D.parse_gpu_query, problems)
+    ib = _read(sections, "ib", D.parse_ib, problems)
     mounts = _read(sections, "mounts", P.parse_mounts, problems)
     nets = _read(sections, "net", parse_interfaces, problems)
     return NodeFacts(host, "", gpus, ib, mounts, nets, tuple(problems))
@@ -93,14 +94,14 @@ def node_facts(host: str, stdout: str, token: str) -> NodeFacts:
 
 def probe(hosts: Sequence[str], runner: Any, *, timeout_s: float = 60.0) -> dict[str, NodeFacts]:
     """Run the facts script on every host (all of them, not a sample) through ``runner``."""
-    plan = probe_plan()
-    results = runner.run_many(list(hosts), C.build_script(plan), timeout_s=timeout_s)
+    check_set = probe_sections()
+    results = runner.run_many(list(hosts), engine.build_script(check_set), timeout_s=timeout_s)
     out: dict[str, NodeFacts] = {}
     for host, res in results.items():
         if not res.reachable or res.error is not None:
             out[host] = NodeFacts(host, error=f"{res.error.value if res.error else 'error'}: {res.reason}")
         else:
-            out[host] = node_facts(host, res.stdout, plan.token)
+            out[host] = node_facts(host, res.stdout, check_set.token)
     return out
 
 

@@ -45,6 +45,19 @@ def split_record(line: str) -> dict[str, str]:
     return out
 
 
+def _records(text: str, key: str) -> tuple[list[dict[str, str]], tuple[str, ...]]:
+    """The records of ``text`` that have ``key`` (as ``{key: value}``), and the lines that have not."""
+    records: list[dict[str, str]] = []
+    unparsed: list[str] = []
+    for line in _join_continuations(text):
+        kv = split_record(line)
+        if key in kv:
+            records.append(kv)
+        else:
+            unparsed.append(line)
+    return records, tuple(unparsed)
+
+
 def _join_continuations(text: str) -> list[str]:
     """Records of the multi-line form (indented continuation lines) joined into one line each."""
     records: list[str] = []
@@ -211,19 +224,16 @@ class Partitions:
         return [p.name for p in self.partitions]
 
 
+def _partition(kv: dict[str, str]) -> Partition:
+    nodes = kv.get("Nodes", "")
+    return Partition(kv["PartitionName"], "" if nodes in _NULL else nodes, kv.get("MaxTime", ""),
+                     kv.get("DefaultTime", ""), kv.get("State", ""), kv.get("Default") == "YES", kv)
+
+
 def parse_partitions(text: str) -> Partitions:
     """Parse ``scontrol show partition -o`` (the multi-line form is joined first)."""
-    parts: list[Partition] = []
-    unparsed: list[str] = []
-    for line in _join_continuations(text):
-        kv = split_record(line)
-        if "PartitionName" not in kv:
-            unparsed.append(line)
-            continue
-        nodes = kv.get("Nodes", "")
-        parts.append(Partition(kv["PartitionName"], "" if nodes in _NULL else nodes, kv.get("MaxTime", ""),
-                               kv.get("DefaultTime", ""), kv.get("State", ""), kv.get("Default") == "YES", kv))
-    return Partitions(tuple(parts), tuple(unparsed))
+    records, unparsed = _records(text, "PartitionName")
+    return Partitions(tuple(_partition(kv) for kv in records), unparsed)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,12 +315,5 @@ def parse_nodes(text: str) -> Nodes:
 
     A line that is not a ``NodeName=`` record is kept in ``unparsed``.
     """
-    nodes: list[Node] = []
-    unparsed: list[str] = []
-    for line in _join_continuations(text):
-        kv = split_record(line)
-        if "NodeName" not in kv:
-            unparsed.append(line)
-            continue
-        nodes.append(_node(kv))
-    return Nodes(tuple(nodes), tuple(unparsed))
+    records, unparsed = _records(text, "NodeName")
+    return Nodes(tuple(_node(kv) for kv in records), unparsed)

@@ -13,10 +13,10 @@ Every runner has the same call::
   Connecting has its own bound (``connect_timeout_s``); a node never takes longer than
   about ``3 * connect_timeout_s + timeout_s``, whatever it does.
 * ``fanout``: how many nodes are worked on at once (default: the runner's ``fanout``, 64).
-* ``on_result``: called with each :class:`NodeResult` as it finishes, in completion order,
+* ``on_result``: called with each :class:`NodeOutput` as it finishes, in completion order,
   always from the calling thread (safe for a progress bar).
 
-It returns :class:`RunResults`, a ``dict[host, NodeResult]`` in input order with
+It returns :class:`RunResults`, a ``dict[host, NodeOutput]`` in input order with
 ``interrupted`` (Ctrl-C arrived: unfinished nodes carry ``error=INTERRUPTED``; callers should
 report what they have and exit 130) and ``wall_s``.  Node-level trouble never raises: a node
 that cannot be reached, refuses our key, shows an unknown or changed host key, or hangs is
@@ -27,14 +27,26 @@ node inside a Slurm allocation), :class:`LocalRunner` (this machine).  This modu
 commands and returns their text; it does not parse it.
 """
 
-from .base import (DEFAULT_COMMAND_TIMEOUT_S, DEFAULT_CONNECT_TIMEOUT_S, DEFAULT_FANOUT,
-                   MAX_OUTPUT_BYTES, SSH_CONFIG_ENV, ErrorKind, NodeFailure, NodeResult,
-                   ResultCallback, Runner, RunResults, fan_out)
+from .base import (
+                   DEFAULT_COMMAND_TIMEOUT_S,
+                   DEFAULT_CONNECT_TIMEOUT_S,
+                   DEFAULT_FANOUT,
+                   MAX_OUTPUT_BYTES,
+                   SSH_CONFIG_ENV,
+                   ErrorKind,
+                   NodeFailure,
+                   NodeOutput,
+                   ResultCallback,
+                   Runner,
+                   RunResults,
+                   fan_out,
+)
 from .local import LocalRunner
 from .srun import SrunRunner
-from .ssh import SSHRunner, SSHTarget
+from .ssh import SSHRunner
+from .ssh_config import SSHTarget
 
 __all__ = ["DEFAULT_COMMAND_TIMEOUT_S", "DEFAULT_CONNECT_TIMEOUT_S", "DEFAULT_FANOUT",
            "MAX_OUTPUT_BYTES", "SSH_CONFIG_ENV", "ErrorKind", "LocalRunner", "NodeFailure",
-           "NodeResult", "ResultCallback", "RunResults", "Runner", "SSHRunner", "SSHTarget",
+           "NodeOutput", "ResultCallback", "RunResults", "Runner", "SSHRunner", "SSHTarget",
            "SrunRunner", "fan_out"]

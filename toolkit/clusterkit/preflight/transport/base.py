@@ -35,7 +35,7 @@ class ErrorKind(str, enum.Enum):
 
 
 @dataclass(frozen=True)
-class NodeResult:
+class NodeOutput:
     """What running the script on one node gave."""
 
     host: str
@@ -65,17 +65,17 @@ class NodeResult:
                 "truncated": self.truncated, "stdout": self.stdout, "stderr": self.stderr}
 
 
-class RunResults(dict[str, NodeResult]):
-    """``{host: NodeResult}`` in input order, plus how the run ended."""
+class RunResults(dict[str, NodeOutput]):
+    """``{host: NodeOutput}`` in input order, plus how the run ended."""
 
-    def __init__(self, items: Iterable[tuple[str, NodeResult]] = (), *,
+    def __init__(self, items: Iterable[tuple[str, NodeOutput]] = (), *,
                  interrupted: bool = False, wall_s: float = 0.0):
         super().__init__(items)
         self.interrupted = interrupted
         self.wall_s = wall_s
 
 
-ResultCallback = Callable[[NodeResult], None]
+ResultCallback = Callable[[NodeOutput], None]
 
 
 class Runner(Protocol):
@@ -91,7 +91,7 @@ class Runner(Protocol):
 
 
 class NodeFailure(Exception):
-    """Internal: one node failed in a known way (becomes a NodeResult, never escapes)."""
+    """Internal: one node failed in a known way (becomes a NodeOutput, never escapes)."""
 
     def __init__(self, kind: ErrorKind, reason: str):
         super().__init__(reason)
@@ -160,7 +160,7 @@ class _Watchdog:
             w.expire()
 
 
-Work = Callable[[str, _Watchdog], NodeResult]
+Work = Callable[[str, _Watchdog], NodeOutput]
 
 
 def fan_out(hosts: Sequence[str], work: Work, *, fanout: int, budget_s: float,
@@ -177,7 +177,7 @@ def fan_out(hosts: Sequence[str], work: Work, *, fanout: int, budget_s: float,
     todo: queue.SimpleQueue[str] = queue.SimpleQueue()
     for h in hosts:
         todo.put(h)
-    done_q: queue.SimpleQueue[tuple[str, NodeResult | None, BaseException | None]] = queue.SimpleQueue()
+    done_q: queue.SimpleQueue[tuple[str, NodeOutput | None, BaseException | None]] = queue.SimpleQueue()
     started: dict[str, float] = {}
     stop = threading.Event()
     watchdog = _Watchdog()
@@ -198,7 +198,7 @@ def fan_out(hosts: Sequence[str], work: Work, *, fanout: int, budget_s: float,
     # the interpreter alive after Ctrl-C.
     for i in range(max(1, min(fanout, len(hosts)))):
         threading.Thread(target=worker, name=f"clusterkit-runner-{i}", daemon=True).start()
-    results: dict[str, NodeResult] = {}
+    results: dict[str, NodeOutput] = {}
     interrupted = False
     try:
         _collect(hosts, results, done_q, started, watchdog, budget_s, on_result)
@@ -208,7 +208,7 @@ def fan_out(hosts: Sequence[str], work: Work, *, fanout: int, budget_s: float,
         watchdog.expire_all()
         for host in hosts:
             if host not in results:
-                results[host] = NodeResult(host, error=ErrorKind.INTERRUPTED,
+                results[host] = NodeOutput(host, error=ErrorKind.INTERRUPTED,
                                            reason="interrupted before this node finished",
                                            duration_s=_since(started.get(host)))
     finally:
@@ -221,8 +221,8 @@ def _since(t: float | None) -> float:
     return time.monotonic() - t if t is not None else 0.0
 
 
-def _collect(hosts: list[str], results: dict[str, NodeResult],
-             done_q: queue.SimpleQueue[tuple[str, NodeResult | None, BaseException | None]],
+def _collect(hosts: list[str], results: dict[str, NodeOutput],
+             done_q: queue.SimpleQueue[tuple[str, NodeOutput | None, BaseException | None]],
              started: dict[str, float], watchdog: _Watchdog, budget_s: float,
              on_result: ResultCallback | None) -> None:
     """The calling thread's loop: gather results, run the watchdog, enforce the budget."""
@@ -238,7 +238,7 @@ def _collect(hosts: list[str], results: dict[str, NodeResult],
         fresh = [res] if res is not None and host not in results else []
         for h, t in started.copy().items():  # workers add to it concurrently
             if h not in results and now - t > budget_s and all(r.host != h for r in fresh):
-                fresh.append(NodeResult(h, error=ErrorKind.TIMEOUT, duration_s=now - t,
+                fresh.append(NodeOutput(h, error=ErrorKind.TIMEOUT, duration_s=now - t,
                                         reason=f"no result within {budget_s:.0f} s; abandoned"))
         for r in fresh:
             results[r.host] = r

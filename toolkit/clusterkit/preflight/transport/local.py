@@ -8,7 +8,7 @@ import subprocess
 import time
 from typing import Sequence
 
-from .base import (DEFAULT_COMMAND_TIMEOUT_S, DEFAULT_FANOUT, ErrorKind, NodeResult, ResultCallback,
+from .base import (DEFAULT_COMMAND_TIMEOUT_S, DEFAULT_FANOUT, ErrorKind, NodeOutput, ResultCallback,
                    RunResults, _decode, _Watch, _Watchdog, fan_out)
 
 class LocalRunner:
@@ -31,7 +31,7 @@ class LocalRunner:
         return fan_out(hosts, lambda h, wd: self._run_one(h, script, timeout, wd),
                        fanout=fanout or self.fanout, budget_s=timeout + 10, on_result=on_result)
 
-    def _run_one(self, host: str, script: str, timeout: float, watchdog: _Watchdog) -> NodeResult:
+    def _run_one(self, host: str, script: str, timeout: float, watchdog: _Watchdog) -> NodeOutput:
         t0 = time.monotonic()
         env = dict(os.environ if self.env is None else self.env, CLUSTERKIT_HOST=host)
         try:
@@ -40,7 +40,7 @@ class LocalRunner:
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                     start_new_session=True)
         except OSError as exc:
-            return NodeResult(host, error=ErrorKind.LAUNCH, reason=f"cannot run bash: {exc}",
+            return NodeOutput(host, error=ErrorKind.LAUNCH, reason=f"cannot run bash: {exc}",
                               duration_s=time.monotonic() - t0)
         watch = _Watch(deadline=t0 + timeout + 5,
                        closer=lambda: os.killpg(proc.pid, signal.SIGKILL))
@@ -59,6 +59,6 @@ class LocalRunner:
             watchdog.remove(watch)
         dt = time.monotonic() - t0
         if timed_out or watch.expired:
-            return NodeResult(host, None, _decode(out), _decode(err), ErrorKind.COMMAND_TIMEOUT,
+            return NodeOutput(host, None, _decode(out), _decode(err), ErrorKind.COMMAND_TIMEOUT,
                               f"command still running after {timeout:g} s; killed", dt)
-        return NodeResult(host, proc.returncode, _decode(out), _decode(err), duration_s=dt)
+        return NodeOutput(host, proc.returncode, _decode(out), _decode(err), duration_s=dt)

@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from .base import (DEFAULT_COMMAND_TIMEOUT_S, DEFAULT_FANOUT, ErrorKind, NodeResult, ResultCallback,
+from .base import (DEFAULT_COMMAND_TIMEOUT_S, DEFAULT_FANOUT, ErrorKind, NodeOutput, ResultCallback,
                    RunResults, _decode, _one_line, _unique)
 
 class SrunRunner:
@@ -92,7 +92,7 @@ class _SrunStep:
         self.ends: dict[str, set[bool]] = {}          # task label -> streams that ended
         self.srun_err: list[str] = []                 # srun's own messages
         self.t0 = time.monotonic()
-        self.done: dict[str, NodeResult] = {}
+        self.done: dict[str, NodeOutput] = {}
         self.events: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.proc: subprocess.Popen[bytes] | None = None
         self.launch_error = ""
@@ -163,10 +163,10 @@ class _SrunStep:
         out, err = "".join(self.out.get(label, [])), "".join(self.err.get(label, []))
         dt = time.monotonic() - self.t0
         if rc == 124:  # coreutils timeout's "timed out" status
-            res = NodeResult(host, None, out, err, ErrorKind.COMMAND_TIMEOUT,
+            res = NodeOutput(host, None, out, err, ErrorKind.COMMAND_TIMEOUT,
                              "command still running at its timeout; killed on the node", dt)
         else:
-            res = NodeResult(host, rc, out, err, duration_s=dt)
+            res = NodeOutput(host, rc, out, err, duration_s=dt)
         self.done[host] = res
         if self.on_result is not None:
             self.on_result(res)
@@ -182,7 +182,7 @@ class _SrunStep:
             self.proc.kill()
             self.proc.wait()
 
-    def result(self, host: str, timeout: float, interrupted: bool) -> NodeResult:
+    def result(self, host: str, timeout: float, interrupted: bool) -> NodeOutput:
         """The node's result, or why it has none."""
         label = next((t for t, h in self.task_host.items() if h == host), None)
         if host not in self.done and label in self.status and not interrupted:
@@ -193,12 +193,12 @@ class _SrunStep:
         out = "".join(self.out.get(label, [])) if label else ""
         err = "".join(self.err.get(label, [])) if label else ""
         if interrupted:
-            return NodeResult(host, None, out, err, ErrorKind.INTERRUPTED,
+            return NodeOutput(host, None, out, err, ErrorKind.INTERRUPTED,
                               "interrupted before this node finished", dt)
         if self.timed_out and label is not None:
-            return NodeResult(host, None, out, err, ErrorKind.COMMAND_TIMEOUT,
+            return NodeOutput(host, None, out, err, ErrorKind.COMMAND_TIMEOUT,
                               f"no exit status within {timeout:g} s; srun stopped", dt)
         why = self.launch_error or _one_line(" | ".join(self.srun_err[-3:])) or "no output from srun"
         if self.timed_out:
             why = f"srun did not start a task here in time ({why})"
-        return NodeResult(host, None, out, err, ErrorKind.LAUNCH, why, dt)
+        return NodeOutput(host, None, out, err, ErrorKind.LAUNCH, why, dt)

@@ -1,0 +1,378 @@
+"""The catalogue of node checks: what a site and stage ask of every node (:class:`Expectations`),
+and the sections and checks that verify it - GPUs and driver, InfiniBand/RoCE ports and
+GPUDirect, mounts, free space and writability of the site's storage.
+
+:func:`select_checks` chooses them for a stage; the engine (:mod:`clusterkit.preflight.engine`)
+runs and judges them.  Every value from the site is shell-quoted.  To add a check: write its
+section (if it reads something new) and a :class:`~clusterkit.preflight.engine.Check` with a
+parser from :mod:`~clusterkit.preflight.parsers` and a judge returning a ``Verdict``, then add
+both in :func:`select_checks` for the stages it applies to.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from clusterkit.config.site import Site, Storage
+from clusterkit.preflight import device_parsers as D
+from clusterkit.preflight import parsers as P
+from clusterkit.preflight.engine import (
+    LARGE,
+    SINGLE,
+    STAGES,
+    Check,
+    CheckSet,
+    Section,
+    SectionOutput,
+    Severity,
+    Verdict,
+)
+
+# Fixed budgets for sections that only read kernel files; nvidia-smi gets a share of the
+# command timeout because a GPU that fell off the bus can make it hang for minutes.
+_READ_TIMEOUT_S = 5.0
+
+
+# ---------------------------------------------------------------------------------------------
+# expectations: what the site and stage ask of every node
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StorageExpect:
+    """One ``storage:`` entry of the site, as the checks read it."""
+
+    path: str
+    type: str  # lustre | nfs | gpfs | local
+    min_free_gb: float
+    writable: bool  # used for checkpoints
+    timeout_s: float
+    shared: bool  # seen by every node (the site schema decides: Storage.is_shared)
+
+    @classmethod
+    def from_config(cls, s: Storage) -> StorageExpect:
+        return cls(s.path, s.type, float(s.min_free_gb), "checkpoints" in s.use, float(s.timeout_s), s.is_shared)
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """Everything the checks compare against, taken from a site and a stage."""
+
+    stage: str
+    gpus_per_node: int
+    gpu_model: str | None = None
+    driver_min: str | None = None
+    cuda_min: str | None = None
+    fabric: str = "ethernet"  # infiniband | roce | ethernet
+    hcas: tuple[str, ...] = ()
+    port_rate_gbps: float | None = None
+    storage: tuple[StorageExpect, ...] = ()
+    command_timeout_s: float = 30.0
+
+    @classmethod
+    def from_site(cls, site: Site, stage: str) -> Expectations:
+        """What ``site`` asks of every node at ``stage``."""
+        storage = tuple(StorageExpect.from_config(s) for s in site.storage)
+        return cls(
+            stage=stage,
+            gpus_per_node=site.nodes.gpus_per_node,
+            gpu_model=site.nodes.gpu_model,
+            driver_min=site.software.driver_min,
+            cuda_min=site.software.cuda,
+            fabric=site.network.fabric,
+            hcas=tuple(site.network.hcas),
+            port_rate_gbps=site.network.port_rate_gbps,
+            storage=storage,
+            command_timeout_s=float(site.ssh.command_timeout_s),
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# the catalogue of checks
+# ---------------------------------------------------------------------------------------------
+
+
+def _identity(text: str) -> str:
+    return text
+
+
+def gpu_section(timeout_s: float) -> Section:
+    """nvidia-smi's per-GPU query (:func:`~clusterkit.preflight.parsers.parse_gpu_query` reads it)."""
+    fields = ",".join(D.GPU_QUERY_FIELDS)
+    return Section("gpu", f"nvidia-smi --query-gpu={fields} --format=csv,noheader", timeout_s)
+
+
+def _gpu_sections(e: Expectations) -> list[Section]:
+    t = min(20.0, max(2.0, e.command_timeout_s / 3))
+    return [
+        gpu_section(t),
+        # `--version` is cheap and prints "CUDA Version : X.Y" on drivers >= 525; older ones
+        # only show it in the plain table header.
+        Section("cuda", "v=$(nvidia-smi --version 2>/dev/null); "
+                'case "$v" in *"CUDA Version"*) echo "$v" ;; *) nvidia-smi ;; esac', t, unless_timed_out="gpu"),
+    ]
+
+
+def _judge_gpu_present(q: D.GpuQuery, out: SectionOutput) -> Verdict:
+    if q.state is D.GpuState.NOT_INSTALLED:
+        return Verdict(False, "nvidia-smi not found (no NVIDIA driver installed?)")
+    if q.state is D.GpuState.NO_DEVICES:
+        return Verdict(False, f"nvidia-smi: {q.message}")
+    if q.state is D.GpuState.DRIVER_FAILED:
+        return Verdict(False, f"nvidia-smi failed: {q.message}")
+    if not q.gpus:
+        return Verdict(False, "nvidia-smi listed no GPUs")
+    return Verdict(True, f"{len(q.gpus)} GPUs")
+
+
+def _judge_persistence(q: D.GpuQuery, _: SectionOutput) -> Verdict:
+    off = [str(g.index) for g in q.gpus if g.persistence_mode is False]
+    # without persistence mode the driver tears down GPU state between processes, so
+    # every rank pays seconds of CUDA init and first collectives can time out
+    return Verdict(not off, "persistence mode on" if not off else f"persistence mode off on GPU {','.join(off)}")
+
+
+def _judge_ecc(q: D.GpuQuery, _: SectionOutput) -> Verdict:
+    errs = [f"GPU {g.index}: {g.ecc_uncorrected}" for g in q.gpus if g.ecc_uncorrected]
+    unreadable = [str(g.index) for g in q.gpus if g.ecc_unreadable]
+    if errs:
+        return Verdict(False, "uncorrected ECC errors (" + ", ".join(errs) + ")")
+    if unreadable:
+        return Verdict(False, f"ECC counter unreadable (ERR!) on GPU {','.join(unreadable)}")
+    na = all(g.ecc_uncorrected is None for g in q.gpus)
+    return Verdict(True, "ECC not reported by these GPUs" if na else "no uncorrected ECC errors")
+
+
+def _judge_mig(q: D.GpuQuery, _: SectionOutput) -> Verdict:
+    on = [str(g.index) for g in q.gpus if (g.mig_mode or "").lower() == "enabled"]
+    # NCCL cannot communicate between MIG instances, and a MIG GPU shows up as slices
+    return Verdict(not on, "MIG disabled" if not on else f"MIG enabled on GPU {','.join(on)}")
+
+
+def _gpu_checks(e: Expectations) -> list[Check]:
+    def count(q: D.GpuQuery, _: SectionOutput) -> Verdict:
+        n = len(q.gpus)
+        ok = n == e.gpus_per_node
+        return Verdict(ok, f"{n} GPUs" + ("" if ok else f", expected {e.gpus_per_node}"))
+
+    def model(q: D.GpuQuery, _: SectionOutput) -> Verdict:
+        want = (e.gpu_model or "").lower()
+        bad = sorted({g.name for g in q.gpus if want not in g.name.lower()})
+        names = ", ".join(sorted({g.name for g in q.gpus}))
+        return Verdict(not bad, names if not bad else f"GPU model {', '.join(bad)}, expected {e.gpu_model}")
+
+    def driver(q: D.GpuQuery, _: SectionOutput) -> Verdict:
+        versions = sorted(q.driver_versions)
+        if not versions:
+            return Verdict(False, "nvidia-smi reported no driver version")
+        if e.driver_min is None:
+            return Verdict(len(versions) == 1, f"driver {', '.join(versions)}")
+        old = [v for v in versions if not P.version_at_least(v, e.driver_min)]
+        return Verdict(not old, f"driver {', '.join(old or versions)}" + (f" < {e.driver_min} required" if old else ""))
+
+    def cuda(version: str, _: SectionOutput) -> Verdict:
+        if e.cuda_min is None:
+            return Verdict(True, f"CUDA {version}")
+        ok = P.version_at_least(version, e.cuda_min)
+        return Verdict(bool(ok), f"CUDA {version}" + ("" if ok else f" < {e.cuda_min} required"))
+
+    g = D.parse_gpu_query
+    checks = [
+        Check("gpu.present", "gpu", g, _judge_gpu_present, describe="nvidia-smi runs and lists GPUs"),
+        Check("gpu.count", "gpu", g, count, requires="gpu.present", describe="GPU count == nodes.gpus_per_node"),
+        Check("gpu.driver", "gpu", g, driver, requires="gpu.present", describe="driver >= software.driver_min"),
+    ]
+    if e.gpu_model:
+        checks.append(Check("gpu.model", "gpu", g, model, requires="gpu.present",
+                            describe="GPU name contains nodes.gpu_model"))
+    checks += [
+        Check("gpu.persistence", "gpu", g, _judge_persistence, Severity.WARN, requires="gpu.present",
+              describe="persistence mode on"),
+        Check("gpu.ecc", "gpu", g, _judge_ecc, requires="gpu.present", describe="no uncorrected volatile ECC errors"),
+        Check("gpu.mig", "gpu", g, _judge_mig, requires="gpu.present",
+              describe="MIG disabled (NCCL does not span MIG slices)"),
+    ]
+    if e.cuda_min:
+        checks.append(Check("gpu.cuda", "cuda", D.parse_cuda_version, cuda, requires="gpu.present",
+                            describe="driver's CUDA version >= software.cuda"))
+    return checks
+
+
+_IB_ATTRS = ("state", "phys_state", "rate", "link_layer")
+
+
+def ib_section() -> Section:
+    """The InfiniBand ports: the sysfs tree, or ``ibstat`` (:func:`~clusterkit.preflight.parsers.parse_ib`)."""
+    globs = " ".join(f'"$CK_ROOT"/sys/class/infiniband/*/ports/*/{a}' for a in _IB_ATTRS)
+    ib = (f'if [ -d "$CK_ROOT/sys/class/infiniband" ]; then grep -H "" {globs} 2>/dev/null; '
+          'elif [ -z "$CK_ROOT" ] && command -v ibstat >/dev/null 2>&1; then ibstat; fi; true')
+    return Section("ib", ib, _READ_TIMEOUT_S)
+
+
+def _modules_section() -> Section:
+    modules = ('if [ -d "$CK_ROOT/sys/module" ]; then for m in nvidia_peermem nv_peer_mem; do '
+               '[ -d "$CK_ROOT/sys/module/$m" ] && echo "/sys/module/$m"; done; else lsmod; fi; true')
+    return Section("modules", modules, _READ_TIMEOUT_S)
+
+
+def hca_ports(inv: D.IbInventory, spec: str) -> list[D.IbPort]:
+    """The ports a ``network.hcas`` entry names: ``mlx5_0:1`` one port, ``mlx5_0`` all of them."""
+    hca, _, port = spec.partition(":")
+    return [p for p in inv.ports_of(hca) if not port or str(p.port) == port]
+
+
+def _wanted_ports(e: Expectations, inv: D.IbInventory) -> tuple[list[str], list[D.IbPort]]:
+    """(missing HCA names, ports to judge)."""
+    missing: list[str] = []
+    ports: list[D.IbPort] = []
+    for spec in e.hcas:
+        found = hca_ports(inv, spec)
+        if not found:
+            missing.append(spec)
+        ports.extend(found)
+    return missing, ports
+
+
+def _ib_checks(e: Expectations) -> list[Check]:
+    want_layer = "InfiniBand" if e.fabric == "infiniband" else "Ethernet"
+
+    def hcas(inv: D.IbInventory, _: SectionOutput) -> Verdict:
+        missing, _ports = _wanted_ports(e, inv)
+        found = ", ".join(inv.hcas) or "none"
+        return Verdict(not missing, f"HCAs {', '.join(e.hcas)} present" if not missing
+                       else f"HCA {', '.join(missing)} missing (found: {found})")
+
+    def ports(inv: D.IbInventory, _: SectionOutput) -> Verdict:
+        def why(p: D.IbPort) -> str:
+            link_down = p.phys_state and p.phys_state != "LinkUp"
+            return f"{p.label} {p.state or '?'}" + (f" ({p.phys_state})" if link_down else "")
+
+        bad = [why(p) for p in _wanted_ports(e, inv)[1] if p.state != "ACTIVE" or p.phys_state not in (None, "LinkUp")]
+        return Verdict(not bad, "ports ACTIVE/LinkUp" if not bad else ", ".join(bad))
+
+    def rate(inv: D.IbInventory, _: SectionOutput) -> Verdict:
+        need = e.port_rate_gbps or 0
+        slow = [f"{p.label} {p.rate_gbps:g} Gb/s" if p.rate_gbps is not None else f"{p.label} rate unknown"
+                for p in _wanted_ports(e, inv)[1] if p.rate_gbps is None or p.rate_gbps < need]
+        return Verdict(not slow, f"rate >= {need:g} Gb/s" if not slow else f"{', '.join(slow)} < {need:g} Gb/s")
+
+    def layer(inv: D.IbInventory, _: SectionOutput) -> Verdict:
+        wrong = [f"{p.label} {p.link_layer or '?'}" for p in _wanted_ports(e, inv)[1] if p.link_layer != want_layer]
+        return Verdict(not wrong, f"link layer {want_layer}" if not wrong
+                       else f"link layer {', '.join(wrong)}, expected {want_layer} for fabric {e.fabric}")
+
+    def peermem(mods: frozenset[str], _: SectionOutput) -> Verdict:
+        loaded = sorted(mods & {"nvidia_peermem", "nv_peer_mem"})
+        # without it NCCL still runs over IB but stages every GPU buffer through host memory
+        return Verdict(bool(loaded),
+                       f"{loaded[0]} loaded" if loaded else "nvidia_peermem not loaded (no GPUDirect RDMA)")
+
+    ib = D.parse_ib
+    checks = [
+        Check("ib.hcas", "ib", ib, hcas, describe="configured HCAs present"),
+        Check("ib.ports", "ib", ib, ports, requires="ib.hcas", describe="ports ACTIVE and LinkUp"),
+        Check("ib.link_layer", "ib", ib, layer, requires="ib.hcas", describe="link layer matches network.fabric"),
+    ]
+    if e.port_rate_gbps:
+        checks.insert(2, Check("ib.rate", "ib", ib, rate, requires="ib.hcas",
+                               describe="port rate >= network.port_rate_gbps"))
+    checks.append(Check("ib.peermem", "modules", P.parse_modules, peermem, Severity.WARN,
+                        describe="nvidia_peermem loaded (GPUDirect RDMA)"))
+    return checks
+
+
+# Kernel file-system type names per configured storage type.
+FSTYPES = {"lustre": {"lustre"}, "nfs": {"nfs", "nfs4"}, "gpfs": {"gpfs"}}
+
+
+def mounted_as(m: P.Mount | None, storage_type: str) -> bool:
+    """Whether mount ``m`` serves a ``storage[].type``: its file-system type (local: any mount)."""
+    return m is not None and (storage_type == "local" or m.fstype in FSTYPES[storage_type])
+
+
+def mounts_section() -> Section:
+    """The mount table (:func:`~clusterkit.preflight.parsers.parse_mounts`)."""
+    return Section("mounts", 'cat "$CK_ROOT/proc/mounts"', _READ_TIMEOUT_S)
+
+
+def _storage_sections(items: list[tuple[int, StorageExpect]]) -> list[Section]:
+    sections = [mounts_section()]
+    for i, s in items:
+        path = f'"$CK_ROOT"{shlex.quote(s.path)}'
+        sections.append(Section(f"df_{i}", f"df -P -k -- {path}", s.timeout_s))
+        if s.writable:
+            probe = (f'f={path}/.clusterkit-preflight.$(uname -n).$$ && : > "$f" && rm -f -- "$f" '
+                     '&& echo writable')
+            sections.append(Section(f"write_{i}", probe, s.timeout_s, unless_timed_out=f"df_{i}"))
+    return sections
+
+
+def _storage_checks(e: Expectations, items: list[tuple[int, StorageExpect]]) -> list[Check]:
+    checks: list[Check] = []
+    for i, s in items:
+        checks += _checks_for_path(e, i, s)
+    return checks
+
+
+def _checks_for_path(e: Expectations, i: int, s: StorageExpect) -> list[Check]:
+    def mounted(mounts: tuple[P.Mount, ...], _: SectionOutput) -> Verdict:
+        m = P.find_mount(mounts, s.path)
+        if s.type == "local":
+            return Verdict(m is not None, f"{s.path} on {m.fstype if m else '?'}")
+        if m is None or not mounted_as(m, s.type):
+            where = f"only {m.mountpoint} ({m.fstype})" if m else "nothing"
+            return Verdict(False, f"{s.path} not mounted as {s.type} ({where} serves it)")
+        return Verdict(True, f"{s.path} mounted ({m.fstype} from {m.source})")
+
+    def nfs_at_scale(mounts: tuple[P.Mount, ...], _: SectionOutput) -> Verdict:
+        m = P.find_mount(mounts, s.path)
+        nfs = mounted_as(m, "nfs")
+        # hundreds of ranks opening files at once swamp a single NFS server's metadata path
+        return Verdict(not nfs, f"{s.path} is NFS: at large-cluster scale prefer Lustre/GPFS" if nfs
+                       else f"{s.path} is not NFS")
+
+    def free(d: P.DiskSpace, _: SectionOutput) -> Verdict:
+        ok = d.available_gb >= s.min_free_gb
+        msg = f"{s.path} {d.available_gb:,.0f} GB free"
+        return Verdict(ok, msg if ok else f"{msg} < {s.min_free_gb:g} GB required")
+
+    def writable(_text: str, out: SectionOutput) -> Verdict:
+        ok = out.rc == "0" and "writable" in out.text
+        why = P.first_line(out.text) or f"rc {out.rc}"
+        return Verdict(ok, f"{s.path} writable" if ok else f"{s.path} not writable: {why}")
+
+    checks = [Check("storage.mounted", "mounts", P.parse_mounts, mounted, target=s.path,
+                    describe=f"{s.path} mounted as {s.type}")]
+    if e.stage == LARGE and s.type == "nfs":
+        checks.append(Check("storage.nfs_at_scale", "mounts", P.parse_mounts, nfs_at_scale, Severity.WARN,
+                            target=s.path, describe="large-cluster stage: warn on NFS"))
+    checks.append(Check("storage.free", f"df_{i}", P.parse_df, free, target=s.path, requires="storage.mounted",
+                        describe=f"answers within {s.timeout_s:g} s with >= {s.min_free_gb:g} GB free"))
+    if s.writable:
+        checks.append(Check("storage.writable", f"write_{i}", _identity, writable, target=s.path,
+                            requires="storage.mounted", describe="writable (used for checkpoints)"))
+    return checks
+
+
+def select_checks(expect: Expectations) -> CheckSet:
+    """Choose sections and checks for a stage: single-node skips IB and shared storage,
+    ethernet sites skip IB, large-cluster adds the NFS warning."""
+    if expect.stage not in STAGES:
+        raise ValueError(f"unknown stage {expect.stage!r}")  # callers validate user input first
+    sections: list[Section] = _gpu_sections(expect)
+    checks: list[Check] = _gpu_checks(expect)
+    notes: list[str] = []
+    if expect.stage == SINGLE:
+        notes.append("single-node stage: InfiniBand and shared-storage checks skipped")
+    elif expect.fabric == "ethernet":
+        notes.append("network.fabric is ethernet: InfiniBand checks skipped (NCCL will use TCP sockets)")
+    else:
+        sections += [ib_section(), _modules_section()]
+        checks += _ib_checks(expect)
+    items = [(i, s) for i, s in enumerate(expect.storage) if expect.stage != SINGLE or not s.shared]
+    if items:
+        sections += _storage_sections(items)
+        checks += _storage_checks(expect, items)
+    return CheckSet(tuple(sections), tuple(checks), tuple(notes))
+
