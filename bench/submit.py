@@ -30,8 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "toolkit"))
 
-from clusterkit.scheduler.records import SlurmQuery  # noqa: E402
-from clusterkit.scheduler.backends import submit_slurm  # noqa: E402
+from clusterkit.scheduler.slurm import submit_slurm  # noqa: E402
+from clusterkit.scheduler.slurm_tables import SlurmQuery  # noqa: E402
 
 
 def free_base_port(count: int) -> int:
