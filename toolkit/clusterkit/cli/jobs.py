@@ -14,6 +14,7 @@ import click
 if TYPE_CHECKING:
     from clusterkit.scheduler.base import JobStatus
     from clusterkit.scheduler.jobs import Look
+    from clusterkit.scheduler.logs import LogTail
     from clusterkit.scheduler.records import JobRecord, RecordStore
 
 
@@ -23,16 +24,14 @@ def _store() -> RecordStore:
     return RecordStore()
 
 
-def _print_tails(tails: list[dict[str, object]]) -> None:
+def _print_tails(tails: list[LogTail]) -> None:
     from clusterkit.cli import output
 
     for t in tails:
-        lines = t["tail"]
-        assert isinstance(lines, list)
-        if not lines:
+        if not t["tail"]:
             continue
-        output.out().print(f"==> {t['path']} (last {len(lines)} lines) <==", markup=False)
-        for line in lines:
+        output.out().print(f"==> {t['path']} (last {len(t['tail'])} lines) <==", markup=False)
+        for line in t["tail"]:
             output.out().print(line, markup=False)
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import RecordError
 from clusterkit.scheduler import get
-from clusterkit.scheduler.logs import tails
+from clusterkit.scheduler.logs import LogTail, tails
 from clusterkit.scheduler.records import JobRecord, now_utc
 from clusterkit.scheduler.slurm_tables import SlurmQuery
 from clusterkit.scheduler.status import may_still_run, refresh, remember, summarize, wait
@@ -74,7 +74,7 @@ class Look:
 
     record: JobRecord
     status: JobStatus
-    tails: list[dict[str, object]] = field(default_factory=list)  # log tails, once the job ended
+    tails: list[LogTail] = field(default_factory=list)  # log tails, once the job ended
     cache_failures: list[str] = field(default_factory=list)  # its final state could not be cached
     unreachable: str | None = None  # slurmctld did not answer: the status is stale
 

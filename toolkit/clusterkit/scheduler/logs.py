@@ -5,12 +5,17 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from clusterkit.scheduler.records import JobRecord
 
 LOG_SUFFIXES = (".out", ".err", ".log")
+
+
+class LogTail(TypedDict):
+    path: str
+    tail: list[str]
 
 
 def log_files(rec: JobRecord) -> list[Path]:
@@ -48,6 +53,6 @@ def tail(path: Path, lines: int = 20, max_bytes: int = 256 * 1024) -> list[str]:
     return data.decode("utf-8", errors="replace").splitlines()[-lines:]
 
 
-def tails(files: list[Path], lines: int) -> list[dict[str, object]]:
+def tails(files: list[Path], lines: int) -> list[LogTail]:
     """``[{"path": ..., "tail": [...]}]`` for each file (the JSON shape ``status`` prints)."""
     return [{"path": str(p), "tail": tail(p, lines)} for p in files]
