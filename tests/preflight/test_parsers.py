@@ -211,46 +211,10 @@ def test_modules_lsmod_proc_modules_and_sysfs() -> None:
     assert p.parse_modules("/x/root/sys/module/nvidia_peermem\n") == {"nvidia_peermem"}
 
 
-# --- Slurm ------------------------------------------------------------------------------------
-
-
-def test_sacct_parsable2() -> None:
-    t = p.parse_sacct(read("sacct_parsable2.txt"))
-    assert isinstance(t, p.SacctTable)
-    jobs = t.job_rows()
-    assert [r.job_id for r in jobs] == ["4242", "4243", "4244", "4245", "4246_3"]
-    cancelled = t.job_rows("4243")[0]
-    assert cancelled.state == "CANCELLED" and cancelled.state_detail == "by 1000" and cancelled.exit_code == (0, 15)
-    assert t.job_rows("4246")[0].state == "FAILED" and t.job_rows("4246")[0].exit_code == (1, 0)
-    assert t.rows[1].is_step and t.rows[1].job_id == "4242.batch"
-    assert t.job_rows("4245")[0].fields["NodeList"] == "None assigned"
-
-
-def test_sacct_noheader_and_bad_rows() -> None:
-    t = p.parse_sacct("77|RUNNING|0:0\n", fields=["JobID", "State", "ExitCode"])
-    assert isinstance(t, p.SacctTable) and t.rows[0].state == "RUNNING"
-    bad = p.parse_sacct("JobID|State\n1|RUNNING|extra\n")
-    assert isinstance(bad, p.ParseFailure) and "row 1" in bad.reason
-    assert isinstance(p.parse_sacct("sacct: error: Problem talking to the database: Connection refused\n"), p.ParseFailure)
-
-
-def test_squeue_default_format_with_reason_spaces() -> None:
-    rows = p.parse_squeue(read("squeue_default.txt"))
-    assert isinstance(rows, tuple) and [r.job_id for r in rows] == ["4245", "4247", "4248"]
-    assert rows[0].state == "PD"
-    assert rows[0].fields["NODELIST(REASON)"] == "(ReqNodeNotAvail, UnavailableNodes:gpu[003,017])"
-
-
-def test_squeue_custom_format() -> None:
-    rows = p.parse_squeue(read("squeue_pipes.txt"), fields=["JOBID", "STATE", "TIME", "NODES", "REASON"])
-    assert isinstance(rows, tuple) and rows[1].state == "RUNNING" and rows[0].fields["REASON"] == "Resources"
-    assert isinstance(p.parse_squeue("slurm_load_jobs error: Unable to contact slurm controller\n"), p.ParseFailure)
-
-
 # --- totality ---------------------------------------------------------------------------------
 
 PARSERS = [d.parse_gpu_query, d.parse_cuda_version, d.parse_ib, d.parse_ib_sysfs, d.parse_ibstat, p.parse_mounts,
-           p.parse_df, p.parse_modules, p.parse_sacct, p.parse_squeue]
+           p.parse_df, p.parse_modules]
 
 
 @pytest.mark.parametrize("parser", PARSERS, ids=lambda f: f.__name__)

@@ -10,10 +10,17 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import RecordError
-from clusterkit.scheduler.records import (
-    RECORD_VERSION, JobRecord, JobStatus, RecordStore, SlurmQuery, exit_status_of, load_record, log_files,
-    parse_exit_code, parse_sacct, parse_scontrol_jobs, parse_squeue, refresh,
+from clusterkit.scheduler.base import JobStatus
+from clusterkit.scheduler.logs import log_files
+from clusterkit.scheduler.records import RECORD_VERSION, JobRecord, RecordStore, load_record
+from clusterkit.scheduler.slurm_tables import (
+    SlurmQuery,
+    parse_exit_code,
+    sacct_statuses,
+    scontrol_statuses,
+    squeue_statuses,
 )
+from clusterkit.scheduler.status import exit_status_of, refresh
 
 # `squeue -h --states=all -j 7000,7001,5002,3 -o '%i|%T|%r|%N'` on the testbed
 SQUEUE = """\
@@ -46,7 +53,7 @@ garbage line
 
 
 def test_parse_squeue() -> None:
-    got = parse_squeue(SQUEUE + "not|enough\n")
+    got = squeue_statuses(SQUEUE + "not|enough\n")
     assert set(got) == {"7000", "7001", "5002", "3"}
     assert (got["7001"].state, got["7001"].reason, got["7001"].nodes) == ("FAILED", "NonZeroExitCode", "node1")
     assert (got["5002"].state, got["5002"].reason, got["5002"].nodes) == ("PENDING", "BeginTime", None)
@@ -54,19 +61,19 @@ def test_parse_squeue() -> None:
 
 
 def test_parse_scontrol_jobs() -> None:
-    got = parse_scontrol_jobs(SCONTROL)
+    got = scontrol_statuses(SCONTROL)
     assert (got["7001"].state, got["7001"].exit_code, got["7001"].restarts) == ("FAILED", 3, 0)
     assert (got["5002"].state, got["5002"].restarts, got["5002"].nodes) == ("PENDING", 1, None)
     assert (got["7003"].state, got["7003"].exit_code, got["7003"].signal) == ("CANCELLED", None, 15)
 
 
 def test_parse_sacct_is_total() -> None:
-    got = parse_sacct(SACCT)
+    got = sacct_statuses(SACCT)
     assert set(got) == {"12345", "12346", "12347", "12348", "12349"}  # steps and garbage skipped
     assert (got["12346"].state, got["12346"].signal) == ("CANCELLED", 15)
     assert (got["12347"].state, got["12347"].exit_code) == ("FAILED", 3)
     assert got["12348"].nodes is None and not got["12348"].terminal
-    assert parse_sacct("JobIDRaw|State|ExitCode|NodeList\n1|WEIRD-STATE?|x|n1\n")["1"].state == "UNKNOWN"
+    assert sacct_statuses("JobIDRaw|State|ExitCode|NodeList\n1|WEIRD-STATE?|x|n1\n")["1"].state == "UNKNOWN"
 
 
 def test_exit_codes() -> None:

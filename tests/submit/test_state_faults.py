@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from clusterkit.errors import RecordError
-from clusterkit.scheduler.records import JobRecord, JobStatus, RecordStore, SlurmQuery, load_record, may_still_run, refresh, \
-    remember, wait
+from clusterkit.scheduler.base import JobStatus
+from clusterkit.scheduler.records import JobRecord, RecordStore, load_record
+from clusterkit.scheduler.slurm_tables import SlurmQuery
+from clusterkit.scheduler.status import may_still_run, refresh, remember, wait
 
 from ..conftest import assert_one_line_error
 
@@ -108,7 +110,7 @@ def test_wait_polls_through_an_outage_with_backoff(tmp_path: Path, monkeypatch: 
         raise AssertionError(argv)
 
     sleeps: list[float] = []
-    monkeypatch.setattr("clusterkit.scheduler.records.time.sleep", sleeps.append)
+    monkeypatch.setattr("clusterkit.scheduler.status.time.sleep", sleeps.append)
     seen: list[str] = []
     st = wait(rec, query=SlurmQuery(run=run), poll_s=0.5, outage_max_s=4.0,
               on_change=lambda s: seen.append(f"{s.state}{' stale' if s.stale else ''}"))

@@ -133,7 +133,10 @@ def _from_job(ref: str) -> dict[str, Any]:
     from clusterkit.cli import output
     from clusterkit.diagnose import LogsUnreadable, one_line, slurm_view
     from clusterkit.errors import RecordError, SubmitError, UsageError
-    from clusterkit.scheduler.records import TERMINAL, RecordStore, SlurmQuery, log_files
+    from clusterkit.scheduler.jobs import log_files
+    from clusterkit.scheduler.records import RecordStore
+    from clusterkit.scheduler.slurm_tables import SlurmQuery
+    from clusterkit.vocab import JobState
 
     store = RecordStore()
     try:
@@ -155,7 +158,7 @@ def _from_job(ref: str) -> dict[str, Any]:
     report["run_dir"] = rec.run_dir
     if err:
         report["slurm_error"] = err
-    elif view is not None and view.state in TERMINAL:
+    elif view is not None and JobState.parse(view.state or "").is_terminal:
         store.save(rec.model_copy(update={"diagnosis": one_line(report)}))
     return report
 

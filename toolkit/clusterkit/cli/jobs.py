@@ -7,26 +7,24 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
-TAIL_LINES = 20
+if TYPE_CHECKING:
+    from clusterkit.scheduler.base import JobStatus
+    from clusterkit.scheduler.jobs import Look
+    from clusterkit.scheduler.logs import LogTail
+    from clusterkit.scheduler.records import JobRecord, RecordStore
 
 
-def _store() -> Any:
+def _store() -> RecordStore:
     from clusterkit.scheduler.records import RecordStore
 
     return RecordStore()
 
 
-def _tails(rec: Any, lines: int) -> list[dict[str, Any]]:
-    from clusterkit.scheduler.records import log_files, tail
-
-    return [{"path": str(p), "tail": tail(p, lines)} for p in log_files(rec)]
-
-
-def _print_tails(tails: list[dict[str, Any]]) -> None:
+def _print_tails(tails: list[LogTail]) -> None:
     from clusterkit.cli import output
 
     for t in tails:
@@ -37,7 +35,7 @@ def _print_tails(tails: list[dict[str, Any]]) -> None:
             output.out().print(line, markup=False)
 
 
-def _describe(rec: Any, st: Any) -> str:
+def _describe(rec: JobRecord, st: JobStatus) -> str:
     parts = [f"job {rec.job_id} {_state_text(st)}"]
     if st.exit_code is not None:
         parts.append(f"exit code {st.exit_code}")
@@ -50,20 +48,8 @@ def _describe(rec: Any, st: Any) -> str:
     return ", ".join(parts)
 
 
-def _state_text(st: Any) -> str:
-    return f"{st.state} (stale)" if st.stale else st.state
-
-
-def _remember(store: Any, rec: Any, st: Any, failures: list[str]) -> Any:
-    """Cache a final state in the record; a records directory that refuses is noted, not fatal."""
-    from clusterkit.scheduler import records
-    from clusterkit.errors import RecordError
-
-    try:
-        return records.remember(store, rec, st)
-    except RecordError as err:
-        failures.append(str(err))
-        return rec
+def _state_text(st: JobStatus) -> str:
+    return f"{st.state} (stale)" if st.stale else st.state.value
 
 
 def _warn_cache_failures(failures: list[str]) -> None:
@@ -73,40 +59,45 @@ def _warn_cache_failures(failures: list[str]) -> None:
         output.warn(f"could not cache final job states ({len(failures)} record(s)): {failures[0]}")
 
 
-def _warn_status_problems(query: Any, failures: list[str]) -> int:
+def _warn_status_problems(unreachable: str | None, failures: list[str]) -> int:
     """One warning line per kind of problem; the exit code for an unanswered controller."""
     from clusterkit.cli import output
     from clusterkit.errors import ExitCode
 
     _warn_cache_failures(failures)
-    if query.unreachable is None:
+    if unreachable is None:
         return 0
-    output.warn(f"{query.unreachable}; Slurm jobs show their last known state, marked stale")
+    output.warn(f"{unreachable}; Slurm jobs show their last known state, marked stale")
     return int(ExitCode.UNREACHABLE)
 
 
-def follow_to_end(store: Any, rec: Any, as_json: bool) -> int:
+def _final_json(seen: Look) -> dict[str, object]:
+    from clusterkit.scheduler.status import summarize
+
+    return {**summarize(seen.record, seen.status), "logs": seen.tails}
+
+
+def follow_to_end(store: RecordStore, rec: JobRecord, as_json: bool) -> int:
     """Wait for the job's end, print its final state and log tails; return its exit status."""
     from clusterkit.cli import output
-    from clusterkit.scheduler import records
+    from clusterkit.scheduler import jobs
+    from clusterkit.scheduler.status import exit_status_of
 
-    def changed(st: Any) -> None:
+    def changed(st: JobStatus) -> None:
         if not as_json:
             output.info(f"clusterkit: {_describe(rec, st)}")
 
-    st = records.wait(rec, on_change=changed)
-    failures: list[str] = []
-    rec = _remember(store, rec, st, failures)
-    _warn_cache_failures(failures)
-    tails = _tails(rec, TAIL_LINES)
+    seen = jobs.follow_to_end(store, rec, on_change=changed)
+    _warn_cache_failures(seen.cache_failures)
+    st = seen.status
     if as_json:
-        output.emit_json({**records.summarize(rec, st), "logs": tails})
+        output.emit_json(_final_json(seen))
     else:
-        _print_tails(tails)
-        output.out().print(f"Job {rec.job_id} {st.state}" + (f" (exit code {st.exit_code})" if st.exit_code is not None
-                                                          else f" (signal {st.signal})" if st.signal is not None else ""),
-                           markup=False)
-    return records.exit_status_of(st)
+        _print_tails(seen.tails)
+        output.out().print(f"Job {seen.record.job_id} {st.state}" + (
+            f" (exit code {st.exit_code})" if st.exit_code is not None
+            else f" (signal {st.signal})" if st.signal is not None else ""), markup=False)
+    return exit_status_of(st)
 
 
 @click.command()
@@ -127,19 +118,15 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
     the exit code is then 3.
     """
     from clusterkit.cli import output
-    from clusterkit.scheduler import records
+    from clusterkit.scheduler import jobs
 
     store = _store()
-    query = records.SlurmQuery()
-    failures: list[str] = []
     if job:
-        rec = store.find(job)
-        (_, st), = records.refresh([rec], query)
-        rec = _remember(store, rec, st, failures)
-        code = _warn_status_problems(query, failures)
-        tails = _tails(rec, TAIL_LINES) if st.terminal else []
+        seen = jobs.look(store, job)
+        rec, st = seen.record, seen.status
+        code = _warn_status_problems(seen.unreachable, seen.cache_failures)
         if as_json:
-            output.emit_json({**records.summarize(rec, st), "logs": tails})
+            output.emit_json(_final_json(seen))
             return code
         output.out().print(_describe(rec, st), markup=False)
         output.out().print(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
@@ -150,18 +137,15 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
             output.out().print(f"  doctor: {rec.diagnosis}" if rec.diagnosis
                                else f"  why it ended: clusterkit doctor {rec.key}", markup=False)
         if st.state != "COMPLETED":
-            _print_tails(tails)
+            _print_tails(seen.tails)
         return code
-    recs, bad = store.load_all()
-    for err in bad:
+    view = jobs.overview(store, limit)
+    for err in view.unreadable:
         output.warn(f"skipping unreadable record: {err}")
-    rows = []
-    for rec, st in records.refresh(recs[-limit:], query):
-        _remember(store, rec, st, failures)
-        rows.append(records.summarize(rec, st))
-    code = _warn_status_problems(query, failures)
+    rows = view.rows
+    code = _warn_status_problems(view.unreachable, view.cache_failures)
     if as_json:
-        output.emit_json({"jobs": rows, "unreadable": [str(e) for e in bad]})
+        output.emit_json({"jobs": rows, "unreadable": [str(e) for e in view.unreadable]})
         return code
     if not rows:
         output.out().print(f"No jobs recorded in {store.root}.", markup=False)
@@ -169,7 +153,8 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
     output.print_table(None, ["JOB", "SITE", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE", "EXIT", "SUBMITTED"],
                        [[r["job_id"], r["site"], r["name"], r["stage"], r["launcher"], r["nodes"],
                          f"{r['state']} (stale)" if r["stale"] else r["state"],
-                         r["exit_code"] if r["exit_code"] is not None else (f"sig {r['signal']}" if r["signal"] else ""),
+                         r["exit_code"] if r["exit_code"] is not None
+                         else (f"sig {r['signal']}" if r["signal"] else ""),
                          r["submitted_at"][:19].replace("T", " ")] for r in reversed(rows)])
     return code
 
@@ -186,23 +171,23 @@ def logs(job: str, follow: bool, lines: int, as_json: bool) -> int:
     JOB is a job id as `submit` printed it, or SITE:JOB_ID.
     """
     from clusterkit.cli import output
-    from clusterkit.scheduler import records
     from clusterkit.errors import UsageError
+    from clusterkit.scheduler import jobs
+    from clusterkit.scheduler.logs import tail
 
     if follow and as_json:
         raise UsageError("--follow and --json cannot be combined")
-    rec = _store().find(job)
-    files = records.log_files(rec)
+    rec, files = jobs.job_logs(_store(), job)
     if as_json:
         output.emit_json({"job": rec.key, "files": [
-            {"path": str(p), "lines": records.tail(p, lines) if lines else _read(p).splitlines()} for p in files]})
+            {"path": str(p), "lines": tail(p, lines) if lines else _read(p).splitlines()} for p in files]})
         return 0
     if not follow:
         if not files:
             output.info(f"clusterkit: job {rec.job_id} has no log files yet in {rec.run_dir}")
         for p in files:
             click.echo(f"==> {p} <==")
-            click.echo("\n".join(records.tail(p, lines)) if lines else _read(p), nl=lines > 0)
+            click.echo("\n".join(tail(p, lines)) if lines else _read(p), nl=lines > 0)
         return 0
     return _follow(rec)
 
@@ -211,15 +196,15 @@ def _read(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace")
 
 
-def _follow(rec: Any) -> int:
+def _follow(rec: JobRecord) -> int:
     """Print log output as it arrives (like ``tail -f`` on every file) until the job ends."""
-    from clusterkit.scheduler import records
+    from clusterkit.scheduler import jobs
 
     offsets: dict[Path, int] = {}
     current: Path | None = None
     ended = False
     while True:
-        for p in records.log_files(rec):
+        for p in jobs.log_files(rec):
             with p.open("rb") as fh:
                 fh.seek(offsets.get(p, 0))
                 data = fh.read()
@@ -231,21 +216,8 @@ def _follow(rec: Any) -> int:
                 offsets[p] = offsets.get(p, 0) + len(data)
         if ended:
             return 0
-        (_, st), = records.refresh([rec])
-        ended = st.terminal  # one more pass after the end to drain the last lines
+        ended = jobs.has_ended(rec)  # one more pass after the end to drain the last lines
         time.sleep(0.2 if ended else 1.0)
-
-
-def _note_cancel(store: Any, rec: Any) -> Any:
-    """Mark the record cancelled; the cancel itself has happened, so a failure here only warns."""
-    from clusterkit.cli import output
-    from clusterkit.errors import RecordError
-
-    try:
-        return store.update(rec, cancel_requested=True)
-    except RecordError as err:
-        output.warn(f"job {rec.job_id} was cancelled, but its record could not be updated: {err}")
-        return rec
 
 
 @click.command()
@@ -264,33 +236,23 @@ def cancel(job: str, now: bool, as_json: bool) -> int:
     JOB is a job id as `submit` printed it, or SITE:JOB_ID.
     """
     from clusterkit.cli import output
-    from clusterkit.scheduler import records
-    from clusterkit.scheduler import backends as submit_mod
+    from clusterkit.scheduler import jobs
 
-    store = _store()
-    rec = store.find(job)
-    (_, st), = records.refresh([rec])
-    cancelled = False
-    waited: float | None = None
-    if records.may_still_run(st):
-        if rec.scheduler == "slurm" and st.state == "RUNNING" and not now:
-            grace = float(rec.plan.get("grace_s", 60))
-            if not as_json:
-                output.info(f"clusterkit: SIGTERM to the ranks of job {rec.job_id}; up to {grace:g} s for them to save")
-            waited = submit_mod.stop_slurm(rec.job_id, grace)
-            cancelled = True
-        elif rec.scheduler == "slurm":
-            submit_mod.cancel_slurm(rec.job_id)
-            cancelled = True
-        else:
-            cancelled = records.cancel_local(rec)
-        rec = _note_cancel(store, rec)
+    def on_grace(grace: float) -> None:
+        if not as_json:
+            output.info(f"clusterkit: SIGTERM to the ranks of job {rec_id}; up to {grace:g} s for them to save")
+
+    rec_id = job.rpartition(":")[2]
+    done = jobs.cancel_job(_store(), job, now=now, on_grace=on_grace)
+    rec, before, waited = done.record, done.state_before, done.grace_waited_s
+    if done.unrecorded is not None:
+        output.warn(f"job {rec.job_id} was cancelled, but its record could not be updated: {done.unrecorded}")
     if as_json:
-        output.emit_json({"job": rec.key, "cancelled": cancelled, "state_before": st.state,
+        output.emit_json({"job": rec.key, "cancelled": done.cancelled, "state_before": before.value,
                           "grace_waited_s": None if waited is None else round(waited, 1)})
-    elif cancelled:
+    elif done.cancelled:
         saved = "" if waited is None else f"; the ranks had {waited:.1f} s to save"
-        output.out().print(f"Cancelled job {rec.job_id} (was {st.state}){saved}.", markup=False)
+        output.out().print(f"Cancelled job {rec.job_id} (was {before}){saved}.", markup=False)
     else:
-        output.out().print(f"Job {rec.job_id} already ended ({st.state}); nothing to cancel.", markup=False)
+        output.out().print(f"Job {rec.job_id} already ended ({before}); nothing to cancel.", markup=False)
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import socket
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -14,40 +13,7 @@ if TYPE_CHECKING:
     from clusterkit.config.site import Site
     from clusterkit.job.plan import Plan
     from clusterkit.preflight.report import Report
-
-
-def _minutes(slurm_time: str) -> float:
-    """Slurm's ``MM``, ``MM:SS``, ``HH:MM:SS`` or ``D-HH:MM:SS`` as minutes (local time limit)."""
-    days, _, rest = slurm_time.rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    if len(parts) == 1:
-        h, m, s = 0, parts[0], 0
-    elif len(parts) == 2:
-        h, m, s = (0, *parts) if not days else (*parts, 0)
-    else:
-        h, m, s = parts
-    return (int(days or 0) * 24 + h) * 60 + m + s / 60
-
-
-def _record(run: Any, job_id: str) -> Any:
-    from clusterkit.scheduler.records import JobRecord, now_utc
-
-    p = run.plan
-    return JobRecord(
-        job_id=job_id, scheduler="slurm" if p.slurm else "local", site=p.site, site_source=p.site_file,
-        stage=p.stage, launcher=p.launcher, job_name=p.job_name, nnodes=p.nnodes, world_size=p.world_size,
-        command=list(p.command), run_dir=str(run.run_dir), script=str(run.script), submitted_at=now_utc(),
-        host=socket.gethostname(), plan=p.to_dict(),
-    )
-
-
-def _dispatch(run: Any) -> str:
-    """Submit the rendered run; return the job id."""
-    from clusterkit.scheduler import backends as submit_mod
-
-    if run.plan.slurm:
-        return submit_mod.submit_slurm(run.run_dir, run.artifacts["job.sbatch"])
-    return submit_mod.submit_local(run.run_dir, run.script, _minutes(run.plan.time))
+    from clusterkit.scheduler.records import JobRecord
 
 
 @click.command()
@@ -77,7 +43,9 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     With --wait the exit status is the job's own.
     """
     from clusterkit.actions import render_run
+    from clusterkit.cli import output
     from clusterkit.config.site import load_site
+    from clusterkit.scheduler.jobs import submit_run
     from clusterkit.scheduler.records import RecordStore
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
@@ -92,9 +60,11 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     store.check_writable()  # before anything runs: a job without its record is one nobody follows
     # run directory, plan, then preflight on the plan's candidate nodes, then the files
     run = render_run(site_obj, request, out, gate=lambda plan: _preflight(site_obj, plan, skip_preflight))
-    job_id = _dispatch(run)
-    rec = _record(run, job_id)
-    _save_record(store, rec)
+    submitted = submit_run(run, store)
+    rec = submitted.record
+    if submitted.unsaved is not None:
+        output.warn(f"job {rec.job_id} is submitted, but its record was not saved, so status, logs and cancel "
+                    f"do not know it (run directory {rec.run_dir}): {submitted.unsaved}")
     if wait is None:
         wait = not run.plan.slurm
     if not wait:
@@ -105,18 +75,6 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     from clusterkit.cli.jobs import follow_to_end
 
     return follow_to_end(store, rec, as_json)
-
-
-def _save_record(store: Any, rec: Any) -> None:
-    """Save the job record; the job is submitted whatever happens here, so failing only warns."""
-    from clusterkit.cli import output
-    from clusterkit.errors import RecordError
-
-    try:
-        store.save(rec)
-    except RecordError as err:
-        output.warn(f"job {rec.job_id} is submitted, but its record was not saved, so status, logs and cancel "
-                    f"do not know it (run directory {rec.run_dir}): {err}")
 
 
 def _note_preflight_skipped(site: Any, skip: bool) -> None:
@@ -174,7 +132,7 @@ def _show_dry_run(run: Any, as_json: bool) -> int:
     return 0
 
 
-def _show_submitted(rec: Any, as_json: bool) -> None:
+def _show_submitted(rec: JobRecord, as_json: bool) -> None:
     from clusterkit.cli import output
 
     if as_json:

@@ -8,7 +8,11 @@ from typing import Any, Callable, Sequence
 
 from clusterkit.diagnose import reader, verdict
 from clusterkit.errors import ClusterkitError, ExitCode
-from clusterkit.scheduler.records import JobRecord, JobStatus, SlurmQuery, SlurmUnreachable, log_files, refresh
+from clusterkit.scheduler.base import JobStatus, SlurmUnreachable
+from clusterkit.scheduler.logs import log_files
+from clusterkit.scheduler.records import JobRecord
+from clusterkit.scheduler.slurm_tables import SlurmQuery
+from clusterkit.scheduler.status import refresh
 
 
 class LogsUnreadable(ClusterkitError):

@@ -4,7 +4,7 @@ Every parser takes text and returns a typed result; none runs a command, and non
 bad input: text it cannot read becomes a :class:`ParseFailure` that keeps the raw text, so a
 node printing garbage is reported as "could not parse" on that node instead of crashing the
 whole preflight.  The formats are those of the real tools (/proc/mounts, ``df -P``, lsmod,
-``sacct --parsable2``, ``squeue``; nvidia-smi and InfiniBand in
+nvidia-smi and InfiniBand in
 :mod:`~clusterkit.preflight.device_parsers`); the tests feed them captured text in
 ``tests/data/preflight/``.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable
 
 RAW_LIMIT = 4000  # keep raw text bounded: a node may print megabytes of garbage
 
@@ -190,132 +190,15 @@ def parse_modules(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
-# ---------------------------------------------------------------------------------------------
-# Slurm: sacct --parsable2 and squeue
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SacctRow:
-    """One ``sacct --parsable2`` row.  ``state`` is the bare state (``CANCELLED by 0`` -> CANCELLED)."""
-
-    fields: dict[str, str]
-    state: str
-    state_detail: str = ""
-
-    @property
-    def job_id(self) -> str:
-        return self.fields.get("JobID", "")
-
-    @property
-    def is_step(self) -> bool:
-        """Rows like ``123.batch``, ``123.extern``, ``123.0`` are steps, not the job itself."""
-        return "." in self.job_id
-
-    @property
-    def exit_code(self) -> tuple[int, int] | None:
-        """``ExitCode`` ``"1:0"`` -> (1, 0): (exit status, signal)."""
-        m = re.fullmatch(r"(\d+):(\d+)", self.fields.get("ExitCode", ""))
-        return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-@dataclass(frozen=True)
-class SacctTable:
-    rows: tuple[SacctRow, ...]
-    raw: str = ""
-
-    def job_rows(self, job_id: str | None = None) -> list[SacctRow]:
-        """The job-level rows (no steps), in order; with --duplicates a requeued job has several."""
-        return [r for r in self.rows if not r.is_step and (job_id is None or r.job_id.split("_")[0] == job_id or r.job_id == job_id)]
-
-
-def _split_state(state: str) -> tuple[str, str]:
-    parts = state.strip().split(None, 1)
-    return (parts[0] if parts else "", parts[1] if len(parts) > 1 else "")
-
-
-def parse_sacct(text: str, fields: Sequence[str] | None = None) -> SacctTable | ParseFailure:
-    """Parse ``sacct --parsable2`` output.
-
-    With ``fields`` None, the first line must be the header (sacct's default); pass the
-    ``--format`` field names when the output was made with ``--noheader``.
-    """
-    what = "sacct --parsable2"
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
-    if fields is None:
-        if not lines or "|" not in lines[0] and lines[0].strip() != "JobID":
-            return _failure(what, "no header line", text or "")
-        fields, lines = [f.strip() for f in lines[0].split("|")], lines[1:]
-    rows: list[SacctRow] = []
-    for n, line in enumerate(lines, start=1):
-        cells = line.split("|")
-        if len(cells) != len(fields):
-            return _failure(what, f"row {n} has {len(cells)} fields, expected {len(fields)}", text)
-        row = dict(zip(fields, cells))
-        state, detail = _split_state(row.get("State", ""))
-        rows.append(SacctRow(row, state, detail))
-    return SacctTable(tuple(rows), _clip(text or ""))
-
-
-@dataclass(frozen=True)
-class SqueueRow:
-    fields: dict[str, str]
-
-    @property
-    def job_id(self) -> str:
-        return self.fields.get("JOBID", "")
-
-    @property
-    def state(self) -> str:
-        return self.fields.get("STATE", self.fields.get("ST", ""))
-
-
-# squeue's default header (-o "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"): the last column
-# NODELIST(REASON) may contain spaces, e.g. "(ReqNodeNotAvail, UnavailableNodes:gpu003)".
-_SQUEUE_DEFAULT = ("JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES", "NODELIST(REASON)")
-
-
-def parse_squeue(text: str, fields: Sequence[str] | None = None, sep: str = "|") -> tuple[SqueueRow, ...] | ParseFailure:
-    """Parse ``squeue`` output.
-
-    ``fields`` None: the default human format with its header line (whitespace columns, the
-    last one taking the rest of the line).  Otherwise the output of
-    ``squeue --noheader -o '%i|%T|...'`` with those (upper-case) field names, split on ``sep``.
-    """
-    what = "squeue"
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
-    rows: list[SqueueRow] = []
-    if fields is None:
-        if not lines or lines[0].split() != list(_SQUEUE_DEFAULT):
-            return _failure(what, f"unexpected header {first_line(text or '')[:80]!r}", text or "")
-        for n, line in enumerate(lines[1:], start=1):
-            cells = line.split(None, len(_SQUEUE_DEFAULT) - 1)
-            if len(cells) != len(_SQUEUE_DEFAULT):
-                return _failure(what, f"row {n} has {len(cells)} columns", text)
-            rows.append(SqueueRow(dict(zip(_SQUEUE_DEFAULT, cells))))
-        return tuple(rows)
-    for n, line in enumerate(lines, start=1):
-        cells = line.split(sep)
-        if len(cells) != len(fields):
-            return _failure(what, f"row {n} has {len(cells)} fields, expected {len(fields)}", text)
-        rows.append(SqueueRow(dict(zip(fields, (c.strip() for c in cells)))))
-    return tuple(rows)
-
-
 __all__ = [
     "DiskSpace",
     "Mount",
     "ParseFailure",
-    "SacctRow",
-    "SacctTable",
-    "SqueueRow",
     "find_mount",
     "first_line",
     "parse_df",
     "parse_modules",
     "parse_mounts",
-    "parse_sacct",
-    "parse_squeue",
     "version_at_least",
     "version_tuple",
 ]

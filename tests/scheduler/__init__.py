@@ -1,0 +1,1 @@
+"""The Slurm tables clusterkit reads (sacct, squeue, scontrol), on captured text."""

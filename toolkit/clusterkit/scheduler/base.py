@@ -1,0 +1,125 @@
+"""What every scheduler offers (:class:`Scheduler`), and the status it reports (:class:`JobStatus`).
+
+A scheduler is one of :data:`clusterkit.vocab.SCHEDULER_KINDS`: ``slurm`` (:mod:`.slurm`) or
+``local`` (:mod:`.local`); :func:`clusterkit.scheduler.get` returns the one for a kind.  Both
+take a rendered run and return a job id, report many jobs' states at once, cancel one job and
+name its log files.  Everything above them (records, ``status``, ``--wait``, ``cancel``) goes
+through this interface, never through a kind's own functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from clusterkit.errors import ExitCode, SubmitError
+from clusterkit.vocab import JobState, SchedulerKind
+
+if TYPE_CHECKING:
+    from clusterkit.job.plan import Plan
+    from clusterkit.scheduler.records import JobRecord
+
+
+class SlurmUnreachable(SubmitError):
+    """slurmctld did not answer (timed out, refused, authentication failed, client missing)."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job's state as the scheduler (or the result file) reports it."""
+
+    state: JobState
+    exit_code: int | None = None
+    signal: int | None = None
+    reason: str | None = None
+    nodes: str | None = None
+    restarts: int | None = None
+    source: str = "none"
+    raw: str | None = None
+    # Slurm did not answer: this is the last state known here, not what Slurm says now
+    stale: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.state, JobState):  # Slurm's text (or a test's string): its state
+            object.__setattr__(self, "state", JobState.parse(self.state))
+
+    @property
+    def terminal(self) -> bool:
+        return self.state.is_terminal
+
+    def merged(self, other: JobStatus) -> JobStatus:
+        """Fill this status' gaps from ``other`` (this one wins where both know)."""
+        return JobStatus(
+            state=self.state,
+            exit_code=self.exit_code if self.exit_code is not None else other.exit_code,
+            signal=self.signal if self.signal is not None else other.signal,
+            reason=self.reason or other.reason,
+            nodes=self.nodes or other.nodes,
+            restarts=self.restarts if self.restarts is not None else other.restarts,
+            source=self.source, raw=self.raw,
+        )
+
+
+def status_from_result(code: int, rec: JobRecord) -> JobStatus:
+    """The end a result file tells (``<run dir>/<job id>.result``: the script's exit status)."""
+    if rec.cancel_requested and code != 0:
+        return JobStatus(state=JobState.CANCELLED, exit_code=code, source="result-file")
+    return JobStatus(state=JobState.COMPLETED if code == 0 else JobState.FAILED, exit_code=code,
+                     source="result-file")
+
+
+def cached_status(rec: JobRecord) -> JobStatus:
+    """The final state cached in the record (``UNKNOWN`` when none is)."""
+    return JobStatus(state=rec.state or JobState.UNKNOWN, exit_code=rec.exit_code, signal=rec.signal,
+                     reason=rec.reason, source="record")
+
+
+class RunToSubmit(Protocol):
+    """A rendered run directory, as :func:`clusterkit.actions.render_run` returns it."""
+
+    @property
+    def plan(self) -> Plan: ...
+    @property
+    def artifacts(self) -> dict[str, str]: ...
+    @property
+    def run_dir(self) -> Path: ...
+    @property
+    def script(self) -> Path: ...
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    cancelled: bool
+    # seconds the ranks had to save between SIGTERM and the cancel (None: no SIGTERM first)
+    grace_waited_s: float | None = None
+
+
+# told the grace time before a graceful cancel starts waiting (so a CLI can say so)
+OnGrace = Callable[[float], None]
+
+
+class Scheduler(Protocol):
+    """One kind of scheduler.  Add a kind: a module with a class like this, a name in
+    :data:`clusterkit.vocab.SCHEDULER_KINDS`, and a branch in :func:`clusterkit.scheduler.get`."""
+
+    kind: SchedulerKind
+
+    def submit(self, run: RunToSubmit) -> str:
+        """Hand the rendered ``job.sbatch`` over; return the job id (SubmitError if refused)."""
+        ...
+
+    def status(self, records: Sequence[JobRecord]) -> list[JobStatus]:
+        """The status of each record (all of this kind), in order, in a few scheduler calls."""
+        ...
+
+    def cancel(self, rec: JobRecord, st: JobStatus, *, now: bool, on_grace: OnGrace | None = None) -> CancelOutcome:
+        """Cancel a job that may still run (``st``: its status now); ``now``: no grace time."""
+        ...
+
+    def logs(self, rec: JobRecord) -> list[Path]:
+        """The job's log files, the batch log first."""
+        ...

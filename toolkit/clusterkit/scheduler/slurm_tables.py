@@ -1,0 +1,327 @@
+"""Slurm's tables as text: ``sacct --parsable2``, ``squeue``, ``scontrol -o show job``; and
+:class:`SlurmQuery`, which asks Slurm about many jobs in a constant number of calls.
+
+The parsers are total and pure: they run nothing and never raise on bad input.  Text that is
+not the expected table becomes a :class:`ParseFailure` keeping the raw text (or, with
+``skip_bad_rows``, the rows that do not fit are left out: the status query reads what it can).
+
+Status for many jobs costs a constant number of scheduler calls, never one per job:
+
+1. one ``squeue --states=all -j ID,ID,...``: pending/running jobs and finished ones still in
+   slurmctld's memory (``MinJobAge``);
+2. one ``sacct -X -j ID,ID,...``: exit codes, and jobs slurmctld has already forgotten;
+3. only when sacct fails (no slurmdbd: "accounting storage is disabled", or no sacct at
+   all): one ``scontrol -o show job`` for exit codes and restart counts.
+
+"Ended" is never concluded from silence: when squeue fails for any reason other than "these
+job ids are unknown" (a busy controller timing out, an authentication failure, no squeue at
+all), :meth:`SlurmQuery.states` raises :class:`~clusterkit.scheduler.base.SlurmUnreachable`.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from clusterkit.scheduler.base import JobStatus, SlurmUnreachable
+from clusterkit.vocab import JobState
+
+RAW_LIMIT = 4000  # keep raw text bounded: a command may print megabytes of garbage
+
+# Slurm clients' stderr when slurmctld is down or unreachable (sbatch after its own retries)
+UNREACHABLE = re.compile(r"Unable to contact slurm controller|Could not establish a configuration source"
+                         r"|Unable to process configuration file|Connection refused", re.I)
+# squeue's only failure that is an answer: none of the ids asked about is known to slurmctld.
+_NO_SUCH_JOBS = re.compile(r"Invalid job id specified", re.I)
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= RAW_LIMIT else text[:RAW_LIMIT] + f"... [{len(text) - RAW_LIMIT} more chars]"
+
+
+@dataclass(frozen=True)
+class ParseFailure:
+    """Text a parser could not read: what was expected, why it failed, and the raw text."""
+
+    what: str
+    reason: str
+    raw: str
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.reason}"
+
+
+def _failure(what: str, reason: str, raw: str) -> ParseFailure:
+    return ParseFailure(what, reason, _clip(raw))
+
+
+def _first_line(text: str) -> str:
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+def parse_exit_code(text: str) -> tuple[int | None, int | None]:
+    """Slurm's ``EXIT:SIGNAL`` (``3:0``, ``0:15``) -> (3, None) / (None, 15)."""
+    m = re.fullmatch(r"\s*(\d+):(\d+)\s*", text or "")
+    if not m:
+        return None, None
+    code, sig = int(m.group(1)), int(m.group(2))
+    return (None, sig) if sig else (code, None)
+
+
+# --------------------------------------------------------------------------- sacct
+
+
+@dataclass(frozen=True)
+class SacctRow:
+    """One ``sacct --parsable2`` row.  ``state`` is the bare state (``CANCELLED by 0`` -> CANCELLED)."""
+
+    fields: dict[str, str]
+    state: str
+    state_detail: str = ""
+    raw: str = field(default="", compare=False)
+
+    @property
+    def job_id(self) -> str:
+        """``JobIDRaw`` when asked for (an array task's own id), else ``JobID`` (``4246_3``)."""
+        return self.fields.get("JobIDRaw") or self.fields.get("JobID", "")
+
+    @property
+    def is_step(self) -> bool:
+        """Rows like ``123.batch``, ``123.extern``, ``123.0`` are steps, not the job itself."""
+        return "." in self.job_id
+
+    @property
+    def exit_code(self) -> tuple[int, int] | None:
+        """``ExitCode`` ``"1:0"`` -> (1, 0): (exit status, signal)."""
+        m = re.fullmatch(r"(\d+):(\d+)", self.fields.get("ExitCode", ""))
+        return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+@dataclass(frozen=True)
+class SacctTable:
+    rows: tuple[SacctRow, ...]
+    raw: str = ""
+
+    def job_rows(self, job_id: str | None = None) -> list[SacctRow]:
+        """The job-level rows (no steps), in order; with --duplicates a requeued job has several."""
+        return [r for r in self.rows
+                if not r.is_step and (job_id is None or r.job_id.split("_")[0] == job_id or r.job_id == job_id)]
+
+
+def _split_state(state: str) -> tuple[str, str]:
+    parts = state.strip().split(None, 1)
+    return (parts[0] if parts else "", parts[1] if len(parts) > 1 else "")
+
+
+def parse_sacct(text: str, fields: Sequence[str] | None = None, *,
+                skip_bad_rows: bool = False) -> SacctTable | ParseFailure:
+    """Parse ``sacct --parsable2`` output (job rows and step rows, any ``--format`` fields).
+
+    With ``fields`` None, the first line must be the header (sacct's default); pass the
+    ``--format`` field names when the output was made with ``--noheader``.  A row with the
+    wrong number of fields fails the whole table, or is left out with ``skip_bad_rows``.
+    """
+    what = "sacct --parsable2"
+    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
+    if fields is None:
+        if not lines or ("|" not in lines[0] and lines[0].strip() != "JobID"):
+            return _failure(what, "no header line", text or "")
+        fields, lines = [f.strip() for f in lines[0].split("|")], lines[1:]
+    rows: list[SacctRow] = []
+    for n, line in enumerate(lines, start=1):
+        cells = line.split("|")
+        if len(cells) != len(fields):
+            if skip_bad_rows:
+                continue
+            return _failure(what, f"row {n} has {len(cells)} fields, expected {len(fields)}", text)
+        row = dict(zip(fields, cells, strict=True))
+        state, detail = _split_state(row.get("State", ""))
+        rows.append(SacctRow(row, state, detail, line))
+    return SacctTable(tuple(rows), _clip(text or ""))
+
+
+# --------------------------------------------------------------------------- squeue
+
+
+@dataclass(frozen=True)
+class SqueueRow:
+    fields: dict[str, str]
+    raw: str = field(default="", compare=False)
+
+    @property
+    def job_id(self) -> str:
+        return self.fields.get("JOBID", "")
+
+    @property
+    def state(self) -> str:
+        return self.fields.get("STATE", self.fields.get("ST", ""))
+
+
+# squeue's default header (-o "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"): the last column
+# NODELIST(REASON) may contain spaces, e.g. "(ReqNodeNotAvail, UnavailableNodes:gpu003)".
+_SQUEUE_DEFAULT = ("JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES", "NODELIST(REASON)")
+
+
+def parse_squeue(text: str, fields: Sequence[str] | None = None, sep: str = "|", *,
+                 skip_bad_rows: bool = False) -> tuple[SqueueRow, ...] | ParseFailure:
+    """Parse ``squeue`` output.
+
+    ``fields`` None: the default human format with its header line (whitespace columns, the
+    last one taking the rest of the line).  Otherwise the output of
+    ``squeue --noheader -o '%i|%T|...'`` with those (upper-case) field names, split on ``sep``.
+    """
+    what = "squeue"
+    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
+    rows: list[SqueueRow] = []
+    if fields is None:
+        if not lines or lines[0].split() != list(_SQUEUE_DEFAULT):
+            return _failure(what, f"unexpected header {_first_line(text or '')[:80]!r}", text or "")
+        for n, line in enumerate(lines[1:], start=1):
+            cells = line.split(None, len(_SQUEUE_DEFAULT) - 1)
+            if len(cells) != len(_SQUEUE_DEFAULT):
+                if skip_bad_rows:
+                    continue
+                return _failure(what, f"row {n} has {len(cells)} columns", text)
+            rows.append(SqueueRow(dict(zip(_SQUEUE_DEFAULT, cells, strict=True)), line))
+        return tuple(rows)
+    for n, line in enumerate(lines, start=1):
+        cells = line.split(sep)
+        if len(cells) != len(fields):
+            if skip_bad_rows:
+                continue
+            return _failure(what, f"row {n} has {len(cells)} fields, expected {len(fields)}", text)
+        rows.append(SqueueRow(dict(zip(fields, (c.strip() for c in cells), strict=True)), line))
+    return tuple(rows)
+
+
+# --------------------------------------------------------------------------- scontrol
+
+_KV = re.compile(r"(\S+?)=(\S*)")
+
+
+def parse_scontrol_jobs(text: str) -> list[dict[str, str]]:
+    """``scontrol -o show job`` (one job per line, ``Key=Value`` pairs): one dict per job."""
+    jobs = [dict(_KV.findall(line)) for line in text.splitlines()]
+    return [kv for kv in jobs if kv.get("JobId", "").isdigit()]
+
+
+# --------------------------------------------------------------------------- tables -> job statuses
+
+SQUEUE_FORMAT = "%i|%T|%r|%N"
+SQUEUE_FIELDS = ("JOBID", "STATE", "REASON", "NODELIST")
+SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "NodeList")
+
+
+def squeue_statuses(text: str) -> dict[str, JobStatus]:
+    """``squeue -h -o '%i|%T|%r|%N'`` output -> job id -> status (lines that do not fit skipped)."""
+    rows = parse_squeue(text, SQUEUE_FIELDS, skip_bad_rows=True)
+    out: dict[str, JobStatus] = {}
+    for r in rows if isinstance(rows, tuple) else ():
+        if not r.job_id:
+            continue
+        reason, nodes = r.fields["REASON"], r.fields["NODELIST"]
+        out[r.job_id] = JobStatus(state=JobState.parse(r.state), reason=None if reason in ("", "None") else reason,
+                                  nodes=nodes or None, source="squeue", raw=r.raw)
+    return out
+
+
+def sacct_statuses(text: str) -> dict[str, JobStatus]:
+    """``sacct -X -P -o JobIDRaw,State,ExitCode,NodeList`` (header line optional) -> job id -> status.
+
+    Job steps (``123.batch``) are skipped; for a requeued job sacct may print one line per
+    run, and the last one (the current run) wins.
+    """
+    table = parse_sacct(text, SACCT_FIELDS, skip_bad_rows=True)
+    out: dict[str, JobStatus] = {}
+    for r in table.rows if isinstance(table, SacctTable) else ():
+        jid = r.job_id.strip()
+        if not re.fullmatch(r"\d+(_\d+)?", jid):  # steps, a header line, garbage
+            continue
+        exit_code, sig = parse_exit_code(r.fields["ExitCode"])
+        nodes = r.fields["NodeList"].strip()
+        out[jid] = JobStatus(state=JobState.parse(r.state), exit_code=exit_code, signal=sig,
+                             nodes=None if nodes in ("", "None assigned") else nodes, source="sacct", raw=r.raw)
+    return out
+
+
+def scontrol_statuses(text: str) -> dict[str, JobStatus]:
+    """``scontrol -o show job`` -> job id -> status (with the restart count)."""
+    out: dict[str, JobStatus] = {}
+    for kv in parse_scontrol_jobs(text):
+        exit_code, sig = parse_exit_code(kv.get("ExitCode", ""))
+        restarts = kv.get("Restarts", "")
+        reason = kv.get("Reason", "")
+        out[kv["JobId"]] = JobStatus(
+            state=JobState.parse(kv.get("JobState", "")), exit_code=exit_code, signal=sig,
+            reason=None if reason in ("", "None") else reason,
+            nodes=None if kv.get("NodeList", "(null)") == "(null)" else kv.get("NodeList"),
+            restarts=int(restarts) if restarts.isdigit() else None, source="scontrol",
+            raw=" ".join(f"{k}={v}" for k, v in kv.items()),
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- the query
+
+Run = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
+
+
+def run_command(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """The subprocess seam for scheduler queries: never waits longer than ``timeout``."""
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        return subprocess.CompletedProcess(list(argv), 127, "", f"{argv[0]}: command not found")
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(list(argv), 124, "", f"{argv[0]}: no answer in {timeout:.0f}s")
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "(no message)"
+
+
+@dataclass
+class SlurmQuery:
+    """Queries Slurm for many jobs at once, counting the calls it makes (for tests and bench)."""
+
+    run: Run = run_command
+    timeout_s: float = 30.0
+    calls: list[list[str]] = field(default_factory=list)
+    # set by refresh() when slurmctld did not answer: why (Slurm's own words)
+    unreachable: str | None = None
+
+    def _call(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        return self.run(argv, self.timeout_s)
+
+    def states(self, job_ids: Iterable[str]) -> dict[str, JobStatus]:
+        """job id -> status for every id Slurm still knows (absent ids are unknown to it)."""
+        ids = sorted(set(job_ids), key=lambda j: (len(j), j))
+        if not ids:
+            return {}
+        joined = ",".join(ids)
+        sq = self._call(["squeue", "-h", "--states=all", "-j", joined, "-o", SQUEUE_FORMAT])
+        if sq.returncode != 0 and not _NO_SUCH_JOBS.search(sq.stderr):
+            # Any other failure (timeout, refused, authentication, no squeue) says nothing
+            # about the jobs: a job absent from an answer that never came has not ended.
+            raise SlurmUnreachable(f"cannot reach Slurm controller: {last_line(sq.stderr)}")
+        live = squeue_statuses(sq.stdout) if sq.returncode == 0 else {}
+        acct = self._call(["sacct", "-X", "-P", "-n", "-j", joined, "-o", ",".join(SACCT_FIELDS)])
+        if acct.returncode == 0:
+            extra = sacct_statuses(acct.stdout)
+        else:  # no slurmdbd (or no sacct): slurmctld's own memory has the exit codes
+            ctl = self._call(["scontrol", "-o", "show", "job"])
+            extra = scontrol_statuses(ctl.stdout) if ctl.returncode == 0 else {}
+        out: dict[str, JobStatus] = {}
+        for jid in ids:
+            a, b = live.get(jid), extra.get(jid)
+            st = a.merged(b) if a and b else (a or b)
+            if st is None:
+                continue
+            if not st.terminal:  # slurmctld reports 0:0 for a job that has not ended yet
+                st = replace(st, exit_code=None, signal=None)
+            out[jid] = st
+        return out

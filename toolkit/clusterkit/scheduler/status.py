@@ -1,0 +1,113 @@
+"""Job status across schedulers: refresh many records at once, wait for an end, cache it.
+
+:func:`refresh` asks each scheduler (:func:`clusterkit.scheduler.get`) about its own records
+in one batch, so status for many jobs costs a constant number of scheduler calls.  A job no
+scheduler knows any more, and that left no result file, is ``LOST``: a terminal state, so
+``--wait`` and status never hang on a job that died without a trace.  While slurmctld does
+not answer, Slurm jobs are ``UNKNOWN`` (or their last known state) and marked ``stale``;
+nothing stale is cached.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from clusterkit.scheduler.base import JobStatus
+from clusterkit.scheduler.records import read_result_file
+from clusterkit.scheduler.slurm_tables import SlurmQuery
+from clusterkit.vocab import SCHEDULER_KINDS, JobState
+
+if TYPE_CHECKING:
+    from clusterkit.scheduler.records import JobRecord, RecordStore
+
+
+def refresh(records: Sequence[JobRecord], query: SlurmQuery | None = None) -> list[tuple[JobRecord, JobStatus]]:
+    """Current status of each record; one batch of scheduler calls per kind of scheduler.
+
+    ``query.unreachable`` is set when slurmctld did not answer (the Slurm jobs are then stale).
+    """
+    from clusterkit.scheduler import get
+
+    query = query or SlurmQuery()
+    query.unreachable = None
+    found: dict[int, JobStatus] = {}
+    for kind in SCHEDULER_KINDS:
+        picked = [i for i, r in enumerate(records) if r.scheduler == kind]
+        if picked:
+            statuses = get(kind, query).status([records[i] for i in picked])
+            found.update(zip(picked, statuses, strict=True))
+    return [(rec, found[i]) for i, rec in enumerate(records)]
+
+
+def may_still_run(st: JobStatus) -> bool:
+    """Whether a job could still be running: anything but an end Slurm itself reported now.
+
+    ``cancel`` asks this, so an outage (state UNKNOWN, or a stale cached end) still reaches
+    ``scancel``, which is harmless for a job that has in fact ended.
+    """
+    return st.stale or not st.terminal
+
+
+def remember(store: RecordStore, rec: JobRecord, st: JobStatus) -> JobRecord:
+    """Cache a terminal status in the record (so later status calls cost nothing).
+
+    A stale status is never cached: it is what we knew, not what Slurm says.
+    """
+    if not st.terminal or st.stale or rec.state == st.state:
+        return rec
+    return store.update(rec, state=st.state, exit_code=st.exit_code, signal=st.signal, reason=st.reason)
+
+
+def wait(rec: JobRecord, *, poll_s: float = 0.5, max_poll_s: float = 5.0, outage_max_s: float = 20.0,
+         confirm_s: float = 1.0, query: SlurmQuery | None = None,
+         on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+    """Poll until the job reaches a terminal state (LOST included, so this always ends).
+
+    An end without a result file is confirmed by a second look ``confirm_s`` later: while
+    slurmctld requeues a job it can show a terminal state for a moment.  While slurmctld does
+    not answer, the job is UNKNOWN (not ended) and polling backs off to ``outage_max_s``, so
+    an outage of any length is waited out without adding to the controller's load.
+    """
+    last: JobState | None = None
+    delay = poll_s
+    while True:
+        (_, st), = refresh([rec], query)
+        if st.terminal and not st.stale and read_result_file(rec.result_file) is None and rec.scheduler == "slurm":
+            time.sleep(confirm_s)
+            (_, st), = refresh([rec], query)
+        if st.state != last and on_change is not None:
+            on_change(st)
+        if st.terminal:
+            return st
+        delay = _next_delay(st, changed=st.state != last, delay=delay, poll_s=poll_s,
+                            cap=outage_max_s if st.stale else max_poll_s)
+        last = st.state
+        time.sleep(delay)
+
+
+def _next_delay(st: JobStatus, *, changed: bool, delay: float, poll_s: float, cap: float) -> float:
+    if st.stale:  # an overloaded controller is the usual cause: ask it less and less often
+        return min(cap, delay * 2)
+    return poll_s if changed else min(cap, delay * 1.5)
+
+
+def exit_status_of(st: JobStatus) -> int:
+    """The exit status a shell would see for this job (128+signal for a killed one)."""
+    if st.exit_code is not None:
+        return st.exit_code
+    if st.signal is not None:
+        return 128 + st.signal
+    return 0 if st.state == JobState.COMPLETED else 1
+
+
+def summarize(rec: JobRecord, st: JobStatus) -> Mapping[str, Any]:
+    """The JSON shape of one job's status (what ``status --json`` prints)."""
+    return {
+        "job": rec.key, "job_id": rec.job_id, "site": rec.site, "stage": rec.stage,
+        "launcher": rec.launcher, "name": rec.job_name, "nodes": rec.nnodes, "world_size": rec.world_size,
+        "state": st.state.value, "exit_code": st.exit_code, "signal": st.signal, "reason": st.reason,
+        "node_list": st.nodes, "restarts": st.restarts, "source": st.source, "stale": st.stale,
+        "submitted_at": rec.submitted_at, "run_dir": rec.run_dir, "diagnosis": rec.diagnosis,
+    }
