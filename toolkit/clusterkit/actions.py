@@ -23,6 +23,8 @@ from clusterkit.job.plan import JobRequest, Plan
 
 if TYPE_CHECKING:
     from clusterkit.preflight.report import NodeResult, PolicyDecision, Report
+    from clusterkit.scheduler.jobs import Submission
+    from clusterkit.scheduler.records import RecordStore
 
 
 @dataclass(frozen=True)
@@ -140,3 +142,26 @@ class PreflightRefused(PreflightError):
         self.report = report
         if report.unreachable_nodes():
             self.exit_code = ExitCode.UNREACHABLE
+
+
+def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore, *, skip_preflight: bool = False,
+           on_gate: Callable[[Gate], None] | None = None) -> tuple[RenderedRun, Submission]:
+    """``clusterkit submit``: plan once, preflight the plan's nodes (site policy), write the run
+    directory, hand it to the site's scheduler and record the job.
+
+    The record store is checked first: a job nobody can follow is not submitted.  ``on_gate``
+    sees preflight's verdict before anything is written (a refusal raises
+    :class:`PreflightRefused`, which carries the report).
+    """
+    from clusterkit.scheduler.jobs import submit_run
+
+    store.check_writable()
+
+    def gate(plan: Plan) -> Plan:
+        decided = preflight_gate(site, plan, skip=skip_preflight)
+        if on_gate is not None:
+            on_gate(decided)
+        return decided.plan
+
+    run = render_run(site, request, out, gate=gate)
+    return run, submit_run(run, store)

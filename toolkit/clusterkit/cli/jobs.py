@@ -30,9 +30,9 @@ def _print_tails(tails: list[LogTail]) -> None:
     for t in tails:
         if not t["tail"]:
             continue
-        output.out().print(f"==> {t['path']} (last {len(t['tail'])} lines) <==", markup=False)
+        output.line(f"==> {t['path']} (last {len(t['tail'])} lines) <==")
         for line in t["tail"]:
-            output.out().print(line, markup=False)
+            output.line(line)
 
 
 def _describe(rec: JobRecord, st: JobStatus) -> str:
@@ -94,9 +94,9 @@ def follow_to_end(store: RecordStore, rec: JobRecord, as_json: bool) -> int:
         output.emit_json(_final_json(seen))
     else:
         _print_tails(seen.tails)
-        output.out().print(f"Job {seen.record.job_id} {st.state}" + (
+        output.line(f"Job {seen.record.job_id} {st.state}" + (
             f" (exit code {st.exit_code})" if st.exit_code is not None
-            else f" (signal {st.signal})" if st.signal is not None else ""), markup=False)
+            else f" (signal {st.signal})" if st.signal is not None else ""))
     return exit_status_of(st)
 
 
@@ -128,14 +128,14 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
         if as_json:
             output.emit_json(_final_json(seen))
             return code
-        output.out().print(_describe(rec, st), markup=False)
-        output.out().print(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
-                           f"world size {rec.world_size}; nodes: {st.nodes or '-'}", markup=False)
-        output.out().print(f"  run directory: {rec.run_dir}", markup=False)
+        output.line(_describe(rec, st))
+        output.line(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
+                           f"world size {rec.world_size}; nodes: {st.nodes or '-'}")
+        output.line(f"  run directory: {rec.run_dir}")
         if st.terminal and st.state != "COMPLETED":
             # the verdict doctor cached; status itself never scans logs
-            output.out().print(f"  doctor: {rec.diagnosis}" if rec.diagnosis
-                               else f"  why it ended: clusterkit doctor {rec.key}", markup=False)
+            output.line(f"  doctor: {rec.diagnosis}" if rec.diagnosis
+                               else f"  why it ended: clusterkit doctor {rec.key}")
         if st.state != "COMPLETED":
             _print_tails(seen.tails)
         return code
@@ -148,7 +148,7 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
         output.emit_json({"jobs": rows, "unreadable": [str(e) for e in view.unreadable]})
         return code
     if not rows:
-        output.out().print(f"No jobs recorded in {store.root}.", markup=False)
+        output.line(f"No jobs recorded in {store.root}.")
         return code
     output.print_table(None, ["JOB", "SITE", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE", "EXIT", "SUBMITTED"],
                        [[r["job_id"], r["site"], r["name"], r["stage"], r["launcher"], r["nodes"],
@@ -252,7 +252,7 @@ def cancel(job: str, now: bool, as_json: bool) -> int:
                           "grace_waited_s": None if waited is None else round(waited, 1)})
     elif done.cancelled:
         saved = "" if waited is None else f"; the ranks had {waited:.1f} s to save"
-        output.out().print(f"Cancelled job {rec.job_id} (was {before}){saved}.", markup=False)
+        output.line(f"Cancelled job {rec.job_id} (was {before}){saved}.")
     else:
-        output.out().print(f"Job {rec.job_id} already ended ({before}); nothing to cancel.", markup=False)
+        output.line(f"Job {rec.job_id} already ended ({before}); nothing to cancel.")
     return 0

@@ -30,10 +30,10 @@ def show_rendered(run: RenderedRun, as_json: bool) -> None:
     for w in run.plan.warnings:
         output.warn(w)
     p = run.plan
-    output.out().print(f"Rendered {p.job_name}: {p.launcher} on {p.nnodes} node(s) x {p.gpus_per_node} GPU(s) "
+    output.line(f"Rendered {p.job_name}: {p.launcher} on {p.nnodes} node(s) x {p.gpus_per_node} GPU(s) "
                        f"(site {p.site}, stage {p.stage})")
-    output.out().print(f"  run directory: {run.run_dir}")
-    output.out().print(f"  files: {', '.join(sorted(run.artifacts))}")
+    output.line(f"  run directory: {run.run_dir}")
+    output.line(f"  files: {', '.join(sorted(run.artifacts))}")
 
 
 @click.command()

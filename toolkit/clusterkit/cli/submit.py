@@ -10,8 +10,7 @@ import click
 from clusterkit.cli.common import build_request, job_options
 
 if TYPE_CHECKING:
-    from clusterkit.config.site import Site
-    from clusterkit.job.plan import Plan
+    from clusterkit.actions import Gate
     from clusterkit.preflight.report import Report
     from clusterkit.scheduler.records import JobRecord
 
@@ -42,10 +41,10 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     submission leaves a job record; follow it with `clusterkit status`, `logs` and `cancel`.
     With --wait the exit status is the job's own.
     """
-    from clusterkit.actions import render_run
+    from clusterkit.actions import PreflightRefused, render_run
+    from clusterkit.actions import submit as submit_job
     from clusterkit.cli import output
     from clusterkit.config.site import load_site
-    from clusterkit.scheduler.jobs import submit_run
     from clusterkit.scheduler.records import RecordStore
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
@@ -57,10 +56,12 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
         _note_preflight_skipped(site_obj, skip_preflight)
         return _show_dry_run(run, as_json)
     store = RecordStore()
-    store.check_writable()  # before anything runs: a job without its record is one nobody follows
-    # run directory, plan, then preflight on the plan's candidate nodes, then the files
-    run = render_run(site_obj, request, out, gate=lambda plan: _preflight(site_obj, plan, skip_preflight))
-    submitted = submit_run(run, store)
+    try:
+        run, submitted = submit_job(site_obj, request, out, store, skip_preflight=skip_preflight,
+                                    on_gate=_show_gate)
+    except PreflightRefused as exc:
+        _show_preflight(exc.report)
+        raise
     rec = submitted.record
     if submitted.unsaved is not None:
         output.warn(f"job {rec.job_id} is submitted, but its record was not saved, so status, logs and cancel "
@@ -85,23 +86,16 @@ def _note_preflight_skipped(site: Any, skip: bool) -> None:
                     "#SBATCH --exclude above")
 
 
-def _preflight(site: Site, plan: Plan, skip: bool) -> Plan:
-    """Check the site's nodes first (site policy); return the plan with bad nodes excluded."""
-    from clusterkit.actions import PreflightRefused, preflight_gate
+def _show_gate(gate: Gate) -> None:
+    """Preflight's verdict, and the nodes it keeps out of the job, on stderr."""
     from clusterkit.cli import output
 
-    try:
-        gate = preflight_gate(site, plan, skip=skip)
-    except PreflightRefused as exc:
-        _show_preflight(exc.report)
-        raise
     if gate.report is not None:
         _show_preflight(gate.report)
     if gate.excluded:
         from clusterkit.hostlist import fold
 
         output.warn(f"preflight: keeping {fold(gate.excluded)} out of the job (#SBATCH --exclude)")
-    return gate.plan
 
 
 def _show_preflight(report: Report) -> None:
@@ -141,8 +135,8 @@ def _show_submitted(rec: JobRecord, as_json: bool) -> None:
                           "run_dir": rec.run_dir, "script": rec.script, "state": "SUBMITTED"})
         return
     where = "Slurm" if rec.scheduler == "slurm" else "this machine (local executor)"
-    output.out().print(f"Submitted job {rec.job_id} to {where}: {rec.launcher} on {rec.nnodes} node(s), "
-                       f"world size {rec.world_size} (site {rec.site}, stage {rec.stage})", markup=False)
-    output.out().print(f"  run directory: {rec.run_dir}", markup=False)
+    output.line(f"Submitted job {rec.job_id} to {where}: {rec.launcher} on {rec.nnodes} node(s), "
+                       f"world size {rec.world_size} (site {rec.site}, stage {rec.stage})")
+    output.line(f"  run directory: {rec.run_dir}")
     ref = rec.job_id if re.fullmatch(r"\d+", rec.job_id) else rec.key
-    output.out().print(f"  follow it: clusterkit status {ref} | clusterkit logs {ref} --follow", markup=False)
+    output.line(f"  follow it: clusterkit status {ref} | clusterkit logs {ref} --follow")
