@@ -8,7 +8,8 @@ import click
 
 from clusterkit.job import settings as settings_mod
 from clusterkit.errors import UsageError
-from clusterkit.config.site import LAUNCHER_NAMES, STAGE_NAMES
+from clusterkit.vocab import LAUNCHERS as LAUNCHER_NAMES
+from clusterkit.vocab import STAGE_NAMES
 
 F = Callable[..., Any]
 

@@ -42,7 +42,8 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transp
     Nodes with identical results are grouped; the report names each bad node and why.
     """
     from clusterkit.errors import UsageError
-    from clusterkit.preflight.run import TRANSPORTS, run_preflight
+    from clusterkit.preflight.run import run_preflight
+    from clusterkit.vocab import TRANSPORTS
     from clusterkit.config.site import load_site
 
     if not site_ref:

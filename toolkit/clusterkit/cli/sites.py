@@ -8,6 +8,7 @@ import json
 import click
 
 from clusterkit.errors import ConfigError
+from clusterkit.vocab import PROBE_TRANSPORTS
 
 
 @click.group()
@@ -130,7 +131,7 @@ Exit codes:
               help="Read the cluster through scontrol (show config, partition, node).")
 @click.option("--partition", default=None, help="The partition to describe (default: Slurm's default partition).")
 @click.option("--nodes", default=None, metavar="HOSTLIST", help="Only these nodes (picks one node type of a mixed partition).")
-@click.option("--probe", "probe_with", type=click.Choice(["ssh", "srun"]), default=None,
+@click.option("--probe", "probe_with", type=click.Choice(PROBE_TRANSPORTS), default=None,
               help="Also read GPUs, driver, HCAs, interfaces and mounts on every node.")
 @click.option("--out", default=None, type=click.Path(), help="Write the site file here (default: print it).")
 def init(name: str, from_slurm: bool, partition: str | None, nodes: str | None, probe_with: str | None,
@@ -158,7 +159,7 @@ def init(name: str, from_slurm: bool, partition: str | None, nodes: str | None, 
 @sites.command(epilog=DRIFT_EXIT_HELP)
 @click.argument("refs", nargs=-1, metavar="SITE...")
 @click.option("--all", "every", is_flag=True, help="Every site on the search path whose scheduler.cluster is this cluster.")
-@click.option("--probe", "probe_with", type=click.Choice(["ssh", "srun"]), default=None,
+@click.option("--probe", "probe_with", type=click.Choice(PROBE_TRANSPORTS), default=None,
               help="Also compare driver, HCAs, port rate and mounts on every node.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--write", is_flag=True, help="Put the live facts (nodelist, GPUs, CPUs, memory, HCAs) into the site file; print the diff.")

@@ -22,10 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from clusterkit import hostlist
 from clusterkit.errors import ConfigError, ConfigIssue
+from clusterkit.vocab import Launcher, ProbeTransport, SchedulerKind, Stage, check_slurm_time
 
-STAGE_NAMES = ("single-node", "multi-node", "large-cluster")
-LAUNCHER_NAMES = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
-_TIME_RE = re.compile(r"(\d+-)?\d{1,3}(:\d{2}){0,2}|\d+")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 #: ``nccl.env`` takes communication settings only: names with these prefixes ...
@@ -59,7 +57,7 @@ class _Model(BaseModel):
 class Scheduler(_Model):
     """How jobs reach the machines: Slurm, or this machine with no scheduler."""
 
-    kind: Literal["slurm", "local"] = "slurm"
+    kind: SchedulerKind = "slurm"
     cluster: Optional[str] = Field(None, description="Slurm's ClusterName (scontrol show config): which cluster this site describes")
     partition: Optional[str] = None
     account: Optional[str] = None
@@ -84,9 +82,7 @@ class Scheduler(_Model):
     @field_validator("time")
     @classmethod
     def _time(cls, v: str) -> str:
-        if not _TIME_RE.fullmatch(v):
-            raise ValueError(f"{v!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
-        return v
+        return check_slurm_time(v)
 
     @field_validator("sbatch")
     @classmethod
@@ -238,12 +234,17 @@ class NCCL(_Model):
 
 
 class StageOverride(_Model):
-    launcher: Optional[Literal["torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun"]] = None
+    launcher: Optional[Launcher] = None
     nodes: Optional[int] = Field(None, ge=1)
     time: Optional[str] = None
     partition: Optional[str] = None
     max_restarts: Optional[int] = Field(None, ge=0, le=100)
     container: Optional[bool] = None
+
+    @field_validator("time")
+    @classmethod
+    def _time(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else check_slurm_time(v)
 
 
 class Preflight(_Model):
@@ -253,7 +254,7 @@ class Preflight(_Model):
     in_job: bool = False
     max_excluded_fraction: float = Field(0.1, ge=0, le=1)
     before_submit: bool = True
-    transport: Literal["ssh", "srun"] = "ssh"
+    transport: ProbeTransport = "ssh"
 
 
 class Cost(_Model):
@@ -273,7 +274,7 @@ class Site(_Model):
     network: Network = Field(default_factory=Network)
     storage: list[Storage] = Field(default_factory=list)
     nccl: NCCL = Field(default_factory=NCCL)
-    stages: dict[Literal["single-node", "multi-node", "large-cluster"], StageOverride] = Field(default_factory=dict)
+    stages: dict[Stage, StageOverride] = Field(default_factory=dict)
     preflight: Preflight = Field(default_factory=Preflight)
     cost: Optional[Cost] = None
     templates: Optional[str] = None

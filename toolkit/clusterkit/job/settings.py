@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from clusterkit.errors import UsageError
+from clusterkit.vocab import LAUNCHERS, check_slurm_time
 
 
 class Settings(BaseModel):
@@ -52,8 +53,11 @@ class Settings(BaseModel):
     container: Optional[bool] = Field(None, description="use the site's container (default: yes if the site has one)")
     preflight_in_job: Optional[bool] = Field(None, description="run preflight checks on the allocated nodes first")
 
+    @field_validator("time")
+    @classmethod
+    def _time(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else check_slurm_time(v)
 
-_ALL = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
 
 # Which launchers act on each setting (through job.sbatch, a launcher file, or the launcher's
 # argv/env).  A key given for any other launcher is refused, naming these.
@@ -83,7 +87,7 @@ def valid_keys() -> list[str]:
 
 def used_by(key: str) -> tuple[str, ...]:
     """The launchers that act on setting ``key``."""
-    return USED_BY.get(key, _ALL)
+    return USED_BY.get(key, LAUNCHERS)
 
 
 def _typed(raw: str) -> Any:

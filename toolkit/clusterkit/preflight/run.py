@@ -23,8 +23,8 @@ from clusterkit import hostlist
 from clusterkit.errors import UsageError
 from clusterkit.preflight import checks as C
 from clusterkit.preflight.report import NodeResult, PolicyDecision, Report, decide
+from clusterkit.vocab import STAGE_NAMES, TRANSPORTS, stage_for_nodes
 
-TRANSPORTS = ("ssh", "srun", "local")
 
 ProgressCallback = Callable[[NodeResult], None]
 
@@ -112,10 +112,10 @@ def run_preflight(site: Any, stage: str | None = None, nodes: str | None = None,
     """
     if transport not in TRANSPORTS:
         raise UsageError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
-    if stage is not None and stage not in C.STAGES:
-        raise UsageError(f"--stage {stage!r}: choose one of {', '.join(C.STAGES)}")
+    if stage is not None and stage not in STAGE_NAMES:
+        raise UsageError(f"--stage {stage!r}: choose one of {', '.join(STAGE_NAMES)}")
     hosts = resolve_hosts(site, nodes, transport)
-    stage = stage or C.stage_for_nodes(len(hosts))
+    stage = stage or stage_for_nodes(len(hosts))
     plan = C.plan_checks(C.Expectations.from_site(site, stage))
     runner = runner if runner is not None else make_runner(site, transport, accept_new_host_keys=accept_new_host_keys)
     report = Report(site.name, stage, transport, hosts, notes=list(plan.notes), checks=C.describe_checks(plan))

@@ -15,8 +15,8 @@ from clusterkit.sites import writer as W
 from clusterkit.sites.create import Draft, pick_nodes, render
 from clusterkit.sites.facts import ClusterFacts, SlurmCommand, SlurmUnreachable, gather, run_slurm
 from clusterkit.sites.probe import NodeFacts, make_runner, probe
+from clusterkit.vocab import PROBE_TRANSPORTS
 
-PROBES = ("ssh", "srun")
 Runner = Any
 RunnerFactory = Callable[[Any, str], Runner]
 
@@ -24,8 +24,8 @@ RunnerFactory = Callable[[Any, str], Runner]
 def _probe(site: Any, hosts: Sequence[str], transport: str | None, runner_for: RunnerFactory) -> dict[str, NodeFacts] | None:
     if transport is None:
         return None
-    if transport not in PROBES:
-        raise UsageError(f"--probe {transport!r}: choose one of {', '.join(PROBES)}")
+    if transport not in PROBE_TRANSPORTS:
+        raise UsageError(f"--probe {transport!r}: choose one of {', '.join(PROBE_TRANSPORTS)}")
     return probe(hosts, runner_for(site, transport), timeout_s=float(site.ssh.command_timeout_s))
 
 

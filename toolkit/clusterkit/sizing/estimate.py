@@ -26,10 +26,10 @@ import math
 import re
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
-from typing import Literal, Optional
+from typing import Optional
 
 from clusterkit.errors import UsageError
-from clusterkit.config.site import LAUNCHER_NAMES
+from clusterkit.vocab import LAUNCHERS, stage_for_nodes
 
 GIB = 2**30
 #: DeepSpeed's ``additional_buffer_factor`` default: slack on the host (CPU) figures only.
@@ -37,7 +37,6 @@ BUFFER_FACTOR = 1.5
 #: Fraction of GPU and host memory kept free for activations, CUDA context, NCCL buffers, fragmentation.
 DEFAULT_HEADROOM = 0.2
 
-Offload = Literal["none", "optimizer", "optimizer+params"]
 OFFLOADS: tuple[str, ...] = ("none", "optimizer", "optimizer+params")
 
 #: Largest parameter count read: the float arithmetic of the memory model overflows long before 1e400.
@@ -323,7 +322,6 @@ def activation_bytes(shape: Shape, tp: int = 1, pp: int = 1) -> int:
 
 # --------------------------------------------------------------------------- candidate setups
 
-LAUNCHERS: tuple[str, ...] = LAUNCHER_NAMES
 # Which launchers can run a setup is what clusterkit's render configures for it: ZeRO stages and
 # optimizer offload go into ds_config.json (deepspeed only); FSDP is torchrun's strategy=fsdp or
 # accelerate's FSDP config (which can offload params); Megatron's TP x PP are megatron's flags.
@@ -412,18 +410,8 @@ class Layout:
 
     @property
     def stage(self) -> str:
-        """The clusterkit stage a node count implies (see stages.py)."""
+        """The clusterkit stage a node count implies (:data:`clusterkit.vocab.STAGES`)."""
         return stage_for_nodes(self.nodes)
-
-
-def stage_for_nodes(nodes: int) -> str:
-    """The stage whose node range holds ``nodes`` (single-node 1, multi-node 2-8, large-cluster 9+)."""
-    from clusterkit.job.stages import STAGES
-
-    for spec in STAGES.values():
-        if spec.min_nodes <= nodes and (spec.max_nodes is None or nodes <= spec.max_nodes):
-            return spec.name
-    raise ValueError(f"no stage covers {nodes} nodes")  # a bug: the stages cover 1 and up
 
 
 @dataclass(frozen=True)
