@@ -283,7 +283,7 @@ def test_container_mounts_the_run_directory_unless_covered(ck, tmp_path: Path, r
     covered = Path("/shared/runs/b")
     from clusterkit.job.plan import JobRequest, make_plan
     from clusterkit.job.render import container_mounts
-    from clusterkit.config.site import load_file
+    from clusterkit.config.load import load_file
 
     plan = make_plan(load_file(site), JobRequest(stage="multi-node", command=("python", "t.py"), run_dir=str(covered)))
     assert container_mounts(plan) == [f"{tmp_path}/shared:/shared"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.preflight.transport import ErrorKind, NodeFailure, SSHRunner
-from clusterkit.config.site import SSH
+from clusterkit.config.schema import SSH
 
 CONFIG = """\
 Host gpu*

@@ -114,7 +114,7 @@ def plan(site_ref: str, model_params: int, largest_layer_params: Optional[int], 
       clusterkit plan --site ib-h100 --model-params 176B --nodes 16 --hours 24 --json
       clusterkit plan --site ib-h100 --model-params 13B --render --out runs/13b -- python train.py
     """
-    from clusterkit.config.site import load_site
+    from clusterkit.config.load import load_site
 
     _check_render_options(do_render, command, out, job_name, sets)
     shape = _shape(model_params, seq_len, micro_batch, hidden_size, layers, vocab_size)

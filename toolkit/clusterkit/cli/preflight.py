@@ -44,7 +44,7 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transp
     from clusterkit.errors import UsageError
     from clusterkit.preflight.run import run_preflight
     from clusterkit.vocab import TRANSPORTS
-    from clusterkit.config.site import load_site
+    from clusterkit.config.load import load_site
 
     if not site_ref:
         raise UsageError("preflight needs --site SITE (a site config path or name; see `clusterkit sites list`)")

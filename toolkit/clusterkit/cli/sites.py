@@ -26,7 +26,7 @@ def sites() -> None:
 def list_(as_json: bool) -> None:
     """List the sites on the search path, and where each comes from."""
     from clusterkit.cli import output
-    from clusterkit.config.site import list_sites, load_file
+    from clusterkit.config.load import list_sites, load_file
 
     rows = []
     for entry in list_sites():
@@ -55,7 +55,7 @@ def show(site: str, as_json: bool) -> None:
     import yaml
 
     from clusterkit.cli import output
-    from clusterkit.config.site import load_site
+    from clusterkit.config.load import load_site
 
     from clusterkit.job.render import override_note, overridden
 
@@ -77,7 +77,7 @@ def show(site: str, as_json: bool) -> None:
 def validate(paths: tuple[str, ...], as_json: bool) -> None:
     """Validate site config files; report every problem as file:line: key: message (exit 2)."""
     from clusterkit.cli import output
-    from clusterkit.config.site import load_file
+    from clusterkit.config.load import load_file
 
     results, problems = [], []
     for path in paths:
@@ -102,7 +102,7 @@ def validate(paths: tuple[str, ...], as_json: bool) -> None:
 @sites.command()
 def schema() -> None:
     """Print the JSON Schema of site configs (for editors: yaml-language-server, VS Code)."""
-    from clusterkit.config.site import json_schema
+    from clusterkit.config.load import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
 

@@ -21,7 +21,7 @@ from clusterkit.errors import PlanError
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.settings import Settings
-from clusterkit.config.site import Site
+from clusterkit.config.schema import Site
 from clusterkit.vocab import slurm_seconds
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")

@@ -27,7 +27,7 @@ from clusterkit.errors import ConfigError, PlanError
 
 from clusterkit.job.launchers import Sh, Word, shell_join
 from clusterkit.job.plan import Plan
-from clusterkit.config.site import Site
+from clusterkit.config.schema import Site
 
 
 def builtin_templates_dir() -> Path:

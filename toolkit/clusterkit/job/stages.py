@@ -8,7 +8,7 @@ weak but legal setup is a warning carried on the plan.
 
 from __future__ import annotations
 
-from clusterkit.config.site import Site
+from clusterkit.config.schema import Site
 from clusterkit.errors import PlanError
 from clusterkit.vocab import STAGES, StageSpec
 
