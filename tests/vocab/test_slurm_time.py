@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from clusterkit.vocab import SlurmTimeError, check_slurm_time, slurm_minutes, slurm_seconds
+
 from tests.conftest import REPO, assert_one_line_error
 
 
@@ -65,7 +65,8 @@ def test_slurm_seconds(text: str, seconds: int) -> None:
     assert check_slurm_time(text) == text
 
 
-@pytest.mark.parametrize("text", ["", "abc", "1:2:3:4", "1-", "-5", "1:60x", "0", "00:00:00", "1.5", " 90", "01:00:00\n"])
+@pytest.mark.parametrize("text", ["", "abc", "1:2:3:4", "1-", "-5", "1:60x", "0", "00:00:00", "1.5", " 90",
+                                  "01:00:00\n"])
 def test_not_slurm_times(text: str) -> None:
     with pytest.raises(SlurmTimeError):
         check_slurm_time(text)

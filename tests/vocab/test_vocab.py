@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from clusterkit.vocab import LAUNCHERS, STAGE_NAMES, STAGES, JobState, stage_for_nodes
 
 

@@ -1,6 +1,6 @@
 """``clusterkit plan``: which framework, ZeRO stage and node count fit a model on a site.
 
-The numbers come from :mod:`clusterkit.sizing.estimate` (pure); this module only reads the site,
+The numbers come from :mod:`clusterkit.sizing` (pure); this module only reads the site,
 calls it, and renders the result as a table (rich on a terminal, plain columns in a pipe) or
 JSON.  With ``--render`` the recommended setup goes straight to the render path.
 """
@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import click
 
-from clusterkit.sizing import estimate as est
+from clusterkit import sizing as est
 from clusterkit.errors import UsageError
 
 
