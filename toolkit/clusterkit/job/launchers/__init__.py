@@ -16,8 +16,9 @@ from __future__ import annotations
 import importlib
 import re
 import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Mapping, Sequence
+from typing import Literal
 
 from clusterkit.errors import PlanError
 from clusterkit.job.nccl import EnvVar
