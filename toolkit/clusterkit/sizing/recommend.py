@@ -213,8 +213,8 @@ def plan_estimate(hw: Hardware, req: PlanInput) -> PlanEstimate:
         needed = _needed(methods, ctx, hw, size[1] if size else hw.gpus_per_node)
         reason += _needed_text(needed, hw, size)
     gpu_hours = cost = None
-    if req.hours is not None and (chosen is not None or size is not None):
-        gpus = chosen.layout.gpus if chosen is not None else size[0] * size[1]  # type: ignore[index]
+    gpus = chosen.layout.gpus if chosen is not None else size[0] * size[1] if size is not None else None
+    if req.hours is not None and gpus is not None:
         gpu_hours = gpus * req.hours
         cost = None if hw.gpu_hour_price is None else round(gpu_hours * hw.gpu_hour_price, 2)
     return PlanEstimate(hw, req, largest, assumed, ctx.usable_gpu, ctx.usable_host, tuple(cands),
