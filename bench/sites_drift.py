@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    from clusterkit.config.site import load_file_located
+    from clusterkit.config.load import load_file_located
     from clusterkit.sites import drift, facts, slurm_text
 
     n = args.nodes

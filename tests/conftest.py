@@ -167,7 +167,7 @@ def shared_site(directory: Path, site: str, shared: Path) -> Path:
     temporary directory stands in for the cluster's Lustre or NFS."""
     import yaml
 
-    from clusterkit.config.site import load_site
+    from clusterkit.config.load import load_site
 
     parent = load_site(site)
     storage = [s.model_dump(exclude_defaults=True) for s in parent.storage]

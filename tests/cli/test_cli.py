@@ -280,9 +280,9 @@ def test_container_mounts_the_run_directory_unless_covered(ck, tmp_path: Path, r
     assert f"{tmp_path}/shared:/shared,{outside}" in line       # the launcher must see hostfile and configs
     # a run directory under a mount's target is already visible inside the container
     covered = Path("/shared/runs/b")
+    from clusterkit.config.load import load_file
     from clusterkit.job.plan import JobRequest, make_plan
     from clusterkit.job.render import container_mounts
-    from clusterkit.config.site import load_file
 
     plan = make_plan(load_file(site), JobRequest(stage="multi-node", command=("python", "t.py"), run_dir=str(covered)))
     assert container_mounts(plan) == [f"{tmp_path}/shared:/shared"]

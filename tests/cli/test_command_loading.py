@@ -8,8 +8,8 @@ import types
 
 import click
 import pytest
-from clusterkit import cli
 
+from clusterkit import cli
 from tests.conftest import REPO, assert_one_line_error
 
 

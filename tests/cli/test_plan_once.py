@@ -8,12 +8,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from clusterkit.config.site import Site, load_file
+
+from clusterkit.config.load import load_file
+from clusterkit.config.schema import Site
 from clusterkit.errors import PlanError
 from clusterkit.job import plan as planning
 from clusterkit.job import render as render_mod
 from clusterkit.job.plan import JobRequest, make_plan
-
 from tests.conftest import REPO, shared_site
 
 SITES = ["local", "testbed", "eth-nfs", "ib-h100", "roce-a100"]

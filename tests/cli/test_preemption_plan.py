@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.job.plan import time_seconds
+from clusterkit.vocab import slurm_seconds
 from tests.conftest import REPO, assert_one_line_error, shared_site
 
 
@@ -86,4 +86,4 @@ def test_checkpoint_dir_is_on_shared_checkpoint_storage(ck, tmp_path: Path) -> N
 @pytest.mark.parametrize("text, seconds", [("5", 300), ("1:30", 90), ("02:00:00", 7200), ("1-0", 86400),
                                            ("1-2:03", 93780), ("1-02:03:04", 93784)])
 def test_slurm_time_formats(text: str, seconds: int) -> None:
-    assert time_seconds(text) == seconds
+    assert slurm_seconds(text) == seconds

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from clusterkit.sizing.estimate import Shape, activation_bytes, make_shape
+from clusterkit.sizing.model import Shape, activation_bytes, make_shape
 from tests.conftest import CLI
 
 from .conftest import H100_SITE, by_key

@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from clusterkit.sizing.estimate import zero2_model_states, zero3_model_states
+from clusterkit.sizing.model import zero2_model_states, zero3_model_states
 
 stage12 = pytest.importorskip("deepspeed.runtime.zero.stage_1_and_2")
 stage3 = pytest.importorskip("deepspeed.runtime.zero.stage3")

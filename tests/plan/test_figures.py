@@ -19,11 +19,11 @@ from __future__ import annotations
 import pytest
 
 from clusterkit.errors import UsageError
-from clusterkit.sizing.estimate import (
+from clusterkit.sizing.inputs import parse_size
+from clusterkit.sizing.model import (
     ddp_model_states,
     default_largest_layer,
     megatron_model_states,
-    parse_size,
     zero1_model_states,
     zero2_model_states,
     zero3_model_states,

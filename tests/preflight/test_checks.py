@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clusterkit.config.site import Storage
+
+from clusterkit.config.schema import Storage
 from clusterkit.preflight.catalogue import Expectations, StorageExpect, select_checks
 from clusterkit.preflight.engine import (
     LARGE,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.config.site import load_site
+from clusterkit.config.load import load_site
 from tests.conftest import REPO, shared_site
 
 HOSTFILES = REPO / "hostfiles"

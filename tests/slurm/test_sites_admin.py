@@ -20,7 +20,6 @@ from typing import Iterator
 import pytest
 
 from ..conftest import CLIResult
-
 from .conftest import CK, TESTBED, Testbed, _free_port_block
 
 

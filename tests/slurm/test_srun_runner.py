@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from clusterkit.preflight.transport import ErrorKind, NodeOutput, SrunRunner
+
 from .conftest import Testbed
 
 pytestmark = pytest.mark.slurm

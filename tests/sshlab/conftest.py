@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "sshlab_factory" in item.fixturenames:  # directly or through another fixture

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit.config.schema import SSH
 from clusterkit.preflight.transport import ErrorKind, NodeFailure, SSHRunner
-from clusterkit.config.site import SSH
 
 CONFIG = """\
 Host gpu*

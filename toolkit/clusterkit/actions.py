@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clusterkit.config.site import Site, load_site
+from clusterkit.config.load import load_site
+from clusterkit.config.schema import Site
 from clusterkit.errors import ExitCode, PlanError, PreflightError
 from clusterkit.job import plan as planning
 from clusterkit.job import render as render_mod

@@ -49,6 +49,15 @@ STAGES: dict[str, StageSpec] = {
 STAGE_NAMES: tuple[str, ...] = tuple(STAGES)
 Stage = Literal["single-node", "multi-node", "large-cluster"]
 
+
+def stage_for_nodes(nodes: int) -> str:
+    """The stage whose node range holds ``nodes`` (single-node 1, multi-node 2-8, large-cluster 9+);
+    anything below one node counts as single-node."""
+    for spec in STAGES.values():
+        if nodes <= spec.min_nodes or spec.max_nodes is None or nodes <= spec.max_nodes:
+            return spec.name
+    raise AssertionError("the last stage has no upper bound")  # pragma: no cover
+
 # --------------------------------------------------------------------------- launchers, transports, schedulers
 
 LAUNCHERS: tuple[str, ...] = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
@@ -57,8 +66,10 @@ Launcher = Literal["torchrun", "deepspeed", "horovod", "accelerate", "megatron",
 # how preflight reaches the nodes (preflight/transport/)
 TRANSPORTS: tuple[str, ...] = ("ssh", "srun", "local")
 Transport = Literal["ssh", "srun", "local"]
-# how `sites init` / `sites drift` read node facts: the remote transports only
+# the remote transports only: how `sites init` / `sites drift` read node facts, and the site's
+# preflight.transport (a local site always checks this machine)
 PROBE_TRANSPORTS: tuple[str, ...] = ("ssh", "srun")
+ProbeTransport = Literal["ssh", "srun"]
 
 SCHEDULER_KINDS: tuple[str, ...] = ("slurm", "local")
 SchedulerKind = Literal["slurm", "local"]
@@ -141,9 +152,10 @@ class SlurmTimeError(ValueError):
 def slurm_seconds(text: str) -> int:
     """Seconds in a Slurm time limit (``90`` -> 5400, ``1-12`` -> 129600, ``12:00:00`` -> 43200).
 
-    Raises :class:`SlurmTimeError` for anything sbatch would not take as a positive limit.
+    Raises :class:`SlurmTimeError` for anything sbatch would not take as a positive limit, and for
+    surrounding whitespace (a newline in a ``#SBATCH`` line would end it).
     """
-    m = _SLURM_TIME.fullmatch(text.strip()) if isinstance(text, str) else None
+    m = _SLURM_TIME.fullmatch(text) if isinstance(text, str) else None
     if m is None:
         raise SlurmTimeError(f"{text!r} is not a Slurm time ({SLURM_TIME_FORMS})")
     g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
@@ -161,7 +173,7 @@ def slurm_seconds(text: str) -> int:
 def check_slurm_time(text: str) -> str:
     """``text`` unchanged when it is a Slurm time limit; :class:`SlurmTimeError` otherwise."""
     slurm_seconds(text)
-    return text.strip()
+    return text
 
 
 def slurm_minutes(text: str) -> float:

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from clusterkit.config.site import LAUNCHER_NAMES, STAGE_NAMES
 from clusterkit.errors import UsageError
 from clusterkit.job import settings as settings_mod
+from clusterkit.vocab import LAUNCHERS as LAUNCHER_NAMES
+from clusterkit.vocab import STAGE_NAMES
 
 if TYPE_CHECKING:
     from clusterkit.job.plan import JobRequest

@@ -1,6 +1,6 @@
 """``clusterkit plan``: which framework, ZeRO stage and node count fit a model on a site.
 
-The numbers come from :mod:`clusterkit.sizing.estimate` (pure); this module only reads the site,
+The numbers come from :mod:`clusterkit.sizing` (pure); this module only reads the site,
 calls it, and renders the result as a table (rich on a terminal, plain columns in a pipe) or
 JSON.  With ``--render`` the recommended setup goes straight to the render path.
 """
@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from clusterkit import sizing as est
 from clusterkit.errors import UsageError
-from clusterkit.sizing import estimate as est
 
 if TYPE_CHECKING:
     from clusterkit.actions import RenderedRun
-    from clusterkit.config.site import Site
+    from clusterkit.config.schema import Site
 
 
 class _Size(click.ParamType):  # type: ignore[type-arg]  # generic only from click 8.2
@@ -122,7 +122,7 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
       clusterkit plan --site ib-h100 --model-params 176B --nodes 16 --hours 24 --json
       clusterkit plan --site ib-h100 --model-params 13B --render --out runs/13b -- python train.py
     """
-    from clusterkit.config.site import load_site
+    from clusterkit.config.load import load_site
 
     _check_render_options(do_render, command, out, job_name, sets)
     shape = _shape(model_params, seq_len, micro_batch, hidden_size, layers, vocab_size)

@@ -41,9 +41,10 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transp
 
     Nodes with identical results are grouped; the report names each bad node and why.
     """
+    from clusterkit.config.load import load_site
     from clusterkit.errors import UsageError
-    from clusterkit.preflight.run import TRANSPORTS, run_preflight
-    from clusterkit.config.site import load_site
+    from clusterkit.preflight.run import run_preflight
+    from clusterkit.vocab import TRANSPORTS
 
     if not site_ref:
         raise UsageError("preflight needs --site SITE (a site config path or name; see `clusterkit sites list`)")

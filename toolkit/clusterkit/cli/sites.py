@@ -8,6 +8,7 @@ import json
 import click
 
 from clusterkit.errors import ConfigError
+from clusterkit.vocab import PROBE_TRANSPORTS
 
 
 @click.group()
@@ -25,7 +26,7 @@ def sites() -> None:
 def list_(as_json: bool) -> None:
     """List the sites on the search path, and where each comes from."""
     from clusterkit.cli import output
-    from clusterkit.config.site import list_sites, load_file
+    from clusterkit.config.load import list_sites, load_file
 
     rows = []
     for entry in list_sites():
@@ -54,9 +55,8 @@ def show(site: str, as_json: bool) -> None:
     import yaml
 
     from clusterkit.cli import output
-    from clusterkit.config.site import load_site
-
-    from clusterkit.job.render import override_note, overridden
+    from clusterkit.config.load import load_site
+    from clusterkit.job.render import overridden, override_note
 
     s = load_site(site)
     data = s.model_dump(mode="json")
@@ -76,7 +76,7 @@ def show(site: str, as_json: bool) -> None:
 def validate(paths: tuple[str, ...], as_json: bool) -> None:
     """Validate site config files; report every problem as file:line: key: message (exit 2)."""
     from clusterkit.cli import output
-    from clusterkit.config.site import load_file
+    from clusterkit.config.load import load_file
 
     results, problems = [], []
     for path in paths:
@@ -101,7 +101,7 @@ def validate(paths: tuple[str, ...], as_json: bool) -> None:
 @sites.command()
 def schema() -> None:
     """Print the JSON Schema of site configs (for editors: yaml-language-server, VS Code)."""
-    from clusterkit.config.site import json_schema
+    from clusterkit.config.load import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
 
@@ -130,7 +130,7 @@ Exit codes:
               help="Read the cluster through scontrol (show config, partition, node).")
 @click.option("--partition", default=None, help="The partition to describe (default: Slurm's default partition).")
 @click.option("--nodes", default=None, metavar="HOSTLIST", help="Only these nodes (picks one node type of a mixed partition).")
-@click.option("--probe", "probe_with", type=click.Choice(["ssh", "srun"]), default=None,
+@click.option("--probe", "probe_with", type=click.Choice(PROBE_TRANSPORTS), default=None,
               help="Also read GPUs, driver, HCAs, interfaces and mounts on every node.")
 @click.option("--out", default=None, type=click.Path(), help="Write the site file here (default: print it).")
 def init(name: str, from_slurm: bool, partition: str | None, nodes: str | None, probe_with: str | None,
@@ -158,15 +158,14 @@ def init(name: str, from_slurm: bool, partition: str | None, nodes: str | None, 
 @sites.command(epilog=DRIFT_EXIT_HELP)
 @click.argument("refs", nargs=-1, metavar="SITE...")
 @click.option("--all", "every", is_flag=True, help="Every site on the search path whose scheduler.cluster is this cluster.")
-@click.option("--probe", "probe_with", type=click.Choice(["ssh", "srun"]), default=None,
+@click.option("--probe", "probe_with", type=click.Choice(PROBE_TRANSPORTS), default=None,
               help="Also compare driver, HCAs, port rate and mounts on every node.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--write", is_flag=True, help="Put the live facts (nodelist, GPUs, CPUs, memory, HCAs) into the site file; print the diff.")
 @click.option("--dry-run", is_flag=True, help="Print the diff --write would apply, and nothing else.")
 def drift(refs: tuple[str, ...], every: bool, probe_with: str | None, as_json: bool, write: bool, dry_run: bool) -> int:
     """Compare site configs with the live cluster, key by key."""
-    from clusterkit.cli import output
-    from clusterkit.cli import report_error
+    from clusterkit.cli import output, report_error
     from clusterkit.sites.admin import drift_sites
     from clusterkit.sites.show import print_run
 

@@ -44,7 +44,7 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     from clusterkit.actions import PreflightRefused, render_run
     from clusterkit.actions import submit as submit_job
     from clusterkit.cli import output
-    from clusterkit.config.site import load_site
+    from clusterkit.config.load import load_site
     from clusterkit.scheduler.records import RecordStore
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,

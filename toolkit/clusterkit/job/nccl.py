@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from clusterkit.config.site import Site
+from clusterkit.config.schema import Site
 
 Source = Literal["policy", "site", "debug", "launcher"]
 

@@ -20,17 +20,17 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from clusterkit import __version__
-from clusterkit.config.site import Site
+from clusterkit.config.schema import Site
 from clusterkit.errors import PlanError
 from clusterkit.job import launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.settings import Settings
+from clusterkit.vocab import slurm_seconds
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 _SBATCH_VALUE = re.compile(r"[^\s\x00-\x1f'\"\\`]+")
-_TIME_RE = re.compile(r"(\d+-)?\d{1,3}(:\d{2}){0,2}")
 
 
 @dataclass(frozen=True)
@@ -218,25 +218,13 @@ def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec
     return tuple(out)
 
 
-def time_seconds(text: str) -> int:
-    """Seconds in a Slurm time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS."""
-    days, _, rest = text.rpartition("-")
-    parts = [int(p) for p in rest.split(":")]
-    if days:  # after 'D-' the first field is hours
-        h, m, sec = [*parts, 0, 0][:3]
-        return int(days) * 86400 + h * 3600 + m * 60 + sec
-    if len(parts) == 3:
-        return parts[0] * 3600 + parts[1] * 60 + parts[2]
-    return parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
-
-
 def _check_preemption(site: Site, launch: Launch, spec: stages.StageSpec, time: str, max_restarts: int) -> None:
     """Refuse what the preemption path cannot serve: no room for the warning, ranks out of reach."""
     if site.scheduler.kind != "slurm" or not spec.requeue:
         return
     signal_s = site.scheduler.preempt_signal_s
     # Slurm checks --signal times about once a minute, so the warning may come up to 60 s early
-    if time_seconds(time) <= signal_s + 60:
+    if slurm_seconds(time) <= signal_s + 60:
         raise PlanError(f"time limit {time} leaves no room for the time-limit warning: it must be longer than "
                         f"scheduler.preempt_signal_s {signal_s} s + 60 s (Slurm may signal up to 60 s early)")
     if launch.mode == "once" and max_restarts > 0:
@@ -340,8 +328,6 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     ctx = _context(site, request, s, nnodes, gpn, use_container, exclude)
     launch = launchers.get(launcher)(ctx)
     time = s.time or (override.time if override and override.time else None) or site.scheduler.time
-    if not _TIME_RE.fullmatch(time):
-        raise PlanError(f"--set time={time!r}: not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
     max_restarts = s.max_restarts if s.max_restarts is not None else (
         override.max_restarts if override and override.max_restarts is not None else site.scheduler.max_restarts)
     _check_preemption(site, launch, spec, time, max_restarts)

@@ -23,11 +23,10 @@ from typing import Any, Iterator
 import jinja2
 import jinja2.sandbox
 
+from clusterkit.config.schema import Site
 from clusterkit.errors import ConfigError, PlanError
-
 from clusterkit.job.launchers import Sh, Word, shell_join
 from clusterkit.job.plan import Plan
-from clusterkit.config.site import Site
 
 
 def builtin_templates_dir() -> Path:

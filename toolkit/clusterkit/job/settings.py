@@ -9,11 +9,13 @@ valid ones, like site configs.  A setting the chosen launcher or site would igno
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal, Optional
+from collections.abc import Iterable
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from clusterkit.errors import UsageError
+from clusterkit.vocab import LAUNCHERS, check_slurm_time
 
 
 class Settings(BaseModel):
@@ -24,7 +26,7 @@ class Settings(BaseModel):
     # batch math (deepspeed, megatron, accelerate)
     micro_batch: int = Field(1, ge=1, description="micro batch size per GPU")
     grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
-    global_batch: Optional[int] = Field(None, ge=1, description="train batch size; checked against micro*accum*dp")
+    global_batch: int | None = Field(None, ge=1, description="train batch size; checked against micro*accum*dp")
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
     # DeepSpeed
     zero_stage: int = Field(2, ge=0, le=3, description="ZeRO stage for deepspeed (0-3)")
@@ -34,8 +36,8 @@ class Settings(BaseModel):
     ds_args: Literal["deepspeed", "hf", "none"] = Field(
         "deepspeed", description="how the script learns the generated DeepSpeed config: deepspeed: --deepspeed_config "
         "PATH; hf: --deepspeed PATH (transformers); none: only $CK_DS_CONFIG. A command naming its own config wins")
-    include: Optional[str] = Field(None, description="deepspeed --include, e.g. 'node1@node2:0,1'")
-    exclude_slots: Optional[str] = Field(None, description="deepspeed --exclude, e.g. 'node3:7'")
+    include: str | None = Field(None, description="deepspeed --include, e.g. 'node1@node2:0,1'")
+    exclude_slots: str | None = Field(None, description="deepspeed --exclude, e.g. 'node3:7'")
     # torchrun / accelerate
     strategy: Literal["ddp", "fsdp"] = "ddp"
     # Megatron
@@ -43,17 +45,20 @@ class Settings(BaseModel):
     pp: int = Field(1, ge=1, description="pipeline model parallel size")
     cp: int = Field(1, ge=1, description="context parallel size")
     # scheduler overrides
-    time: Optional[str] = None
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    max_restarts: Optional[int] = Field(None, ge=0, le=100)
-    cpus_per_task: Optional[int] = Field(None, ge=1)
-    container: Optional[bool] = Field(None, description="use the site's container (default: yes if the site has one)")
-    preflight_in_job: Optional[bool] = Field(None, description="run preflight checks on the allocated nodes first")
+    time: str | None = None
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    max_restarts: int | None = Field(None, ge=0, le=100)
+    cpus_per_task: int | None = Field(None, ge=1)
+    container: bool | None = Field(None, description="use the site's container (default: yes if the site has one)")
+    preflight_in_job: bool | None = Field(None, description="run preflight checks on the allocated nodes first")
 
+    @field_validator("time")
+    @classmethod
+    def _time(cls, v: str | None) -> str | None:
+        return None if v is None else check_slurm_time(v)
 
-_ALL = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
 
 # Which launchers act on each setting (through job.sbatch, a launcher file, or the launcher's
 # argv/env).  A key given for any other launcher is refused, naming these.
@@ -83,7 +88,7 @@ def valid_keys() -> list[str]:
 
 def used_by(key: str) -> tuple[str, ...]:
     """The launchers that act on setting ``key``."""
-    return USED_BY.get(key, _ALL)
+    return USED_BY.get(key, LAUNCHERS)
 
 
 def _typed(raw: str) -> Any:

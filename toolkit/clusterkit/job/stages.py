@@ -1,44 +1,18 @@
-"""The three deployment stages: how many nodes each covers, what it needs, what it defaults to.
+"""The three deployment stages against a site: the node count, and whether the site can serve the stage.
 
-The README's stage table says what each is for.  A request outside a stage's node range, or on a
+The stages themselves (node ranges, defaults, needs) are :data:`clusterkit.vocab.STAGES`; the
+README's stage table says what each is for.  A request outside a stage's node range, or on a
 site that cannot serve the stage, is a :class:`~clusterkit.errors.PlanError` that says why; a
 weak but legal setup is a warning carried on the plan.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from clusterkit.config.schema import Site
 from clusterkit.errors import PlanError
-from clusterkit.config.site import STAGE_NAMES, Site
+from clusterkit.vocab import STAGES, StageSpec
 
-
-@dataclass(frozen=True)
-class StageSpec:
-    name: str
-    min_nodes: int
-    max_nodes: int | None
-    default_nodes: int
-    default_launcher: str
-    needs_shared_storage: bool
-    checks_fabric: bool          # IB/RoCE checks and NCCL fabric policy apply
-    wants_parallel_fs: bool      # warn on NFS: metadata storms at scale
-    requeue: bool                # preemption trap + requeue budget
-    help: str
-
-
-STAGES: dict[str, StageSpec] = {
-    "single-node": StageSpec(
-        "single-node", 1, 1, 1, "torchrun", False, False, False, False,
-        "one machine, many GPUs; torchrun on the job's own port; no IB or shared storage needed"),
-    "multi-node": StageSpec(
-        "multi-node", 2, 8, 2, "torchrun", True, True, False, True,
-        "2-8 nodes; shared NFS/Lustre; RDMA fabric (warned on Ethernet); torchrun c10d rendezvous"),
-    "large-cluster": StageSpec(
-        "large-cluster", 9, None, 16, "deepspeed", True, True, True, True,
-        "9+ nodes; Lustre/GPFS (warned on NFS); containers; deepspeed + hostfile; requeue on preemption"),
-}
-assert tuple(STAGES) == STAGE_NAMES
+__all__ = ["STAGES", "StageSpec", "check_site", "get", "node_count"]
 
 
 def get(stage: str) -> StageSpec:
@@ -50,11 +24,11 @@ def get(stage: str) -> StageSpec:
 
 def node_count(spec: StageSpec, site: Site, requested: int | None) -> int:
     """The node count for this stage on this site, checked against the stage range and the site."""
+    # site.stages is keyed by the Stage literal; a StageSpec's name is a plain str
     override = site.stages.get(spec.name)  # type: ignore[call-overload]
     n = requested if requested is not None else (override.nodes if override and override.nodes else spec.default_nodes)
     if n < spec.min_nodes or (spec.max_nodes is not None and n > spec.max_nodes):
-        rng = f"{spec.min_nodes}" if spec.min_nodes == spec.max_nodes else (
-            f"{spec.min_nodes}-{spec.max_nodes}" if spec.max_nodes else f"{spec.min_nodes} or more")
+        rng = f"{spec.min_nodes} or more" if spec.max_nodes is None else spec.node_range
         raise PlanError(f"--nodes {n} is outside stage {spec.name} ({rng} nodes); pick the stage that fits {n} nodes")
     available = len(site.nodes.hosts)
     if n > available:

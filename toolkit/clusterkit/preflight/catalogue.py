@@ -14,13 +14,12 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
-from clusterkit.config.site import Site, Storage
+from clusterkit.config.schema import Site, Storage
 from clusterkit.preflight import device_parsers as D
 from clusterkit.preflight import parsers as P
 from clusterkit.preflight.engine import (
     LARGE,
     SINGLE,
-    STAGES,
     Check,
     CheckSet,
     Section,
@@ -28,6 +27,7 @@ from clusterkit.preflight.engine import (
     Severity,
     Verdict,
 )
+from clusterkit.vocab import STAGE_NAMES
 
 # Fixed budgets for sections that only read kernel files; nvidia-smi gets a share of the
 # command timeout because a GPU that fell off the bus can make it hang for minutes.
@@ -358,7 +358,7 @@ def _checks_for_path(e: Expectations, i: int, s: StorageExpect) -> list[Check]:
 def select_checks(expect: Expectations) -> CheckSet:
     """Choose sections and checks for a stage: single-node skips IB and shared storage,
     ethernet sites skip IB, large-cluster adds the NFS warning."""
-    if expect.stage not in STAGES:
+    if expect.stage not in STAGE_NAMES:
         raise ValueError(f"unknown stage {expect.stage!r}")  # callers validate user input first
     sections: list[Section] = _gpu_sections(expect)
     checks: list[Check] = _gpu_checks(expect)

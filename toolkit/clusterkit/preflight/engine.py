@@ -23,10 +23,10 @@ from enum import Enum
 from typing import Any
 
 from clusterkit.preflight.parsers import ParseFailure
+from clusterkit.vocab import STAGE_NAMES
 
-# Stage names, as in job/stages.py.  Only the stage decides which checks apply.
-SINGLE, MULTI, LARGE = "single-node", "multi-node", "large-cluster"
-STAGES = (SINGLE, MULTI, LARGE)
+# Only the stage decides which checks apply.
+SINGLE, MULTI, LARGE = STAGE_NAMES
 
 # timeout(1) exits 124 when it stopped the command, 137 (128 + KILL) when -k had to kill it.
 TIMEOUT_RCS = {"124", "137"}
@@ -43,11 +43,6 @@ class Status(str, Enum):
     WARN = "warn"
     FAIL = "fail"
     SKIP = "skip"  # not judged because a check it depends on failed
-
-
-def stage_for_nodes(n: int) -> str:
-    """The stage a job on ``n`` nodes belongs to (see job/stages.py)."""
-    return SINGLE if n <= 1 else MULTI if n <= 8 else LARGE
 
 
 # ---------------------------------------------------------------------------------------------

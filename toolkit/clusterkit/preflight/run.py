@@ -23,8 +23,7 @@ from clusterkit import hostlist
 from clusterkit.errors import UsageError
 from clusterkit.preflight import catalogue, engine
 from clusterkit.preflight.report import NodeResult, PolicyDecision, Report, decide
-
-TRANSPORTS = ("ssh", "srun", "local")
+from clusterkit.vocab import STAGE_NAMES, TRANSPORTS, stage_for_nodes
 
 ProgressCallback = Callable[[NodeResult], None]
 
@@ -112,10 +111,10 @@ def run_preflight(site: Any, stage: str | None = None, nodes: str | None = None,
     """
     if transport not in TRANSPORTS:
         raise UsageError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
-    if stage is not None and stage not in engine.STAGES:
-        raise UsageError(f"--stage {stage!r}: choose one of {', '.join(engine.STAGES)}")
+    if stage is not None and stage not in STAGE_NAMES:
+        raise UsageError(f"--stage {stage!r}: choose one of {', '.join(STAGE_NAMES)}")
     hosts = resolve_hosts(site, nodes, transport)
-    stage = stage or engine.stage_for_nodes(len(hosts))
+    stage = stage or stage_for_nodes(len(hosts))
     check_set = catalogue.select_checks(catalogue.Expectations.from_site(site, stage))
     runner = runner if runner is not None else make_runner(site, transport, accept_new_host_keys=accept_new_host_keys)
     report = Report(site.name, stage, transport, hosts, notes=list(check_set.notes),

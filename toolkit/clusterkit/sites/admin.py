@@ -15,8 +15,8 @@ from clusterkit.sites import writer as W
 from clusterkit.sites.create import Draft, pick_nodes, render
 from clusterkit.sites.facts import ClusterFacts, SlurmCommand, SlurmUnreachable, gather, run_slurm
 from clusterkit.sites.probe import NodeFacts, make_runner, probe
+from clusterkit.vocab import PROBE_TRANSPORTS
 
-PROBES = ("ssh", "srun")
 Runner = Any
 RunnerFactory = Callable[[Any, str], Runner]
 
@@ -24,8 +24,8 @@ RunnerFactory = Callable[[Any, str], Runner]
 def _probe(site: Any, hosts: Sequence[str], transport: str | None, runner_for: RunnerFactory) -> dict[str, NodeFacts] | None:
     if transport is None:
         return None
-    if transport not in PROBES:
-        raise UsageError(f"--probe {transport!r}: choose one of {', '.join(PROBES)}")
+    if transport not in PROBE_TRANSPORTS:
+        raise UsageError(f"--probe {transport!r}: choose one of {', '.join(PROBE_TRANSPORTS)}")
     return probe(hosts, runner_for(site, transport), timeout_s=float(site.ssh.command_timeout_s))
 
 
@@ -37,7 +37,7 @@ def _probe(site: Any, hosts: Sequence[str], transport: str | None, runner_for: R
 def init_site(name: str, *, partition: str | None, nodes: str | None, probe_with: str | None,
               run: SlurmCommand = run_slurm, runner_for: RunnerFactory = make_runner) -> Draft:
     """Draft a site config for ``name`` from the live cluster (nothing is written here)."""
-    from clusterkit.config.site import SSH, Scheduler
+    from clusterkit.config.schema import SSH, Scheduler
 
     if not name or not all(c.isalnum() or c in "._-" for c in name) or not name[0].isalnum():
         raise UsageError(f"site name {name!r}: use letters, digits, '.', '_' and '-'")
@@ -58,7 +58,7 @@ def init_site(name: str, *, partition: str | None, nodes: str | None, probe_with
 
 def _check_draft(draft: Draft) -> None:
     """A draft that does not validate is a bug of ours: fail loudly, never write it."""
-    from clusterkit.config.site import load_file
+    from clusterkit.config.load import load_file
 
     fd, tmp = tempfile.mkstemp(suffix=".yaml")
     try:
@@ -115,14 +115,14 @@ class DriftRun:
 
 
 def _load(ref: str) -> tuple[Any, dict[Any, tuple[str, int]]]:
-    from clusterkit.config.site import find_site, load_file_located
+    from clusterkit.config.load import find_site, load_file_located
 
     return load_file_located(find_site(ref))
 
 
 def _targets(refs: Sequence[str], every: bool, result: DriftRun) -> list[tuple[Any, Any]]:
     """(site, lines) to check; problems go to ``result.errors`` so other sites still run."""
-    from clusterkit.config.site import list_sites, load_file_located
+    from clusterkit.config.load import list_sites, load_file_located
 
     out: list[tuple[Any, Any]] = []
     entries: list[tuple[str, Callable[[], Any]]] = [(r, lambda r=r: _load(r)) for r in refs]

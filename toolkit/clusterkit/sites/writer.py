@@ -138,7 +138,7 @@ def unified_diff(path: str, old: str, new: str) -> str:
 
 def write_validated(path: Path, text: str) -> None:
     """Validate ``text`` as the site at ``path`` (same directory: extends resolves) and rename it in."""
-    from clusterkit.config.site import load_file
+    from clusterkit.config.load import load_file
 
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".yaml", dir=path.parent)
     try:

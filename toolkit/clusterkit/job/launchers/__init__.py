@@ -16,12 +16,14 @@ from __future__ import annotations
 import importlib
 import re
 import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Mapping, Sequence
+from typing import Literal
 
 from clusterkit.errors import PlanError
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.settings import Settings
+from clusterkit.vocab import LAUNCHERS
 
 Mode = Literal["per_node", "once", "per_gpu"]
 
@@ -56,8 +58,6 @@ class Dialect:
 
 SLOTS = Dialect("slots", "{host} slots={slots}")      # deepspeed, horovod --hostfile, OpenMPI
 BARE = Dialect("bare", "{host}")                      # colossalai
-
-DIALECTS = {"slots": SLOTS, "bare": BARE}
 
 
 @dataclass(frozen=True)
@@ -144,12 +144,9 @@ def rendezvous(ctx: Context) -> Sh:
     return Sh('"$CK_HEAD:$CK_PORT"')
 
 
-NAMES = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
-
-
 def get(name: str) -> Callable[[Context], Launch]:
-    if name not in NAMES:
-        raise PlanError(f"unknown launcher {name!r}; valid launchers: {', '.join(NAMES)}")
+    if name not in LAUNCHERS:
+        raise PlanError(f"unknown launcher {name!r}; valid launchers: {', '.join(LAUNCHERS)}")
     module = importlib.import_module(f"clusterkit.job.launchers.{name}")
     build: Callable[[Context], Launch] = module.build
     return build

@@ -8,8 +8,19 @@ import subprocess
 import time
 from typing import Sequence
 
-from .base import (DEFAULT_COMMAND_TIMEOUT_S, DEFAULT_FANOUT, ErrorKind, NodeOutput, ResultCallback,
-                   RunResults, _decode, _Watch, _Watchdog, fan_out)
+from .base import (
+    DEFAULT_COMMAND_TIMEOUT_S,
+    DEFAULT_FANOUT,
+    ErrorKind,
+    NodeOutput,
+    ResultCallback,
+    RunResults,
+    _decode,
+    _Watch,
+    _Watchdog,
+    fan_out,
+)
+
 
 class LocalRunner:
     """Runs the script on this machine, once per host name given (the name is a label only,

@@ -8,8 +8,18 @@ import threading
 import time
 from typing import Any, Sequence
 
-from .base import (DEFAULT_COMMAND_TIMEOUT_S, DEFAULT_FANOUT, ErrorKind, NodeOutput, ResultCallback,
-                   RunResults, _decode, _one_line, _unique)
+from .base import (
+    DEFAULT_COMMAND_TIMEOUT_S,
+    DEFAULT_FANOUT,
+    ErrorKind,
+    NodeOutput,
+    ResultCallback,
+    RunResults,
+    _decode,
+    _one_line,
+    _unique,
+)
+
 
 class SrunRunner:
     """Runs the script inside a Slurm allocation: one ``srun`` step, one task per node.

@@ -1,0 +1,326 @@
+"""Loading site configs: ``extends:`` deep merge, validation errors as ``file:line``, the
+template trust check, and the search path.
+
+Loading never probes the cluster: it reads files and validates.  Every problem is reported at once
+as ``file:line: key.path: message`` (a :class:`~clusterkit.errors.ConfigError`), with the line taken
+from whichever file in the ``extends`` chain set that key.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from clusterkit.config.schema import Site, StageOverride
+from clusterkit.config.yaml_lines import Doc, KeyPath, display, dotted, read_doc
+from clusterkit.errors import ConfigError, ConfigIssue
+
+# --------------------------------------------------------------------------------------------
+# extends + deep merge
+
+
+def _deep_merge(parent: Doc, child: Doc) -> Doc:
+    """Child wins; mappings merge key by key; lists and scalars are replaced whole."""
+
+    def merge(a: Any, b: Any, path: KeyPath) -> Any:
+        if isinstance(a, dict) and isinstance(b, dict):
+            out = dict(a)
+            for k, v in b.items():
+                out[k] = merge(a[k], v, (*path, k)) if k in a else v
+            return out
+        return b
+
+    # The child's line wins for every path it sets; parent records left under a list the child
+    # replaced are never looked up, since validation errors name only paths in the merged data.
+    lines = {**parent.lines, **child.lines}
+    raw = {p: t for p, t in parent.raw.items() if p not in child.lines}
+    raw.update(child.raw)
+    return Doc(merge(parent.data, child.data, ()), lines, raw)
+
+
+def _is_yaml_name(path: Path) -> bool:
+    return all(p.suffix in (".yaml", ".yml") for p in (path, path.resolve()))
+
+
+def _load_chain(file: Path, seen: tuple[Path, ...] = ()) -> Doc:
+    resolved = file.resolve()
+    if resolved in seen:
+        chain = " -> ".join(display(p) for p in (*seen, resolved))
+        raise ConfigError.single(display(seen[-1]), None, "extends", f"extends cycle: {chain}")
+    doc = read_doc(file)
+    parent_ref = doc.data.pop("extends", None)
+    if parent_ref is None:
+        return doc
+    where = doc.lines.get(("extends",), (display(file), None))
+    if not isinstance(parent_ref, str) or not parent_ref:
+        raise ConfigError.single(where[0], where[1], "extends", "must be a file name or path")
+    parent_file = (file.parent / os.path.expanduser(parent_ref))
+    if not _is_yaml_name(parent_file):
+        # errors quote what they read; extends must not become a way to print any readable file
+        raise ConfigError.single(where[0], where[1], "extends",
+                                 f"parent config {parent_ref!r} must be a .yaml or .yml site file")
+    if not parent_file.exists():
+        raise ConfigError.single(where[0], where[1], "extends",
+                                 f"parent config {parent_ref!r} not found (looked for {display(parent_file)})")
+    parent = _load_chain(parent_file, (*seen, resolved))
+    return _deep_merge(parent, doc)
+
+
+# --------------------------------------------------------------------------------------------
+# validation -> ConfigError with file:line
+
+
+def _line_for(lines: dict[KeyPath, tuple[str, int]], loc: KeyPath, default_file: str) -> tuple[str, int | None]:
+    for n in range(len(loc), -1, -1):
+        hit = lines.get(tuple(loc[:n]))
+        if hit:
+            return hit
+    return default_file, None
+
+
+def _model_at(loc: KeyPath) -> type[BaseModel] | None:
+    """The pydantic model class that owns the mapping at ``loc`` (for listing valid keys)."""
+    model: type[BaseModel] = Site
+    i = 0
+    while i < len(loc):
+        part = loc[i]
+        if isinstance(part, int):
+            i += 1
+            continue
+        if model is Site and part == "stages":
+            model, i = StageOverride, i + 2  # stages.<stage name>.<key>
+            continue
+        field = model.model_fields.get(part)
+        inner = _inner_model(field.annotation) if field else None
+        if inner is None:
+            return None
+        model, i = inner, i + 1
+    return model
+
+
+def _inner_model(annotation: Any) -> Any:
+    args = getattr(annotation, "__args__", None)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in args or ():
+        inner = _inner_model(arg)
+        if inner is not None:
+            return inner
+    return None
+
+
+def _issue_from_error(err: Mapping[str, Any], doc: Doc, file: str) -> ConfigIssue:
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    # pydantic puts union/literal branch names into loc; keep only real keys and indices
+    keep_last = err["type"] == "missing"
+    loc = tuple(p for i, p in enumerate(loc)
+                if isinstance(p, int) or p in _all_keys(doc.data, loc) or (keep_last and i == len(loc) - 1))
+    where = _line_for(doc.lines, loc, file)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        valid = ", ".join(sorted(model.model_fields)) if model else ""
+        msg = f"unknown key {loc[-1]!r}" + (f"; valid keys: {valid}" if valid else "")
+        return ConfigIssue(where[0], where[1], dotted(loc), msg)
+    if kind == "missing":
+        return ConfigIssue(where[0], where[1], dotted(loc), "required key is missing")
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if kind in ("literal_error", "enum"):
+        msg = f"{msg}; got {err.get('input')!r}"
+    return ConfigIssue(where[0], where[1], dotted(loc), msg)
+
+
+def _all_keys(data: Any, loc: KeyPath) -> set[Any]:
+    keys: set[Any] = set()
+    node = data
+    for part in loc:
+        if isinstance(node, dict):
+            keys.update(node.keys())
+            node = node.get(part) if isinstance(part, str) else None
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            node = None
+    if isinstance(node, dict):
+        keys.update(node.keys())
+    return keys
+
+
+def _source_text(value: Any, annotation: Any, path: KeyPath, raw: Mapping[KeyPath, str]) -> Any:
+    """Give string fields the plain scalar's source text: YAML 1.1 reads ``time: 12:00:00`` as
+    the sexagesimal 43200 and ``cuda: 12.10`` as 12.1, neither of which the user wrote."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if not isinstance(value, dict):
+            return value
+        fields = annotation.model_fields
+        return {k: _source_text(v, fields[k].annotation, (*path, k), raw) if k in fields else v
+                for k, v in value.items()}
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is list and isinstance(value, list):
+        return [_source_text(v, args[0], (*path, i), raw) for i, v in enumerate(value)]
+    if origin is dict and isinstance(value, dict):
+        return {k: _source_text(v, args[1], (*path, k), raw) for k, v in value.items()}
+    members = args if origin in (typing.Union, types.UnionType) else (annotation,)
+    if str in members and path in raw and value is not None and not isinstance(value, str):
+        return value if isinstance(value, bool) and bool in members else raw[path]
+    for member in members:
+        if isinstance(member, type) and issubclass(member, BaseModel):
+            return _source_text(value, member, path, raw)
+    return value
+
+
+def validate_data(data: Mapping[str, Any], lines: dict[KeyPath, tuple[str, int]], file: str, base_dir: Path,
+                  raw: Mapping[KeyPath, str] | None = None) -> Site:
+    """Validate merged config data; raise ConfigError listing every problem with file:line."""
+    doc = Doc(_source_text(dict(data), Site, (), raw or {}), lines)
+    try:
+        site = Site.model_validate(doc.data)
+    except ValidationError as exc:
+        issues = [_issue_from_error(e, doc, file) for e in exc.errors()]
+        issues.sort(key=lambda i: (i.file != file, i.file, i.line or 0))
+        raise ConfigError(issues) from None
+    if site.templates is not None:
+        tdir = (base_dir / os.path.expanduser(site.templates)).resolve()
+        where = _line_for(lines, ("templates",), file)
+        if not tdir.is_dir():
+            raise ConfigError.single(where[0], where[1], "templates",
+                                     f"template override directory {site.templates!r} not found")
+        _check_template_trust(Path(where[0]), tdir, where)
+        site = site.model_copy(update={"templates": str(tdir)})
+    return site
+
+
+def _check_template_trust(site_file: Path, tdir: Path, where: tuple[str, int | None]) -> None:
+    """A template override is code: honour it only where no other user could have written it."""
+    paths = [site_file.resolve(), site_file.resolve().parent, tdir, *sorted(tdir.iterdir())]
+    for path in paths:
+        problem = _writable_by_others(path)
+        if problem:
+            raise ConfigError.single(where[0], where[1], "templates",
+                                     f"template override refused: {path} {problem}; templates are code and are used "
+                                     "only from files that no other user can write")
+
+
+def _writable_by_others(path: Path) -> str | None:
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return f"cannot be checked ({exc.strerror})"
+    if st.st_uid not in (0, os.getuid()):
+        return f"is owned by uid {st.st_uid}, not by you or root"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "others" if st.st_mode & stat.S_IWOTH else "its group"
+        return f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def load_file(path: str | os.PathLike[str]) -> Site:
+    """Load, merge (``extends``) and validate one site config file."""
+    return load_file_located(path)[0]
+
+
+def load_file_located(path: str | os.PathLike[str]) -> tuple[Site, dict[KeyPath, tuple[str, int]]]:
+    """:func:`load_file`, plus where each key path was set: ``{("nodes", "mem_gb"): (file, line)}``."""
+    file = Path(path)
+    doc = _load_chain(file)
+    site = validate_data(doc.data, doc.lines, display(file), file.resolve().parent, doc.raw)
+    site._source = str(file.resolve())
+    return site, doc.lines
+
+
+# --------------------------------------------------------------------------------------------
+# search path
+
+
+def builtin_sites_dir() -> Path:
+    """The example sites shipped inside the package (the ``local`` default among them)."""
+    packaged = Path(__file__).resolve().parents[1] / "site_configs"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[3] / "site_configs"  # source checkout
+
+
+def search_path() -> list[tuple[Path, str]]:
+    """(directory, why) pairs in lookup order; the first hit wins."""
+    dirs: list[tuple[Path, str]] = [(Path.cwd() / "site_configs", "./site_configs")]
+    for entry in filter(None, os.environ.get("CLUSTERKIT_SITES", "").split(os.pathsep)):
+        dirs.append((Path(entry).expanduser(), "$CLUSTERKIT_SITES"))
+    dirs.append((Path("~/.config/clusterkit/sites").expanduser(), "~/.config/clusterkit/sites"))
+    dirs.append((Path("/etc/clusterkit/sites"), "/etc/clusterkit/sites"))
+    dirs.append((builtin_sites_dir(), "built-in"))
+    seen: set[Path] = set()
+    unique = []
+    for d, why in dirs:
+        key = d.resolve() if d.exists() else d
+        if key not in seen:
+            seen.add(key)
+            unique.append((d, why))
+    return unique
+
+
+def find_site(ref: str) -> Path:
+    """Resolve a site reference (a path, or a name on the search path) to a file."""
+    if os.sep in ref or ref.endswith((".yaml", ".yml")):
+        path = Path(ref).expanduser()
+        if not path.is_file():
+            raise ConfigError.single(ref, None, "", "site config file not found")
+        return path
+    for directory, _why in search_path():
+        for ext in (".yaml", ".yml"):
+            candidate = directory / f"{ref}{ext}"
+            if candidate.is_file():
+                return candidate
+    names = sorted({p.stem for d, _ in search_path() if d.is_dir() for p in _site_files(d)})
+    raise ConfigError.single(ref, None, "",
+                             f"no site named {ref!r} on the search path; known sites: {', '.join(names) or 'none'}")
+
+
+def _site_files(directory: Path) -> list[Path]:
+    files = [p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()]
+    # files named base*.yaml or starting with '_' are partial configs meant for `extends:`
+    return sorted(p for p in files if not p.name.startswith("_"))
+
+
+def load_site(ref: str) -> Site:
+    """Load a site by path or by name from the search path."""
+    return load_file(find_site(ref))
+
+
+@dataclass(frozen=True)
+class SiteEntry:
+    name: str
+    path: Path
+    origin: str
+    shadowed: bool
+
+
+def list_sites() -> list[SiteEntry]:
+    """Every site file on the search path, in lookup order, with shadowed duplicates marked."""
+    out: list[SiteEntry] = []
+    seen: set[str] = set()
+    for directory, why in search_path():
+        if not directory.is_dir():
+            continue
+        for path in _site_files(directory):
+            out.append(SiteEntry(path.stem, path, why, path.stem in seen))
+            seen.add(path.stem)
+    return out
+
+
+def json_schema() -> dict[str, Any]:
+    schema = Site.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "clusterkit site config"
+    schema.setdefault("properties", {})["extends"] = {"type": "string",
+                                                      "description": "parent config to deep-merge (child wins)"}
+    return schema

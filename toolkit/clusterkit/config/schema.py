@@ -1,0 +1,297 @@
+"""The site config schema: one pydantic model per section, and the rules each key follows.
+
+A site config describes one cluster (docs/architecture.md §2).  The models are frozen and strict;
+:mod:`clusterkit.config.load` reads the YAML and turns validation errors into ``file:line``
+messages.  Closed vocabularies (stages, launchers, transports, scheduler kinds, Slurm time) come
+from :mod:`clusterkit.vocab`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+
+from clusterkit import hostlist
+from clusterkit.vocab import Launcher, ProbeTransport, SchedulerKind, Stage, check_slurm_time
+
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+#: ``nccl.env`` takes communication settings only: names with these prefixes ...
+NCCL_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "FI_", "GLOO_")
+#: ... and these names (what NCCL's performance depends on outside its own namespace).
+NCCL_ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "TORCH_DISTRIBUTED_DEBUG")
+
+#: ``#SBATCH`` options clusterkit writes itself, and where a site or user sets them instead.
+OWNED_SBATCH = {
+    "job-name": "--job-name", "nodes": "--nodes (or the stage)", "ntasks": "--launcher (it decides the tasks)",
+    "ntasks-per-node": "--launcher (it decides the tasks)", "ntasks-per-core": "--launcher (it decides the tasks)",
+    "ntasks-per-socket": "--launcher (it decides the tasks)", "ntasks-per-gpu": "--launcher (it decides the tasks)",
+    "gpus-per-node": "--gpus-per-node", "gpus": "--gpus-per-node", "cpus-per-task": "--set cpus_per_task=N",
+    "partition": "scheduler.partition", "account": "scheduler.account", "qos": "scheduler.qos",
+    "time": "scheduler.time", "output": "--out (logs go to the run directory)",
+    "error": "--out (logs go to the run directory)", "input": "the training command",
+    "open-mode": "scheduler.max_restarts (requeued runs append to their log)", "signal": "scheduler.preempt_signal_s",
+    "requeue": "scheduler.max_restarts", "no-requeue": "scheduler.max_restarts: 0",
+    "chdir": "--out (jobs run in their run directory)", "export": "nccl.env",
+    "export-file": "nccl.env", "get-user-env": "nccl.env", "wrap": "the command after '--'",
+    "exclude": "--exclude", "parsable": "submit --json (clusterkit reads sbatch's answer itself)",
+    "wait": "submit --wait", "test-only": "submit --dry-run", "array": "one clusterkit submit per job",
+}
+
+
+class _Model(BaseModel):
+    # strict: `gpus_per_node: true` is not 1; allow_inf_nan: `.inf` GB of memory is not a size
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class Scheduler(_Model):
+    """How jobs reach the machines: Slurm, or this machine with no scheduler."""
+
+    kind: SchedulerKind = "slurm"
+    cluster: str | None = Field(
+        None, description="Slurm's ClusterName (scontrol show config): which cluster this site describes")
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str = "01:00:00"
+    sbatch: dict[str, str | int | bool] = Field(default_factory=dict)
+    max_restarts: int = Field(3, ge=0, le=100)
+    preempt_signal_s: int = Field(120, ge=10, le=3600)
+    grace_s: int = Field(60, ge=1, le=3600, validate_default=True,
+                         description="seconds the ranks get to save after SIGTERM (time-limit warning, cancel)")
+
+    @field_validator("grace_s")
+    @classmethod
+    def _grace(cls, v: int, info: ValidationInfo) -> int:
+        signal_s = info.data.get("preempt_signal_s")
+        # the ranks save after the USR2 warning and the job requeues itself before the limit
+        if isinstance(signal_s, int) and v >= signal_s:
+            raise ValueError(f"grace_s {v} must be less than preempt_signal_s {signal_s}: the ranks save "
+                             "between the time-limit warning and the requeue, before the limit")
+        return v
+
+    @field_validator("time")
+    @classmethod
+    def _time(cls, v: str) -> str:
+        return check_slurm_time(v)
+
+    @field_validator("sbatch")
+    @classmethod
+    def _sbatch(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key in v:
+            if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
+                raise ValueError(f"sbatch option {key!r} must be a long option name like 'exclusive' or 'mem'")
+            # sbatch reads #SBATCH lines with getopt_long, which takes any unambiguous prefix
+            # ('--out' is '--output'): a prefix of an owned option is that option.
+            owned = next((name for name in OWNED_SBATCH if name.startswith(key)), None)
+            if owned:
+                raise ValueError(f"sbatch option {key!r} sets --{owned}, which clusterkit writes itself; "
+                                 f"use {OWNED_SBATCH[owned]}")
+        return v
+
+
+class Nodes(_Model):
+    """The compute nodes and what each one has."""
+
+    nodelist: str
+    gpus_per_node: int = Field(ge=1, le=64)
+    gpu_model: str | None = None
+    gpu_mem_gb: float = Field(80, gt=0)
+    cpus_per_node: int = Field(16, ge=1)
+    mem_gb: float = Field(256, gt=0)
+
+    @field_validator("nodelist")
+    @classmethod
+    def _nodelist(cls, v: str) -> str:
+        try:
+            hostlist.parse(v)
+        except hostlist.HostlistError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @property
+    def hosts(self) -> list[str]:
+        return hostlist.expand(self.nodelist)
+
+
+class SSH(_Model):
+    """How preflight reaches the nodes over SSH."""
+
+    user: str | None = None
+    port: int = Field(22, ge=1, le=65535)
+    jump_host: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    identity_file: str | None = None
+    connect_timeout_s: float = Field(10, gt=0)
+    command_timeout_s: float = Field(30, gt=0)
+    fanout: int = Field(64, ge=1, le=1024)
+
+
+class Container(_Model):
+    runtime: Literal["pyxis", "apptainer"]
+    image: str
+    mounts: list[str] = Field(default_factory=list)
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts(cls, v: list[str]) -> list[str]:
+        for m in v:
+            if not m.startswith("/"):
+                raise ValueError(f"mount {m!r} must be an absolute 'src[:dst]' path")
+        return v
+
+
+class Software(_Model):
+    driver_min: str | None = None
+    cuda: str | None = None
+    modules: list[str] = Field(default_factory=list)
+    container: Container | None = None
+
+    @field_validator("driver_min", "cuda")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"\d+(\.\d+)*", v):
+            raise ValueError(f"{v!r} is not a dotted version like '535.104'")
+        return v
+
+
+class RoCE(_Model):
+    gid_index: int | None = Field(None, ge=0, le=255)
+    traffic_class: int | None = Field(None, ge=0, le=255)
+    service_level: int | None = Field(None, ge=0, le=15)
+
+
+class Network(_Model):
+    """The fabric NCCL runs over, and the interfaces that carry it."""
+
+    fabric: Literal["infiniband", "roce", "ethernet"] = "ethernet"
+    hcas: list[str] = Field(default_factory=list, validate_default=True)
+    port_rate_gbps: int | None = Field(None, gt=0)
+    socket_ifname: str | None = None
+    rail_optimized: bool = False
+    roce: RoCE | None = None
+
+    @field_validator("hcas")
+    @classmethod
+    def _hcas(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        fabric = info.data.get("fabric")
+        if fabric == "ethernet" and v:
+            raise ValueError("HCAs listed but fabric is ethernet: HCAs are for infiniband or roce fabrics")
+        if fabric in ("infiniband", "roce") and not v:
+            raise ValueError(f"fabric {fabric} needs at least one HCA (e.g. [mlx5_0, mlx5_1])")
+        return v
+
+    @field_validator("roce")
+    @classmethod
+    def _roce(cls, v: RoCE | None, info: ValidationInfo) -> RoCE | None:
+        if v is not None and info.data.get("fabric") != "roce":
+            raise ValueError(f"roce settings given but fabric is {info.data.get('fabric')}")
+        return v
+
+
+class Storage(_Model):
+    path: str
+    type: Literal["lustre", "nfs", "gpfs", "local"]
+    min_free_gb: float = Field(0, ge=0)
+    use: list[Literal["data", "checkpoints", "scratch", "home", "software"]] = Field(default_factory=list)
+    timeout_s: float = Field(10, gt=0)
+    shared: bool | None = Field(None, description="seen by every node (default: true for lustre, nfs, gpfs)")
+
+    @field_validator("path")
+    @classmethod
+    def _abs(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"storage path {v!r} must be absolute")
+        return v
+
+    @property
+    def is_shared(self) -> bool:
+        return self.shared if self.shared is not None else self.type in ("lustre", "nfs", "gpfs")
+
+
+class NCCL(_Model):
+    env: dict[str, str | int] = Field(default_factory=dict)
+
+    @field_validator("env")
+    @classmethod
+    def _names(cls, v: dict[str, Any]) -> dict[str, str]:
+        for k in v:
+            if not _ENV_NAME_RE.fullmatch(k):
+                raise ValueError(f"{k!r} is not an environment variable name")
+            if not (k.startswith(NCCL_ENV_PREFIXES) or k in NCCL_ENV_NAMES):
+                raise ValueError(f"{k}: nccl.env takes communication settings only: names starting with "
+                                 f"{', '.join(NCCL_ENV_PREFIXES)} or one of {', '.join(NCCL_ENV_NAMES)}")
+        return {k: str(val) for k, val in v.items()}
+
+
+class StageOverride(_Model):
+    launcher: Launcher | None = None
+    nodes: int | None = Field(None, ge=1)
+    time: str | None = None
+    partition: str | None = None
+    max_restarts: int | None = Field(None, ge=0, le=100)
+    container: bool | None = None
+
+    @field_validator("time")
+    @classmethod
+    def _time(cls, v: str | None) -> str | None:
+        return None if v is None else check_slurm_time(v)
+
+
+class Preflight(_Model):
+    """What ``clusterkit submit`` checks before it queues a job, and what it does with bad nodes."""
+
+    policy: Literal["exclude", "refuse"] = "exclude"
+    in_job: bool = False
+    max_excluded_fraction: float = Field(0.1, ge=0, le=1)
+    before_submit: bool = True
+    transport: ProbeTransport = "ssh"
+
+
+class Cost(_Model):
+    gpu_hour: float = Field(gt=0)
+    currency: str = "USD"
+
+
+class Site(_Model):
+    """One cluster, validated.  Frozen: build a new one rather than mutate."""
+
+    name: str
+    description: str = ""
+    scheduler: Scheduler = Field(default_factory=Scheduler)
+    nodes: Nodes
+    ssh: SSH = Field(default_factory=SSH)
+    software: Software = Field(default_factory=Software)
+    network: Network = Field(default_factory=Network)
+    storage: list[Storage] = Field(default_factory=list)
+    nccl: NCCL = Field(default_factory=NCCL)
+    stages: dict[Stage, StageOverride] = Field(default_factory=dict)
+    preflight: Preflight = Field(default_factory=Preflight)
+    cost: Cost | None = None
+    templates: str | None = None
+
+    _source: str = PrivateAttr(default="")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v):
+            raise ValueError(f"{v!r}: use letters, digits, '.', '_' and '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _local_is_one_node(self) -> Site:
+        if self.scheduler.kind == "local" and len(self.nodes.hosts) != 1:
+            raise ValueError("a local site runs on this machine: nodes.nodelist must name exactly one host")
+        return self
+
+    @property
+    def source(self) -> str:
+        """The file this site was loaded from (empty for sites built in code)."""
+        return self._source
+
+    @property
+    def shared_storage(self) -> list[Storage]:
+        return [s for s in self.storage if s.is_shared]
