@@ -84,7 +84,7 @@ def test_failed_write_leaves_existing_out_empty_and_default_dir_gone(ck, tmp_pat
 
 
 def test_out_being_written_by_another_render_is_refused(ck, tmp_path: Path) -> None:
-    from clusterkit.errors import WorkspaceError
+    from clusterkit.errors import RunDirError
     from clusterkit.job.rundir import write_run_dir
 
     out = tmp_path / "run"
@@ -92,7 +92,7 @@ def test_out_being_written_by_another_render_is_refused(ck, tmp_path: Path) -> N
     assert_one_line_error(ck("render", "--site", "local", "--out", str(out), "--", "python", "x.py"), 2,
                           f"{out} already exists and is not empty")
     # the same directory found empty by both at the check, then claimed by the other first
-    with pytest.raises(WorkspaceError, match="is being written by another clusterkit"):
+    with pytest.raises(RunDirError, match="is being written by another clusterkit"):
         write_run_dir(out, {"job.sbatch": "#!/bin/bash\n"})
     assert os.listdir(out) == [".clusterkit-staging"]
 

@@ -67,7 +67,7 @@ class ConfigError(ClusterkitError):
         return [str(i) for i in self.issues]
 
 
-class UsageError(ClusterkitError):
+class InputError(ClusterkitError):
     """A bad option or argument on the command line."""
 
     exit_code = ExitCode.USAGE
@@ -79,7 +79,7 @@ class PlanError(ClusterkitError):
     exit_code = ExitCode.USAGE
 
 
-class WorkspaceError(ClusterkitError):
+class RunDirError(ClusterkitError):
     """The run directory cannot be written (exists, not writable, ...)."""
 
     exit_code = ExitCode.USAGE

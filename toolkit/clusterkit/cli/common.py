@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from clusterkit.errors import UsageError
+from clusterkit.errors import InputError
 from clusterkit.job import settings as settings_mod
 from clusterkit.vocab import LAUNCHERS as LAUNCHER_NAMES
 from clusterkit.vocab import STAGE_NAMES
@@ -60,13 +60,13 @@ def build_request(*, stage: str, command: Sequence[str], launcher: str | None, n
     from clusterkit.job.plan import JobRequest
 
     if command and not command[0].strip():
-        raise UsageError("the training command after '--' is empty; e.g. -- python train.py")
+        raise InputError("the training command after '--' is empty; e.g. -- python train.py")
     excluded: tuple[str, ...] = ()
     if exclude:
         try:
             excluded = tuple(hostlist.expand(exclude))
         except hostlist.HostlistError as exc:
-            raise UsageError(f"--exclude: {exc}") from None
+            raise InputError(f"--exclude: {exc}") from None
     values = dict(extra_settings or {})
     values.update(settings_mod.parse_pairs(sets))
     return JobRequest(stage=stage, command=tuple(command), launcher=launcher, nodes=nodes,

@@ -91,13 +91,13 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
     """
     from clusterkit.cli import output
     from clusterkit.diagnose import LogsUnreadable
-    from clusterkit.errors import UsageError
+    from clusterkit.errors import InputError
 
     if from_logs:
         report = _from_logs(targets)
     else:
         if len(targets) != 1:
-            raise UsageError("give one JOB, or --logs PATH...")
+            raise InputError("give one JOB, or --logs PATH...")
         report = _from_job(targets[0])
     if as_json:
         output.emit_json(report)
@@ -114,10 +114,10 @@ def _from_logs(targets: tuple[str, ...]) -> dict[str, Any]:
     from clusterkit.cli import output
     from clusterkit.diagnose import LogsUnreadable
     from clusterkit.diagnose.reader import expand
-    from clusterkit.errors import UsageError
+    from clusterkit.errors import InputError
 
     if not targets:
-        raise UsageError("--logs needs at least one PATH")
+        raise InputError("--logs needs at least one PATH")
     files, missing = expand([Path(t) for t in targets])
     for m in missing:
         output.warn(m)
@@ -132,7 +132,7 @@ def _from_logs(targets: tuple[str, ...]) -> dict[str, Any]:
 def _from_job(ref: str) -> dict[str, Any]:
     from clusterkit.cli import output
     from clusterkit.diagnose import LogsUnreadable, one_line, slurm_view
-    from clusterkit.errors import RecordError, SubmitError, UsageError
+    from clusterkit.errors import RecordError, SubmitError, InputError
     from clusterkit.scheduler.jobs import log_files
     from clusterkit.scheduler.records import RecordStore
     from clusterkit.scheduler.slurm_tables import SlurmQuery
@@ -142,7 +142,7 @@ def _from_job(ref: str) -> dict[str, Any]:
     try:
         rec = store.find(ref)
     except RecordError as exc:  # for doctor, exit 1 means "a failure was diagnosed": a bad JOB is usage
-        raise UsageError(str(exc)) from exc
+        raise InputError(str(exc)) from exc
     files = log_files(rec)
     view, slurm, err = None, None, None
     try:

@@ -171,12 +171,12 @@ def logs(job: str, follow: bool, lines: int, as_json: bool) -> int:
     JOB is a job id as `submit` printed it, or SITE:JOB_ID.
     """
     from clusterkit.cli import output
-    from clusterkit.errors import UsageError
+    from clusterkit.errors import InputError
     from clusterkit.scheduler import jobs
     from clusterkit.scheduler.logs import tail
 
     if follow and as_json:
-        raise UsageError("--follow and --json cannot be combined")
+        raise InputError("--follow and --json cannot be combined")
     rec, files = jobs.job_logs(_store(), job)
     if as_json:
         output.emit_json({"job": rec.key, "files": [

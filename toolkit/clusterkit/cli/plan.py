@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from clusterkit import sizing as est
-from clusterkit.errors import UsageError
+from clusterkit.errors import InputError
 
 if TYPE_CHECKING:
     from clusterkit.actions import RenderedRun
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class _Size(click.ParamType):  # type: ignore[type-arg]  # generic only from click 8.2
-    """A parameter count (``7B``, ``70e9``, ``350M``); bad input is a one-line UsageError."""
+    """A parameter count (``7B``, ``70e9``, ``350M``); bad input is a one-line InputError."""
 
     name = "SIZE"
 
@@ -46,9 +46,9 @@ class _Number(click.ParamType):  # type: ignore[type-arg]
             number = self.kind(str(value))
         except ValueError:
             what = "a whole number" if self.kind is int else "a number"
-            raise UsageError(f"{opt}: {value!r} is not {what}") from None
+            raise InputError(f"{opt}: {value!r} is not {what}") from None
         if not math.isfinite(number):  # nan and inf would reach --json as NaN / Infinity
-            raise UsageError(f"{opt}: {value!r} is not a finite number")
+            raise InputError(f"{opt}: {value!r} is not a finite number")
         return number
 
 
@@ -127,11 +127,11 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
     _check_render_options(do_render, command, out, job_name, sets)
     shape = _shape(model_params, seq_len, micro_batch, hidden_size, layers, vocab_size)
     site = load_site(site_ref)
-    request = est.PlanInput(
+    request = est.SizingRequest(
         total_params=model_params, largest_layer_params=largest_layer_params, gpus=gpus, nodes=nodes,
         launcher=launcher, offload=offload, zero_init=zero_init, headroom=headroom,
         buffer_factor=buffer_factor, hours=hours, shape=shape)
-    result = est.plan_estimate(hardware_of(site), request)
+    result = est.size_job(hardware_of(site), request)
     run = render_recommended(site, result, command, out, job_name, sets) if do_render else None
     if as_json:
         from clusterkit.cli import output
@@ -156,12 +156,12 @@ def _shape(params: int, seq_len: int | None, micro_batch: int | None, hidden: in
         given = [name for name, v in (("--micro-batch", micro_batch), ("--hidden-size", hidden),
                                       ("--layers", layers), ("--vocab-size", vocab)) if v is not None]
         if given:
-            raise UsageError(f"{', '.join(given)} only make sense with --seq-len")
+            raise InputError(f"{', '.join(given)} only make sense with --seq-len")
         return None
     for name, value in (("--seq-len", seq_len), ("--micro-batch", micro_batch), ("--hidden-size", hidden),
                         ("--layers", layers), ("--vocab-size", vocab)):
         if value is not None and value < 1:
-            raise UsageError(f"{name} {value}: must be at least 1")
+            raise InputError(f"{name} {value}: must be at least 1")
     return est.make_shape(params, seq_len, micro_batch or 1, hidden, layers, vocab)
 
 
@@ -169,16 +169,16 @@ def _check_render_options(do_render: bool, command: tuple[str, ...], out: str | 
                           job_name: str | None, sets: tuple[str, ...]) -> None:
     """COMMAND and the render options belong with --render, and --render needs a COMMAND."""
     if do_render and not command:
-        raise UsageError("--render needs the training command after --, e.g. -- python train.py")
+        raise InputError("--render needs the training command after --, e.g. -- python train.py")
     if not do_render:
         stray = [name for name, value in (("--out", out), ("--job-name", job_name), ("--set", sets)) if value]
         if command:
             stray.append(f"command {' '.join(command)!r}")
         if stray:
-            raise UsageError(f"{', '.join(stray)} only make sense with --render")
+            raise InputError(f"{', '.join(stray)} only make sense with --render")
 
 
-def render_recommended(site: Site, result: est.PlanEstimate, command: tuple[str, ...], out: str | None,
+def render_recommended(site: Site, result: est.Sizing, command: tuple[str, ...], out: str | None,
                        job_name: str | None, sets: tuple[str, ...]) -> RenderedRun:
     """Hand the recommended setup to the render path: launcher, stage, nodes and its settings."""
     from clusterkit.actions import render_run
@@ -205,7 +205,7 @@ def render_recommended(site: Site, result: est.PlanEstimate, command: tuple[str,
     return render_run(site, request, out)
 
 
-def print_human(site_name: str, result: est.PlanEstimate) -> None:
+def print_human(site_name: str, result: est.Sizing) -> None:
     """The table of candidates, the recommendation with its reason, and the cost line."""
     from rich import box
     from rich.console import Console

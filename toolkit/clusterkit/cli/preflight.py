@@ -42,14 +42,14 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transp
     Nodes with identical results are grouped; the report names each bad node and why.
     """
     from clusterkit.config.load import load_site
-    from clusterkit.errors import UsageError
+    from clusterkit.errors import InputError
     from clusterkit.preflight.run import run_preflight
     from clusterkit.vocab import TRANSPORTS
 
     if not site_ref:
-        raise UsageError("preflight needs --site SITE (a site config path or name; see `clusterkit sites list`)")
+        raise InputError("preflight needs --site SITE (a site config path or name; see `clusterkit sites list`)")
     if transport is not None and transport not in TRANSPORTS:
-        raise UsageError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
+        raise InputError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
     site = load_site(site_ref)
     transport = transport or ("local" if site.scheduler.kind == "local" else "ssh")
     progress = _Progress(enabled=sys.stderr.isatty())

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from clusterkit.errors import WorkspaceError
+from clusterkit.errors import RunDirError
 
 EXECUTABLE = {"job.sbatch"}
 STAGING = ".clusterkit-staging"
@@ -32,14 +32,14 @@ def check_path(path: Path) -> Path:
     """Refuse what an #SBATCH line cannot carry: control characters (a newline would start a
     live shell line) and double quotes (the quoting sbatch understands there)."""
     if _BAD_PATH_CHARS.search(str(path)):
-        raise WorkspaceError(f"run directory {str(path)!r}: control characters and double quotes are not allowed "
+        raise RunDirError(f"run directory {str(path)!r}: control characters and double quotes are not allowed "
                              "in run directory paths")
     too_long = next((part for part in path.parts if len(os.fsencode(part)) > 255), None)
     if too_long is not None:
-        raise WorkspaceError(f"run directory {_short(str(path))!r}: the name {_short(too_long)!r} is longer than "
+        raise RunDirError(f"run directory {_short(str(path))!r}: the name {_short(too_long)!r} is longer than "
                              "255 bytes, the most a file system allows")
     if len(os.fsencode(str(path))) > 4000:
-        raise WorkspaceError(f"run directory {_short(str(path))!r}: the path is longer than 4000 bytes")
+        raise RunDirError(f"run directory {_short(str(path))!r}: the path is longer than 4000 bytes")
     return path
 
 
@@ -85,7 +85,7 @@ def default_run_dir(job_name: str, base: Path | None = None) -> RunDir:
             except FileExistsError:
                 continue
     except OSError as exc:
-        raise WorkspaceError(f"cannot create a run directory in {base}: {exc.strerror or exc}") from None
+        raise RunDirError(f"cannot create a run directory in {base}: {exc.strerror or exc}") from None
     raise AssertionError("unreachable")  # itertools.count never ends
 
 
@@ -94,13 +94,13 @@ def resolve_out(out: str | None, job_name: str) -> RunDir:
     claim = RunDir(Path(out).expanduser()) if out else default_run_dir(job_name)
     path = check_path(Path(os.path.abspath(claim.path)))
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise WorkspaceError(f"--out {out or path}: {path} already exists and is not empty; choose a new directory")
+        raise RunDirError(f"--out {out or path}: {path} already exists and is not empty; choose a new directory")
     parent = path if path.is_dir() else path.parent  # an existing --out is filled in place
     probe = parent
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise WorkspaceError(f"--out {out or path}: cannot create {path}: {probe} is not a writable directory")
+        raise RunDirError(f"--out {out or path}: cannot create {path}: {probe} is not a writable directory")
     return replace(claim, path=path)
 
 
@@ -126,7 +126,7 @@ def write_run_dir(path: Path, artifacts: Mapping[str, str]) -> Path:
             raise
     except OSError as exc:
         _undo(path, moved, created)
-        raise WorkspaceError(f"cannot write run directory {path}: {exc.strerror or exc}") from None
+        raise RunDirError(f"cannot write run directory {path}: {exc.strerror or exc}") from None
     except BaseException:
         _undo(path, moved, created)
         raise
@@ -141,10 +141,10 @@ def _make_dir(path: Path) -> bool:
         return True
     except FileExistsError:
         if not path.is_dir():
-            raise WorkspaceError(f"cannot create run directory {path}: it exists and is not a directory") from None
+            raise RunDirError(f"cannot create run directory {path}: it exists and is not a directory") from None
         return False
     except OSError as exc:
-        raise WorkspaceError(f"cannot create run directory {path}: {exc.strerror or exc}") from None
+        raise RunDirError(f"cannot create run directory {path}: {exc.strerror or exc}") from None
 
 
 def _claim(path: Path) -> Path:
@@ -153,10 +153,10 @@ def _claim(path: Path) -> Path:
     try:
         os.mkdir(staging)
     except FileExistsError:
-        raise WorkspaceError(f"run directory {path} is being written by another clusterkit") from None
+        raise RunDirError(f"run directory {path} is being written by another clusterkit") from None
     if any(name != STAGING for name in os.listdir(path)):
         staging.rmdir()
-        raise WorkspaceError(f"run directory {path} already exists and is not empty; choose a new directory")
+        raise RunDirError(f"run directory {path} already exists and is not empty; choose a new directory")
     return staging
 
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from clusterkit.errors import UsageError
+from clusterkit.errors import InputError
 from clusterkit.vocab import LAUNCHERS, check_slurm_time
 
 
@@ -105,11 +105,11 @@ def parse_pairs(pairs: Iterable[str]) -> dict[str, Any]:
         key, sep, raw = pair.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or not key:
-            raise UsageError(f"--set {pair!r}: expected key=value")
+            raise InputError(f"--set {pair!r}: expected key=value")
         if key not in Settings.model_fields:
-            raise UsageError(f"--set {key}: unknown setting; valid settings: {', '.join(valid_keys())}")
+            raise InputError(f"--set {key}: unknown setting; valid settings: {', '.join(valid_keys())}")
         if any(ord(c) < 32 or ord(c) == 127 for c in raw):
-            raise UsageError(f"--set {key}: control characters (newline, tab) are not allowed in values")
+            raise InputError(f"--set {key}: control characters (newline, tab) are not allowed in values")
         out[key] = _typed(raw.strip())
     return out
 
@@ -124,4 +124,4 @@ def build(values: dict[str, Any]) -> Settings:
             key = ".".join(str(p) for p in err["loc"]) or "settings"
             msg = err["msg"].removeprefix("Value error, ")
             msgs.append(f"--set {key}={values.get(key)!r}: {msg}")
-        raise UsageError("; ".join(msgs)) from None
+        raise InputError("; ".join(msgs)) from None

@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable
 
 from clusterkit import hostlist
-from clusterkit.errors import UsageError
+from clusterkit.errors import InputError
 from clusterkit.preflight import catalogue, engine
 from clusterkit.preflight.report import NodeResult, PolicyDecision, Report, decide
 from clusterkit.vocab import STAGE_NAMES, TRANSPORTS, stage_for_nodes
@@ -38,7 +38,7 @@ def resolve_hosts(site: Any, nodes: str | None, transport: str) -> list[str]:
             return [platform.node() or "localhost"]
         hosts = _expand(nodes)
         if len(hosts) != 1:
-            raise UsageError(f"--transport local checks this machine only; --nodes names {len(hosts)} hosts")
+            raise InputError(f"--transport local checks this machine only; --nodes names {len(hosts)} hosts")
         return hosts
     return _expand(nodes if nodes is not None else site.nodes.nodelist)
 
@@ -47,7 +47,7 @@ def _expand(expr: str) -> list[str]:
     try:
         return hostlist.expand(expr)
     except hostlist.HostlistError as exc:
-        raise UsageError(f"--nodes: {exc}") from None
+        raise InputError(f"--nodes: {exc}") from None
 
 
 def make_runner(site: Any, transport: str, *, accept_new_host_keys: bool = False) -> Any:
@@ -62,7 +62,7 @@ def make_runner(site: Any, transport: str, *, accept_new_host_keys: bool = False
     if transport == "srun":
         return R.SrunRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout),
                             extra_args=_srun_args(site))
-    raise UsageError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
+    raise InputError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
 
 
 def _srun_args(site: Any) -> list[str]:
@@ -110,9 +110,9 @@ def run_preflight(site: Any, stage: str | None = None, nodes: str | None = None,
     calling thread).  Ctrl-C during the run returns the report so far with ``interrupted``.
     """
     if transport not in TRANSPORTS:
-        raise UsageError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
+        raise InputError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
     if stage is not None and stage not in STAGE_NAMES:
-        raise UsageError(f"--stage {stage!r}: choose one of {', '.join(STAGE_NAMES)}")
+        raise InputError(f"--stage {stage!r}: choose one of {', '.join(STAGE_NAMES)}")
     hosts = resolve_hosts(site, nodes, transport)
     stage = stage or stage_for_nodes(len(hosts))
     check_set = catalogue.select_checks(catalogue.Expectations.from_site(site, stage))

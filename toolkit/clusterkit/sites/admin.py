@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from clusterkit.errors import ClusterkitError, ConfigError, UsageError
+from clusterkit.errors import ClusterkitError, ConfigError, InputError
 from clusterkit.sites import drift as D
 from clusterkit.sites import writer as W
 from clusterkit.sites.create import Draft, pick_nodes, render
@@ -25,7 +25,7 @@ def _probe(site: Any, hosts: Sequence[str], transport: str | None, runner_for: R
     if transport is None:
         return None
     if transport not in PROBE_TRANSPORTS:
-        raise UsageError(f"--probe {transport!r}: choose one of {', '.join(PROBE_TRANSPORTS)}")
+        raise InputError(f"--probe {transport!r}: choose one of {', '.join(PROBE_TRANSPORTS)}")
     return probe(hosts, runner_for(site, transport), timeout_s=float(site.ssh.command_timeout_s))
 
 
@@ -40,7 +40,7 @@ def init_site(name: str, *, partition: str | None, nodes: str | None, probe_with
     from clusterkit.config.schema import SSH, Scheduler
 
     if not name or not all(c.isalnum() or c in "._-" for c in name) or not name[0].isalnum():
-        raise UsageError(f"site name {name!r}: use letters, digits, '.', '_' and '-'")
+        raise InputError(f"site name {name!r}: use letters, digits, '.', '_' and '-'")
     facts = gather(run)
     part = facts.partition(partition) if partition else facts.default_partition()
     chosen = pick_nodes(facts, part, nodes)
@@ -72,9 +72,9 @@ def _check_draft(draft: Draft) -> None:
 def write_new(path: Path, text: str) -> None:
     """Write a new site file atomically; never overwrite one."""
     if path.exists():
-        raise UsageError(f"--out {path}: file exists (drift --write edits an existing site)")
+        raise InputError(f"--out {path}: file exists (drift --write edits an existing site)")
     if not path.parent.is_dir():
-        raise UsageError(f"--out {path}: directory {path.parent} does not exist")
+        raise InputError(f"--out {path}: directory {path.parent} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -82,7 +82,7 @@ def write_new(path: Path, text: str) -> None:
         os.chmod(tmp, 0o644)
         os.link(tmp, path)  # fails if someone created it meanwhile: never clobber
     except FileExistsError:
-        raise UsageError(f"--out {path}: file exists") from None
+        raise InputError(f"--out {path}: file exists") from None
     finally:
         os.unlink(tmp)
 
@@ -145,9 +145,9 @@ def drift_sites(refs: Sequence[str], *, every: bool = False, probe_with: str | N
                 runner_for: RunnerFactory = make_runner) -> DriftRun:
     """Check sites against the live cluster; with ``write``/``dry_run``, plan (and apply) fact edits."""
     if not refs and not every:
-        raise UsageError("name at least one SITE, or --all")
+        raise InputError("name at least one SITE, or --all")
     if write and dry_run:
-        raise UsageError("--write and --dry-run exclude each other")
+        raise InputError("--write and --dry-run exclude each other")
     result = DriftRun()
     targets = _targets(refs, every, result)
     try:
@@ -161,7 +161,7 @@ def drift_sites(refs: Sequence[str], *, every: bool = False, probe_with: str | N
             result.skipped.append((label, why))
             continue
         if site.scheduler.kind != "slurm":
-            result.errors.append(UsageError(f"{label}: scheduler.kind is {site.scheduler.kind}: "
+            result.errors.append(InputError(f"{label}: scheduler.kind is {site.scheduler.kind}: "
                                             "there is no Slurm cluster to compare it with"))
             continue
         _check_one(site, lines, facts, probe_with, runner_for, result)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from clusterkit import hostlist
-from clusterkit.errors import UsageError
+from clusterkit.errors import InputError
 from clusterkit.preflight import parsers as P
 from clusterkit.sites import slurm_text as T
 from clusterkit.sites.facts import ClusterFacts, group_types
@@ -56,24 +56,24 @@ def _q(value: str) -> str:
 
 
 def pick_nodes(facts: ClusterFacts, partition: T.Partition | None, expr: str | None) -> list[T.Node]:
-    """The nodes to describe: one node type, or a UsageError listing the types and their hosts."""
+    """The nodes to describe: one node type, or a InputError listing the types and their hosts."""
     nodes = facts.nodes_of(partition)
     if expr:
         try:
             wanted = set(hostlist.expand(expr))
         except hostlist.HostlistError as exc:
-            raise UsageError(f"--nodes: {exc}") from None
+            raise InputError(f"--nodes: {exc}") from None
         unknown = sorted(wanted - {n.name for n in nodes})
         if unknown:
             where = f"partition {partition.name}" if partition else "the cluster"
-            raise UsageError(f"--nodes: {hostlist.fold(unknown)} not in {where}")
+            raise InputError(f"--nodes: {hostlist.fold(unknown)} not in {where}")
         nodes = [n for n in nodes if n.name in wanted]
     if not nodes:
-        raise UsageError(f"partition {partition.name if partition else '?'} has no nodes")
+        raise InputError(f"partition {partition.name if partition else '?'} has no nodes")
     types = group_types(nodes)
     if len(types) > 1:
         listing = "; ".join(f"{hostlist.fold(h)}: {t.describe()}" for t, h in types.items())
-        raise UsageError(f"{'partition ' + partition.name if partition else 'the cluster'} has {len(types)} node types "
+        raise InputError(f"{'partition ' + partition.name if partition else 'the cluster'} has {len(types)} node types "
                          f"({listing}); pick one with --nodes")
     return nodes
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from clusterkit import hostlist
-from clusterkit.errors import ClusterkitError, ExitCode, UsageError
+from clusterkit.errors import ClusterkitError, ExitCode, InputError
 from clusterkit.sites import slurm_text as T
 
 SlurmCommand = Callable[[Sequence[str]], str]
@@ -60,10 +60,10 @@ class ClusterFacts:
         return self.config.cluster_name
 
     def partition(self, name: str) -> T.Partition:
-        """The named partition, or a UsageError listing the ones that exist."""
+        """The named partition, or a InputError listing the ones that exist."""
         part = self.partitions.get(name)
         if part is None:
-            raise UsageError(f"partition {name!r} does not exist on cluster {self.cluster or '?'}; "
+            raise InputError(f"partition {name!r} does not exist on cluster {self.cluster or '?'}; "
                              f"partitions: {', '.join(self.partitions.names) or 'none'}")
         return part
 

@@ -1,5 +1,5 @@
 """What ``clusterkit plan`` is asked: the model size as the user writes it, the site's hardware as
-plain numbers, and the request, checked: an impossible request is a one-line :class:`UsageError`."""
+plain numbers, and the request, checked: an impossible request is a one-line :class:`InputError`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-from clusterkit.errors import UsageError
+from clusterkit.errors import InputError
 from clusterkit.sizing.model import BUFFER_FACTOR, DEFAULT_HEADROOM, Shape
 from clusterkit.vocab import LAUNCHERS
 
@@ -23,24 +23,24 @@ def parse_size(text: str, what: str = "--model-params") -> int:
     """Parse a parameter count: ``7B``, ``70e9``, ``350M``, ``1.5T``, ``1_000_000`` or a plain int.
 
     Suffixes are decimal (K=1e3, M=1e6, B/G=1e9, T=1e12), as model sizes are quoted.  Raises
-    :class:`UsageError` (one line naming ``what``) for zero, negative, fractional or unparseable input.
+    :class:`InputError` (one line naming ``what``) for zero, negative, fractional or unparseable input.
     """
     match = _SIZE_RE.fullmatch(text)
     number = match.group(2).replace("_", "") if match else ""
     if not match or not any(c.isdigit() for c in number):
-        raise UsageError(f"{what}: cannot read {text!r} as a parameter count (examples: 7B, 70e9, 350M, 1.5T)")
+        raise InputError(f"{what}: cannot read {text!r} as a parameter count (examples: 7B, 70e9, 350M, 1.5T)")
     try:
         value = Decimal(number) * _SUFFIX[match.group(3).upper()]
     except InvalidOperation:  # pragma: no cover - the regex admits only decimal syntax
-        raise UsageError(f"{what}: cannot read {text!r} as a parameter count") from None
+        raise InputError(f"{what}: cannot read {text!r} as a parameter count") from None
     if match.group(1) == "-" and value != 0:
-        raise UsageError(f"{what}: {text!r} is negative; a parameter count must be positive")
+        raise InputError(f"{what}: {text!r} is negative; a parameter count must be positive")
     if value == 0:
-        raise UsageError(f"{what}: {text!r} is zero; a parameter count must be positive")
+        raise InputError(f"{what}: {text!r} is zero; a parameter count must be positive")
     if value > MAX_PARAMS:
-        raise UsageError(f"{what}: {text!r} is more than {human_count(MAX_PARAMS)} parameters (the limit)")
+        raise InputError(f"{what}: {text!r} is more than {human_count(MAX_PARAMS)} parameters (the limit)")
     if value != value.to_integral_value():
-        raise UsageError(f"{what}: {text!r} is not a whole number of parameters")
+        raise InputError(f"{what}: {text!r} is not a whole number of parameters")
     return int(value)
 
 
@@ -68,7 +68,7 @@ class Hardware:
 
 
 @dataclass(frozen=True)
-class PlanInput:
+class SizingRequest:
     """What the user asked: the model, and optionally the size, launcher and offload to use."""
 
     total_params: int
@@ -84,36 +84,36 @@ class PlanInput:
     shape: Shape | None = None  # given (with a sequence length): activations count too
 
 
-def check_request(hw: Hardware, req: PlanInput) -> None:
-    """Reject impossible requests with one line each (UsageError, exit 2)."""
+def check_request(hw: Hardware, req: SizingRequest) -> None:
+    """Reject impossible requests with one line each (InputError, exit 2)."""
     if req.largest_layer_params is not None and req.largest_layer_params > req.total_params:
-        raise UsageError(f"--largest-layer-params {human_count(req.largest_layer_params)} is larger than "
+        raise InputError(f"--largest-layer-params {human_count(req.largest_layer_params)} is larger than "
                          f"--model-params {human_count(req.total_params)}")
     if req.gpus is not None and req.nodes is not None:
-        raise UsageError("give --gpus or --nodes, not both")
+        raise InputError("give --gpus or --nodes, not both")
     if req.gpus is not None:
         if req.gpus < 1:
-            raise UsageError(f"--gpus {req.gpus}: must be at least 1")
+            raise InputError(f"--gpus {req.gpus}: must be at least 1")
         if req.gpus > hw.gpus_per_node and req.gpus % hw.gpus_per_node:
-            raise UsageError(f"--gpus {req.gpus} is not a multiple of the site's {hw.gpus_per_node} GPUs per node")
+            raise InputError(f"--gpus {req.gpus} is not a multiple of the site's {hw.gpus_per_node} GPUs per node")
     if req.nodes is not None and req.nodes < 1:
-        raise UsageError(f"--nodes {req.nodes}: must be at least 1")
+        raise InputError(f"--nodes {req.nodes}: must be at least 1")
     nodes = req.nodes if req.nodes is not None else -(-(req.gpus or 0) // hw.gpus_per_node)
     if nodes > hw.max_nodes:
-        raise UsageError(f"{nodes} nodes asked for, but the site has {hw.max_nodes}")
+        raise InputError(f"{nodes} nodes asked for, but the site has {hw.max_nodes}")
     if not 0 <= req.headroom < 1:
-        raise UsageError(f"--headroom {req.headroom}: must be at least 0 and below 1")
+        raise InputError(f"--headroom {req.headroom}: must be at least 0 and below 1")
     if req.buffer_factor <= 0:
-        raise UsageError(f"--buffer-factor {req.buffer_factor}: must be positive")
+        raise InputError(f"--buffer-factor {req.buffer_factor}: must be positive")
     if req.hours is not None and req.hours <= 0:
-        raise UsageError(f"--hours {req.hours}: must be positive")
+        raise InputError(f"--hours {req.hours}: must be positive")
     if req.shape is not None:
         sh = req.shape
         for name, value in (("--seq-len", sh.seq_len), ("--micro-batch", sh.micro_batch),
                             ("--hidden-size", sh.hidden), ("--layers", sh.layers), ("--vocab-size", sh.vocab)):
             if value < 1:
-                raise UsageError(f"{name} {value}: must be at least 1")
+                raise InputError(f"{name} {value}: must be at least 1")
     if req.launcher is not None and req.launcher not in LAUNCHERS:
-        raise UsageError(f"--launcher {req.launcher!r}: choose one of {', '.join(LAUNCHERS)}")
+        raise InputError(f"--launcher {req.launcher!r}: choose one of {', '.join(LAUNCHERS)}")
     if req.offload is not None and req.offload not in OFFLOADS:
-        raise UsageError(f"--offload {req.offload!r}: choose one of {', '.join(OFFLOADS)}")
+        raise InputError(f"--offload {req.offload!r}: choose one of {', '.join(OFFLOADS)}")

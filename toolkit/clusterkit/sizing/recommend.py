@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from clusterkit.errors import UsageError
+from clusterkit.errors import InputError
 from clusterkit.sizing.candidates import (
     METHOD_BY_KEY,
     METHODS,
@@ -16,7 +16,7 @@ from clusterkit.sizing.candidates import (
     evaluate,
     first_fit,
 )
-from clusterkit.sizing.inputs import Hardware, PlanInput, check_request, human_count
+from clusterkit.sizing.inputs import Hardware, SizingRequest, check_request, human_count
 from clusterkit.sizing.model import GIB, default_largest_layer
 
 #: How far the "how many GPUs would it take" search looks (nodes).
@@ -78,11 +78,11 @@ def _fits_text(c: Candidate, ctx: Ctx) -> str:
 
 
 @dataclass(frozen=True)
-class PlanEstimate:
+class Sizing:
     """The answer: every candidate, the recommended one and why, and what it would cost."""
 
     hardware: Hardware
-    request: PlanInput
+    request: SizingRequest
     largest_layer_params: int
     largest_layer_assumed: bool
     usable_gpu_bytes: float
@@ -122,17 +122,17 @@ class PlanEstimate:
 # --------------------------------------------------------------------------- the entry point
 
 
-def _available(req: PlanInput) -> list[Method]:
+def _available(req: SizingRequest) -> list[Method]:
     # a launcher the user names is the one the setup will run under
     methods = [replace(m, launcher=req.launcher or m.launcher) for m in METHODS
                if (req.launcher is None or req.launcher in m.launchers)
                and (req.offload is None or m.offload == req.offload)]
     if not methods:
-        raise UsageError(f"no setup runs under --launcher {req.launcher} with --offload {req.offload}")
+        raise InputError(f"no setup runs under --launcher {req.launcher} with --offload {req.offload}")
     return methods
 
 
-def _fixed_size(hw: Hardware, req: PlanInput) -> tuple[int, int] | None:
+def _fixed_size(hw: Hardware, req: SizingRequest) -> tuple[int, int] | None:
     """``(nodes, gpus_per_node)`` when the user fixed the size; a count below one node stays on one."""
     if req.nodes is not None:
         return req.nodes, hw.gpus_per_node
@@ -166,7 +166,7 @@ def _closest(method: Method, ctx: Ctx, hw: Hardware) -> Candidate:
     return min((one, full), key=lambda c: (not c.fits_gpu, c.gpu_total, not c.fits_host, c.layout.nodes))
 
 
-def _recommend(cands: list[Candidate], ctx: Ctx, hw: Hardware, req: PlanInput,
+def _recommend(cands: list[Candidate], ctx: Ctx, hw: Hardware, req: SizingRequest,
                auto: bool) -> tuple[Candidate | None, str]:
     rule_keys, rule_text = rule_of_thumb(ctx.total_params, req.launcher)
     by_key = {c.method.key: c for c in cands}
@@ -196,7 +196,7 @@ def _needed(methods: list[Method], ctx: Ctx, hw: Hardware, gpus_per_node: int) -
     return min(found, key=lambda c: (c.layout.gpus, [m.key for m in METHODS].index(c.method.key))) if found else None
 
 
-def plan_estimate(hw: Hardware, req: PlanInput) -> PlanEstimate:
+def size_job(hw: Hardware, req: SizingRequest) -> Sizing:
     """Evaluate every candidate setup for ``req`` on ``hw`` and recommend one (pure)."""
     check_request(hw, req)
     assumed = req.largest_layer_params is None
@@ -217,7 +217,7 @@ def plan_estimate(hw: Hardware, req: PlanInput) -> PlanEstimate:
     if req.hours is not None and gpus is not None:
         gpu_hours = gpus * req.hours
         cost = None if hw.gpu_hour_price is None else round(gpu_hours * hw.gpu_hour_price, 2)
-    return PlanEstimate(hw, req, largest, assumed, ctx.usable_gpu, ctx.usable_host, tuple(cands),
+    return Sizing(hw, req, largest, assumed, ctx.usable_gpu, ctx.usable_host, tuple(cands),
                         chosen, reason, needed, gpu_hours, cost)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusterkit.errors import UsageError
+from clusterkit.errors import InputError
 from clusterkit.sizing.inputs import parse_size
 from clusterkit.sizing.model import (
     ddp_model_states,
@@ -187,7 +187,7 @@ def test_parse_size(text: str, value: int) -> None:
     ("inf", "cannot read"), ("nan", "cannot read"), ("1.5", "not a whole number"), ("7B7", "cannot read"),
 ])
 def test_parse_size_rejects(text: str, message: str) -> None:
-    with pytest.raises(UsageError) as exc:
+    with pytest.raises(InputError) as exc:
         parse_size(text, "--model-params")
     line = str(exc.value)
     assert message in line and line.startswith("--model-params: ") and "\n" not in line
