@@ -18,8 +18,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "toolkit"))
 

@@ -6,8 +6,9 @@ import io
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -79,7 +80,7 @@ class CLI:
         self.wrap = wrap
 
     def bind(self, *, cwd: Path | str | None = None, env: Env | None = None, process: bool | None = None,
-             timeout: float | None = None, wrap: Wrap | None = None) -> "CLI":
+             timeout: float | None = None, wrap: Wrap | None = None) -> CLI:
         """A copy with these defaults (``env`` is laid over the bound one)."""
         return CLI(self._capsys, self._monkeypatch, cwd=self.cwd if cwd is None else cwd,
                    env={**self.env, **(env or {})}, process=self.process if process is None else process,
@@ -120,7 +121,7 @@ class CLI:
         return self(*args, process=True, **kw)
 
     def popen(self, *args: str, cwd: Path | str | None = None, env: Env | None = None,
-              wrap: Wrap | None = None, **popen_kw: Any) -> "subprocess.Popen[str]":
+              wrap: Wrap | None = None, **popen_kw: Any) -> subprocess.Popen[str]:
         """Start ``python -m clusterkit ARGS``, stdout and stderr piped, text; the caller reaps it."""
         argv = self.argv(*args)
         wrap = wrap or self.wrap

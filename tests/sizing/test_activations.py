@@ -8,7 +8,8 @@ Expected values are worked by hand below.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from clusterkit.sizing.model import Shape, activation_bytes, make_shape
 from tests.conftest import CLI

@@ -9,7 +9,8 @@ Expected figures are worked by hand from DeepSpeed's formulas (see test_figures.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 

@@ -7,8 +7,9 @@ that select the setup (strategy, ZeRO stage and offload in ds_config.json, Megat
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tests.conftest import CLI
 

@@ -17,9 +17,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -183,7 +183,7 @@ class CK:
                  wrap: Wrap | None = None) -> CLIResult:
         return self.ck.proc(*args, cwd=REPO, env=env or self.env(), timeout=timeout, wrap=wrap)
 
-    def popen(self, *args: str) -> "subprocess.Popen[str]":
+    def popen(self, *args: str) -> subprocess.Popen[str]:
         return self.ck.popen(*args, cwd=REPO, env=self.env())
 
     def records(self) -> list[Path]:

@@ -14,7 +14,7 @@ import json
 import re
 import socket
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

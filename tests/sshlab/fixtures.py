@@ -23,7 +23,8 @@ environment: ``CLUSTERKIT_SSH_CONFIG`` set, no ssh-agent), ``run(argv, **kw)`` /
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
 

@@ -39,9 +39,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 PROFILES_DIR = Path(__file__).resolve().parent / "profiles"
 REFUSED, TARPIT, BLACKHOLE = "@refused", "@tarpit", "@blackhole"
@@ -481,5 +482,13 @@ if __name__ == "__main__":
     sys.exit(_main())
 
 
-__all__ = ["SSHLab", "LabError", "start_lab", "lab_unavailable_reason",
-           "REFUSED", "TARPIT", "BLACKHOLE", "PROFILES_DIR"]
+__all__ = [
+    "BLACKHOLE",
+    "PROFILES_DIR",
+    "REFUSED",
+    "TARPIT",
+    "LabError",
+    "SSHLab",
+    "lab_unavailable_reason",
+    "start_lab",
+]

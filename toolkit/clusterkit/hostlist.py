@@ -10,7 +10,7 @@ reaches those code paths (``ParsingEngine.parse_string`` tests ``self.group_reso
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet, NodeSetParseError
 

@@ -7,9 +7,10 @@ Exit codes: 0 the job succeeded (``ok``); 1 a failure was diagnosed (``unknown``
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import click
 
@@ -132,7 +133,7 @@ def _from_logs(targets: tuple[str, ...]) -> dict[str, Any]:
 def _from_job(ref: str) -> dict[str, Any]:
     from clusterkit.cli import output
     from clusterkit.diagnose import LogsUnreadable, one_line, slurm_view
-    from clusterkit.errors import RecordError, SubmitError, InputError
+    from clusterkit.errors import InputError, RecordError, SubmitError
     from clusterkit.scheduler.jobs import log_files
     from clusterkit.scheduler.records import RecordStore
     from clusterkit.scheduler.slurm_tables import SlurmQuery

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from clusterkit.diagnose import reader, verdict
 from clusterkit.errors import ClusterkitError, ExitCode

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from clusterkit.diagnose import catalogue
 from clusterkit.diagnose.lines import iso

@@ -16,9 +16,10 @@ import shlex
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import jinja2
 import jinja2.sandbox

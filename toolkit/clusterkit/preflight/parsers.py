@@ -12,8 +12,8 @@ nvidia-smi and InfiniBand in
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 RAW_LIMIT = 4000  # keep raw text bounded: a node may print megabytes of garbage
 

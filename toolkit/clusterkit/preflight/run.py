@@ -17,7 +17,8 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from clusterkit import hostlist
 from clusterkit.errors import InputError

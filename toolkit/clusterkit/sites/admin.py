@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import tempfile
 import types
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from clusterkit.errors import ClusterkitError, ConfigError, InputError
 from clusterkit.sites import drift as D

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from clusterkit import hostlist
 from clusterkit.errors import InputError

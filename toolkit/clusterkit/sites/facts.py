@@ -9,8 +9,8 @@ is a :class:`SlurmUnreachable` (exit 3), never a guess.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from clusterkit import hostlist
 from clusterkit.errors import ClusterkitError, ExitCode, InputError

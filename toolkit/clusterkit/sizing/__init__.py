@@ -14,6 +14,19 @@ from clusterkit.sizing.recommend import Sizing, size_job
 from clusterkit.vocab import LAUNCHERS
 
 __all__ = [
-    "BUFFER_FACTOR", "DEFAULT_HEADROOM", "DEFAULT_VOCAB", "GIB", "LAUNCHERS", "MAX_PARAMS", "OFFLOADS", "Hardware",
-    "Sizing", "SizingRequest", "Shape", "human_count", "make_shape", "parse_size", "size_job",
+    "BUFFER_FACTOR",
+    "DEFAULT_HEADROOM",
+    "DEFAULT_VOCAB",
+    "GIB",
+    "LAUNCHERS",
+    "MAX_PARAMS",
+    "OFFLOADS",
+    "Hardware",
+    "Shape",
+    "Sizing",
+    "SizingRequest",
+    "human_count",
+    "make_shape",
+    "parse_size",
+    "size_job",
 ]

@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from clusterkit.errors import PlanError
 from clusterkit.job.launchers import SLOTS, Context, Launch, Mode, Sh, Word, split_python

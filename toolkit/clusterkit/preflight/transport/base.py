@@ -7,8 +7,9 @@ import enum
 import queue
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Protocol
 
 DEFAULT_FANOUT = 64
 DEFAULT_CONNECT_TIMEOUT_S = 10.0

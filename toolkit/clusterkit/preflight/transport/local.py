@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from .base import (
     DEFAULT_COMMAND_TIMEOUT_S,

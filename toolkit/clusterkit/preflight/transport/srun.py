@@ -6,7 +6,8 @@ import queue
 import subprocess
 import threading
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .base import (
     DEFAULT_COMMAND_TIMEOUT_S,
