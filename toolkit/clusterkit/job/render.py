@@ -85,7 +85,9 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
     Without a safe directory templates are compiled each time.
     """
     try:
-        return jinja2.FileSystemBytecodeCache()
+        # clusterkit's own file names: the sandbox compiles '*' and '**' into budget checks, so
+        # bytecode another Jinja program compiled from the same file must not be taken for ours
+        return jinja2.FileSystemBytecodeCache(pattern="__clusterkit_sandbox_%s.cache")
     except (OSError, RuntimeError):
         return None
 
