@@ -33,7 +33,7 @@ nccl: {{env: {{NCCL_IB_TIMEOUT: "22"}}}}
 """
 
 _BOMB = "".join(f"{a}: &{a} [{', '.join([f'*{p}'] * 9) if p else ', '.join(['x'] * 9)}]\n"
-                for p, a in zip(" abcdefgh", "abcdefghi"))
+                for p, a in zip(" abcdefgh", "abcdefghi", strict=True))
 HOSTILE = {
     "alias bomb (400 bytes)": _BOMB,
     "nodelist n[1-10000000]": 'name: big\nnodes: {nodelist: "n[1-10000000]", gpus_per_node: 8}\n',

@@ -47,7 +47,8 @@ def node_text(n: int) -> str:
 def fake_slurm(n: int, calls: list[str]) -> Callable[[Sequence[str]], str]:
     nodes = node_text(n)
     answers = {
-        "config": "Configuration data as of 2024-05-03T10:22:00\nClusterName             = big\nSLURM_VERSION           = 22.05.8\n",
+        "config": ("Configuration data as of 2024-05-03T10:22:00\nClusterName             = big\n"
+                   "SLURM_VERSION           = 22.05.8\n"),
         "partition": (f"PartitionName=gpu Default=YES DefaultTime=04:00:00 MaxTime=2-00:00:00 Nodes=gpu[00001-{n:05d}] "
                       f"State=UP TotalNodes={n}\n"),
         "node": nodes,

@@ -94,7 +94,8 @@ BAD_CONFIGS = {
                      ["bad_hostlist.yaml:3: nodes.nodelist: bad hostlist"]),
     "zero_gpus": ("name: x\nnodes:\n  nodelist: n1\n  gpus_per_node: 0\n",
                   ["zero_gpus.yaml:4: nodes.gpus_per_node: Input should be greater than or equal to 1"]),
-    "hca_on_ethernet": ("name: x\nnodes: {nodelist: n1, gpus_per_node: 1}\nnetwork:\n  fabric: ethernet\n  hcas: [mlx5_0]\n",
+    "hca_on_ethernet": ("name: x\nnodes: {nodelist: n1, gpus_per_node: 1}\n"
+                        "network:\n  fabric: ethernet\n  hcas: [mlx5_0]\n",
                         ["hca_on_ethernet.yaml:5: network.hcas: HCAs listed but fabric is ethernet"]),
     "missing_parent": ("extends: nowhere.yaml\nname: x\n",
                        ["missing_parent.yaml:1: extends: parent config 'nowhere.yaml' not found"]),
@@ -120,14 +121,16 @@ def test_bad_site_configs_point_at_file_line_key(ck, tmp_path: Path, case: str) 
 def test_extends_cycle_and_parent_line(ck, tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("extends: b.yaml\nname: a\nnodes: {nodelist: n1, gpus_per_node: 1}\n")
     (tmp_path / "b.yaml").write_text("extends: a.yaml\n")
-    assert_one_line_error(ck("sites", "validate", "a.yaml", cwd=tmp_path), 2, "extends cycle: a.yaml -> b.yaml -> a.yaml")
+    assert_one_line_error(ck("sites", "validate", "a.yaml", cwd=tmp_path), 2,
+                          "extends cycle: a.yaml -> b.yaml -> a.yaml")
     (tmp_path / "p.yaml").write_text("ssh:\n  port: 70000\n")
     (tmp_path / "c.yaml").write_text("extends: p.yaml\nname: c\nnodes: {nodelist: n1, gpus_per_node: 1}\n")
     assert_one_line_error(ck("sites", "validate", "c.yaml", cwd=tmp_path), 2, "p.yaml:2: ssh.port:")
 
 
 def test_unknown_site_lists_known(ck) -> None:
-    assert_one_line_error(ck("render", "--site", "nosuch", "--", "python", "x.py"), 2, "no site named 'nosuch'", "testbed")
+    assert_one_line_error(ck("render", "--site", "nosuch", "--", "python", "x.py"), 2,
+                          "no site named 'nosuch'", "testbed")
 
 
 @pytest.mark.parametrize("args,needles", [
@@ -206,7 +209,8 @@ def test_weak_setups_warn_but_render(ck, tmp_path: Path) -> None:
     site.write_text("name: nfs-big\nnodes: {nodelist: 'n[01-32]', gpus_per_node: 8}\n"
                     "network: {fabric: infiniband, hcas: [mlx5_0]}\nstorage:\n  - {path: /shared, type: nfs}\n"
                     f"  - {{path: {tmp_path}, type: local, shared: true}}\n")
-    result = ck("render", "--site", str(site), "--stage", "large-cluster", "--out", str(tmp_path / "r"), "--", "python", "t.py")
+    result = ck("render", "--site", str(site), "--stage", "large-cluster", "--out", str(tmp_path / "r"),
+                "--", "python", "t.py")
     assert result.code == 0, result.err
     assert "only NFS shared storage" in result.err
 
@@ -221,7 +225,8 @@ def test_multi_node_needs_shared_storage(ck, tmp_path: Path) -> None:
 def test_site_template_override(ck, tmp_path: Path) -> None:
     tdir = tmp_path / "tpl"
     tdir.mkdir()
-    (tdir / "nccl.env.j2").write_text("# site's own nccl.env\n{% for v in env %}{{ v.name }}={{ v.value | shell_quote }}\n{% endfor %}")
+    (tdir / "nccl.env.j2").write_text("# site's own nccl.env\n"
+                                      "{% for v in env %}{{ v.name }}={{ v.value | shell_quote }}\n{% endfor %}")
     site = tmp_path / "mysite.yaml"
     site.write_text((REPO / "site_configs" / "testbed.yaml").read_text().replace("name: testbed", "name: mysite")
                     + "templates: ./tpl\n")
@@ -275,7 +280,8 @@ def test_container_mounts_the_run_directory_unless_covered(ck, tmp_path: Path, r
         f"software: {{container: {{runtime: {runtime}, image: img.sif, mounts: ['{tmp_path}/shared:/shared']}}}}\n"
         f"storage:\n  - {{path: /shared, type: nfs}}\n  - {{path: {tmp_path}/runs, type: nfs}}\n")
     outside = tmp_path / "runs" / "a"
-    assert ck("render", "--site", str(site), "--stage", "multi-node", "--out", str(outside), "--", "python", "t.py").code == 0
+    result = ck("render", "--site", str(site), "--stage", "multi-node", "--out", str(outside), "--", "python", "t.py")
+    assert result.code == 0
     line = next(ln for ln in (outside / "job.sbatch").read_text().splitlines() if flag in ln)
     assert f"{tmp_path}/shared:/shared,{outside}" in line       # the launcher must see hostfile and configs
     # a run directory under a mount's target is already visible inside the container

@@ -112,7 +112,8 @@ def test_single_node_launchers_use_the_job_port(ck, tmp_path: Path, launcher: st
 
 @pytest.mark.parametrize("launcher", ["torchrun", "deepspeed", "accelerate"])
 def test_single_node_ports_reach_the_launchers_own_parsers(ck, tmp_path: Path, launcher: str) -> None:
-    plan = json.loads((render(ck, tmp_path / "r", "--site", "testbed", "--launcher", launcher) / "plan.json").read_text())
+    run_dir = render(ck, tmp_path / "r", "--site", "testbed", "--launcher", launcher)
+    plan = json.loads((run_dir / "plan.json").read_text())
     words = shlex.split(plan["launch"]["line"].replace('"$CK_PORT"', "21234")) + plan["launch"]["command"]
     if launcher == "torchrun":
         import torch.distributed.run as torchrun
@@ -247,26 +248,33 @@ def test_string_settings_take_the_text_as_given(ck, tmp_path: Path, setting: str
 
 @pytest.mark.parametrize("args,needle", [
     (["--set", "tp=2"], "--set tp: the torchrun launcher does not use it; it is used by megatron"),
-    (["--set", "zero_stage=3", "--launcher", "accelerate"], "--set zero_stage: the accelerate launcher does not use it; it is used by deepspeed"),
+    (["--set", "zero_stage=3", "--launcher", "accelerate"],
+     "--set zero_stage: the accelerate launcher does not use it; it is used by deepspeed"),
     (["--set", "offload=optimizer", "--launcher", "megatron"], "it is used by deepspeed, accelerate"),
     (["--set", "strategy=fsdp"], "--set strategy: the torchrun launcher does not use it; it is used by accelerate"),
     (["--set", "precision=fp16", "--launcher", "srun"], "it is used by deepspeed, accelerate, megatron"),
     (["--set", "micro_batch=2", "--launcher", "horovod"], "it is used by deepspeed, megatron"),
-    (["--set", "offload=optimizer+params", "--launcher", "accelerate"], "accelerate: offload=optimizer+params needs strategy=fsdp"),
-    (["--set", "offload=optimizer", "--set", "strategy=fsdp", "--launcher", "accelerate"], "use offload=optimizer+params"),
-    (["--launcher", "megatron", "--set", "global_batch=12"], "global batch 12 is not a multiple of micro batch 1 x data parallel 8"),
-    (["--launcher", "megatron", "--set", "global_batch=16", "--set", "grad_accum=4"], "global_batch 16 != micro_batch 1 x grad_accum 4 x data parallel 8"),
+    (["--set", "offload=optimizer+params", "--launcher", "accelerate"],
+     "accelerate: offload=optimizer+params needs strategy=fsdp"),
+    (["--set", "offload=optimizer", "--set", "strategy=fsdp", "--launcher", "accelerate"],
+     "use offload=optimizer+params"),
+    (["--launcher", "megatron", "--set", "global_batch=12"],
+     "global batch 12 is not a multiple of micro batch 1 x data parallel 8"),
+    (["--launcher", "megatron", "--set", "global_batch=16", "--set", "grad_accum=4"],
+     "global_batch 16 != micro_batch 1 x grad_accum 4 x data parallel 8"),
 ])
 def test_settings_a_launcher_ignores_are_refused(ck, tmp_path: Path, args: list[str], needle: str) -> None:
     out = tmp_path / "r"
-    assert_one_line_error(ck("render", "--site", "testbed", *args, "--out", str(out), "--", "python", "t.py"), 2, needle)
+    assert_one_line_error(ck("render", "--site", "testbed", *args, "--out", str(out), "--", "python", "t.py"),
+                          2, needle)
     assert not out.exists()
 
 
 @pytest.mark.parametrize("key", ["partition=gpu", "account=ml", "qos=high", "max_restarts=1", "preflight_in_job=true"])
 def test_slurm_settings_are_refused_on_a_local_site(ck, tmp_path: Path, key: str) -> None:
     name = key.split("=")[0]
-    assert_one_line_error(ck("render", "--site", "local", "--set", key, "--out", str(tmp_path / "r"), "--", "python", "t.py"),
+    assert_one_line_error(ck("render", "--site", "local", "--set", key, "--out", str(tmp_path / "r"),
+                             "--", "python", "t.py"),
                           2, f"--set {name}: site local is a local site (no Slurm)")
 
 
@@ -322,7 +330,8 @@ CHANGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 # include and exclude_slots change deepspeed's argv; their own tests cover the host filters
 FILTERS = {"include", "exclude_slots"}
 # deepspeed takes its global batch from micro x accum x dp: global_batch is checked against it
-CHECKED = {("global_batch", "deepspeed"): "deepspeed: global_batch 64 != micro_batch 2 x grad_accum 1 x data parallel 16"}
+CHECKED = {("global_batch", "deepspeed"):
+           "deepspeed: global_batch 64 != micro_batch 2 x grad_accum 1 x data parallel 16"}
 
 
 def _texts(run_dir: Path) -> dict[str, str]:

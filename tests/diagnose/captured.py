@@ -3,6 +3,7 @@ InfiniBand, no NFS server).  Each sample follows the tool's own format: NCCL's
 ``host:pid:tid [cudaDev]`` prefix (the bracket is the local GPU), torch's c10 log prefix
 ``[E1201 09:24:07.123456789 ProcessGroupNCCL.cpp:616]`` behind torchrun's ``[rankN]:``, the
 NVIDIA driver's ``NVRM: Xid`` kernel lines, torch's CUDA OOM message, errno text from strerror.
+A blank that a tool prints at the end of a line is written ``\x20`` so that it survives editors.
 """
 
 # One node's torchrun log: an IB completion error on local GPU 3 (global rank 27), then the
@@ -88,7 +89,7 @@ E1201 15:28:41.624000 16605 site-packages/torch/distributed/elastic/multiprocess
 Traceback (most recent call last):
   File "/usr/bin/torchrun", line 8, in <module>
     sys.exit(main())
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\x20
 ============================================================
 fail.py FAILED
 ------------------------------------------------------------
@@ -106,7 +107,7 @@ Root Cause (first observed failure):
   time      : 2026-12-01_15:28:41
   host      : gpu007
   rank      : 1 (local_rank: 1)
-  exitcode  : 1 (pid: 16690) 
+  exitcode  : 1 (pid: 16690)\x20
   error_file: <N/A>
   traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
 ============================================================

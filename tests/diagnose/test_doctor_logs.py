@@ -46,14 +46,14 @@ def test_captured_failure_is_diagnosed(ck, tmp_path: Path, name: str, text: str,
 
 
 def test_evidence_line_numbers_are_real(ck, tmp_path: Path) -> None:
-    code, rep = _doctor(ck, tmp_path, {"logs/9002.r0.gpu003.out": captured.CUDA_OOM})
-    path, lineno, text = rep["verdict"]["evidence"][0].split(":", 2)
+    _code, rep = _doctor(ck, tmp_path, {"logs/9002.r0.gpu003.out": captured.CUDA_OOM})
+    _path, lineno, text = rep["verdict"]["evidence"][0].split(":", 2)
     assert captured.CUDA_OOM.splitlines()[int(lineno) - 1].strip().startswith(text.strip())  # long lines are cut
 
 
 def test_cascade_is_counted_never_the_cause(ck, tmp_path: Path) -> None:
-    code, rep = _doctor(ck, tmp_path, {"logs/9001.r0.node017.out": captured.NCCL_IB,
-                                       "logs/9006.r0.gpu007.out": captured.TORCHRUN_REAL})
+    _code, rep = _doctor(ck, tmp_path, {"logs/9001.r0.node017.out": captured.NCCL_IB,
+                                        "logs/9006.r0.gpu007.out": captured.TORCHRUN_REAL})
     cascade = {c["category"]: c for c in rep["cascade"]}
     assert cascade["nccl-timeout"]["ranks"] == [25, 26]
     assert cascade["connection-reset"]["count"] == 2 and cascade["connection-reset"]["ranks"] == [0, 27]
@@ -79,8 +79,8 @@ def test_restarts_are_diagnosed_apart_newest_first(ck, tmp_path: Path) -> None:
     batch = ("clusterkit: job 9009 on gpu[001-002] (restart 0 of at most 2)\n"
              "slurmstepd: error: *** JOB 9009 ON gpu001 CANCELLED AT 2026-12-01T10:00:00 DUE TO PREEMPTION ***\n"
              "clusterkit: job 9009 on gpu[003-004] (restart 1 of at most 2)\n")
-    code, rep = _doctor(ck, tmp_path, {"logs/slurm-9009.out": batch,
-                                       "logs/9009.r1.gpu003.out": captured.CUDA_OOM})
+    _code, rep = _doctor(ck, tmp_path, {"logs/slurm-9009.out": batch,
+                                        "logs/9009.r1.gpu003.out": captured.CUDA_OOM})
     assert [r["restart"] for r in rep["restarts"]] == [1, 0]
     assert [r["verdict"]["category"] for r in rep["restarts"]] == ["gpu-oom", "slurm-preempted"]
     assert rep["verdict"] == rep["restarts"][0]["verdict"]

@@ -52,8 +52,8 @@ def test_site_case(ck, tmp_path: Path, case: Path) -> None:
     shutil.copy(case, site)
     out = tmp_path / "run"
     extra = rest.split() if kind == "renders" else []
-    result = ck("render", "--site", str(site), *extra, "--out", str(out), "--", "python", "train.py", "$(touch pwned-arg)",
-                cwd=tmp_path)
+    result = ck("render", "--site", str(site), *extra, "--out", str(out),
+                "--", "python", "train.py", "$(touch pwned-arg)", cwd=tmp_path)
     if kind == "2":
         assert_one_line_error(result, 2, rest)
         assert not out.exists(), "nothing may be written for a refused site"
@@ -70,7 +70,8 @@ def _big(tmp: Path) -> str:
 
 GENERATED: dict[str, tuple[Callable[[Path], str], str]] = {
     "file-over-1MiB": (_big, "larger than 1024 KiB (the limit for a site file)"),
-    "nesting-5000": (lambda t: BASE + "description: " + "[" * 5000 + "]" * 5000 + "\n", "nesting deeper than 64 levels"),
+    "nesting-5000": (lambda t: BASE + "description: " + "[" * 5000 + "]" * 5000 + "\n",
+                     "nesting deeper than 64 levels"),
     "nesting-65-block": (lambda t: BASE + "".join(f"{'  ' * i}k{i}:\n" for i in range(65)) + "  " * 65 + "v: 1\n",
                          "nesting deeper than 64 levels"),
     "not-utf8": (lambda t: BASE + "description: caf\xe9\n", "not UTF-8 text"),
@@ -93,9 +94,13 @@ def test_extends_to_a_fifo_or_dev_zero_fails_fast(ck, tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("extends: fifo.yaml\n" + BASE)
     (tmp_path / "b.yaml").write_text("extends: zero.yaml\n" + BASE)
     (tmp_path / "c.yaml").write_text("extends: /dev/zero\n" + BASE)
-    assert_one_line_error(ck.proc("sites", "validate", "a.yaml", cwd=tmp_path, timeout=60), 2, "fifo.yaml: not a regular file")
-    assert_one_line_error(ck.proc("sites", "validate", "b.yaml", cwd=tmp_path, timeout=60), 2, "must be a .yaml or .yml site file")
-    assert_one_line_error(ck.proc("sites", "validate", "c.yaml", cwd=tmp_path, timeout=60), 2, "must be a .yaml or .yml site file")
+
+    def validate(name: str) -> Any:
+        return ck.proc("sites", "validate", name, cwd=tmp_path, timeout=60)
+
+    assert_one_line_error(validate("a.yaml"), 2, "fifo.yaml: not a regular file")
+    assert_one_line_error(validate("b.yaml"), 2, "must be a .yaml or .yml site file")
+    assert_one_line_error(validate("c.yaml"), 2, "must be a .yaml or .yml site file")
     assert_one_line_error(ck.proc("sites", "validate", "fifo.yaml", cwd=tmp_path, timeout=60), 2, "not a regular file")
 
 
@@ -175,17 +180,17 @@ def test_pdsh_env_values_that_deepspeed_would_half_quote_are_refused(ck, tmp_pat
     site.write_text('name: p\nnodes: {nodelist: "n[1-2]", gpus_per_node: 8}\nstorage: [{path: /tmp, type: nfs}]\n'
                     + "nccl:\n  env: {NCCL_SOCKET_IFNAME: " + json.dumps(value) + "}\n")
     result = ck("render", "--site", str(site), "--stage", "multi-node", "--launcher", "deepspeed",
-                "--set", "ds_launcher=pdsh", "--set", "max_restarts=0", "--out", str(tmp_path / "run"), "--", "python", "t.py",
-                cwd=tmp_path)
+                "--set", "ds_launcher=pdsh", "--set", "max_restarts=0", "--out", str(tmp_path / "run"),
+                "--", "python", "t.py", cwd=tmp_path)
     assert_one_line_error(result, 2, "ds_launcher=pdsh: environment value NCCL_SOCKET_IFNAME=")
     assert not (tmp_path / "run").exists()
 
 
 def test_pdsh_deepspeed_env_with_safe_values_renders(ck, tmp_path: Path) -> None:
     site = shared_site(tmp_path / "sites", "ib-h100", tmp_path)
-    result = ck("render", "--site", str(site), "--stage", "multi-node", "--launcher", "deepspeed", "--set",
-                "ds_launcher=pdsh", "--set", "container=false", "--set", "max_restarts=0", "--out", str(tmp_path / "run"),
-                "--", "python", "t.py", "--lr", "1e-4")
+    result = ck("render", "--site", str(site), "--stage", "multi-node", "--launcher", "deepspeed",
+                "--set", "ds_launcher=pdsh", "--set", "container=false", "--set", "max_restarts=0",
+                "--out", str(tmp_path / "run"), "--", "python", "t.py", "--lr", "1e-4")
     assert result.code == 0, result.err
     lines = (tmp_path / "run" / ".deepspeed_env").read_text().splitlines()
     assert "NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7" in lines

@@ -23,7 +23,12 @@ SITE = """\
 name: lab
 scheduler: {{kind: slurm, partition: gpu}}
 nodes: {{nodelist: "{nodelist}", gpus_per_node: 8, gpu_model: H100}}
-ssh: {{port: {port}, known_hosts: "{known_hosts}", connect_timeout_s: 2, command_timeout_s: {command_timeout_s}, fanout: 16}}
+ssh:
+  port: {port}
+  known_hosts: "{known_hosts}"
+  connect_timeout_s: 2
+  command_timeout_s: {command_timeout_s}
+  fanout: 16
 software: {{driver_min: "535.104", cuda: "12.4"}}
 network:
   fabric: infiniband

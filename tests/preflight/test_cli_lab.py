@@ -94,7 +94,8 @@ def test_plain_output_groups_identical_results(lab_ck, lab_site) -> None:  # typ
     assert proc.code == 1, proc.out + proc.err
     lines = proc.out.splitlines()
     assert "FAILED      node03: gpu.count: 7 GPUs, expected 8" in lines
-    assert "FAILED      node04: ib.ports: mlx5_3 port 1 DOWN (Disabled); ib.rate: mlx5_3 port 1 10 Gb/s < 400 Gb/s" in lines
+    assert ("FAILED      node04: ib.ports: mlx5_3 port 1 DOWN (Disabled); "
+            "ib.rate: mlx5_3 port 1 10 Gb/s < 400 Gb/s") in lines
     assert "OK          4 nodes: ok" in lines
     assert lines[-1].startswith("preflight lab (multi-node, ssh): 6 of 6 nodes checked in ")
     assert lines[-1].endswith("4 ok, 2 failed")

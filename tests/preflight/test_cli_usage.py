@@ -26,8 +26,10 @@ def site(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     "args,message",
     [
-        ((), "clusterkit: error: preflight needs --site SITE (a site config path or name; see `clusterkit sites list`)"),
-        (("--stage", "huge"), "clusterkit: error: --stage 'huge': choose one of single-node, multi-node, large-cluster"),
+        ((), "clusterkit: error: preflight needs --site SITE "
+             "(a site config path or name; see `clusterkit sites list`)"),
+        (("--stage", "huge"),
+         "clusterkit: error: --stage 'huge': choose one of single-node, multi-node, large-cluster"),
         (("--transport", "telnet"), "clusterkit: error: --transport 'telnet': choose one of ssh, srun, local"),
         (("--nodes", "gpu[01-"), "clusterkit: error: --nodes: bad hostlist 'gpu[01-':"),
         (("--transport", "local", "--nodes", "a,b"),
@@ -62,4 +64,5 @@ def test_local_transport_on_this_machine_reports_missing_gpus(ck: CLI, site: Pat
         "nvidia-smi not found (no NVIDIA driver installed?)"]
     plain = ck("preflight", "--site", str(site), "--transport", "local", "--nodes", "thisbox")
     assert plain.code == 1
-    assert "FAILED      thisbox: gpu.present: nvidia-smi not found (no NVIDIA driver installed?)" in plain.out.splitlines()
+    assert ("FAILED      thisbox: gpu.present: nvidia-smi not found (no NVIDIA driver installed?)"
+            in plain.out.splitlines())

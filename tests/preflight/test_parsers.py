@@ -173,7 +173,8 @@ def test_proc_mounts_lustre_nfs_gpfs_and_octal_spaces() -> None:
     assert lustre is not None and lustre.fstype == "lustre" and lustre.source == "10.0.0.1@o2ib:/scratch"
     assert "flock" in lustre.options
     spaced = p.find_mount(mounts, "/data/shared sets/imagenet")
-    assert spaced is not None and spaced.mountpoint == "/data/shared sets" and spaced.source == "nfs02:/vol/datasets shared"
+    assert spaced is not None
+    assert spaced.mountpoint == "/data/shared sets" and spaced.source == "nfs02:/vol/datasets shared"
     assert p.find_mount(mounts, "/home/alice").fstype == "nfs4"  # type: ignore[union-attr]
     # a path not under any network mount is served by the root file system
     assert p.find_mount(mounts, "/lustre/other").mountpoint == "/"  # type: ignore[union-attr]

@@ -112,7 +112,8 @@ def test_torchrun_single_node_uses_the_job_port(ck, tmp_path: Path) -> None:
 def test_deepspeed_hostfile_from_allocation_and_no_ssh(ck, tmp_path: Path) -> None:
     """The real deepspeed runner on each (fake) node, --no_ssh, with exclude_slots: 3 ranks."""
     (tmp_path / "train.py").write_text(TRAIN_RECORDER)
-    run_dir = render(ck, tmp_path, "--site", str(shared_site(tmp_path / "sites", "roce-a100", tmp_path)), "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "2",
+    site = shared_site(tmp_path / "sites", "roce-a100", tmp_path)
+    run_dir = render(ck, tmp_path, "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "2",
                      "--launcher", "deepspeed", "--set", "zero_stage=3", "--set", "grad_accum=4",
                      "--set", "exclude_slots=a100-04:0")
     # generous: two deepspeed runners and their per-node launchers each import deepspeed and torch
@@ -149,8 +150,8 @@ def test_horovod_runs_once_with_total_slots(ck, tmp_path: Path) -> None:
 
 
 def test_colossalai_bare_hostfile(ck, tmp_path: Path) -> None:
-    run_dir = render(ck, tmp_path, "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--launcher", "colossalai",
-                     "--set", "max_restarts=0")
+    run_dir = render(ck, tmp_path, "--site", "testbed", "--stage", "multi-node", "--nodes", "2",
+                     "--launcher", "colossalai", "--set", "max_restarts=0")
     logs = execute(run_dir, tmp_path, nodelist="node[3-4]", nnodes=2)
     (args, _env), = recorded(logs, "colossalai").values()
     assert (run_dir / "hostfile").read_text() == "node3\nnode4\n"
@@ -191,7 +192,8 @@ def test_megatron_sizes_and_env(ck, tmp_path: Path) -> None:
     import torch.distributed.run as torchrun
 
     run_dir = render(ck, tmp_path, "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--launcher",
-                     "megatron", "--set", "tp=4", "--set", "pp=2", command=["python", "pretrain_gpt.py", "--seq-length", "4096"])
+                     "megatron", "--set", "tp=4", "--set", "pp=2",
+                     command=["python", "pretrain_gpt.py", "--seq-length", "4096"])
     logs = execute(run_dir, tmp_path, nodelist="node[1-2]", nnodes=2)
     args, _ = recorded(logs, "torchrun")["0.0"]
     ns = torchrun.get_args_parser().parse_args(args)

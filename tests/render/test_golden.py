@@ -20,7 +20,8 @@ GOLDEN = REPO / "tests" / "golden"
 SITES = ["local", "testbed", "ib-h100", "roce-a100", "eth-nfs"]
 STAGES = {"single-node": "1", "multi-node": "4", "large-cluster": "16"}
 LAUNCHERS = ["torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun"]
-EXTRA = {"megatron": ["--set", "tp=2", "--set", "pp=2"], "deepspeed": ["--set", "zero_stage=3", "--set", "micro_batch=2"],
+EXTRA = {"megatron": ["--set", "tp=2", "--set", "pp=2"],
+         "deepspeed": ["--set", "zero_stage=3", "--set", "micro_batch=2"],
          # their workers start over SSH, outside Slurm's steps: requeue is refused unless max_restarts=0
          "horovod": ["--set", "max_restarts=0"], "colossalai": ["--set", "max_restarts=0"]}
 CASES = [(s, st, la) for s in SITES for st in STAGES for la in LAUNCHERS]
@@ -40,8 +41,8 @@ def site_arg(tmp_path: Path, site: str, stage: str) -> str:
 
 def rendered_files(ck, tmp_path: Path, site: str, stage: str, launcher: str) -> dict[str, str]:
     run_dir = tmp_path / "run"
-    args = ["render", "--site", site_arg(tmp_path, site, stage), "--stage", stage, "--nodes", STAGES[stage], "--launcher", launcher,
-            "--job-name", "golden", "--out", str(run_dir), *EXTRA.get(launcher, []),
+    args = ["render", "--site", site_arg(tmp_path, site, stage), "--stage", stage, "--nodes", STAGES[stage],
+            "--launcher", launcher, "--job-name", "golden", "--out", str(run_dir), *EXTRA.get(launcher, []),
             "--", "python", "train.py", "--lr", "3e-4"]
     result = ck(*args)
     if result.code != 0:

@@ -28,7 +28,8 @@ def test_hostfiles_in_sync(ck, tmp_path: Path, request: pytest.FixtureRequest, s
     run_dir = tmp_path / "run"
     site_file = shared_site(tmp_path / "sites", site, tmp_path)   # every node reads the run directory
     result = ck("render", "--site", str(site_file), "--stage", stage, "--nodes", str(n), "--launcher", launcher,
-                "--set", "container=false", "--set", "max_restarts=0", "--out", str(run_dir), "--", "python", "train.py")
+                "--set", "container=false", "--set", "max_restarts=0", "--out", str(run_dir),
+                "--", "python", "train.py")
     assert result.code == 0, result.err
     text = (run_dir / "hostfile").read_text()
     lines = text.splitlines()

@@ -302,7 +302,8 @@ def test_filters_through_deepspeed_code(ck, ds_comm: None, tmp_path: Path, args:
     script = out / "job.sbatch"
     assert f"= world size {world}" in script.read_text()
     if shutil.which("shellcheck"):        # the allocation check the filter adds is clean shell too
-        p = subprocess.run(["shellcheck", "--shell=bash", "--severity=info", str(script)], capture_output=True, text=True)
+        p = subprocess.run(["shellcheck", "--shell=bash", "--severity=info", str(script)],
+                           capture_output=True, text=True)
         assert p.returncode == 0, p.stdout
 
 

@@ -94,7 +94,8 @@ def test_garbage_is_kept_not_raised() -> None:
 NODE_23_11 = (
     "NodeName=gpu001 Arch=x86_64 CoresPerSocket=48  CPUAlloc=0 CPUEfctv=96 CPUTot=96 CPULoad=0.51 "
     "AvailableFeatures=h100,ib ActiveFeatures=h100,ib Gres=gpu:h100:8(S:0-1) "
-    "NodeAddr=gpu001 NodeHostName=gpu001 Version=23.11.4 OS=Linux 5.15.0-105-generic #115-Ubuntu SMP Mon Apr 15 09:52:04 UTC 2024  "
+    "NodeAddr=gpu001 NodeHostName=gpu001 Version=23.11.4 "
+    "OS=Linux 5.15.0-105-generic #115-Ubuntu SMP Mon Apr 15 09:52:04 UTC 2024  "
     "RealMemory=2063937 AllocMem=0 FreeMem=1998311 Sockets=2 Boards=1 State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 "
     "Weight=1 Owner=N/A MCS_label=N/A Partitions=gpu,debug  BootTime=2024-05-02T08:11:40 "
     "SlurmdStartTime=2024-05-02T08:13:02 LastBusyTime=2024-05-03T10:20:00 ResumeAfterTime=None "
@@ -105,7 +106,8 @@ NODE_23_11 = (
 NODE_24_05 = (
     "NodeName=gpu002 Arch=x86_64 CoresPerSocket=56  CPUAlloc=16 CPUEfctv=104 CPUTot=112 CPULoad=3.20 "
     "AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:h100:4(S:0),gpu:h100:4(S:1) "
-    "GresUsed=gpu:h100:2(IDX:0-1) NodeAddr=10.1.0.2 NodeHostName=gpu002 Version=24.05.2 OS=Linux 6.8.0-40-generic #40-Ubuntu SMP  "
+    "GresUsed=gpu:h100:2(IDX:0-1) NodeAddr=10.1.0.2 NodeHostName=gpu002 Version=24.05.2 "
+    "OS=Linux 6.8.0-40-generic #40-Ubuntu SMP  "
     "RealMemory=1031000 AllocMem=0 FreeMem=N/A Sockets=2 Boards=1 CoreSpecCount=4 "
     "RestrictedCoresPerGPU=1(0-7) State=MIXED ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A "
     "Partitions=gpu  BootTime=None SlurmdStartTime=None LastBusyTime=2024-09-01T12:00:00 ResumeAfterTime=None "

@@ -48,7 +48,8 @@ def test_make_shape_fills_in_a_gpt3_shape() -> None:
 
 def test_cli_counts_activations(site_file: Callable[[str], str], plan_json: Json) -> None:
     doc = plan_json("--site", site_file(H100_SITE), "--model-params", "7B", "--largest-layer-params", "131072000",
-                    "--gpus", "8", "--seq-len", "4096", "--hidden-size", "4096", "--layers", "32", "--vocab-size", "32000")
+                    "--gpus", "8", "--seq-len", "4096", "--hidden-size", "4096", "--layers", "32",
+                    "--vocab-size", "32000")
     fsdp = by_key(doc)["fsdp"]
     # model states 16_274_288_000 (test_cli) + activations 2_235_564_032 = 18_509_852_032
     assert (fsdp["gpu_bytes"], fsdp["activation_bytes"], fsdp["gpu_total_bytes"]) == (

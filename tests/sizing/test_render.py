@@ -86,6 +86,7 @@ def test_render_when_nothing_fits_writes_nothing(site_file: SiteFile, ck: CLI, t
 def test_render_options_need_each_other(site_file: SiteFile, ck: CLI) -> None:
     site = site_file(H100_SITE)
     code, _, err = ck("plan", "--site", site, "--model-params", "7B", "--render")
-    assert code == 2 and err == "clusterkit: error: --render needs the training command after --, e.g. -- python train.py\n"
+    assert code == 2
+    assert err == "clusterkit: error: --render needs the training command after --, e.g. -- python train.py\n"
     code, _, err = ck("plan", "--site", site, "--model-params", "7B", "--out", "x", "--", "python", "t.py")
     assert code == 2 and err == "clusterkit: error: --out, command 'python t.py' only make sense with --render\n"

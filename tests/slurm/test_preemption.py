@@ -250,10 +250,11 @@ def test_a_requeue_past_the_budget_stops_at_the_start_of_the_run(cli: CK) -> Non
     job = json.loads(proc.stdout)["job_id"]
     log = run_dir / "logs" / f"slurm-{job}.out"
     for restart in (0, 1):
-        cli.wait_for(job, lambda s: s["state"] == "RUNNING" and log.exists()
+        cli.wait_for(job, lambda s, restart=restart: s["state"] == "RUNNING" and log.exists()
                      and f"(restart {restart} of at most 1)" in log.read_text(), what=f"run {restart}")
         cli.bed.run("scontrol", "requeue", job)
-        cli.wait_for(job, lambda s: s["state"] == "PENDING" and s["restarts"] == restart + 1, what="requeued")
+        cli.wait_for(job, lambda s, restart=restart: s["state"] == "PENDING" and s["restarts"] == restart + 1,
+                     what="requeued")
         time.sleep(1.2)  # see Jobs.release
         cli.bed.run("scontrol", "update", f"JobId={job}", "StartTime=now")
     st = cli.wait_for(job, lambda s: s["state"] in ("FAILED", "COMPLETED", "CANCELLED"), what="the end")

@@ -20,7 +20,10 @@ scheduler: {kind: slurm, partition: debug}
 nodes: {nodelist: "node[1-4]", gpus_per_node: 8, gpu_model: H100}
 ssh: {command_timeout_s: 20}
 software: {driver_min: "535.104", cuda: "12.4"}
-network: {fabric: infiniband, hcas: [mlx5_0, mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7], port_rate_gbps: 400}
+network:
+  fabric: infiniband
+  hcas: [mlx5_0, mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7]
+  port_rate_gbps: 400
 storage:
   - {path: /lustre/scratch, type: lustre, min_free_gb: 0.001, use: [data, checkpoints], timeout_s: 5}
 """
@@ -65,7 +68,8 @@ def test_in_job_step_inside_an_allocation(ck: CLI, testbed: Testbed, tmp_path: P
     """What a job script's preflight step does: check the allocated nodes, stop on failure."""
     site = _site(tmp_path)
     # the step line a job script has: clusterkit's own command line, the allocation's nodes
-    step = shlex.join(ck.argv("preflight", "--site", str(site), "--transport", "srun")) + ' --nodes "$SLURM_JOB_NODELIST" --json'
+    step = (shlex.join(ck.argv("preflight", "--site", str(site), "--transport", "srun"))
+            + ' --nodes "$SLURM_JOB_NODELIST" --json')
     proc = subprocess.run(["salloc", "--nodes", "2", "--nodelist", "node[3-4]", "--quiet", "bash", "-c", step],
                           env=_fake_node_env(testbed, tmp_path), capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr

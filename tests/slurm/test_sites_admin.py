@@ -168,7 +168,8 @@ def test_all_checks_the_sites_of_this_cluster_and_lists_the_rest(cli: CK, tmp_pa
     sites = tmp_path / "sites"
     sites.mkdir()
     assert _init(cli, sites / "tb.yaml").returncode == 0
-    (sites / "other.yaml").write_text("name: other\nscheduler: {cluster: elsewhere}\nnodes: {nodelist: 'g[1-2]', gpus_per_node: 8}\n")
+    (sites / "other.yaml").write_text("name: other\nscheduler: {cluster: elsewhere}\n"
+                                      "nodes: {nodelist: 'g[1-2]', gpus_per_node: 8}\n")
     proc = cli("sites", "drift", "--all", env=cli.env(CLUSTERKIT_SITES=str(sites)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "site tb (" in proc.stdout and "0 drifts" in proc.stdout
@@ -228,7 +229,8 @@ def test_mixed_partition_and_nodes_without_gpus(cli: CK, tmp_path: Path, gpu4_te
     assert "unverified: nodes.gpus_per_node" in proc.stderr
     drift = cli("sites", "drift", str(site), env=env)
     assert drift.returncode == 1, drift.stdout              # node1 is in the partition, not in the site
-    assert "DRIFT nodes.nodelist" in drift.stdout and "on node1 (nodes of partition debug the config lacks)" in drift.stdout
+    assert "DRIFT nodes.nodelist" in drift.stdout
+    assert "on node1 (nodes of partition debug the config lacks)" in drift.stdout
     assert "note: Slurm schedules no GPUs (no gpu GRES) on node2" in drift.stdout
     assert "gpus_per_node" not in drift.stdout.split("note:")[0]
 
@@ -300,7 +302,8 @@ def test_partition_and_time_limit_drift(cli: CK, tmp_path: Path, gpu4_testbed: d
     proc = cli("sites", "drift", str(site), env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert ("DRIFT scheduler.time at limits.yaml:2: configured 01:00:00, live 00:30:00 "
-            "(longer than partition debug's MaxTime=00:30:00: Slurm refuses such jobs)") in proc.stdout.replace(str(tmp_path) + "/", "")
+            "(longer than partition debug's MaxTime=00:30:00: Slurm refuses such jobs)"
+            ) in proc.stdout.replace(str(tmp_path) + "/", "")
     site.write_text(site.read_text().replace("partition: debug, time", "partition: gpu, time"))
     gone = cli("sites", "drift", str(site), "--json", env=env)
     drift = json.loads(gone.stdout)["sites"][0]["drift"]

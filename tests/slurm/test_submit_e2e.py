@@ -2,8 +2,9 @@
 
 Every job runs for real: sbatch, slurmd, srun, the real launcher (torchrun's c10d rendezvous at
 the head node, deepspeed --no_ssh on every node, accelerate launch, megatron-shaped torchrun, or
-one srun task per rank) and a gloo all-reduce on CPU that every rank checks.  All fake nodes share 127.0.0.1; the rendered script derives the
-rendezvous port from the job id, so jobs never share a port.
+one srun task per rank) and a gloo all-reduce on CPU that every rank checks.  All fake nodes
+share 127.0.0.1; the rendered script derives the rendezvous port from the job id, so jobs never
+share a port.
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def test_deepspeed_exclude_slots_shrinks_the_world(cli: CK) -> None:
     """exclude_slots=node1:1: 3 ranks (node1 slot 0, node2 slots 0-1), ds_config's batch from 3."""
     run_dir = cli.runs / "ds-exclude"
     proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "2",
-               "--launcher", "deepspeed", "--exclude", "node[3-4]", "--set", "exclude_slots=node1:1", "--set", "micro_batch=2",
+               "--launcher", "deepspeed", "--exclude", "node[3-4]", "--set", "exclude_slots=node1:1",
+               "--set", "micro_batch=2",
                "--out", str(run_dir), "--wait", "--", "python", "examples/allreduce.py",
                env=cli.env(DS_ACCELERATOR="cpu"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -159,7 +161,8 @@ def test_trainer_style_script_owns_deepspeed_path(cli: CK, tmp_path: Path) -> No
 def test_accelerate_launch_per_node(cli: CK) -> None:
     run_dir = cli.runs / "accelerate"
     proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "2",
-               "--launcher", "accelerate", "--exclude", "node[3-4]", "--out", str(run_dir), "--wait", "--", "python", "examples/allreduce.py")
+               "--launcher", "accelerate", "--exclude", "node[3-4]", "--out", str(run_dir), "--wait",
+               "--", "python", "examples/allreduce.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _check_allreduce(run_dir, 4, {"node1", "node2"})
 
@@ -264,12 +267,14 @@ def test_preempted_job_is_requeued_until_the_budget_is_spent(cli: CK) -> None:
     job = _submitted_id(proc.stdout)
     log = run_dir / "logs" / f"slurm-{job}.out"
     for restart in range(3):
-        cli.wait_for(job, lambda s: s["state"] == "RUNNING" and (s["restarts"] or 0) == restart,
+        cli.wait_for(job, lambda s, restart=restart: s["state"] == "RUNNING" and (s["restarts"] or 0) == restart,
                      what=f"RUNNING after {restart} restarts")
-        cli.wait_for(job, lambda s: f"(restart {restart} of at most 2)" in log.read_text(), what="job start")
+        cli.wait_for(job, lambda s, restart=restart: f"(restart {restart} of at most 2)" in log.read_text(),
+                     what="job start")
         cli.bed.run("scancel", "--batch", "--signal=USR2", job)
         if restart < 2:
-            cli.wait_for(job, lambda s: s["state"] == "PENDING" and s["restarts"] == restart + 1, what="requeue")
+            cli.wait_for(job, lambda s, restart=restart: s["state"] == "PENDING" and s["restarts"] == restart + 1,
+                         what="requeue")
             # Slurm holds a requeued job ~2 minutes before it is eligible again; release it now.
             # Not within the same second as the requeue: slurmd revokes the old run's job
             # credential with 1 s resolution, and a restart stamped in that second is refused

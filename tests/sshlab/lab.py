@@ -30,6 +30,7 @@ Command line (used by ``bench/preflight.py`` and for poking at it by hand)::
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import secrets
@@ -187,10 +188,8 @@ class SSHLab:
                 time.sleep(0.02)
             _signal_if_ours(pid, signal.SIGKILL, self.workdir)
         for proc in self._procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                pass
         _kill_sessions(self.workdir)
         if self.netns:
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
@@ -233,10 +232,8 @@ def _signal_if_ours(pid: int, sig: int, workdir: Path) -> None:
     except OSError:
         return
     if str(workdir).encode() in cmdline:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def _kill_sessions(workdir: Path) -> None:
@@ -470,10 +467,8 @@ def _main(argv: Sequence[str] | None = None) -> int:
     info = lab.describe() | {"start_s": round(time.monotonic() - t0, 3)}
     print(json.dumps(info, indent=1), flush=True)
     if args.hold:
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             signal.pause()
-        except KeyboardInterrupt:
-            pass
         lab.stop()
     return 0
 

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from clusterkit.preflight.transport import ErrorKind, LocalRunner, NodeOutput
 
@@ -31,7 +32,7 @@ def test_a_hung_command_is_killed_with_its_children(tmp_path) -> None:
     child = int(pidfile.read_text())
     # the background sleep went with the process group (a zombie until init reaps it at most)
     try:
-        state = open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0]
+        state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
         state = "gone"
     assert state in ("gone", "Z")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +44,8 @@ def _run(files: list[Path], view: Any, job: str | None) -> dict[str, Any]:
 
     total = 0
     for p in files:
-        try:
+        with suppress(OSError):
             total += p.stat().st_size
-        except OSError:
-            pass
     with _progress(total) as tick:
         return diagnose_files(files, view, job=job, progress=tick)
 

@@ -8,7 +8,7 @@ JSON.  With ``--render`` the recommended setup goes straight to the render path.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from clusterkit.config.schema import Site
 
 
-class _Size(click.ParamType):  # type: ignore[type-arg]  # generic only from click 8.2
+# click.ParamType is generic from click 8.4 (one parameter; two from 8.5) and plain before, so no
+# spelling type-checks on every click>=8.1: the ignores below are needed from 8.4 on.
+class _Size(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.4, see above
     """A parameter count (``7B``, ``70e9``, ``350M``); bad input is a one-line InputError."""
 
     name = "SIZE"
@@ -31,7 +33,7 @@ class _Size(click.ParamType):  # type: ignore[type-arg]  # generic only from cli
         return est.parse_size(str(value), f"--{param.name.replace('_', '-')}" if param and param.name else "size")
 
 
-class _Number(click.ParamType):  # type: ignore[type-arg]
+class _Number(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.4, see above
     """An int or float option whose bad values are one-line UsageErrors (not click's usage block)."""
 
     def __init__(self, kind: type) -> None:
@@ -52,7 +54,7 @@ class _Number(click.ParamType):  # type: ignore[type-arg]
         return number
 
 
-def hardware_of(site: Any) -> est.Hardware:
+def hardware_of(site: Site) -> est.Hardware:
     """The numbers the estimate needs from a validated Site."""
     cost = site.cost
     return est.Hardware(
@@ -138,7 +140,7 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
         from clusterkit.cli.render import rendered_summary
 
         doc = result.to_dict()
-        doc["site"] = {"name": site.name, **doc["site"]}  # type: ignore[dict-item]
+        doc["site"] = {"name": site.name, **cast("dict[str, object]", doc["site"])}
         doc["rendered"] = rendered_summary(run) if run is not None else None
         output.emit_json(doc)
         return

@@ -8,9 +8,14 @@ returns the report's exit code.  Ctrl-C stops the run and prints what was checke
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from clusterkit.preflight.report import Group, NodeResult, Report
 
 EXIT_HELP = """\b
 Exit codes:
@@ -28,7 +33,8 @@ _STYLE = {"unreachable": "bold magenta", "failed": "bold red", "warn": "yellow",
 @click.option("--site", "site_ref", metavar="SITE", help="Site config: a file path or a site name.")
 @click.option("--stage", metavar="STAGE", help="single-node, multi-node or large-cluster "
               "(default: from the number of nodes).")
-@click.option("--nodes", metavar="NODESET", help="Nodes to check, Slurm hostlist syntax (default: the site's nodelist).")
+@click.option("--nodes", metavar="NODESET",
+              help="Nodes to check, Slurm hostlist syntax (default: the site's nodelist).")
 @click.option("--transport", metavar="ssh|srun|local", help="How to reach the nodes "
               "(default: ssh; local for a site whose scheduler is local).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
@@ -72,8 +78,8 @@ class _Progress:
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
-        self._bar: Any = None
-        self._task: Any = None
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
 
     def start(self, hosts: list[str]) -> None:
         if not self.enabled:
@@ -82,14 +88,15 @@ class _Progress:
 
         from clusterkit.cli import output
 
-        self._bar = Progress(TextColumn("preflight"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[bad]}"),
-                             TimeElapsedColumn(), console=output.err(), transient=True)
+        self._bar = Progress(TextColumn("preflight"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[bad]}"), TimeElapsedColumn(),
+                             console=output.err(), transient=True)
         self._task = self._bar.add_task("preflight", total=len(hosts), bad="")
         self._bad = 0
         self._bar.start()
 
-    def advance(self, node: Any) -> None:
-        if self._bar is None:
+    def advance(self, node: NodeResult) -> None:
+        if self._bar is None or self._task is None:
             return
         if node.status.value in ("failed", "unreachable"):
             self._bad += 1
@@ -101,7 +108,7 @@ class _Progress:
             self._bar = None
 
 
-def _headline(report: Any) -> str:
+def _headline(report: Report) -> str:
     c = report.counts()
     parts = [f"{c[k]} {k}" for k in ("ok", "warn", "failed", "unreachable", "unchecked") if c[k]]
     checked = len(report.nodes)
@@ -109,7 +116,7 @@ def _headline(report: Any) -> str:
             f"checked in {report.elapsed_s:.1f} s: {', '.join(parts) or 'nothing checked'}")
 
 
-def _render(report: Any) -> None:
+def _render(report: Report) -> None:
     """Human rendering: a table on a terminal, one line per group in a pipe."""
     from rich.markup import escape
 
@@ -133,7 +140,7 @@ def _render(report: Any) -> None:
     console.print(_headline(report), markup=False)
 
 
-def _who(group: Any) -> str:
+def _who(group: Group) -> str:
     return group.nodeset if len(group.hosts) == 1 else f"{len(group.hosts)} nodes: {group.nodeset}"
 
 

@@ -129,7 +129,8 @@ Exit codes:
 @click.option("--from-slurm", "from_slurm", is_flag=True, required=True,
               help="Read the cluster through scontrol (show config, partition, node).")
 @click.option("--partition", default=None, help="The partition to describe (default: Slurm's default partition).")
-@click.option("--nodes", default=None, metavar="HOSTLIST", help="Only these nodes (picks one node type of a mixed partition).")
+@click.option("--nodes", default=None, metavar="HOSTLIST",
+              help="Only these nodes (picks one node type of a mixed partition).")
 @click.option("--probe", "probe_with", type=click.Choice(PROBE_TRANSPORTS), default=None,
               help="Also read GPUs, driver, HCAs, interfaces and mounts on every node.")
 @click.option("--out", default=None, type=click.Path(), help="Write the site file here (default: print it).")
@@ -157,11 +158,13 @@ def init(name: str, from_slurm: bool, partition: str | None, nodes: str | None, 
 
 @sites.command(epilog=DRIFT_EXIT_HELP)
 @click.argument("refs", nargs=-1, metavar="SITE...")
-@click.option("--all", "every", is_flag=True, help="Every site on the search path whose scheduler.cluster is this cluster.")
+@click.option("--all", "every", is_flag=True,
+              help="Every site on the search path whose scheduler.cluster is this cluster.")
 @click.option("--probe", "probe_with", type=click.Choice(PROBE_TRANSPORTS), default=None,
               help="Also compare driver, HCAs, port rate and mounts on every node.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@click.option("--write", is_flag=True, help="Put the live facts (nodelist, GPUs, CPUs, memory, HCAs) into the site file; print the diff.")
+@click.option("--write", is_flag=True,
+              help="Put the live facts (nodelist, GPUs, CPUs, memory, HCAs) into the site file; print the diff.")
 @click.option("--dry-run", is_flag=True, help="Print the diff --write would apply, and nothing else.")
 def drift(refs: tuple[str, ...], every: bool, probe_with: str | None, as_json: bool, write: bool, dry_run: bool) -> int:
     """Compare site configs with the live cluster, key by key."""

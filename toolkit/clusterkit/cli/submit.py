@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from clusterkit.cli.common import build_request, job_options
 
 if TYPE_CHECKING:
-    from clusterkit.actions import Gate
+    from clusterkit.actions import Gate, RenderedRun
+    from clusterkit.config.schema import Site
     from clusterkit.preflight.report import Report
     from clusterkit.scheduler.records import JobRecord
 
@@ -78,7 +79,7 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     return follow_to_end(store, rec, as_json)
 
 
-def _note_preflight_skipped(site: Any, skip: bool) -> None:
+def _note_preflight_skipped(site: Site, skip: bool) -> None:
     from clusterkit.cli import output
 
     if not skip and site.scheduler.kind != "local" and site.preflight.before_submit:
@@ -106,7 +107,7 @@ def _show_preflight(report: Report) -> None:
         output.info(f"preflight: {g.status.value.upper():<11} {g.summary()}")
 
 
-def _show_dry_run(run: Any, as_json: bool) -> int:
+def _show_dry_run(run: RenderedRun, as_json: bool) -> int:
     from clusterkit.cli import output
 
     script = run.artifacts["job.sbatch"]

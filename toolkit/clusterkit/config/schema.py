@@ -295,3 +295,7 @@ class Site(_Model):
     @property
     def shared_storage(self) -> list[Storage]:
         return [s for s in self.storage if s.is_shared]
+
+    def stage_override(self, stage: str) -> StageOverride | None:
+        """The site's settings for ``stage`` (any stage name; None when the site sets none)."""
+        return next((o for name, o in self.stages.items() if name == stage), None)

@@ -71,7 +71,8 @@ SIGNATURES: tuple[Signature, ...] = tuple(
            r"error: argument --", r"train_batch_size is not equal to", r"Check batch related parameters",
            r"srun: error: Unable to create step", r"not divisible by", r"Invalid rendezvous")
     # cascade symptoms: ranks that were only waiting for the one that failed
-    + _sig("nccl-timeout", r"Watchdog caught collective operation timeout", r"ran for \d+ milliseconds before timing out",
+    + _sig("nccl-timeout", r"Watchdog caught collective operation timeout",
+           r"ran for \d+ milliseconds before timing out",
            r"NCCL communicator was aborted", r"Some NCCL operations have failed or timed out",
            r"Timed out waiting \d+ms for \w+ operation", cascade="nccl-timeout")
     + _sig("nccl-timeout", r"Connection reset by peer", r"Connection closed by (?:remote )?peer", r"Broken pipe",
@@ -83,7 +84,8 @@ SIGNATURES: tuple[Signature, ...] = tuple(
     + _sig("nccl-timeout", r"Signal 15 \(SIGTERM\) received by PID", r"got signal: 15",
            r"closing signal SIGTERM", cascade="peer-killed")
     + _sig("nccl-timeout", r"srun: error: \S+: tasks? [0-9,-]+: Terminated", r"srun: forcing job termination",
-           r"srun: Job step aborted", r"\*\*\* STEP \S+ ON \S+ CANCELLED AT", r"srun: error: Timed out waiting for job step",
+           r"srun: Job step aborted", r"\*\*\* STEP \S+ ON \S+ CANCELLED AT",
+           r"srun: error: Timed out waiting for job step",
            cascade="srun-terminated")
     # rendezvous after the cascades: a closed rendezvous is another agent giving up
     + _sig("rendezvous", r"RendezvousConnectionError", r"RendezvousTimeoutError",

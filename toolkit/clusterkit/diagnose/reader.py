@@ -21,7 +21,7 @@ from typing import Any
 from clusterkit.diagnose import catalogue, lines
 
 try:  # optional: the `doctor` extra
-    import re2 as _fast_re  # type: ignore[import-not-found]
+    import re2 as _fast_re
 except ImportError:  # pragma: no cover - depends on the environment
     _fast_re = None
 

@@ -135,7 +135,8 @@ def _first_failure(att: Attempt) -> dict[str, Any] | None:
     if not causes:
         if root is None:
             return None
-        ev = [f"{root.path}:{root.lineno}: torchrun root cause: rank {root.rank} on {root.node}, exit code {root.exitcode}"]
+        ev = [f"{root.path}:{root.lineno}: torchrun root cause: rank {root.rank} on {root.node}, "
+              f"exit code {root.exitcode}"]
         return _verdict("unknown", None, ev, node=root.node, rank=root.rank, time=root.time,
                         summary=f"rank {root.rank} failed first (exit code {root.exitcode}) with no known signature")
     lead = causes[0]

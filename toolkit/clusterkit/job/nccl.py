@@ -39,7 +39,8 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
 
     if debug:
         add("NCCL_DEBUG", "INFO", "--debug: log NCCL init and transport selection", "debug")
-        add("NCCL_DEBUG_SUBSYS", "INIT,NET", "--debug: the subsystems that explain hangs at init and slow links", "debug")
+        add("NCCL_DEBUG_SUBSYS", "INIT,NET", "--debug: the subsystems that explain hangs at init and slow links",
+            "debug")
         add("NCCL_DEBUG_FILE", f"{run_dir}/nccl-%h-%p.log" if run_dir else "nccl-%h-%p.log",
             "--debug: one file per host (%h) and process (%p) instead of interleaved stderr", "debug")
     else:
@@ -65,8 +66,10 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
                 "pin sockets to the site's data interface; NCCL's guess can pick docker0 or a management NIC")
         return env
 
-    add("NCCL_IB_DISABLE", "0", f"{net.fabric} fabric: use NCCL's IB verbs transport (explicit, in case a module disabled it)")
-    add("NCCL_IB_HCA", _hca_list(net.hcas), "the site's RDMA HCAs, exact names ('=') so prefixes and bonds are not picked up")
+    add("NCCL_IB_DISABLE", "0",
+        f"{net.fabric} fabric: use NCCL's IB verbs transport (explicit, in case a module disabled it)")
+    add("NCCL_IB_HCA", _hca_list(net.hcas),
+        "the site's RDMA HCAs, exact names ('=') so prefixes and bonds are not picked up")
     if net.socket_ifname:
         add("NCCL_SOCKET_IFNAME", "=" + net.socket_ifname,
             "bootstrap/out-of-band traffic on the site's interface, not a random first NIC")

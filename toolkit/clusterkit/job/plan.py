@@ -151,7 +151,7 @@ def job_name(request: JobRequest) -> str:
 def resolve_launcher(site: Site, request: JobRequest) -> str:
     """The launcher: ``--launcher``, else the site's choice for the stage, else the stage's default."""
     spec = stages.get(request.stage)
-    override = site.stages.get(spec.name)  # type: ignore[call-overload]
+    override = site.stage_override(spec.name)
     return request.launcher or (override.launcher if override and override.launcher else spec.default_launcher)
 
 
@@ -183,7 +183,7 @@ def _mem_share(site: Site, gpn: int) -> list[tuple[str, str | None]]:
 def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec: stages.StageSpec,
             exclude: tuple[str, ...], time: str, max_restarts: int) -> tuple[tuple[str, str | None], ...]:
     sch = site.scheduler
-    override = site.stages.get(spec.name)  # type: ignore[call-overload]
+    override = site.stage_override(spec.name)
     partition = s.partition or (override.partition if override else None) or sch.partition
     tasks = gpn if launch.mode == "per_gpu" else 1
     cpus, _ = cpu_share(site, s, gpn, launch)
@@ -316,7 +316,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     if gpn < 1 or gpn > site.nodes.gpus_per_node:
         raise PlanError(f"--gpus-per-node {gpn}: site {site.name} nodes have {site.nodes.gpus_per_node} GPUs")
     exclude = _exclude_list(site, request.exclude)
-    override = site.stages.get(spec.name)  # type: ignore[call-overload]
+    override = site.stage_override(spec.name)
     launcher = resolve_launcher(site, request)
     _check_used(s, launcher, site)
     container_cfg = site.software.container

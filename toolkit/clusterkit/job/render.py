@@ -71,8 +71,8 @@ class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
             raise _BudgetExceeded(f"exponent {right} is too large")
         if operator == "*" and isinstance(left, int) and isinstance(right, (str, list, tuple)):
             left, right = right, left
-        if operator == "*" and isinstance(left, (str, list, tuple)) and isinstance(right, int):
-            if len(left) * right > TEMPLATE_MAX_BYTES:
+        if (operator == "*" and isinstance(left, (str, list, tuple)) and isinstance(right, int)
+                and len(left) * right > TEMPLATE_MAX_BYTES):
                 raise _BudgetExceeded(f"output larger than {TEMPLATE_MAX_BYTES} bytes")
         return super().call_binop(context, operator, left, right)
 
@@ -162,7 +162,7 @@ def launch_body(plan: Plan) -> str:
                  f'LOCAL_WORLD_SIZE={plan.gpus_per_node}; ')
         prefix = shell_join(_launcher_words(plan))
         return ranks + "exec " + (prefix + " " if prefix else "") + '"$@"'
-    body = "exec " + shell_join(_launcher_words(plan) + [Sh('"$@"')])
+    body = "exec " + shell_join([*_launcher_words(plan), Sh('"$@"')])
     if plan.launcher == "deepspeed" and plan.slurm:
         # `scancel --signal=TERM` reaches every process of the step.  The `deepspeed` runner has
         # no TERM handler and would die at once, ending the task while its workers still save

@@ -24,8 +24,7 @@ def get(stage: str) -> StageSpec:
 
 def node_count(spec: StageSpec, site: Site, requested: int | None) -> int:
     """The node count for this stage on this site, checked against the stage range and the site."""
-    # site.stages is keyed by the Stage literal; a StageSpec's name is a plain str
-    override = site.stages.get(spec.name)  # type: ignore[call-overload]
+    override = site.stage_override(spec.name)
     n = requested if requested is not None else (override.nodes if override and override.nodes else spec.default_nodes)
     if n < spec.min_nodes or (spec.max_nodes is not None and n > spec.max_nodes):
         rng = f"{spec.min_nodes} or more" if spec.max_nodes is None else spec.node_range

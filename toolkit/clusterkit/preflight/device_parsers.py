@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import TypedDict
 
 from clusterkit.preflight.parsers import ParseFailure, _clip, _failure, first_line, version_tuple
 
@@ -217,17 +218,34 @@ _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:Gb/sec|Gb/s)?")
 _IBSTAT_STATE = {"active": "ACTIVE", "down": "DOWN", "initializing": "INIT", "init": "INIT", "armed": "ARMED"}
 
 
-def _sysfs_value(attr: str, value: str) -> tuple[str, object]:
-    """sysfs attribute text -> (IbPort field, value): ``4: ACTIVE`` -> ("state", "ACTIVE")."""
+class _PortFields(TypedDict, total=False):
+    """What a parser has read about one port so far: the IbPort fields after ``hca`` and ``port``."""
+
+    state: str | None
+    phys_state: str | None
+    rate_gbps: float | None
+    link_layer: str | None
+
+
+def _rate(value: str) -> float | None:
+    m = _RATE_RE.match(value)
+    return float(m.group(1)) if m else None
+
+
+def _sysfs_field(fields: _PortFields, attr: str, value: str) -> None:
+    """sysfs attribute text -> the IbPort field: ``state`` ``4: ACTIVE`` -> state "ACTIVE"."""
     value = value.strip()
     if attr in ("state", "phys_state"):
         # "4: ACTIVE", "5: LinkUp" - the number is the IBTA code, the word is what people read
         word = value.split(":", 1)[1].strip() if ":" in value else value
-        return attr, (word.upper() if attr == "state" else word) or None
-    if attr == "rate":
-        m = _RATE_RE.match(value)
-        return "rate_gbps", float(m.group(1)) if m else None
-    return "link_layer", value or None
+        if attr == "state":
+            fields["state"] = word.upper() or None
+        else:
+            fields["phys_state"] = word or None
+    elif attr == "rate":
+        fields["rate_gbps"] = _rate(value)
+    else:
+        fields["link_layer"] = value or None
 
 
 def parse_ib_sysfs(text: str) -> IbInventory | ParseFailure:
@@ -236,7 +254,7 @@ def parse_ib_sysfs(text: str) -> IbInventory | ParseFailure:
     Lines look like ``/sys/class/infiniband/mlx5_0/ports/1/state:4: ACTIVE`` (any path prefix,
     e.g. a test sysroot, is allowed).  Empty text means no HCA at all (an empty inventory).
     """
-    ports: dict[tuple[str, int], dict[str, object]] = {}
+    ports: dict[tuple[str, int], _PortFields] = {}
     for line in (text or "").splitlines():
         if not line.strip():
             continue
@@ -244,20 +262,18 @@ def parse_ib_sysfs(text: str) -> IbInventory | ParseFailure:
         if not m:
             return _failure("infiniband sysfs", f"unexpected line {line.strip()[:80]!r}", text)
         key = (m.group("hca"), int(m.group("port")))
-        attr, value = _sysfs_value(m.group("attr"), m.group("value"))
-        ports.setdefault(key, {})[attr] = value
-    found = tuple(IbPort(hca, port, **attrs) for (hca, port), attrs in sorted(ports.items()))  # type: ignore[arg-type]
+        _sysfs_field(ports.setdefault(key, _PortFields()), m.group("attr"), m.group("value"))
+    found = tuple(IbPort(hca, port, **fields) for (hca, port), fields in sorted(ports.items()))
     return IbInventory(found, "sysfs" if found else "none", _clip(text or ""))
 
 
-def _ibstat_port_attr(port: dict[str, object], key: str, value: str) -> None:
+def _ibstat_port_attr(port: _PortFields, key: str, value: str) -> None:
     if key == "State":
         port["state"] = _IBSTAT_STATE.get(value.lower(), value.upper())
     elif key == "Physical state":
         port["phys_state"] = value
     elif key == "Rate":
-        m = _RATE_RE.match(value)
-        port["rate_gbps"] = float(m.group(1)) if m else None
+        port["rate_gbps"] = _rate(value)
     elif key == "Link layer":
         port["link_layer"] = value
 
@@ -267,11 +283,11 @@ def parse_ibstat(text: str) -> IbInventory | ParseFailure:
     what = "ibstat"
     ports: list[IbPort] = []
     hca: str | None = None
-    current: dict[str, object] | None = None
+    current: tuple[str, int, _PortFields] | None = None  # (hca, port, what its lines said)
 
     def flush() -> None:
         if current is not None:
-            ports.append(IbPort(**current))  # type: ignore[arg-type]
+            ports.append(IbPort(current[0], current[1], **current[2]))
 
     for line in (text or "").splitlines():
         if not line.strip():
@@ -284,10 +300,10 @@ def parse_ibstat(text: str) -> IbInventory | ParseFailure:
             hca, current = ca.group(1), None
         elif port and hca is not None:
             flush()
-            current = {"hca": hca, "port": int(port.group(1))}
+            current = (hca, int(port.group(1)), _PortFields())
         elif kv and hca is not None:
             if current is not None:
-                _ibstat_port_attr(current, kv.group(1), kv.group(2).strip())
+                _ibstat_port_attr(current[2], kv.group(1), kv.group(2).strip())
         else:
             return _failure(what, f"unexpected line {line.strip()[:80]!r}", text)
     flush()

@@ -18,7 +18,7 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clusterkit import hostlist
 from clusterkit.errors import InputError
@@ -26,10 +26,14 @@ from clusterkit.preflight import catalogue, engine
 from clusterkit.preflight.report import NodeResult, PolicyDecision, Report, decide
 from clusterkit.vocab import STAGE_NAMES, TRANSPORTS, stage_for_nodes
 
+if TYPE_CHECKING:
+    from clusterkit.config.schema import Site
+    from clusterkit.preflight.transport import NodeOutput, Runner
+
 ProgressCallback = Callable[[NodeResult], None]
 
 
-def resolve_hosts(site: Any, nodes: str | None, transport: str) -> list[str]:
+def resolve_hosts(site: Site, nodes: str | None, transport: str) -> list[str]:
     """The hosts to check: ``nodes`` (a Slurm hostlist) or the site's nodelist.
 
     The local transport checks this machine only, under its own name unless one is given.
@@ -76,14 +80,14 @@ def _srun_args(site: Any) -> list[str]:
     return args + ([f"--account={sched.account}"] if sched.account else [])
 
 
-def _node_result(check_set: engine.CheckSet, res: Any) -> NodeResult | None:
+def _node_result(check_set: engine.CheckSet, res: NodeOutput) -> NodeResult | None:
     """A runner result -> a report entry; None for a node the run never finished (Ctrl-C)."""
     from clusterkit.preflight.transport import ErrorKind
 
     kind = res.error
     if kind is ErrorKind.INTERRUPTED:
         return None
-    if not res.reachable:
+    if kind is not None and not res.reachable:  # (a node is unreachable only with an error kind)
         return NodeResult(res.host, False, error=res.reason or kind.value, error_kind=kind.value,
                           duration_s=res.duration_s)
     cut = res.reason if kind is ErrorKind.COMMAND_TIMEOUT else "the remote command ended early"
@@ -99,8 +103,8 @@ def _node_result(check_set: engine.CheckSet, res: Any) -> NodeResult | None:
                       duration_s=res.duration_s)
 
 
-def run_preflight(site: Any, stage: str | None = None, nodes: str | None = None, transport: str = "ssh", *,
-                  accept_new_host_keys: bool = False, runner: Any = None,
+def run_preflight(site: Site, stage: str | None = None, nodes: str | None = None, transport: str = "ssh", *,
+                  accept_new_host_keys: bool = False, runner: Runner | None = None,
                   on_result: ProgressCallback | None = None,
                   on_start: Callable[[list[str]], None] | None = None) -> Report:
     """Check ``nodes`` (default: the site's nodelist) for ``stage`` over ``transport``.
@@ -123,7 +127,7 @@ def run_preflight(site: Any, stage: str | None = None, nodes: str | None = None,
     if on_start is not None:
         on_start(hosts)
 
-    def collect(res: Any) -> None:
+    def collect(res: NodeOutput) -> None:
         entry = _node_result(check_set, res)
         if entry is not None:
             report.add(entry)
@@ -138,7 +142,7 @@ def run_preflight(site: Any, stage: str | None = None, nodes: str | None = None,
     return report
 
 
-def decide_for_site(report: Report, site: Any, nodes_needed: int | None = None) -> PolicyDecision:
+def decide_for_site(report: Report, site: Site, nodes_needed: int | None = None) -> PolicyDecision:
     """Apply ``site.preflight`` (policy ``exclude`` or ``refuse``, ``max_excluded_fraction``)."""
     pf = site.preflight
     return decide(report, pf.policy, float(pf.max_excluded_fraction), nodes_needed)

@@ -7,8 +7,9 @@ import tempfile
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ClusterkitError, ConfigError, InputError
 from clusterkit.sites import drift as D
@@ -18,11 +19,15 @@ from clusterkit.sites.facts import ClusterFacts, SlurmCommand, SlurmUnreachable,
 from clusterkit.sites.probe import NodeFacts, make_runner, probe
 from clusterkit.vocab import PROBE_TRANSPORTS
 
+if TYPE_CHECKING:
+    from clusterkit.config.schema import Site
+
 Runner = Any
 RunnerFactory = Callable[[Any, str], Runner]
 
 
-def _probe(site: Any, hosts: Sequence[str], transport: str | None, runner_for: RunnerFactory) -> dict[str, NodeFacts] | None:
+def _probe(site: Any, hosts: Sequence[str], transport: str | None,
+           runner_for: RunnerFactory) -> dict[str, NodeFacts] | None:
     if transport is None:
         return None
     if transport not in PROBE_TRANSPORTS:
@@ -115,24 +120,27 @@ class DriftRun:
                 "diffs": self.diffs, "exit_code": self.exit_code}
 
 
-def _load(ref: str) -> tuple[Any, dict[Any, tuple[str, int]]]:
+Located = tuple["Site", D.Lines]  # a site and where each of its keys was set
+
+
+def _load(ref: str) -> Located:
     from clusterkit.config.load import find_site, load_file_located
 
     return load_file_located(find_site(ref))
 
 
-def _targets(refs: Sequence[str], every: bool, result: DriftRun) -> list[tuple[Any, Any]]:
+def _targets(refs: Sequence[str], every: bool, result: DriftRun) -> list[tuple[str, Located]]:
     """(site, lines) to check; problems go to ``result.errors`` so other sites still run."""
     from clusterkit.config.load import list_sites, load_file_located
 
-    out: list[tuple[Any, Any]] = []
-    entries: list[tuple[str, Callable[[], Any]]] = [(r, lambda r=r: _load(r)) for r in refs]
+    out: list[tuple[str, Located]] = []
+    entries: list[tuple[str, Callable[[], Located]]] = [(r, partial(_load, r)) for r in refs]
     if every:
         for e in list_sites():
             if e.shadowed:
                 result.skipped.append((f"{e.name} ({e.path})", "shadowed by a site of the same name"))
                 continue
-            entries.append((f"{e.name} ({e.path})", lambda p=e.path: load_file_located(p)))
+            entries.append((f"{e.name} ({e.path})", partial(load_file_located, e.path)))
     for label, load in entries:
         try:
             out.append((label, load()))
@@ -171,7 +179,7 @@ def drift_sites(refs: Sequence[str], *, every: bool = False, probe_with: str | N
     return result
 
 
-def _skip_reason(site: Any, facts: ClusterFacts) -> str | None:
+def _skip_reason(site: Site, facts: ClusterFacts) -> str | None:
     if site.scheduler.kind != "slurm":
         return f"scheduler.kind is {site.scheduler.kind}"
     if not site.scheduler.cluster:
@@ -181,7 +189,7 @@ def _skip_reason(site: Any, facts: ClusterFacts) -> str | None:
     return None
 
 
-def _check_one(site: Any, lines: Any, facts: ClusterFacts, probe_with: str | None,
+def _check_one(site: Site, lines: D.Lines, facts: ClusterFacts, probe_with: str | None,
                runner_for: RunnerFactory, result: DriftRun) -> None:
     try:
         probed = _probe(site, site.nodes.hosts, probe_with, runner_for)
@@ -191,7 +199,7 @@ def _check_one(site: Any, lines: Any, facts: ClusterFacts, probe_with: str | Non
     result.reports.append(D.check(site, lines, facts, probed))
 
 
-def _edit(result: DriftRun, targets: list[tuple[Any, Any]], *, apply: bool) -> None:
+def _edit(result: DriftRun, targets: list[tuple[str, Located]], *, apply: bool) -> None:
     by_source = {site.source: site for _, (site, _) in targets}
     for report in result.reports:
         site = by_source[report.file]

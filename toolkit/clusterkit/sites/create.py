@@ -110,8 +110,8 @@ def _scheduler(out: _Out, facts: ClusterFacts, partition: T.Partition | None) ->
     default = T.parse_time(partition.default_time) if partition else None
     if partition is not None and default is not None and default != float("inf"):
         out.put(1, f"time: {_q(partition.default_time)}", "partition DefaultTime")
-    elif limit is not None and limit != float("inf"):
-        out.put(1, f"time: {_q(partition.max_time)}", "partition MaxTime")  # type: ignore[union-attr]
+    elif partition is not None and limit is not None and limit != float("inf"):
+        out.put(1, f"time: {_q(partition.max_time)}", "partition MaxTime")
     else:
         out.guess(1, "scheduler.time", 'time: "01:00:00"', "the partition sets no time limit")
 
@@ -191,7 +191,8 @@ def _ifname(out: _Out, probed: Mapping[str, NodeFacts] | None, fabric: str) -> N
     want = "infiniband" if fabric == "infiniband" else "ethernet"
     names = [i.name for nf in _reachable(probed) for i in (nf.interfaces or ()) if i.kind == want and i.state == "up"]
     if names:
-        out.put(1, f"socket_ifname: {_q(sorted(set(names))[0])}", f"an {'IPoIB' if want == 'infiniband' else 'Ethernet'} interface that is up")
+        kind = "IPoIB" if want == "infiniband" else "Ethernet"
+        out.put(1, f"socket_ifname: {_q(sorted(set(names))[0])}", f"an {kind} interface that is up")
     else:
         out.todo(1, "network.socket_ifname", "socket_ifname: ib0", "NCCL's bootstrap interface: not found by the probe"
                  if probed else "run with --probe to list the interfaces")
@@ -206,7 +207,8 @@ def _storage(out: _Out, probed: Mapping[str, NodeFacts] | None) -> None:
     per_node = [{(m.mountpoint, _FSTYPES[m.fstype]) for m in nf.mounts or () if m.fstype in _FSTYPES} for nf in reach]
     shared = sorted(set.intersection(*per_node)) if per_node else []
     if not shared:
-        out.todo(0, "storage", "storage: [{path: /lustre/scratch, type: lustre}]", "no Lustre/NFS/GPFS mount on every node")
+        out.todo(0, "storage", "storage: [{path: /lustre/scratch, type: lustre}]",
+                 "no Lustre/NFS/GPFS mount on every node")
         return
     out.put(0, "storage:", "mounted on every probed node")
     for path, kind in shared:

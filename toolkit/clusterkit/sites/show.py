@@ -27,7 +27,8 @@ def print_report(r: DriftReport) -> None:
     click.echo(f"site {r.site} ({_shown(r.file)}) vs cluster {r.cluster or '?'}: {counts}")
     for d in r.drift:
         on = f" on {d.nodes}" if d.nodes else ""
-        click.echo(f"  DRIFT {d.key} at {d.where}: configured {_value(d.configured)}, live {_value(d.live)}{on} ({d.message})")
+        click.echo(f"  DRIFT {d.key} at {d.where}: configured {_value(d.configured)}, "
+                   f"live {_value(d.live)}{on} ({d.message})")
     if r.node_state:
         click.echo("  node state (not drift):")
         for s in r.node_state:

@@ -148,7 +148,8 @@ def write_validated(path: Path, text: str) -> None:
         try:
             load_file(tmp)
         except ConfigError as exc:
-            raise ConfigError.single(str(path), None, "", f"--write would make the site invalid: {exc.lines()[0]}") from None
+            raise ConfigError.single(str(path), None, "",
+                                     f"--write would make the site invalid: {exc.lines()[0]}") from None
         os.chmod(tmp, path.stat().st_mode & 0o7777)
         os.replace(tmp, path)
     finally:

@@ -78,7 +78,8 @@ def check_filter(text: str, ctx: Context, what: str) -> Filter:
         host, _, slots = spec.partition(":")
         for slot in filter(None, slots.split(",")):
             if int(slot) >= ctx.gpus_per_node:
-                raise PlanError(f"deepspeed {what} {text!r}: slot {slot} on {host} is out of range 0-{ctx.gpus_per_node - 1}")
+                raise PlanError(f"deepspeed {what} {text!r}: slot {slot} on {host} "
+                                f"is out of range 0-{ctx.gpus_per_node - 1}")
         hosts.setdefault(host, set()).update(int(x) for x in filter(None, slots.split(",")))
     return Filter(what, text, {h: tuple(sorted(v)) for h, v in hosts.items()})
 
@@ -215,9 +216,10 @@ def check_user_batch(cfg: Mapping[str, object], dp: int, where: str) -> str:
     if any(cfg.get(k) == "auto" for k in keys):
         return "batch sizes 'auto': the Hugging Face Trainer fills them in from its own arguments"
     train, micro, accum = (_batch_value(cfg, k, where) for k in keys)
-    if train is None and micro is None:
-        raise PlanError(f"{where}: sets neither train_batch_size nor train_micro_batch_size_per_gpu; DeepSpeed needs one")
     if train is None:
+        if micro is None:
+            raise PlanError(f"{where}: sets neither train_batch_size nor train_micro_batch_size_per_gpu; "
+                            "DeepSpeed needs one")
         accum = accum or 1
         return f"train_batch_size {micro * accum * dp} = micro {micro} x accum {accum} x dp {dp} (from {where})"
     if micro is None:
@@ -302,6 +304,7 @@ def build(ctx: Context) -> Launch:
         words.append("--module")
     user = user_config(py.args)
     files: dict[str, str] = {}
+    notes: tuple[str, ...]
     if user is not None:
         path, cfg = _read_user_config(user, ctx)
         notes = (f"DeepSpeed config: the command's own {user.flag} {user.path}; clusterkit adds none",

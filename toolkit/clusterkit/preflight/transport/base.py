@@ -3,6 +3,7 @@ that the SSH and local runners share: bounded threads, a watchdog, Ctrl-C handli
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import queue
 import threading
@@ -127,10 +128,9 @@ class _Watch:
     def expire(self) -> None:
         self.expired = True
         if self.closer is not None:
-            try:
+            # closing a half-dead connection may complain; it is dead anyway
+            with contextlib.suppress(Exception):
                 self.closer()
-            except Exception:  # closing a half-dead connection may complain; it is dead anyway
-                pass
 
 
 class _Watchdog:
