@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
 from clusterkit.preflight import device_parsers as d
 from clusterkit.preflight import parsers as p
+from tests.totality import assert_total
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "preflight"
 
@@ -221,13 +221,4 @@ PARSERS = [d.parse_gpu_query, d.parse_cuda_version, d.parse_ib, d.parse_ib_sysfs
 @pytest.mark.parametrize("parser", PARSERS, ids=lambda f: f.__name__)
 def test_parsers_are_total_on_mangled_captures(parser) -> None:  # type: ignore[no-untyped-def]
     """Shuffled, truncated and spliced captures never raise: they parse or fail with raw kept."""
-    rng = random.Random(4)
-    captures = [read(f.name) for f in sorted(DATA.iterdir())]
-    for _ in range(300):
-        text = rng.choice(captures)
-        cut = rng.randrange(len(text) + 1)
-        mangled = rng.choice([text[:cut], text[cut:], text[:cut] + rng.choice(captures), text.replace(",", "|"),
-                              "".join(rng.sample(text, len(text))), "\x00\ufffd" * rng.randrange(5)])
-        result = parser(mangled)
-        if isinstance(result, p.ParseFailure):
-            assert result.raw == mangled[: p.RAW_LIMIT] or result.raw.startswith(mangled[: p.RAW_LIMIT])
+    assert_total(parser, [read(f.name) for f in sorted(DATA.iterdir())])

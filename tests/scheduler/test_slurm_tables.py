@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
 from clusterkit.scheduler import slurm_tables as t
+from tests.totality import assert_total
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "scheduler"
 OTHER = Path(__file__).resolve().parents[1] / "data" / "preflight"  # other tools' text: garbage here
@@ -57,13 +57,5 @@ def test_squeue_custom_format() -> None:
                                     t.scontrol_statuses, t.parse_scontrol_jobs], ids=lambda f: f.__name__)
 def test_parsers_are_total_on_mangled_captures(parser) -> None:  # type: ignore[no-untyped-def]
     """Shuffled, truncated and spliced captures never raise: they parse or fail with raw kept."""
-    rng = random.Random(4)
     captures = [f.read_text(encoding="utf-8", errors="replace") for d in (DATA, OTHER) for f in sorted(d.iterdir())]
-    for _ in range(300):
-        text = rng.choice(captures)
-        cut = rng.randrange(len(text) + 1)
-        mangled = rng.choice([text[:cut], text[cut:], text[:cut] + rng.choice(captures), text.replace(",", "|"),
-                              "".join(rng.sample(text, len(text))), "\x00\ufffd" * rng.randrange(5)])
-        result = parser(mangled)
-        if isinstance(result, t.ParseFailure):
-            assert result.raw == mangled[: t.RAW_LIMIT] or result.raw.startswith(mangled[: t.RAW_LIMIT])
+    assert_total(parser, captures)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypedDict
 
-from clusterkit.preflight.parsers import ParseFailure, _clip, _failure, first_line, version_tuple
+from clusterkit.preflight.parsers import version_tuple
+from clusterkit.tooltext import ParseFailure, clip, failure, first_line
 
 # ---------------------------------------------------------------------------------------------
 # nvidia-smi
@@ -140,23 +141,23 @@ def parse_gpu_query(text: str, fields: Sequence[str] = GPU_QUERY_FIELDS) -> GpuQ
     what = "nvidia-smi --query-gpu"
     stripped = text.strip()
     if not stripped:
-        return _failure(what, "no output", text)
+        return failure(what, "no output", text)
     if re.search(r"No devices were found", stripped):
-        return GpuQuery(GpuState.NO_DEVICES, message=first_line(stripped), raw=_clip(text))
+        return GpuQuery(GpuState.NO_DEVICES, message=first_line(stripped), raw=clip(text))
     if _DRIVER_FAILED_RE.search(stripped):
-        return GpuQuery(GpuState.DRIVER_FAILED, message=first_line(stripped), raw=_clip(text))
+        return GpuQuery(GpuState.DRIVER_FAILED, message=first_line(stripped), raw=clip(text))
     if _NOT_FOUND_RE.search(stripped):
-        return GpuQuery(GpuState.NOT_INSTALLED, message=first_line(stripped), raw=_clip(text))
+        return GpuQuery(GpuState.NOT_INSTALLED, message=first_line(stripped), raw=clip(text))
     gpus: list[Gpu] = []
     lines = [ln for ln in stripped.splitlines() if ln.strip()]
     for lineno, cells in enumerate(csv.reader(lines, skipinitialspace=True), start=1):
         if len(cells) != len(fields):
-            return _failure(what, f"line {lineno} has {len(cells)} fields, expected {len(fields)}", text)
+            return failure(what, f"line {lineno} has {len(cells)} fields, expected {len(fields)}", text)
         gpu = _gpu_from_row({f: c.strip() for f, c in zip(fields, cells, strict=True)})
         if isinstance(gpu, str):
-            return _failure(what, f"line {lineno}: {gpu}", text)
+            return failure(what, f"line {lineno}: {gpu}", text)
         gpus.append(gpu)
-    return GpuQuery(GpuState.OK, tuple(gpus), raw=_clip(text))
+    return GpuQuery(GpuState.OK, tuple(gpus), raw=clip(text))
 
 
 _CUDA_RE = re.compile(r"CUDA Version\s*:\s*(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
@@ -170,7 +171,7 @@ def parse_cuda_version(text: str) -> str | ParseFailure:
     m = _CUDA_RE.search(text or "")
     if m:
         return m.group(1)
-    return _failure("nvidia-smi CUDA version", "no 'CUDA Version: X.Y' in the output", text)
+    return failure("nvidia-smi CUDA version", "no 'CUDA Version: X.Y' in the output", text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,11 +261,11 @@ def parse_ib_sysfs(text: str) -> IbInventory | ParseFailure:
             continue
         m = _SYSFS_LINE_RE.fullmatch(line.strip())
         if not m:
-            return _failure("infiniband sysfs", f"unexpected line {line.strip()[:80]!r}", text)
+            return failure("infiniband sysfs", f"unexpected line {line.strip()[:80]!r}", text)
         key = (m.group("hca"), int(m.group("port")))
         _sysfs_field(ports.setdefault(key, _PortFields()), m.group("attr"), m.group("value"))
     found = tuple(IbPort(hca, port, **fields) for (hca, port), fields in sorted(ports.items()))
-    return IbInventory(found, "sysfs" if found else "none", _clip(text or ""))
+    return IbInventory(found, "sysfs" if found else "none", clip(text or ""))
 
 
 def _ibstat_port_attr(port: _PortFields, key: str, value: str) -> None:
@@ -305,11 +306,11 @@ def parse_ibstat(text: str) -> IbInventory | ParseFailure:
             if current is not None:
                 _ibstat_port_attr(current[2], kv.group(1), kv.group(2).strip())
         else:
-            return _failure(what, f"unexpected line {line.strip()[:80]!r}", text)
+            return failure(what, f"unexpected line {line.strip()[:80]!r}", text)
     flush()
     if not ports and (text or "").strip():
-        return _failure(what, "no 'CA ... Port N:' blocks", text)
-    return IbInventory(tuple(ports), "ibstat" if ports else "none", _clip(text or ""))
+        return failure(what, "no 'CA ... Port N:' blocks", text)
+    return IbInventory(tuple(ports), "ibstat" if ports else "none", clip(text or ""))
 
 
 def parse_ib(text: str) -> IbInventory | ParseFailure:

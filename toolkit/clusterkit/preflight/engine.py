@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from clusterkit.preflight.parsers import ParseFailure
+from clusterkit.tooltext import ParseFailure
 from clusterkit.vocab import STAGE_NAMES
 
 # Only the stage decides which checks apply.

@@ -15,44 +15,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-RAW_LIMIT = 4000  # keep raw text bounded: a node may print megabytes of garbage
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= RAW_LIMIT else text[:RAW_LIMIT] + f"... [{len(text) - RAW_LIMIT} more chars]"
-
-
-@dataclass(frozen=True)
-class ParseFailure:
-    """Text a parser could not read: what was expected, why it failed, and the raw text."""
-
-    what: str
-    reason: str
-    raw: str
-    tool_error: bool = False  # the tool printed its own error message (not garbage)
-
-    def __str__(self) -> str:
-        return f"{self.what}: {self.reason}"
-
-
-def _failure(what: str, reason: str, raw: str) -> ParseFailure:
-    return ParseFailure(what, reason, _clip(raw))
+from clusterkit.tooltext import ParseFailure, clip, failure, first_line
 
 
 def _tool_error(what: str, text: str, prefixes: tuple[str, ...]) -> ParseFailure | None:
     """A one-line ``tool: message`` error (``df: /x: No such file or directory``), if that is all."""
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
     if len(lines) == 1 and lines[0].startswith(prefixes):
-        return ParseFailure(what, lines[0], _clip(text), tool_error=True)
+        return ParseFailure(what, lines[0], clip(text), tool_error=True)
     return None
-
-
-def first_line(text: str) -> str:
-    """The first non-blank line of ``text``, stripped (for one-line messages)."""
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
 
 
 def version_tuple(text: str) -> tuple[int, ...] | None:
@@ -101,11 +72,11 @@ def parse_mounts(text: str) -> tuple[Mount, ...] | ParseFailure:
             continue
         parts = line.split()
         if len(parts) != 6 or not parts[1].startswith("/") or not (parts[4].isdigit() and parts[5].isdigit()):
-            return _failure("/proc/mounts", f"unexpected line {line.strip()[:80]!r}", text)
+            return failure("/proc/mounts", f"unexpected line {line.strip()[:80]!r}", text)
         src, mnt, fstype, opts = (_unescape_mount(p) for p in parts[:4])
         mounts.append(Mount(src, mnt, fstype, tuple(opts.split(","))))
     if not mounts:
-        return _failure("/proc/mounts", "no mount entries", text or "")
+        return failure("/proc/mounts", "no mount entries", text or "")
     return tuple(mounts)
 
 
@@ -151,13 +122,13 @@ def parse_df(text: str) -> DiskSpace | ParseFailure:
     lines = [ln for ln in (text or "").splitlines() if ln.strip()]
     if len(lines) < 2:
         got = f"got {len(lines)} line(s): {first_line(text or '')!r}"
-        return _failure(what, f"expected a header and one row, {got}", text or "")
+        return failure(what, f"expected a header and one row, {got}", text or "")
     header = re.match(r"^Filesystem\s+(\d+)-blocks\s", lines[0])
     if not header:
-        return _failure(what, f"unexpected header {lines[0][:80]!r}", text)
+        return failure(what, f"unexpected header {lines[0][:80]!r}", text)
     row = _DF_ROW_RE.fullmatch(lines[-1].strip())
     if not row:
-        return _failure(what, f"unexpected row {lines[-1].strip()[:80]!r}", text)
+        return failure(what, f"unexpected row {lines[-1].strip()[:80]!r}", text)
     block = int(header.group(1))
     total, avail = int(row.group("total")) * block, int(row.group("avail")) * block
     return DiskSpace(row.group("src"), row.group("mnt"), total, avail)

@@ -26,39 +26,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from clusterkit.scheduler.base import JobStatus, SlurmUnreachable
+from clusterkit.tooltext import ParseFailure, clip, failure, first_line
 from clusterkit.vocab import JobState
-
-RAW_LIMIT = 4000  # keep raw text bounded: a command may print megabytes of garbage
 
 # Slurm clients' stderr when slurmctld is down or unreachable (sbatch after its own retries)
 UNREACHABLE = re.compile(r"Unable to contact slurm controller|Could not establish a configuration source"
                          r"|Unable to process configuration file|Connection refused", re.I)
 # squeue's only failure that is an answer: none of the ids asked about is known to slurmctld.
 _NO_SUCH_JOBS = re.compile(r"Invalid job id specified", re.I)
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= RAW_LIMIT else text[:RAW_LIMIT] + f"... [{len(text) - RAW_LIMIT} more chars]"
-
-
-@dataclass(frozen=True)
-class ParseFailure:
-    """Text a parser could not read: what was expected, why it failed, and the raw text."""
-
-    what: str
-    reason: str
-    raw: str
-
-    def __str__(self) -> str:
-        return f"{self.what}: {self.reason}"
-
-
-def _failure(what: str, reason: str, raw: str) -> ParseFailure:
-    return ParseFailure(what, reason, _clip(raw))
-
-
-def _first_line(text: str) -> str:
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
 def parse_exit_code(text: str) -> tuple[int | None, int | None]:
@@ -127,7 +102,7 @@ def parse_sacct(text: str, fields: Sequence[str] | None = None, *,
     lines = [ln for ln in (text or "").splitlines() if ln.strip()]
     if fields is None:
         if not lines or ("|" not in lines[0] and lines[0].strip() != "JobID"):
-            return _failure(what, "no header line", text or "")
+            return failure(what, "no header line", text or "")
         fields, lines = [f.strip() for f in lines[0].split("|")], lines[1:]
     rows: list[SacctRow] = []
     for n, line in enumerate(lines, start=1):
@@ -135,11 +110,11 @@ def parse_sacct(text: str, fields: Sequence[str] | None = None, *,
         if len(cells) != len(fields):
             if skip_bad_rows:
                 continue
-            return _failure(what, f"row {n} has {len(cells)} fields, expected {len(fields)}", text)
+            return failure(what, f"row {n} has {len(cells)} fields, expected {len(fields)}", text)
         row = dict(zip(fields, cells, strict=True))
         state, detail = _split_state(row.get("State", ""))
         rows.append(SacctRow(row, state, detail, line))
-    return SacctTable(tuple(rows), _clip(text or ""))
+    return SacctTable(tuple(rows), clip(text or ""))
 
 
 # --------------------------------------------------------------------------- squeue
@@ -177,13 +152,13 @@ def parse_squeue(text: str, fields: Sequence[str] | None = None, sep: str = "|",
     rows: list[SqueueRow] = []
     if fields is None:
         if not lines or lines[0].split() != list(_SQUEUE_DEFAULT):
-            return _failure(what, f"unexpected header {_first_line(text or '')[:80]!r}", text or "")
+            return failure(what, f"unexpected header {first_line(text or '')[:80]!r}", text or "")
         for n, line in enumerate(lines[1:], start=1):
             cells = line.split(None, len(_SQUEUE_DEFAULT) - 1)
             if len(cells) != len(_SQUEUE_DEFAULT):
                 if skip_bad_rows:
                     continue
-                return _failure(what, f"row {n} has {len(cells)} columns", text)
+                return failure(what, f"row {n} has {len(cells)} columns", text)
             rows.append(SqueueRow(dict(zip(_SQUEUE_DEFAULT, cells, strict=True)), line))
         return tuple(rows)
     for n, line in enumerate(lines, start=1):
@@ -191,7 +166,7 @@ def parse_squeue(text: str, fields: Sequence[str] | None = None, sep: str = "|",
         if len(cells) != len(fields):
             if skip_bad_rows:
                 continue
-            return _failure(what, f"row {n} has {len(cells)} fields, expected {len(fields)}", text)
+            return failure(what, f"row {n} has {len(cells)} fields, expected {len(fields)}", text)
         rows.append(SqueueRow(dict(zip(fields, (c.strip() for c in cells), strict=True)), line))
     return tuple(rows)
 
