@@ -227,3 +227,38 @@ def test_the_job_scripts_success_line_with_and_without_its_time_stamp() -> None:
     assert catalogue.is_success("clusterkit: 17:10:47 launcher exited with status 0\n")
     assert not catalogue.is_success("clusterkit: 17:10:47 launcher exited with status 143")
     assert not catalogue.is_success("clusterkit: launcher exited with status 01")
+
+
+class _SacctStandIn:
+    """Stands in for SlurmQuery.run: sacct's answer as captured (this testbed keeps no accounting)."""
+
+    timeout_s = 5.0
+
+    def __init__(self, stdout: str, returncode: int = 0) -> None:
+        self.stdout, self.returncode, self.argv = stdout, returncode, []
+
+    def run(self, argv, timeout):  # type: ignore[no-untyped-def]
+        import subprocess
+
+        self.argv = list(argv)
+        return subprocess.CompletedProcess(argv, self.returncode, self.stdout, "")
+
+
+SACCT_STEPS = """\
+4711|FAILED|1:0|node[1-2]
+4711.batch|FAILED|1:0|node1
+4711.extern|COMPLETED|0:0|node[1-2]
+4711.0|CANCELLED by 0|0:15|node[1-2]
+4711.1|OUT_OF_MEMORY|0:125
+"""
+
+
+def test_per_step_rows_come_from_sacct_with_the_fields_asked_for() -> None:
+    from clusterkit.diagnose.doctor import _steps
+
+    q = _SacctStandIn(SACCT_STEPS)
+    rows = _steps("4711", q)  # type: ignore[arg-type]
+    assert q.argv[-1] == "JobID,State,ExitCode,NodeList"
+    assert [r["step"] for r in rows] == ["4711", "4711.batch", "4711.extern", "4711.0"]  # the short row is left out
+    assert rows[3] == {"step": "4711.0", "state": "CANCELLED by 0", "exit_code": "0:15", "nodes": "node[1-2]"}
+    assert _steps("4711", _SacctStandIn("", returncode=1)) == []  # type: ignore[arg-type]

@@ -10,10 +10,10 @@ from typing import Any
 from clusterkit.diagnose import reader, verdict
 from clusterkit.errors import ClusterkitError, ExitCode
 from clusterkit.scheduler.base import JobStatus, SlurmUnreachable
-from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.records import JobRecord
-from clusterkit.scheduler.slurm_tables import SlurmQuery
+from clusterkit.scheduler.slurm_tables import SlurmQuery, parse_sacct
 from clusterkit.scheduler.status import refresh
+from clusterkit.tooltext import ParseFailure
 
 
 class LogsUnreadable(ClusterkitError):
@@ -85,13 +85,13 @@ def _slurm_json(st: JobStatus, steps: list[dict[str, str]], down: list[tuple[str
 
 def _steps(job_id: str, query: SlurmQuery) -> list[dict[str, str]]:
     """Per-step rows from sacct (none where there is no accounting: slurmctld forgets steps)."""
-    proc = query.run(["sacct", "-P", "-n", "-j", job_id, "-o", "JobID,State,ExitCode,NodeList"], query.timeout_s)
-    rows = []
-    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
-        parts = line.split("|")
-        if len(parts) >= 4 and parts[0].startswith(job_id):
-            rows.append({"step": parts[0], "state": parts[1], "exit_code": parts[2], "nodes": parts[3]})
-    return rows
+    fields = ("JobID", "State", "ExitCode", "NodeList")
+    proc = query.run(["sacct", "-P", "-n", "-j", job_id, "-o", ",".join(fields)], query.timeout_s)
+    table = parse_sacct(proc.stdout, fields, skip_bad_rows=True) if proc.returncode == 0 else None
+    if table is None or isinstance(table, ParseFailure):
+        return []
+    return [{"step": r.job_id, "state": r.fields["State"], "exit_code": r.fields["ExitCode"],
+             "nodes": r.fields["NodeList"]} for r in table.rows if r.job_id.startswith(job_id)]
 
 
 def _down_nodes(st: JobStatus, query: SlurmQuery) -> list[tuple[str, str]]:
@@ -106,7 +106,3 @@ def _down_nodes(st: JobStatus, query: SlurmQuery) -> list[tuple[str, str]]:
             out.append((kv.get("NodeName", "?"), f"{state}" + (f" ({reason.group(1)})" if reason else "")))
     return out
 
-
-def job_files(rec: JobRecord) -> list[Path]:
-    """The job's logs in its run directory (the same files ``clusterkit logs`` shows)."""
-    return log_files(rec)
