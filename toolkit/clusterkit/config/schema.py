@@ -1,6 +1,6 @@
 """The site config schema: one pydantic model per section, and the rules each key follows.
 
-A site config describes one cluster (docs/architecture.md §2).  The models are frozen and strict;
+A site config describes one cluster (docs/architecture.md §5).  The models are frozen and strict;
 :mod:`clusterkit.config.load` reads the YAML and turns validation errors into ``file:line``
 messages.  Closed vocabularies (stages, launchers, transports, scheduler kinds, Slurm time) come
 from :mod:`clusterkit.vocab`.

@@ -1,1 +1,1 @@
-"""The job: stage plan, launchers, NCCL policy, rendering and the run directory (docs/architecture.md)."""
+"""The job: stage plan, launchers, NCCL policy, rendering and the run directory (docs/architecture.md §5)."""

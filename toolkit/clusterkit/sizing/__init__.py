@@ -1,4 +1,4 @@
-"""The memory model and recommendation behind ``clusterkit plan`` (docs/architecture.md).
+"""The memory model and recommendation behind ``clusterkit plan`` (docs/architecture.md §5).
 
 Pure: no I/O, no clock, no environment.  :mod:`.model` holds the memory figures (DeepSpeed's
 estimators to the byte, DDP, ZeRO-1, Megatron, activations); :mod:`.inputs` the request and the

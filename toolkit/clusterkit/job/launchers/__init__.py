@@ -1,4 +1,4 @@
-"""Launchers: one module each, all built from one host/slot model (docs/architecture.md §2, §4).
+"""Launchers: one module each, all built from one host/slot model (docs/architecture.md §4, §5).
 
 A launcher turns a :class:`Context` into a :class:`Launch`: the shell words that start it (with
 runtime values such as the rendezvous head as :class:`Sh` expressions), how it is started in
