@@ -12,7 +12,6 @@ given with them in the request's exclude list, without planning again.
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -20,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from clusterkit import __version__
-from clusterkit.config.schema import Site
+from clusterkit.config.schema import Container, Site
 from clusterkit.errors import PlanError
 from clusterkit.job import launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
@@ -80,7 +79,7 @@ class Plan:
     env: tuple[EnvVar, ...]
     sbatch: tuple[tuple[str, str | None], ...]   # (option, value or None for flags), in order
     modules: tuple[str, ...]
-    container: dict[str, Any] | None
+    container: Container | None         # the site's container, when this job runs in it
     max_restarts: int
     preempt_signal_s: int
     grace_s: int                        # seconds the ranks get to save after SIGTERM
@@ -125,7 +124,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description of everything in the plan (plan.json)."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "basis"}
-        d["container"] = copy.deepcopy(self.container)
+        d["container"] = self.container.model_dump() if self.container else None
         d["launch"] = {"launcher": self.launch.launcher, "mode": self.launch.mode, "line": self.launch.line,
                        "command": list(self.launch.command),
                        "hostfile_dialect": self.launch.dialect.name if self.launch.dialect else None,
@@ -347,7 +346,7 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         launch=launch, env=tuple(env),
         sbatch=_sbatch(site, s, nnodes, gpn, launch, spec, exclude, time, max_restarts),
         modules=tuple(site.software.modules),
-        container=container_cfg.model_dump() if use_container and container_cfg else None,
+        container=container_cfg if use_container else None,
         max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s,
         grace_s=site.scheduler.grace_s, requeue=spec.requeue,
         checkpoint_dir=checkpoint_base(site, request.run_dir, name),

@@ -131,7 +131,7 @@ def override_note(site: Site) -> str | None:
 def container_mounts(plan: Plan) -> list[str]:
     """The site's container mounts, plus the run directory when no mount already covers it:
     the launcher inside the container reads the hostfile and configs from there."""
-    mounts = list(plan.container["mounts"]) if plan.container else []
+    mounts = list(plan.container.mounts) if plan.container else []
     if plan.container and any(c in plan.run_dir for c in ",:"):
         # both runtimes read the list as "src[:dst[:flags]],...": the path would add mounts
         raise PlanError(f"run directory {plan.run_dir!r}: ',' and ':' cannot be mounted into the site's container; "
@@ -146,12 +146,12 @@ def container_mounts(plan: Plan) -> list[str]:
 def _launcher_words(plan: Plan) -> list[Word]:
     words: list[Word] = list(plan.launch.words)
     c = plan.container
-    if c and c["runtime"] == "apptainer":
+    if c and c.runtime == "apptainer":
         # apptainer wraps the launcher (a "once" launcher is single-node here: it runs in a step);
         # --nv binds the host's driver into the container
         mounts = container_mounts(plan)
         bind = ["--bind", ",".join(mounts)] if mounts else []
-        words = ["apptainer", "exec", "--nv", *bind, c["image"], *words]
+        words = ["apptainer", "exec", "--nv", *bind, c.image, *words]
     return words
 
 
@@ -196,8 +196,8 @@ def srun_options(plan: Plan) -> list[str]:
         opts.append("--ntasks-per-node=1")
         opts.append(_restart_log(plan, "%N"))
     c = plan.container
-    if c and c["runtime"] == "pyxis":
-        opts.append("--container-image=" + shell_quote(c["image"]))
+    if c and c.runtime == "pyxis":
+        opts.append("--container-image=" + shell_quote(c.image))
         # pyxis starts in the image's WORKDIR: run where the job was submitted from, as srun does
         # without a container, so a relative `python train.py` finds the script
         opts.append("--container-mounts=" + shell_quote(",".join(container_mounts(plan))) + ',"$PWD"')
