@@ -21,6 +21,7 @@ from clusterkit.scheduler.slurm_tables import (
     squeue_statuses,
 )
 from clusterkit.scheduler.status import exit_status_of, refresh
+from clusterkit.vocab import JobState
 
 # `squeue -h --states=all -j 7000,7001,5002,3 -o '%i|%T|%r|%N'` on the testbed
 SQUEUE = """\
@@ -133,7 +134,7 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path: Path, monkeypatch: py
 
     monkeypatch.setattr("clusterkit.scheduler.records.os.replace", boom)
     with pytest.raises(RecordError, match="cannot write job record: No space left on device"):
-        store.save(rec.model_copy(update={"state": "COMPLETED"}))
+        store.save(rec.model_copy(update={"state": JobState.COMPLETED}))
     assert path.read_bytes() == before and [p.name for p in (tmp_path / "jobs").iterdir()] == [path.name]
 
 
