@@ -9,10 +9,10 @@ is planned once whatever preflight finds.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from clusterkit.config.load import load_site
 from clusterkit.config.schema import Site
@@ -20,12 +20,14 @@ from clusterkit.errors import ExitCode, PlanError, PreflightError
 from clusterkit.job import plan as planning
 from clusterkit.job import render as render_mod
 from clusterkit.job import rundir
+from clusterkit.job import settings as settings_mod
 from clusterkit.job.plan import JobRequest, Plan
 
 if TYPE_CHECKING:
     from clusterkit.preflight.report import NodeResult, PolicyDecision, Report
     from clusterkit.scheduler.jobs import Submission
     from clusterkit.scheduler.records import RecordStore
+    from clusterkit.sizing import Sizing
 
 
 @dataclass(frozen=True)
@@ -166,3 +168,27 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
 
     run = render_run(site, request, out, gate=gate)
     return run, submit_run(run, store)
+
+
+def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | None, *, job_name: str | None,
+                 settings: Mapping[str, Any]) -> RenderedRun:
+    """``clusterkit plan --render``: the recommended setup (launcher, stage, nodes and its
+    settings) through the one render path; the user's ``settings`` win over the plan's."""
+    chosen = sizing.recommended
+    if chosen is None:
+        raise PlanError(f"nothing to render: {sizing.reason}")
+    command = tuple(command)
+    if chosen.method.key == "megatron" and "--use-distributed-optimizer" not in command:
+        # the Megatron figure assumes ZeRO-1 over data parallel (4 + 16/d bytes per parameter);
+        # without the distributed optimizer every GPU would hold 20 bytes per parameter
+        command = (*command, "--use-distributed-optimizer")
+    values = chosen.settings()
+    if sizing.request.shape is not None:  # the micro batch the activations were sized for
+        values["micro_batch"] = sizing.request.shape.micro_batch
+    # keep what the chosen launcher acts on: torchrun's DDP/FSDP choice lives in the script
+    values = {k: v for k, v in values.items() if chosen.method.launcher in settings_mod.used_by(k)}
+    values.update(settings)
+    request = JobRequest(stage=chosen.layout.stage, command=command, launcher=chosen.method.launcher,
+                         nodes=chosen.layout.nodes, gpus_per_node=chosen.layout.gpus_per_node, job_name=job_name,
+                         settings=values)
+    return render_run(site, request, out)

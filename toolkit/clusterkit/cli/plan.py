@@ -16,8 +16,7 @@ from clusterkit import sizing as est
 from clusterkit.errors import InputError
 
 if TYPE_CHECKING:
-    from clusterkit.actions import RenderedRun
-    from clusterkit.config.schema import Site
+    pass
 
 
 # click.ParamType is generic from click 8.4 (one parameter; two from 8.5) and plain before, so no
@@ -52,19 +51,6 @@ class _Number(click.ParamType):  # type: ignore[type-arg]  # generic from click 
         if not math.isfinite(number):  # nan and inf would reach --json as NaN / Infinity
             raise InputError(f"{opt}: {value!r} is not a finite number")
         return number
-
-
-def hardware_of(site: Site) -> est.Hardware:
-    """The numbers the estimate needs from a validated Site."""
-    cost = site.cost
-    return est.Hardware(
-        gpus_per_node=site.nodes.gpus_per_node,
-        gpu_mem_gib=float(site.nodes.gpu_mem_gb),
-        host_mem_gib=float(site.nodes.mem_gb),
-        max_nodes=len(site.nodes.hosts),
-        gpu_hour_price=cost.gpu_hour if cost else None,
-        currency=cost.currency if cost else "USD",
-    )
 
 
 @click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
@@ -133,8 +119,15 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
         total_params=model_params, largest_layer_params=largest_layer_params, gpus=gpus, nodes=nodes,
         launcher=launcher, offload=offload, zero_init=zero_init, headroom=headroom,
         buffer_factor=buffer_factor, hours=hours, shape=shape)
-    result = est.size_job(hardware_of(site), request)
-    run = render_recommended(site, result, command, out, job_name, sets) if do_render else None
+    result = est.size_job(est.Hardware.from_site(site), request)
+    run = None
+    if do_render:
+        from clusterkit.actions import render_sized
+        from clusterkit.cli.common import build_request
+
+        user = build_request(stage="single-node", command=command, launcher=None, nodes=None, gpus_per_node=None,
+                             sets=sets, job_name=job_name, exclude=None, debug=False)
+        run = render_sized(site, result, command, out, job_name=job_name, settings=user.settings)
     if as_json:
         from clusterkit.cli import output
         from clusterkit.cli.render import rendered_summary
@@ -178,33 +171,6 @@ def _check_render_options(do_render: bool, command: tuple[str, ...], out: str | 
             stray.append(f"command {' '.join(command)!r}")
         if stray:
             raise InputError(f"{', '.join(stray)} only make sense with --render")
-
-
-def render_recommended(site: Site, result: est.Sizing, command: tuple[str, ...], out: str | None,
-                       job_name: str | None, sets: tuple[str, ...]) -> RenderedRun:
-    """Hand the recommended setup to the render path: launcher, stage, nodes and its settings."""
-    from clusterkit.actions import render_run
-    from clusterkit.cli.common import build_request
-    from clusterkit.errors import PlanError
-    from clusterkit.job import settings as settings_mod
-
-    chosen = result.recommended
-    if chosen is None:
-        raise PlanError(f"nothing to render: {result.reason}")
-    if chosen.method.key == "megatron" and "--use-distributed-optimizer" not in command:
-        # the Megatron figure assumes ZeRO-1 over data parallel (4 + 16/d bytes per parameter);
-        # without the distributed optimizer every GPU would hold 20 bytes per parameter
-        command = (*command, "--use-distributed-optimizer")
-    settings = chosen.settings()
-    if result.request.shape is not None:  # the micro batch the activations were sized for
-        settings["micro_batch"] = result.request.shape.micro_batch
-    # keep what the chosen launcher acts on: torchrun's DDP/FSDP choice lives in the script
-    settings = {k: v for k, v in settings.items() if chosen.method.launcher in settings_mod.used_by(k)}
-    request = build_request(
-        stage=chosen.layout.stage, command=command, launcher=chosen.method.launcher, nodes=chosen.layout.nodes,
-        gpus_per_node=chosen.layout.gpus_per_node, sets=sets, job_name=job_name, exclude=None, debug=False,
-        extra_settings=settings)
-    return render_run(site, request, out)
 
 
 def print_human(site_name: str, result: est.Sizing) -> None:

@@ -3,6 +3,11 @@ plain numbers, and the request, checked: an impossible request is a one-line :cl
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from clusterkit.config.schema import Site
+
 import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -65,6 +70,14 @@ class Hardware:
     max_nodes: int
     gpu_hour_price: float | None = None
     currency: str = "USD"
+
+    @classmethod
+    def from_site(cls, site: Site) -> Hardware:
+        """The numbers the estimate needs from a validated site."""
+        cost = site.cost
+        return cls(gpus_per_node=site.nodes.gpus_per_node, gpu_mem_gib=float(site.nodes.gpu_mem_gb),
+                   host_mem_gib=float(site.nodes.mem_gb), max_nodes=len(site.nodes.hosts),
+                   gpu_hour_price=cost.gpu_hour if cost else None, currency=cost.currency if cost else "USD")
 
 
 @dataclass(frozen=True)
