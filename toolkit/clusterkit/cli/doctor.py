@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,17 +37,6 @@ def _progress(total: int) -> Iterator[Any]:
                   console=output.err(), transient=True) as bar:
         task = bar.add_task("logs", total=total)
         yield lambda n: bar.advance(task, n)
-
-
-def _run(files: list[Path], view: Any, job: str | None) -> dict[str, Any]:
-    from clusterkit.diagnose import diagnose_files
-
-    total = 0
-    for p in files:
-        with suppress(OSError):
-            total += p.stat().st_size
-    with _progress(total) as tick:
-        return diagnose_files(files, view, job=job, progress=tick)
 
 
 def _print(report: dict[str, Any]) -> None:
@@ -89,15 +78,18 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
     the verdict, never reported as its cause.
     """
     from clusterkit.cli import output
-    from clusterkit.diagnose import LogsUnreadable
+    from clusterkit.diagnose import LogsUnreadable, diagnose_job, diagnose_logs
     from clusterkit.errors import InputError
 
     if from_logs:
-        report = _from_logs(targets)
+        found = diagnose_logs([Path(t) for t in targets], _progress)
     else:
         if len(targets) != 1:
             raise InputError("give one JOB, or --logs PATH...")
-        report = _from_job(targets[0])
+        found = diagnose_job(targets[0], _progress)
+    for note in found.notes:
+        output.warn(note)
+    report = found.report
     if as_json:
         output.emit_json(report)
     else:
@@ -107,57 +99,3 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
     if report.get("slurm_error"):
         raise LogsUnreadable(f"{report['slurm_error']} (diagnosed from the logs alone)")
     return 0 if report["verdict"]["category"] == "ok" else 1
-
-
-def _from_logs(targets: tuple[str, ...]) -> dict[str, Any]:
-    from clusterkit.cli import output
-    from clusterkit.diagnose import LogsUnreadable
-    from clusterkit.diagnose.reader import expand
-    from clusterkit.errors import InputError
-
-    if not targets:
-        raise InputError("--logs needs at least one PATH")
-    files, missing = expand([Path(t) for t in targets])
-    for m in missing:
-        output.warn(m)
-    if not files:
-        raise LogsUnreadable(f"no log files to read in {', '.join(targets)}")
-    report = _run(files, None, None)
-    if report["files"]["read"] == 0:
-        raise LogsUnreadable("; ".join(report["files"]["unreadable"]))
-    return report
-
-
-def _from_job(ref: str) -> dict[str, Any]:
-    from clusterkit.cli import output
-    from clusterkit.diagnose import LogsUnreadable, one_line, slurm_view
-    from clusterkit.errors import InputError, RecordError, SubmitError
-    from clusterkit.scheduler.jobs import log_files
-    from clusterkit.scheduler.records import RecordStore
-    from clusterkit.scheduler.slurm_tables import SlurmQuery
-    from clusterkit.vocab import JobState
-
-    store = RecordStore()
-    try:
-        rec = store.find(ref)
-    except RecordError as exc:  # for doctor, exit 1 means "a failure was diagnosed": a bad JOB is usage
-        raise InputError(str(exc)) from exc
-    files = log_files(rec)
-    view, slurm, err = None, None, None
-    try:
-        view, slurm = slurm_view(rec, SlurmQuery())
-    except SubmitError as exc:
-        err = str(exc)
-    if not files and err:
-        raise LogsUnreadable(f"job {rec.job_id}: no log files in {rec.run_dir}, and {err}")
-    if not files:
-        output.warn(f"job {rec.job_id} has no log files in {rec.run_dir}")
-    report = _run(files, view, rec.key)
-    report["slurm"] = slurm
-    report["run_dir"] = rec.run_dir
-    if err:
-        report["slurm_error"] = err
-    elif view is not None and JobState.parse(view.state or "").is_terminal:
-        store.save(rec.model_copy(update={"diagnosis": one_line(report)}))
-    return report
-

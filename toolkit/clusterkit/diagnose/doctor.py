@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext, suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from clusterkit.diagnose import reader, verdict
-from clusterkit.errors import ClusterkitError, ExitCode
+from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SubmitError
 from clusterkit.scheduler.base import JobStatus, SlurmUnreachable
-from clusterkit.scheduler.records import JobRecord
+from clusterkit.scheduler.logs import log_files
+from clusterkit.scheduler.records import JobRecord, RecordStore
 from clusterkit.scheduler.slurm_tables import SlurmQuery, parse_sacct
 from clusterkit.scheduler.status import refresh
 from clusterkit.tooltext import ParseFailure
+from clusterkit.vocab import JobState
 
 
 class LogsUnreadable(ClusterkitError):
@@ -23,6 +27,66 @@ class LogsUnreadable(ClusterkitError):
 
 
 Progress = Callable[[int], None]
+# given the bytes about to be read, a context that yields a progress callback (or None)
+ProgressBar = Callable[[int], AbstractContextManager[Progress | None]]
+
+
+@dataclass
+class Diagnosis:
+    """The doctor report, and what to tell the user beside it (paths that were not there)."""
+
+    report: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+def _scan(files: Sequence[Path], view: verdict.SlurmView | None, job: str | None,
+          bar: ProgressBar | None) -> dict[str, Any]:
+    total = 0
+    for p in files:
+        with suppress(OSError):
+            total += p.stat().st_size
+    with (bar(total) if bar is not None else nullcontext(None)) as tick:
+        return diagnose_files(files, view, job=job, progress=tick)
+
+
+def diagnose_logs(paths: Sequence[Path], bar: ProgressBar | None = None) -> Diagnosis:
+    """``doctor --logs PATH...``: the verdict from log files (and directories of them) alone."""
+    if not paths:
+        raise InputError("--logs needs at least one PATH")
+    files, missing = reader.expand(list(paths))
+    if not files:
+        raise LogsUnreadable(f"no log files to read in {', '.join(map(str, paths))}")
+    report = _scan(files, None, None, bar)
+    if report["files"]["read"] == 0:
+        raise LogsUnreadable("; ".join(report["files"]["unreadable"]))
+    return Diagnosis(report, list(missing))
+
+
+def diagnose_job(ref: str, bar: ProgressBar | None = None, store: RecordStore | None = None) -> Diagnosis:
+    """``doctor JOB``: the job's logs and Slurm's view of it; a verdict on an ended job is
+    kept in its record (``status`` shows it)."""
+    store = store or RecordStore()
+    try:
+        rec = store.find(ref)
+    except RecordError as exc:  # for doctor, exit 1 means "a failure was diagnosed": a bad JOB is usage
+        raise InputError(str(exc)) from exc
+    files = log_files(rec)
+    view, slurm, err = None, None, None
+    try:
+        view, slurm = slurm_view(rec, SlurmQuery())
+    except SubmitError as exc:
+        err = str(exc)
+    if not files and err:
+        raise LogsUnreadable(f"job {rec.job_id}: no log files in {rec.run_dir}, and {err}")
+    notes = [] if files else [f"job {rec.job_id} has no log files in {rec.run_dir}"]
+    report = _scan(files, view, rec.key, bar)
+    report["slurm"] = slurm
+    report["run_dir"] = rec.run_dir
+    if err:
+        report["slurm_error"] = err
+    elif view is not None and JobState.parse(view.state or "").is_terminal:
+        store.save(rec.model_copy(update={"diagnosis": one_line(report)}))
+    return Diagnosis(report, notes)
 
 
 def diagnose_files(files: Sequence[Path], view: verdict.SlurmView | None = None, *, job: str | None = None,
