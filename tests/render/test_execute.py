@@ -224,3 +224,52 @@ def test_hostile_values_that_reach_sbatch_lines_are_refused(ck, tmp_path: Path, 
     result = ck("render", "--site", "testbed", *args, "--out", str(tmp_path / "r"), "--", "python", "t.py")
     assert_one_line_error(result, 2, needle)
     assert not (tmp_path / "r").exists()
+
+
+PREEMPTED_SCONTROL = """#!/bin/bash
+# Test stand-in for scontrol during a preemption: the job shows its PreemptTime, and a requeue
+# is refused (Slurm is requeueing the preempted run itself).
+case "$1 $2" in
+  "show hostnames") exec "$REAL_FAKEBIN/scontrol" "$@" ;;
+  "-o show") echo "JobId=$SLURM_JOB_ID JobState=RUNNING PreemptTime=2026-12-01T19:50:59 Restarts=0" ;;
+  "requeue $SLURM_JOB_ID") echo "scontrol requeue $2" >> "$FAKE_LOG_DIR/scontrol.log"
+             echo "Requested operation is presently disabled for job $2" >&2; exit 1 ;;
+  *) echo "scontrol $*" >> "$FAKE_LOG_DIR/scontrol.log" ;;
+esac
+"""
+
+
+def test_a_preempted_run_whose_requeue_slurm_refuses_writes_no_result(ck, tmp_path: Path) -> None:
+    """Slurm requeues a preempted run itself after its grace time and refuses ours meanwhile:
+    the script must not write a final result (that would end the job for good); it waits for
+    Slurm's TERM."""
+    import signal
+    import time
+
+    run_dir = render(ck, tmp_path, "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
+                     "--launcher", "srun", command=["true"])
+    stand_in = tmp_path / "preempted-bin"
+    stand_in.mkdir()
+    (stand_in / "scontrol").write_text(PREEMPTED_SCONTROL)
+    (stand_in / "scontrol").chmod(0o755)
+    logs = tmp_path / "fakelogs"
+    logs.mkdir()
+    env = dict(os.environ, PATH=f"{stand_in}:{FAKEBIN}:{os.environ['PATH']}", REAL_FAKEBIN=str(FAKEBIN),
+               FAKE_LOG_DIR=str(logs), SLURM_JOB_ID="4321", SLURM_JOB_NODELIST="node[1-2]", SLURM_NNODES="2")
+    with subprocess.Popen(["bash", str(run_dir / "job.sbatch")], cwd=tmp_path, env=env, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as p:
+        assert p.stderr is not None
+        seen = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = p.stderr.readline()
+            seen.append(line)
+            if "no result is written" in line or not line:
+                break
+        assert any("scontrol requeue refused while Slurm preempts this run" in ln for ln in seen), seen
+        time.sleep(0.5)
+        assert p.poll() is None, "the script ended before Slurm did"
+        os.killpg(p.pid, signal.SIGTERM)  # Slurm's TERM at the end of the grace time
+        assert p.wait(timeout=30) == -signal.SIGTERM  # untrapped: the TERM ends it, as Slurm means it to
+    assert "scontrol requeue 4321" in (logs / "scontrol.log").read_text()
+    assert not list(run_dir.glob("*.result")), "a preempted run wrote a final result"

@@ -134,6 +134,16 @@ class Testbed:
         return subprocess.run(list(argv), env=self.env(), capture_output=True, text=True,
                               check=check, timeout=timeout)
 
+    def resume(self, node: str) -> None:
+        """Bring a node set DOWN by a test back.  With ReturnToService=2 slurmctld may already
+        have returned it on its own (a DOWN node that answers a ping registers again); then
+        Slurm refuses RESUME with "Invalid node state specified", and the node is up anyway."""
+        proc = self.run("scontrol", "update", f"NodeName={node}", "State=RESUME", check=False)
+        if proc.returncode != 0:
+            state = self.run("sinfo", "-h", "-N", "-n", node, "-o", "%T", check=False).stdout.split()
+            assert "Invalid node state" in proc.stderr and state and not any(
+                s.startswith(("down", "drain")) for s in state), (proc.stderr, state)
+
 
 @pytest.fixture(scope="session")
 def testbed() -> Iterator[Testbed]:

@@ -157,7 +157,7 @@ def test_node_set_down_is_node_state_not_drift(cli: CK, tmp_path: Path) -> None:
         proc = cli("sites", "drift", str(site))
         js = json.loads(cli("sites", "drift", str(site), "--json").stdout)
     finally:
-        cli.bed.run("scontrol", "update", "NodeName=node2", "State=RESUME")
+        cli.bed.resume("node2")
     assert proc.returncode == 0, proc.stdout
     assert "node state (not drift):\n    node2: DOWN (test)" in proc.stdout
     assert js["sites"][0]["node_state"] == [{"nodes": "node2", "state": "DOWN", "reason": "test"}]

@@ -128,7 +128,7 @@ def test_deepspeed_exclude_slots_naming_a_host_outside_the_allocation_fails_clea
                    "--launcher", "deepspeed", "--set", "exclude_slots=node4:1",
                    "--out", str(run_dir), "--wait", "--", "python", "examples/allreduce.py")
     finally:
-        cli.bed.run("scontrol", "update", "NodeName=node4", "State=RESUME")
+        cli.bed.resume("node4")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     job = _submitted_id(proc.stdout)
     log = (run_dir / "logs" / f"slurm-{job}.out").read_text()
