@@ -1,8 +1,9 @@
-"""Human (rich) and JSON renderings of command results.  Computes nothing.
+"""Human and JSON renderings of command results.  Computes nothing.
 
-Human output goes through rich, which turns colour and progress off by itself when stdout is
-not a terminal, so a pipe gets plain text; emoji codes stay text (node output may say ``:-1:``);
-``--json`` output is one JSON document on stdout.
+Plain lines, notes and warnings go through click (colour only on a terminal; the text is never
+markup).  Tables and progress bars go through rich, imported only for them, which turns colour
+and progress off by itself when stdout is not a terminal; emoji codes stay text (node output
+may say ``:-1:``).  ``--json`` output is one JSON document on stdout.
 """
 
 from __future__ import annotations

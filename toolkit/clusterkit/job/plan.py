@@ -26,7 +26,7 @@ from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.settings import Settings
-from clusterkit.vocab import slurm_seconds
+from clusterkit.vocab import StageSpec, slurm_seconds
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 _SBATCH_VALUE = re.compile(r"[^\s\x00-\x1f'\"\\`]+")
@@ -179,7 +179,7 @@ def _mem_share(site: Site, gpn: int) -> list[tuple[str, str | None]]:
     return [("mem", f"{int(site.nodes.mem_gb * 1024 * gpn // site.nodes.gpus_per_node)}M")]
 
 
-def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec: stages.StageSpec,
+def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec: StageSpec,
             exclude: tuple[str, ...], time: str, max_restarts: int) -> tuple[tuple[str, str | None], ...]:
     sch = site.scheduler
     override = site.stage_override(spec.name)
@@ -217,7 +217,7 @@ def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec
     return tuple(out)
 
 
-def _check_preemption(site: Site, launch: Launch, spec: stages.StageSpec, time: str, max_restarts: int) -> None:
+def _check_preemption(site: Site, launch: Launch, spec: StageSpec, time: str, max_restarts: int) -> None:
     """Refuse what the preemption path cannot serve: no room for the warning, ranks out of reach."""
     if site.scheduler.kind != "slurm" or not spec.requeue:
         return

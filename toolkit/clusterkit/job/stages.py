@@ -12,8 +12,6 @@ from clusterkit.config.schema import Site
 from clusterkit.errors import PlanError
 from clusterkit.vocab import STAGES, StageSpec
 
-__all__ = ["STAGES", "StageSpec", "check_site", "get", "node_count"]
-
 
 def get(stage: str) -> StageSpec:
     try:

@@ -43,7 +43,7 @@ def new_record(run: RunToSubmit, job_id: str) -> JobRecord:
     """The record of ``run``, just submitted as ``job_id``."""
     p = run.plan
     return JobRecord(
-        job_id=job_id, scheduler="slurm" if p.slurm else "local", site=p.site, site_source=p.site_file,
+        job_id=job_id, scheduler=p.scheduler, site=p.site, site_source=p.site_file,
         stage=p.stage, launcher=p.launcher, job_name=p.job_name, nnodes=p.nnodes, world_size=p.world_size,
         command=list(p.command), run_dir=str(run.run_dir), script=str(run.script), submitted_at=now_utc(),
         host=socket.gethostname(), plan=p.to_dict(),
