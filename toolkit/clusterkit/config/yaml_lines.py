@@ -79,6 +79,12 @@ def _check_shape(text: str, file: str) -> None:
                     raise ConfigError.single(file, _line(event), "",
                                              f"more than {MAX_ALIASES} YAML aliases (the limit)")
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):
+            # libyaml >= 0.2.5 stops at 1,000 levels while scanning ahead, before the events
+            # above reach ours: the same verdict, in the same words
+            mark = getattr(exc, "problem_mark", None)
+            raise ConfigError.single(file, mark.line + 1 if mark is not None else None, "",
+                                     f"nesting deeper than {MAX_DEPTH} levels (the limit)") from None
         raise _yaml_error(exc, file) from None
 
 
