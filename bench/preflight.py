@@ -47,7 +47,7 @@ TOOLS = ("clusterkit", "paramiko", "asyncssh", "clush", "pdsh", "pdsh-f64")
 
 
 def inner_clusterkit(spec: dict[str, Any]) -> dict[str, Any]:
-    from clusterkit.preflight.transport import SSHRunner
+    from clusterkit.nodes.transport import SSHRunner
 
     runner = SSHRunner(known_hosts=spec["known_hosts"], ssh_config=spec["ssh_config"],
                        connect_timeout_s=TIMEOUT_S, command_timeout_s=30, fanout=FANOUT)

@@ -178,7 +178,7 @@ def test_output_directory_problems(ck, tmp_path: Path) -> None:
 
 
 def test_no_half_written_run_dir_when_writing_fails(ck, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from clusterkit.job import rundir as workspace
+    from clusterkit import rundir as workspace
 
     real_write = Path.write_text
     calls = {"n": 0}

@@ -62,7 +62,7 @@ def test_existing_empty_out_keeps_its_mode_and_group(ck, tmp_path: Path) -> None
 
 def test_failed_write_leaves_existing_out_empty_and_default_dir_gone(ck, tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from clusterkit.job import rundir as workspace
+    from clusterkit import rundir as workspace
 
     real_write = Path.write_text
 
@@ -85,7 +85,7 @@ def test_failed_write_leaves_existing_out_empty_and_default_dir_gone(ck, tmp_pat
 
 def test_out_being_written_by_another_render_is_refused(ck, tmp_path: Path) -> None:
     from clusterkit.errors import RunDirError
-    from clusterkit.job.rundir import write_run_dir
+    from clusterkit.rundir import write_run_dir
 
     out = tmp_path / "run"
     (out / ".clusterkit-staging").mkdir(parents=True)  # what another render holds while it writes

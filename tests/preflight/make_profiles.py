@@ -20,7 +20,7 @@ from pathlib import Path
 
 PROFILES = Path(__file__).resolve().parents[1] / "sshlab" / "profiles"
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "toolkit"))
-from clusterkit.preflight.device_parsers import GPU_QUERY_FIELDS  # noqa: E402 - after the sys.path line above
+from clusterkit.nodes.device_parsers import GPU_QUERY_FIELDS  # noqa: E402 - after the sys.path line above
 
 BUS_IDS = ["18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"]
 

@@ -23,10 +23,9 @@ from clusterkit.preflight.engine import (
     CheckResult,
     CheckSet,
     Status,
-    build_script,
     evaluate,
-    split_sections,
 )
+from clusterkit.nodes.script import split_sections
 
 PROFILES = Path(__file__).resolve().parents[1] / "sshlab" / "profiles"
 
@@ -56,7 +55,7 @@ def run_on_profile(check_set: CheckSet, profile: str, tmp_path: Path) -> tuple[s
         shutil.copytree(PROFILES / profile / "root", node / "root", symlinks=True)
     env = dict(os.environ, PATH=f"{PROFILES / profile / 'bin'}:{os.environ['PATH']}",
                CLUSTERKIT_SYSROOT=str(node / "root"))
-    proc = subprocess.run(["sh", "-c", build_script(check_set)], env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(["sh", "-c", check_set.script()], env=env, capture_output=True, text=True, timeout=60)
     return proc.stdout, proc.returncode
 
 
@@ -208,7 +207,7 @@ def test_local_machine_without_gpus(tmp_path: Path) -> None:
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has nvidia-smi")
     check_set = select_checks(expect(stage=SINGLE, storage=()))
-    proc = subprocess.run(["sh", "-c", build_script(check_set)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(["sh", "-c", check_set.script()], capture_output=True, text=True, timeout=60)
     res = {r.check: r for r in evaluate(check_set, proc.stdout)}
     assert res["gpu.present"].status is Status.FAIL
     assert res["gpu.present"].message == "nvidia-smi not found (no NVIDIA driver installed?)"

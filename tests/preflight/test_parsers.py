@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.preflight import device_parsers as d
-from clusterkit.preflight import parsers as p
+from clusterkit.nodes import device_parsers as d
+from clusterkit.nodes import parsers as p
 from tests.totality import assert_total
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "preflight"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusterkit.preflight.transport import ErrorKind, NodeOutput, SrunRunner
+from clusterkit.nodes.transport import ErrorKind, NodeOutput, SrunRunner
 
 from .conftest import Testbed
 

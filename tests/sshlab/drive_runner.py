@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from clusterkit.preflight.transport import LocalRunner, NodeOutput, SrunRunner, SSHRunner
+from clusterkit.nodes.transport import LocalRunner, NodeOutput, SrunRunner, SSHRunner
 
 
 def main() -> int:

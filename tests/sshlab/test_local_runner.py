@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from clusterkit.preflight.transport import ErrorKind, LocalRunner, NodeOutput
+from clusterkit.nodes.transport import ErrorKind, LocalRunner, NodeOutput
 
 
 def test_runs_the_script_once_per_host_with_output_status_and_label() -> None:
@@ -41,7 +41,7 @@ def test_a_hung_command_is_killed_with_its_children(tmp_path) -> None:
 def test_ctrl_c_returns_partial_results(tmp_path) -> None:
     code = textwrap.dedent("""
         import json, sys
-        from clusterkit.preflight.transport import LocalRunner
+        from clusterkit.nodes.transport import LocalRunner
         script = '[ "$CLUSTERKIT_HOST" = quick ] && exit 0; sleep 60'
         res = LocalRunner().run_many(["quick", "slow1", "slow2"], script,
                                      on_result=lambda r: print("done", r.host, file=sys.stderr, flush=True))
@@ -80,7 +80,7 @@ def test_the_engine_abandons_a_worker_stuck_past_its_budget_and_raises_bugs() ->
 
     import pytest
 
-    from clusterkit.preflight.transport import fan_out
+    from clusterkit.nodes.transport import fan_out
 
     release = threading.Event()
 

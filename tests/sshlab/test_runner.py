@@ -280,7 +280,7 @@ def test_ctrl_c_returns_what_finished_and_flags_the_rest(runner_lab: SSHLab) -> 
 
 
 def test_importing_the_runner_module_does_not_import_paramiko() -> None:
-    code = "import sys, clusterkit.preflight.transport; print('paramiko' in sys.modules)"
+    code = "import sys, clusterkit.nodes.transport; print('paramiko' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -338,7 +338,7 @@ def test_known_hosts_with_markers_wildcards_and_a_bad_line(runner_lab: SSHLab, t
 
 
 def test_known_hosts_skipped_lines_are_warned_about(runner_lab: SSHLab, tmp_path: Path) -> None:
-    from clusterkit.preflight.transport.ssh_keys import KnownHosts
+    from clusterkit.nodes.transport.ssh_keys import KnownHosts
 
     known = tmp_path / "known_hosts"
     known.write_text(f"@cert-authority *.cluster {runner_lab.host_key_line}\nnot an entry\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.config.schema import SSH
-from clusterkit.preflight.transport import ErrorKind, NodeFailure, SSHRunner
+from clusterkit.nodes.transport import ErrorKind, NodeFailure, SSHRunner
 
 CONFIG = """\
 Host gpu*

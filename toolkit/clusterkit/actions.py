@@ -14,32 +14,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clusterkit import rundir
 from clusterkit.config.load import load_site
 from clusterkit.config.schema import Site
 from clusterkit.errors import ExitCode, PlanError, PreflightError
 from clusterkit.job import plan as planning
 from clusterkit.job import render as render_mod
-from clusterkit.job import rundir
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.plan import JobRequest, Plan
+from clusterkit.rundir import RenderedRun
 
 if TYPE_CHECKING:
     from clusterkit.preflight.report import NodeResult, PolicyDecision, Report
     from clusterkit.scheduler.jobs import Submission
     from clusterkit.scheduler.records import RecordStore
     from clusterkit.sizing import Sizing
-
-
-@dataclass(frozen=True)
-class RenderedRun:
-    site: Site
-    plan: Plan
-    artifacts: dict[str, str]
-    run_dir: Path
-
-    @property
-    def script(self) -> Path:
-        return self.run_dir / "job.sbatch"
 
 
 def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,

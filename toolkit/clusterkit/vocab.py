@@ -63,7 +63,7 @@ def stage_for_nodes(nodes: int) -> str:
 LAUNCHERS: tuple[str, ...] = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
 Launcher = Literal["torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun"]
 
-# how preflight reaches the nodes (preflight/transport/)
+# how preflight reaches the nodes (nodes/transport/)
 TRANSPORTS: tuple[str, ...] = ("ssh", "srun", "local")
 Transport = Literal["ssh", "srun", "local"]
 # the remote transports only: how `sites init` / `sites drift` read node facts, and the site's

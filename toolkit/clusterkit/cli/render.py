@@ -9,7 +9,7 @@ import click
 from clusterkit.cli.common import build_request, job_options
 
 if TYPE_CHECKING:
-    from clusterkit.actions import RenderedRun
+    from clusterkit.rundir import RenderedRun
 
 
 def rendered_summary(run: RenderedRun) -> dict[str, Any]:

@@ -10,9 +10,10 @@ import click
 from clusterkit.cli.common import build_request, job_options
 
 if TYPE_CHECKING:
-    from clusterkit.actions import Gate, RenderedRun
+    from clusterkit.actions import Gate
     from clusterkit.config.schema import Site
     from clusterkit.preflight.report import Report
+    from clusterkit.rundir import RenderedRun
     from clusterkit.scheduler.records import JobRecord
 
 

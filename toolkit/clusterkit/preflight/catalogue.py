@@ -5,34 +5,28 @@ GPUDirect, mounts, free space and writability of the site's storage.
 :func:`select_checks` chooses them for a stage; the engine (:mod:`clusterkit.preflight.engine`)
 runs and judges them.  Every value from the site is shell-quoted.  To add a check: write its
 section (if it reads something new) and a :class:`~clusterkit.preflight.engine.Check` with a
-parser from :mod:`~clusterkit.preflight.parsers` and a judge returning a ``Verdict``, then add
+parser from :mod:`~clusterkit.nodes.parsers` and a judge returning a ``Verdict``, then add
 both in :func:`select_checks` for the stages it applies to.
 """
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 from clusterkit.config.schema import Site, Storage
-from clusterkit.preflight import device_parsers as D
-from clusterkit.preflight import parsers as P
+from clusterkit.nodes import device_parsers as D
+from clusterkit.nodes import parsers as P
+from clusterkit.nodes import sections as S
+from clusterkit.nodes.script import Section, SectionOutput
 from clusterkit.preflight.engine import (
     LARGE,
     SINGLE,
     Check,
     CheckSet,
-    Section,
-    SectionOutput,
     Severity,
     Verdict,
 )
 from clusterkit.vocab import STAGE_NAMES
-
-# Fixed budgets for sections that only read kernel files; nvidia-smi gets a share of the
-# command timeout because a GPU that fell off the bus can make it hang for minutes.
-_READ_TIMEOUT_S = 5.0
-
 
 # ---------------------------------------------------------------------------------------------
 # expectations: what the site and stage ask of every node
@@ -97,21 +91,9 @@ def _identity(text: str) -> str:
     return text
 
 
-def gpu_section(timeout_s: float) -> Section:
-    """nvidia-smi's per-GPU query (:func:`~clusterkit.preflight.parsers.parse_gpu_query` reads it)."""
-    fields = ",".join(D.GPU_QUERY_FIELDS)
-    return Section("gpu", f"nvidia-smi --query-gpu={fields} --format=csv,noheader", timeout_s)
-
-
 def _gpu_sections(e: Expectations) -> list[Section]:
     t = min(20.0, max(2.0, e.command_timeout_s / 3))
-    return [
-        gpu_section(t),
-        # `--version` is cheap and prints "CUDA Version : X.Y" on drivers >= 525; older ones
-        # only show it in the plain table header.
-        Section("cuda", "v=$(nvidia-smi --version 2>/dev/null); "
-                'case "$v" in *"CUDA Version"*) echo "$v" ;; *) nvidia-smi ;; esac', t, unless_timed_out="gpu"),
-    ]
+    return [S.gpu_section(t), S.cuda_section(t)]
 
 
 def _judge_gpu_present(q: D.GpuQuery, out: SectionOutput) -> Verdict:
@@ -199,35 +181,12 @@ def _gpu_checks(e: Expectations) -> list[Check]:
     return checks
 
 
-_IB_ATTRS = ("state", "phys_state", "rate", "link_layer")
-
-
-def ib_section() -> Section:
-    """The InfiniBand ports: the sysfs tree, or ``ibstat`` (:func:`~clusterkit.preflight.parsers.parse_ib`)."""
-    globs = " ".join(f'"$CK_ROOT"/sys/class/infiniband/*/ports/*/{a}' for a in _IB_ATTRS)
-    ib = (f'if [ -d "$CK_ROOT/sys/class/infiniband" ]; then grep -H "" {globs} 2>/dev/null; '
-          'elif [ -z "$CK_ROOT" ] && command -v ibstat >/dev/null 2>&1; then ibstat; fi; true')
-    return Section("ib", ib, _READ_TIMEOUT_S)
-
-
-def _modules_section() -> Section:
-    modules = ('if [ -d "$CK_ROOT/sys/module" ]; then for m in nvidia_peermem nv_peer_mem; do '
-               '[ -d "$CK_ROOT/sys/module/$m" ] && echo "/sys/module/$m"; done; else lsmod; fi; true')
-    return Section("modules", modules, _READ_TIMEOUT_S)
-
-
-def hca_ports(inv: D.IbInventory, spec: str) -> list[D.IbPort]:
-    """The ports a ``network.hcas`` entry names: ``mlx5_0:1`` one port, ``mlx5_0`` all of them."""
-    hca, _, port = spec.partition(":")
-    return [p for p in inv.ports_of(hca) if not port or str(p.port) == port]
-
-
 def _wanted_ports(e: Expectations, inv: D.IbInventory) -> tuple[list[str], list[D.IbPort]]:
     """(missing HCA names, ports to judge)."""
     missing: list[str] = []
     ports: list[D.IbPort] = []
     for spec in e.hcas:
-        found = hca_ports(inv, spec)
+        found = S.hca_ports(inv, spec)
         if not found:
             missing.append(spec)
         ports.extend(found)
@@ -282,29 +241,12 @@ def _ib_checks(e: Expectations) -> list[Check]:
     return checks
 
 
-# Kernel file-system type names per configured storage type.
-FSTYPES = {"lustre": {"lustre"}, "nfs": {"nfs", "nfs4"}, "gpfs": {"gpfs"}}
-
-
-def mounted_as(m: P.Mount | None, storage_type: str) -> bool:
-    """Whether mount ``m`` serves a ``storage[].type``: its file-system type (local: any mount)."""
-    return m is not None and (storage_type == "local" or m.fstype in FSTYPES[storage_type])
-
-
-def mounts_section() -> Section:
-    """The mount table (:func:`~clusterkit.preflight.parsers.parse_mounts`)."""
-    return Section("mounts", 'cat "$CK_ROOT/proc/mounts"', _READ_TIMEOUT_S)
-
-
 def _storage_sections(items: list[tuple[int, StorageExpect]]) -> list[Section]:
-    sections = [mounts_section()]
+    sections = [S.mounts_section()]
     for i, s in items:
-        path = f'"$CK_ROOT"{shlex.quote(s.path)}'
-        sections.append(Section(f"df_{i}", f"df -P -k -- {path}", s.timeout_s))
+        sections.append(S.df_section(i, s.path, s.timeout_s))
         if s.writable:
-            probe = (f'f={path}/.clusterkit-preflight.$(uname -n).$$ && : > "$f" && rm -f -- "$f" '
-                     '&& echo writable')
-            sections.append(Section(f"write_{i}", probe, s.timeout_s, unless_timed_out=f"df_{i}"))
+            sections.append(S.write_section(i, s.path, s.timeout_s))
     return sections
 
 
@@ -320,14 +262,14 @@ def _checks_for_path(e: Expectations, i: int, s: StorageExpect) -> list[Check]:
         m = P.find_mount(mounts, s.path)
         if s.type == "local":
             return Verdict(m is not None, f"{s.path} on {m.fstype if m else '?'}")
-        if m is None or not mounted_as(m, s.type):
+        if m is None or not S.mounted_as(m, s.type):
             where = f"only {m.mountpoint} ({m.fstype})" if m else "nothing"
             return Verdict(False, f"{s.path} not mounted as {s.type} ({where} serves it)")
         return Verdict(True, f"{s.path} mounted ({m.fstype} from {m.source})")
 
     def nfs_at_scale(mounts: tuple[P.Mount, ...], _: SectionOutput) -> Verdict:
         m = P.find_mount(mounts, s.path)
-        nfs = mounted_as(m, "nfs")
+        nfs = S.mounted_as(m, "nfs")
         # hundreds of ranks opening files at once swamp a single NFS server's metadata path
         return Verdict(not nfs, f"{s.path} is NFS: at large-cluster scale prefer Lustre/GPFS" if nfs
                        else f"{s.path} is not NFS")
@@ -368,7 +310,7 @@ def select_checks(expect: Expectations) -> CheckSet:
     elif expect.fabric == "ethernet":
         notes.append("network.fabric is ethernet: InfiniBand checks skipped (NCCL will use TCP sockets)")
     else:
-        sections += [ib_section(), _modules_section()]
+        sections += [S.ib_section(), S.modules_section()]
         checks += _ib_checks(expect)
     items = [(i, s) for i, s in enumerate(expect.storage) if expect.stage != SINGLE or not s.shared]
     if items:

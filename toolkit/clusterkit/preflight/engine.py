@@ -1,37 +1,33 @@
-"""The check engine: the one remote script every node runs, and the judging of its output.
+"""The check engine: judging a node's script output.
 
 A :class:`CheckSet` holds the *sections* of the remote script (one shell command each, guarded
-by ``timeout``) and the *checks* that read them (a parser, a judgement, a severity); the
-catalogue (:mod:`clusterkit.preflight.catalogue`) chooses them for a site and stage.  Each node
-runs the whole script once - one connection, one command - and its output is split back into
-sections by markers carrying a random token, so nothing a node prints can forge a section
-boundary.
-
-Paths are read through ``${CLUSTERKIT_SYSROOT:-}`` (empty on real nodes) so a test node can
-serve its own sysfs, mount table and storage tree.  This module knows nothing about SSH: it
-makes text and judges text.
+by ``timeout``; :mod:`clusterkit.nodes.script` builds the script and splits its output) and the
+*checks* that read them (a parser, a judgement, a severity); the catalogue
+(:mod:`clusterkit.preflight.catalogue`) chooses them for a site and stage.  This module knows
+nothing about SSH: it judges text.
 """
 
 from __future__ import annotations
 
-import re
-import secrets
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from clusterkit.nodes.script import (
+    SKIPPED_RC,
+    Section,
+    SectionOutput,
+    build_script,
+    new_token,
+    seconds_text,
+    split_sections,
+)
 from clusterkit.tooltext import ParseFailure
 from clusterkit.vocab import STAGE_NAMES
 
 # Only the stage decides which checks apply.
 SINGLE, MULTI, LARGE = STAGE_NAMES
-
-# timeout(1) exits 124 when it stopped the command, 137 (128 + KILL) when -k had to kill it.
-TIMEOUT_RCS = {"124", "137"}
-SKIPPED_RC = "skip"
-
 
 class Severity(str, Enum):
     ERROR = "error"  # a failed check fails the node
@@ -48,29 +44,6 @@ class Status(str, Enum):
 # ---------------------------------------------------------------------------------------------
 # sections, checks, results
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Section:
-    """One command of the remote script.  ``command`` is shell text with every value quoted."""
-
-    name: str  # [a-z0-9_]+ : also a shell variable suffix
-    command: str
-    timeout_s: float
-    unless_timed_out: str | None = None  # skip this section if that one timed out (hung mount)
-
-
-@dataclass(frozen=True)
-class SectionOutput:
-    """What one section printed (stdout and stderr together) and how it ended."""
-
-    name: str
-    text: str
-    rc: str | None  # exit status as printed, "skip", or None when the END marker never came
-
-    @property
-    def timed_out(self) -> bool:
-        return self.rc in TIMEOUT_RCS
 
 
 @dataclass(frozen=True)
@@ -129,74 +102,12 @@ class CheckSet:
     sections: tuple[Section, ...]
     checks: tuple[Check, ...]
     notes: tuple[str, ...] = ()  # stage/site level remarks: what was skipped and why
-    token: str = field(default_factory=lambda: secrets.token_hex(8))
+    token: str = field(default_factory=new_token)
 
+    def script(self) -> str:
+        """The remote script of these sections."""
+        return build_script(self.sections, self.token)
 
-
-# ---------------------------------------------------------------------------------------------
-# the remote script
-# ---------------------------------------------------------------------------------------------
-
-_PRELUDE = r"""# clusterkit preflight: one script per node, sections delimited by markers.
-CK_ROOT=${CLUSTERKIT_SYSROOT:-}
-export CK_ROOT
-ck_m=%(marker)s
-ck_section() {
-    # $1 name  $2 timeout (s)  $3 section that must not have timed out ('' = none)  $4 shell text
-    printf '\n%%s BEGIN %%s\n' "$ck_m" "$1"
-    if [ -n "$3" ] && eval "[ \"\${ck_rc_$3:-}\" = 124 ] || [ \"\${ck_rc_$3:-}\" = 137 ]"; then
-        echo "skipped: section $3 timed out"
-        ck_rc=skip
-    else
-        timeout -k 2 "$2" sh -c "$4" </dev/null 2>&1
-        ck_rc=$?
-    fi
-    eval "ck_rc_$1=\$ck_rc"
-    printf '\n%%s END %%s %%s\n' "$ck_m" "$1" "$ck_rc"
-}
-"""
-
-
-def _seconds(t: float) -> str:
-    return f"{max(t, 0.1):g}"
-
-
-def build_script(check_set: CheckSet) -> str:
-    """The POSIX sh script every node runs: the prelude, then one ``ck_section`` per section."""
-    marker = f"@@ck-{check_set.token}@@"
-    lines = [_PRELUDE % {"marker": shlex.quote(marker)}]
-    for s in check_set.sections:
-        if not re.fullmatch(r"[a-z0-9_]+", s.name):
-            raise ValueError(f"section name {s.name!r} must be [a-z0-9_]+")  # a bug, not user input
-        after = shlex.quote(s.unless_timed_out or "")
-        lines.append(f"ck_section {s.name} {_seconds(s.timeout_s)} {after} {shlex.quote(s.command)}")
-    return "\n".join(lines) + "\n"
-
-
-def split_sections(stdout: str, token: str) -> dict[str, SectionOutput]:
-    """Split a node's output back into sections; a section without END was cut off (rc None)."""
-    marker = re.escape(f"@@ck-{token}@@")
-    begin_re = re.compile(rf"{marker} BEGIN ([a-z0-9_]+)")
-    end_re = re.compile(rf"{marker} END ([a-z0-9_]+) (\S+)")
-    out: dict[str, SectionOutput] = {}
-    current: str | None = None
-    body: list[str] = []
-    for line in stdout.splitlines():
-        b, e = begin_re.fullmatch(line), end_re.fullmatch(line)
-        if b:
-            if current is not None:  # BEGIN without END: the previous section never finished
-                out[current] = SectionOutput(current, "\n".join(body).strip("\n"), None)
-            current, body = b.group(1), []
-        elif e and current is not None and e.group(1) == current:
-            # the prelude prints a newline before END, so drop the one blank line it adds
-            text = "\n".join(body[:-1] if body and body[-1] == "" else body)
-            out[current] = SectionOutput(current, text, e.group(2))
-            current, body = None, []
-        elif current is not None:
-            body.append(line)
-    if current is not None:
-        out[current] = SectionOutput(current, "\n".join(body).strip("\n"), None)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,7 +128,7 @@ def _section_problem(check: Check, out: SectionOutput | None, check_set: CheckSe
     if out.rc is None:
         return f"cut off while running ({cut_reason})"
     if out.timed_out:
-        return f"no answer within {_seconds(section.timeout_s)} s"
+        return f"no answer within {seconds_text(section.timeout_s)} s"
     if out.rc == SKIPPED_RC:
         return out.text.strip() or "skipped"
     return None

@@ -14,21 +14,21 @@ Node-level trouble never raises; bad input (unknown stage or transport, a bad ho
 
 from __future__ import annotations
 
-import os
 import platform
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from clusterkit import hostlist
 from clusterkit.errors import InputError
+from clusterkit.nodes.runners import make_runner
 from clusterkit.preflight import catalogue, engine
 from clusterkit.preflight.report import NodeResult, PolicyDecision, Report, decide
 from clusterkit.vocab import STAGE_NAMES, TRANSPORTS, stage_for_nodes
 
 if TYPE_CHECKING:
     from clusterkit.config.schema import Site
-    from clusterkit.preflight.transport import NodeOutput, Runner
+    from clusterkit.nodes.transport import NodeOutput, Runner
 
 ProgressCallback = Callable[[NodeResult], None]
 
@@ -55,34 +55,9 @@ def _expand(expr: str) -> list[str]:
         raise InputError(f"--nodes: {exc}") from None
 
 
-def make_runner(site: Any, transport: str, *, accept_new_host_keys: bool = False) -> Any:
-    """The Runner for a transport, configured from the site (imports paramiko only for ssh)."""
-    from clusterkit.preflight import transport as R
-
-    ssh = site.ssh
-    if transport == "ssh":
-        return R.SSHRunner.from_site(ssh, accept_new_host_keys=accept_new_host_keys)
-    if transport == "local":
-        return R.LocalRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout))
-    if transport == "srun":
-        return R.SrunRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout),
-                            extra_args=_srun_args(site))
-    raise InputError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
-
-
-def _srun_args(site: Any) -> list[str]:
-    """Outside an allocation srun asks Slurm for one: in the site's partition and account.
-    Inside one (a job script's first step) the allocation already says where."""
-    if os.environ.get("SLURM_JOB_ID"):
-        return []
-    sched = site.scheduler
-    args = [f"--partition={sched.partition}"] if sched.partition else []
-    return args + ([f"--account={sched.account}"] if sched.account else [])
-
-
 def _node_result(check_set: engine.CheckSet, res: NodeOutput) -> NodeResult | None:
     """A runner result -> a report entry; None for a node the run never finished (Ctrl-C)."""
-    from clusterkit.preflight.transport import ErrorKind
+    from clusterkit.nodes.transport import ErrorKind
 
     kind = res.error
     if kind is ErrorKind.INTERRUPTED:
@@ -135,7 +110,7 @@ def run_preflight(site: Site, stage: str | None = None, nodes: str | None = None
                 on_result(entry)
 
     t0 = time.monotonic()
-    results = runner.run_many(hosts, engine.build_script(check_set), timeout_s=float(site.ssh.command_timeout_s),
+    results = runner.run_many(hosts, check_set.script(), timeout_s=float(site.ssh.command_timeout_s),
                               fanout=int(site.ssh.fanout), on_result=collect)
     report.interrupted = bool(getattr(results, "interrupted", False))
     report.elapsed_s = time.monotonic() - t0

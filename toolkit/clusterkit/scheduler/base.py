@@ -18,7 +18,7 @@ from clusterkit.errors import ExitCode, SubmitError
 from clusterkit.vocab import JobState, SchedulerKind
 
 if TYPE_CHECKING:
-    from clusterkit.job.plan import Plan
+    from clusterkit.rundir import RenderedRun
     from clusterkit.scheduler.records import JobRecord
 
 
@@ -78,19 +78,6 @@ def cached_status(rec: JobRecord) -> JobStatus:
                      reason=rec.reason, source="record")
 
 
-class RunToSubmit(Protocol):
-    """A rendered run directory, as :func:`clusterkit.actions.render_run` returns it."""
-
-    @property
-    def plan(self) -> Plan: ...
-    @property
-    def artifacts(self) -> dict[str, str]: ...
-    @property
-    def run_dir(self) -> Path: ...
-    @property
-    def script(self) -> Path: ...
-
-
 @dataclass(frozen=True)
 class CancelOutcome:
     cancelled: bool
@@ -108,7 +95,7 @@ class Scheduler(Protocol):
 
     kind: SchedulerKind
 
-    def submit(self, run: RunToSubmit) -> str:
+    def submit(self, run: RenderedRun) -> str:
         """Hand the rendered ``job.sbatch`` over; return the job id (SubmitError if refused)."""
         ...
 

@@ -22,7 +22,8 @@ from clusterkit.scheduler.slurm_tables import SlurmQuery
 from clusterkit.scheduler.status import may_still_run, refresh, remember, summarize, wait
 
 if TYPE_CHECKING:
-    from clusterkit.scheduler.base import CancelOutcome, JobStatus, OnGrace, RunToSubmit
+    from clusterkit.rundir import RenderedRun
+    from clusterkit.scheduler.base import CancelOutcome, JobStatus, OnGrace
     from clusterkit.scheduler.records import RecordStore
     from clusterkit.vocab import JobState
 
@@ -39,7 +40,7 @@ class Submission:
     unsaved: RecordError | None = None
 
 
-def new_record(run: RunToSubmit, job_id: str) -> JobRecord:
+def new_record(run: RenderedRun, job_id: str) -> JobRecord:
     """The record of ``run``, just submitted as ``job_id``."""
     p = run.plan
     return JobRecord(
@@ -50,7 +51,7 @@ def new_record(run: RunToSubmit, job_id: str) -> JobRecord:
     )
 
 
-def submit_run(run: RunToSubmit, store: RecordStore) -> Submission:
+def submit_run(run: RenderedRun, store: RecordStore) -> Submission:
     """Submit the rendered run to its site's scheduler and save its record.
 
     Check ``store.check_writable()`` before rendering: once the scheduler took the job, a

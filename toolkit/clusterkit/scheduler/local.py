@@ -26,7 +26,6 @@ from clusterkit.scheduler.base import (
     CancelOutcome,
     JobStatus,
     OnGrace,
-    RunToSubmit,
     cached_status,
     status_from_result,
 )
@@ -35,6 +34,7 @@ from clusterkit.scheduler.records import read_result_file
 from clusterkit.vocab import JobState, SchedulerKind, slurm_minutes
 
 if TYPE_CHECKING:
+    from clusterkit.rundir import RenderedRun
     from clusterkit.scheduler.records import JobRecord
 
 SIGNAL_DELAY_S = 30  # the controller's warning signal comes this long before the time limit
@@ -43,7 +43,7 @@ SIGNAL_DELAY_S = 30  # the controller's warning signal comes this long before th
 class LocalScheduler:
     kind: SchedulerKind = "local"
 
-    def submit(self, run: RunToSubmit) -> str:
+    def submit(self, run: RenderedRun) -> str:
         return submit_local(run.run_dir, run.script, slurm_minutes(run.plan.time))
 
     def status(self, records: Sequence[JobRecord]) -> list[JobStatus]:

@@ -36,7 +36,6 @@ from clusterkit.scheduler.base import (
     CancelOutcome,
     JobStatus,
     OnGrace,
-    RunToSubmit,
     SlurmUnreachable,
     cached_status,
     status_from_result,
@@ -49,6 +48,7 @@ from clusterkit.vocab import JobState, SchedulerKind
 if TYPE_CHECKING:
     from submitit.slurm.slurm import SlurmExecutor
 
+    from clusterkit.rundir import RenderedRun
     from clusterkit.scheduler.records import JobRecord
 
 
@@ -58,7 +58,7 @@ class SlurmScheduler:
     def __init__(self, query: SlurmQuery | None = None) -> None:
         self.query = query or SlurmQuery()
 
-    def submit(self, run: RunToSubmit) -> str:
+    def submit(self, run: RenderedRun) -> str:
         return submit_slurm(run.run_dir, run.artifacts["job.sbatch"])
 
     def status(self, records: Sequence[JobRecord]) -> list[JobStatus]:
@@ -131,6 +131,7 @@ def _with_reason(rec: JobRecord, st: JobStatus) -> JobStatus:
 def _executor(run_dir: Path, script_text: str) -> SlurmExecutor:
     """A submitit SlurmExecutor that submits ``script_text``, unchanged."""
     from submitit.slurm.slurm import SlurmExecutor
+
 
     class ScriptSlurmExecutor(SlurmExecutor):
         def _make_submission_file_text(self, command: str, uid: str) -> str:

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ClusterkitError, ConfigError, InputError
+from clusterkit.nodes.facts import NodeFacts, probe
+from clusterkit.nodes.runners import make_runner
 from clusterkit.sites import drift as D
 from clusterkit.sites import writer as W
 from clusterkit.sites.create import Draft, pick_nodes, render
 from clusterkit.sites.facts import ClusterFacts, SlurmCommand, SlurmUnreachable, gather, run_slurm
-from clusterkit.sites.probe import NodeFacts, make_runner, probe
 from clusterkit.vocab import PROBE_TRANSPORTS
 
 if TYPE_CHECKING:

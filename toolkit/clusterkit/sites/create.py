@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 from clusterkit import hostlist
 from clusterkit.errors import InputError
-from clusterkit.preflight import parsers as P
+from clusterkit.nodes import parsers as P
+from clusterkit.nodes.facts import NodeFacts
 from clusterkit.sites import slurm_text as T
 from clusterkit.sites.facts import ClusterFacts, group_types
-from clusterkit.sites.probe import NodeFacts
 
 _FSTYPES = {"lustre": "lustre", "nfs": "nfs", "nfs4": "nfs", "gpfs": "gpfs"}
 

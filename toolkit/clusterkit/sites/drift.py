@@ -12,12 +12,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from clusterkit import hostlist
-from clusterkit.preflight import device_parsers as D
-from clusterkit.preflight import parsers as P
-from clusterkit.preflight.catalogue import hca_ports, mounted_as
+from clusterkit.nodes import device_parsers as D
+from clusterkit.nodes import parsers as P
+from clusterkit.nodes.facts import NodeFacts
+from clusterkit.nodes.sections import hca_ports, mounted_as
 from clusterkit.sites import slurm_text as T
 from clusterkit.sites.facts import ClusterFacts
-from clusterkit.sites.probe import NodeFacts
 
 # Slurm's RealMemory is usually set a little below physical memory (the OS keeps some), and
 # admins round mem_gb: within 5% is the same memory.

@@ -20,10 +20,31 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clusterkit.errors import RunDirError
 
+if TYPE_CHECKING:
+    from clusterkit.config.schema import Site
+    from clusterkit.job.plan import Plan
+
 EXECUTABLE = {"job.sbatch"}
+
+
+@dataclass(frozen=True)
+class RenderedRun:
+    """A written run directory: the site and plan it was rendered from, and its artifacts.
+    What :func:`clusterkit.actions.render_run` returns and a scheduler submits."""
+
+    site: Site
+    plan: Plan
+    artifacts: dict[str, str]
+    run_dir: Path
+
+    @property
+    def script(self) -> Path:
+        return self.run_dir / "job.sbatch"
+
 STAGING = ".clusterkit-staging"
 _BAD_PATH_CHARS = re.compile(r'[\x00-\x1f\x7f"]')
 

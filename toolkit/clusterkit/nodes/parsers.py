@@ -5,7 +5,7 @@ bad input: text it cannot read becomes a :class:`ParseFailure` that keeps the ra
 node printing garbage is reported as "could not parse" on that node instead of crashing the
 whole preflight.  The formats are those of the real tools (/proc/mounts, ``df -P``, lsmod,
 nvidia-smi and InfiniBand in
-:mod:`~clusterkit.preflight.device_parsers`); the tests feed them captured text in
+:mod:`~clusterkit.nodes.device_parsers`); the tests feed them captured text in
 ``tests/data/preflight/``.
 """
 

@@ -1,5 +1,6 @@
 """Node facts (GPUs and driver, HCAs and their ports, network interfaces, mounts), gathered
-with preflight's script format, transports and parsers: one script, one connection per node."""
+with the node script, the fact sections and the parsers: one script, one connection per node.
+The admin commands (``sites init --probe``, ``sites drift``) read them; nothing here judges."""
 
 from __future__ import annotations
 
@@ -7,13 +8,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clusterkit.preflight import catalogue, engine
-from clusterkit.preflight import device_parsers as D
-from clusterkit.preflight import parsers as P
+from clusterkit.nodes import device_parsers as D
+from clusterkit.nodes import parsers as P
+from clusterkit.nodes import script
+from clusterkit.nodes import sections as S
 
-# /sys/class/net/<if>/type is the ARPHRD number: 1 Ethernet, 32 InfiniBand (IPoIB), 772 loopback.
-_NET = ('for d in "$CK_ROOT"/sys/class/net/*; do [ -r "$d/type" ] && '
-        'printf "%s %s %s\\n" "${d##*/}" "$(cat "$d/type")" "$(cat "$d/operstate" 2>/dev/null)"; done; true')
+# /sys/class/net/<if>/type is the ARPHRD number (the net section prints it)
 IF_TYPES = {"1": "ethernet", "32": "infiniband", "772": "loopback"}
 
 
@@ -62,14 +62,12 @@ def parse_interfaces(text: str) -> tuple[Interface, ...] | P.ParseFailure:
     return tuple(out)
 
 
-def probe_sections() -> engine.CheckSet:
-    """The sections to run: no checks, only facts (the judging happens in drift/init)."""
-    sections = (catalogue.gpu_section(20.0), catalogue.ib_section(), catalogue.mounts_section(),
-                engine.Section("net", _NET, 5.0))
-    return engine.CheckSet(sections, ())
+def probe_sections() -> tuple[script.Section, ...]:
+    """The sections to run: only facts (the judging happens in drift/init)."""
+    return (S.gpu_section(20.0), S.ib_section(), S.mounts_section(), S.net_section())
 
 
-def _read(sections: dict[str, engine.SectionOutput], name: str, parse: Any, problems: list[str]) -> Any:
+def _read(sections: dict[str, script.SectionOutput], name: str, parse: Any, problems: list[str]) -> Any:
     out = sections.get(name)
     if out is None or out.rc is None:
         problems.append(f"{name}: no output (the script was cut off)")
@@ -83,7 +81,7 @@ def _read(sections: dict[str, engine.SectionOutput], name: str, parse: Any, prob
 
 def node_facts(host: str, stdout: str, token: str) -> NodeFacts:
     """One node's script output -> its facts (pure)."""
-    sections = engine.split_sections(stdout, token)
+    sections = script.split_sections(stdout, token)
     problems: list[str] = []
     gpus = _read(sections, "gpu", D.parse_gpu_query, problems)
     ib = _read(sections, "ib", D.parse_ib, problems)
@@ -94,19 +92,13 @@ def node_facts(host: str, stdout: str, token: str) -> NodeFacts:
 
 def probe(hosts: Sequence[str], runner: Any, *, timeout_s: float = 60.0) -> dict[str, NodeFacts]:
     """Run the facts script on every host (all of them, not a sample) through ``runner``."""
-    check_set = probe_sections()
-    results = runner.run_many(list(hosts), engine.build_script(check_set), timeout_s=timeout_s)
+    token = script.new_token()
+    results = runner.run_many(list(hosts), script.build_script(probe_sections(), token), timeout_s=timeout_s)
     out: dict[str, NodeFacts] = {}
     for host, res in results.items():
         if not res.reachable or res.error is not None:
             out[host] = NodeFacts(host, error=f"{res.error.value if res.error else 'error'}: {res.reason}")
         else:
-            out[host] = node_facts(host, res.stdout, check_set.token)
+            out[host] = node_facts(host, res.stdout, token)
     return out
 
-
-def make_runner(site: Any, transport: str) -> Any:
-    """The preflight runner for ``transport`` (ssh or srun), configured from ``site``."""
-    from clusterkit.preflight.run import make_runner as preflight_runner
-
-    return preflight_runner(site, transport)

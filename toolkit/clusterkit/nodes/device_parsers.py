@@ -1,7 +1,7 @@
 """Total, pure parsers of what the GPU and InfiniBand tools print: ``nvidia-smi --query-gpu``,
 its CUDA version line, the sysfs InfiniBand tree and ``ibstat``.
 
-Like :mod:`clusterkit.preflight.parsers` (whose :class:`~clusterkit.preflight.parsers.ParseFailure`
+Like :mod:`clusterkit.nodes.parsers` (whose :class:`~clusterkit.nodes.parsers.ParseFailure`
 they return), none runs a command and none raises on bad input; the tests feed them captured
 text in ``tests/data/preflight/``.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypedDict
 
-from clusterkit.preflight.parsers import version_tuple
+from clusterkit.nodes.parsers import version_tuple
 from clusterkit.tooltext import ParseFailure, clip, failure, first_line
 
 # ---------------------------------------------------------------------------------------------

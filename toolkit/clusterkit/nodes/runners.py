@@ -1,0 +1,35 @@
+"""The runner for a transport, configured from a site: what ``preflight`` and the admin
+commands' ``--probe`` both start from (imports paramiko only for ssh)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from clusterkit.errors import InputError
+from clusterkit.vocab import TRANSPORTS
+
+
+def make_runner(site: Any, transport: str, *, accept_new_host_keys: bool = False) -> Any:
+    """The Runner for a transport, configured from the site (imports paramiko only for ssh)."""
+    from clusterkit.nodes import transport as R
+
+    ssh = site.ssh
+    if transport == "ssh":
+        return R.SSHRunner.from_site(ssh, accept_new_host_keys=accept_new_host_keys)
+    if transport == "local":
+        return R.LocalRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout))
+    if transport == "srun":
+        return R.SrunRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout),
+                            extra_args=_srun_args(site))
+    raise InputError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
+
+
+def _srun_args(site: Any) -> list[str]:
+    """Outside an allocation srun asks Slurm for one: in the site's partition and account.
+    Inside one (a job script's first step) the allocation already says where."""
+    if os.environ.get("SLURM_JOB_ID"):
+        return []
+    sched = site.scheduler
+    args = [f"--partition={sched.partition}"] if sched.partition else []
+    return args + ([f"--account={sched.account}"] if sched.account else [])

@@ -1,0 +1,95 @@
+"""The fact sections: the shell text that reads one kind of node fact (GPUs and driver, CUDA,
+InfiniBand ports, kernel modules, mounts, free space, writability, network interfaces), and
+what some facts mean (the ports a ``network.hcas`` entry names, the mounts that serve a
+storage type).  Preflight's checks and the admin commands' probe both run these sections;
+neither judges here.  Every value that comes from a site is shell-quoted.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from clusterkit.nodes import device_parsers as D
+from clusterkit.nodes import parsers as P
+from clusterkit.nodes.script import Section
+
+# Fixed budgets for sections that only read kernel files; nvidia-smi gets a share of the
+# command timeout because a GPU that fell off the bus can make it hang for minutes.
+_READ_TIMEOUT_S = 5.0
+
+
+def gpu_section(timeout_s: float) -> Section:
+    """nvidia-smi's per-GPU query (:func:`~clusterkit.nodes.parsers.parse_gpu_query` reads it)."""
+    fields = ",".join(D.GPU_QUERY_FIELDS)
+    return Section("gpu", f"nvidia-smi --query-gpu={fields} --format=csv,noheader", timeout_s)
+
+
+def cuda_section(timeout_s: float) -> Section:
+    """The driver's CUDA version (:func:`~clusterkit.nodes.device_parsers.parse_cuda_version`);
+    skipped when the GPU section hung."""
+    # `--version` is cheap and prints "CUDA Version : X.Y" on drivers >= 525; older ones
+    # only show it in the plain table header.
+    return Section("cuda", "v=$(nvidia-smi --version 2>/dev/null); "
+                   'case "$v" in *"CUDA Version"*) echo "$v" ;; *) nvidia-smi ;; esac', timeout_s,
+                   unless_timed_out="gpu")
+
+
+_IB_ATTRS = ("state", "phys_state", "rate", "link_layer")
+
+
+def ib_section() -> Section:
+    """The InfiniBand ports: the sysfs tree, or ``ibstat`` (:func:`~clusterkit.nodes.parsers.parse_ib`)."""
+    globs = " ".join(f'"$CK_ROOT"/sys/class/infiniband/*/ports/*/{a}' for a in _IB_ATTRS)
+    ib = (f'if [ -d "$CK_ROOT/sys/class/infiniband" ]; then grep -H "" {globs} 2>/dev/null; '
+          'elif [ -z "$CK_ROOT" ] && command -v ibstat >/dev/null 2>&1; then ibstat; fi; true')
+    return Section("ib", ib, _READ_TIMEOUT_S)
+
+
+def modules_section() -> Section:
+    """The GPUDirect RDMA kernel modules (:func:`~clusterkit.nodes.parsers.parse_modules`)."""
+    modules = ('if [ -d "$CK_ROOT/sys/module" ]; then for m in nvidia_peermem nv_peer_mem; do '
+               '[ -d "$CK_ROOT/sys/module/$m" ] && echo "/sys/module/$m"; done; else lsmod; fi; true')
+    return Section("modules", modules, _READ_TIMEOUT_S)
+
+
+def hca_ports(inv: D.IbInventory, spec: str) -> list[D.IbPort]:
+    """The ports a ``network.hcas`` entry names: ``mlx5_0:1`` one port, ``mlx5_0`` all of them."""
+    hca, _, port = spec.partition(":")
+    return [p for p in inv.ports_of(hca) if not port or str(p.port) == port]
+
+
+# Kernel file-system type names per configured storage type.
+FSTYPES = {"lustre": {"lustre"}, "nfs": {"nfs", "nfs4"}, "gpfs": {"gpfs"}}
+
+
+def mounted_as(m: P.Mount | None, storage_type: str) -> bool:
+    """Whether mount ``m`` serves a ``storage[].type``: its file-system type (local: any mount)."""
+    return m is not None and (storage_type == "local" or m.fstype in FSTYPES[storage_type])
+
+
+def mounts_section() -> Section:
+    """The mount table (:func:`~clusterkit.nodes.parsers.parse_mounts`)."""
+    return Section("mounts", 'cat "$CK_ROOT/proc/mounts"', _READ_TIMEOUT_S)
+
+
+def df_section(i: int, path: str, timeout_s: float) -> Section:
+    """Free space under a storage path (:func:`~clusterkit.nodes.parsers.parse_df`)."""
+    return Section(f"df_{i}", f'df -P -k -- "$CK_ROOT"{shlex.quote(path)}', timeout_s)
+
+
+def write_section(i: int, path: str, timeout_s: float) -> Section:
+    """Whether a file can be made and removed under a storage path; skipped when its df hung."""
+    quoted = f'"$CK_ROOT"{shlex.quote(path)}'
+    probe = (f'f={quoted}/.clusterkit-preflight.$(uname -n).$$ && : > "$f" && rm -f -- "$f" '
+             '&& echo writable')
+    return Section(f"write_{i}", probe, timeout_s, unless_timed_out=f"df_{i}")
+
+
+# /sys/class/net/<if>/type is the ARPHRD number: 1 Ethernet, 32 InfiniBand (IPoIB), 772 loopback.
+_NET = ('for d in "$CK_ROOT"/sys/class/net/*; do [ -r "$d/type" ] && '
+        'printf "%s %s %s\\n" "${d##*/}" "$(cat "$d/type")" "$(cat "$d/operstate" 2>/dev/null)"; done; true')
+
+
+def net_section() -> Section:
+    """The network interfaces: ``name type operstate`` lines (:func:`~clusterkit.nodes.facts.parse_interfaces`)."""
+    return Section("net", _NET, _READ_TIMEOUT_S)
