@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from clusterkit.config.schema import Storage
+from clusterkit.nodes.script import split_sections
 from clusterkit.preflight.catalogue import Expectations, StorageExpect, select_checks
 from clusterkit.preflight.engine import (
     LARGE,
@@ -25,7 +26,6 @@ from clusterkit.preflight.engine import (
     Status,
     evaluate,
 )
-from clusterkit.nodes.script import split_sections
 
 PROFILES = Path(__file__).resolve().parents[1] / "sshlab" / "profiles"
 

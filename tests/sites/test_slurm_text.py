@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit import slurmtext
 from clusterkit.sites import slurm_text as T
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "sites" / "slurm-22.05"
@@ -48,7 +49,7 @@ def test_nodes_with_untyped_gres() -> None:
 
 
 def test_os_value_with_spaces_does_not_eat_the_next_keys() -> None:
-    kv = T.split_record(_read("show-node-o.txt").splitlines()[0])
+    kv = slurmtext.split_record(_read("show-node-o.txt").splitlines()[0])
     assert kv["OS"] == "Linux 6.18.44-fc-v1045 #1 SMP PREEMPT_DYNAMIC @0"
     assert kv["RealMemory"] == "64000" and kv["AllocTRES"] == ""
 
@@ -132,18 +133,19 @@ def test_23_11_node_typed_gres_with_sockets_drained_with_reason() -> None:
     assert n.partitions == ("gpu", "debug") and not n.usable
     assert n.reason == "xid 79 on GPU 3: fell off the bus"          # the [user@time] stamp dropped
     assert n.cfg_tres["gres/gpu"] == "8"
-    assert T.split_record(NODE_23_11)["InstanceType"] == "p5.48xlarge"
+    assert slurmtext.split_record(NODE_23_11)["InstanceType"] == "p5.48xlarge"
 
 
 def test_24_05_node_split_gres_and_restricted_cores() -> None:
     n = T.parse_nodes(NODE_24_05).nodes[0]
     assert n.gpus == 8 and n.gpu_types == ("h100",) and n.usable and n.state == "MIXED"
-    assert T.split_record(NODE_24_05)["RestrictedCoresPerGPU"] == "1(0-7)"
+    assert slurmtext.split_record(NODE_24_05)["RestrictedCoresPerGPU"] == "1(0-7)"
 
 
 def test_23_11_partition_with_time_limits() -> None:
     p = T.parse_partitions(PARTITION_23_11).partitions[0]
-    assert (p.name, p.nodes, p.max_time_s, T.parse_time(p.default_time)) == ("gpu", "gpu[001-128]", 172800.0, 14400.0)
+    assert (p.name, p.nodes, p.max_time_s, slurmtext.parse_time(p.default_time)) == \
+        ("gpu", "gpu[001-128]", 172800.0, 14400.0)
 
 
 def test_gpus_from_cfg_tres_when_gres_lists_none() -> None:
@@ -173,4 +175,4 @@ def test_gres(text: str, expected: tuple) -> None:
     ("2-00:00:00", 172800), ("1-12", 129600), ("1-12:30", 131400), ("NONE", None), ("soon", None),
 ])
 def test_time(text: str, seconds: float | None) -> None:
-    assert T.parse_time(text) == seconds
+    assert slurmtext.parse_time(text) == seconds

@@ -15,12 +15,12 @@ from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.records import RECORD_VERSION, JobRecord, RecordStore, load_record
 from clusterkit.scheduler.slurm_tables import (
     SlurmQuery,
-    parse_exit_code,
     sacct_statuses,
     scontrol_statuses,
     squeue_statuses,
 )
 from clusterkit.scheduler.status import exit_status_of, refresh
+from clusterkit.slurmtext import parse_exit_code
 from clusterkit.vocab import JobState
 
 # `squeue -h --states=all -j 7000,7001,5002,3 -o '%i|%T|%r|%N'` on the testbed

@@ -5,7 +5,7 @@ Exit codes (documented in ``clusterkit --help``):
 * 0 ``OK``          - success
 * 1 ``FAILURE``     - runtime failure: a job failed to submit or failed, preflight found bad nodes
 * 2 ``USAGE``       - usage or configuration error: bad option, bad site config, impossible plan
-* 3 ``UNREACHABLE`` - preflight could not reach some nodes
+* 3 ``UNREACHABLE`` - preflight could not reach some nodes, or the Slurm controller did not answer
 
 Domain errors carry everything needed for a one-line message; the CLI turns them into that
 line and the exit code in one place.  Programming bugs are *not* ClusterkitErrors and are
@@ -95,6 +95,13 @@ class SubmitError(ClusterkitError):
     """The scheduler refused the job, or could not be reached."""
 
     exit_code = ExitCode.FAILURE
+
+
+class SlurmUnreachable(SubmitError):
+    """slurmctld did not answer (timed out, refused, authentication failed, client missing).
+    The one such error, whichever command asked: exit 3 everywhere."""
+
+    exit_code = ExitCode.UNREACHABLE
 
 
 class RecordError(ClusterkitError):

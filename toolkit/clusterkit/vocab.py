@@ -149,22 +149,30 @@ class SlurmTimeError(ValueError):
     """Not a Slurm time; the message says which forms are."""
 
 
+def slurm_time_seconds(text: str) -> int | None:
+    """The one parser of a Slurm time: seconds in ``text`` exactly as written (zero allowed),
+    None when it is not one of Slurm's forms.  :func:`slurm_seconds` validates input with it;
+    :func:`clusterkit.slurmtext.parse_time` reads Slurm's output with it."""
+    m = _SLURM_TIME.fullmatch(text)
+    if m is None:
+        return None
+    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+    if "days" in g:
+        return g["days"] * 86400 + g["dh"] * 3600 + g.get("dm", 0) * 60 + g.get("ds", 0)
+    if "c" in g:
+        return g["a"] * 3600 + g["b"] * 60 + g["c"]
+    return g["a"] * 60 + g.get("b", 0)
+
+
 def slurm_seconds(text: str) -> int:
     """Seconds in a Slurm time limit (``90`` -> 5400, ``1-12`` -> 129600, ``12:00:00`` -> 43200).
 
     Raises :class:`SlurmTimeError` for anything sbatch would not take as a positive limit, and for
     surrounding whitespace (a newline in a ``#SBATCH`` line would end it).
     """
-    m = _SLURM_TIME.fullmatch(text) if isinstance(text, str) else None
-    if m is None:
+    seconds = slurm_time_seconds(text) if isinstance(text, str) else None
+    if seconds is None:
         raise SlurmTimeError(f"{text!r} is not a Slurm time ({SLURM_TIME_FORMS})")
-    g = {k: int(v) for k, v in m.groupdict().items() if v is not None}
-    if "days" in g:
-        seconds = g["days"] * 86400 + g["dh"] * 3600 + g.get("dm", 0) * 60 + g.get("ds", 0)
-    elif "c" in g:
-        seconds = g["a"] * 3600 + g["b"] * 60 + g["c"]
-    else:
-        seconds = g["a"] * 60 + g.get("b", 0)
     if seconds <= 0:
         raise SlurmTimeError(f"{text!r}: a time limit must be longer than zero")
     return seconds

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit.diagnose import reader, verdict
-from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SubmitError
-from clusterkit.scheduler.base import JobStatus, SlurmUnreachable
+from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SlurmUnreachable, SubmitError
+from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.records import JobRecord, RecordStore
 from clusterkit.scheduler.slurm_tables import SlurmQuery, parse_sacct
 from clusterkit.scheduler.status import refresh
+from clusterkit.slurmtext import split_record
 from clusterkit.tooltext import ParseFailure
 from clusterkit.vocab import JobState
 
@@ -124,9 +125,6 @@ def one_line(report: dict[str, Any]) -> str:
 
 # --------------------------------------------------------------------------- Slurm's side
 
-_KV = re.compile(r"(\S+?)=(\S*)")
-
-
 def slurm_view(rec: JobRecord, query: SlurmQuery) -> tuple[verdict.SlurmView, dict[str, Any]]:
     """The job's state (squeue, sacct or scontrol, as ``status`` reads it), its steps, its down nodes."""
     (_, st), = refresh([rec], query)
@@ -163,10 +161,10 @@ def _down_nodes(st: JobStatus, query: SlurmQuery) -> list[tuple[str, str]]:
     proc = query.run(["scontrol", "-o", "show", "node", st.nodes or ""], query.timeout_s)
     out = []
     for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
-        kv = dict(_KV.findall(line))
+        kv = split_record(line)
         state = kv.get("State", "")
         if re.search(r"DOWN|DRAIN|FAIL", state):
-            reason = re.search(r"Reason=(.*?)(?: \w+=|$)", line)
-            out.append((kv.get("NodeName", "?"), f"{state}" + (f" ({reason.group(1)})" if reason else "")))
+            reason = kv.get("Reason")
+            out.append((kv.get("NodeName", "?"), f"{state}" + (f" ({reason})" if reason else "")))
     return out
 

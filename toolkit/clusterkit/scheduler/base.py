@@ -14,18 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from clusterkit.errors import ExitCode, SubmitError
 from clusterkit.vocab import JobState, SchedulerKind
 
 if TYPE_CHECKING:
     from clusterkit.rundir import RenderedRun
     from clusterkit.scheduler.records import JobRecord
-
-
-class SlurmUnreachable(SubmitError):
-    """slurmctld did not answer (timed out, refused, authentication failed, client missing)."""
-
-    exit_code = ExitCode.UNREACHABLE
 
 
 @dataclass(frozen=True)

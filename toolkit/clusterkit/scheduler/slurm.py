@@ -24,25 +24,25 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clusterkit.errors import SubmitError
+from clusterkit import slurmclient
+from clusterkit.errors import SlurmUnreachable, SubmitError
 from clusterkit.scheduler.base import (
     CancelOutcome,
     JobStatus,
     OnGrace,
-    SlurmUnreachable,
     cached_status,
     status_from_result,
 )
 from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.records import read_result_file
-from clusterkit.scheduler.slurm_tables import UNREACHABLE, SlurmQuery
+from clusterkit.scheduler.slurm_tables import SlurmQuery
+from clusterkit.slurmtext import UNREACHABLE
 from clusterkit.vocab import JobState, SchedulerKind
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def submit_slurm(run_dir: Path, script_text: str) -> str:
     try:
         executor = _executor(run_dir, script_text)
     except RuntimeError as exc:  # submitit checks for srun on PATH
-        raise SubmitError(f"cannot submit to Slurm from this machine: {exc}") from None
+        raise SlurmUnreachable(f"cannot submit to Slurm from this machine: {exc}") from None
     swallowed = io.StringIO()  # submitit prints sbatch's stderr itself; we report one line
     try:
         with contextlib.redirect_stderr(swallowed), contextlib.redirect_stdout(swallowed):
@@ -173,12 +173,12 @@ def submit_slurm(run_dir: Path, script_text: str) -> str:
     except FailedJobError as exc:
         _drop_temp_files(run_dir)
         reason = _sbatch_reason(str(exc))
-        if UNREACHABLE.search(reason):
-            raise SubmitError(f"cannot reach Slurm controller: {reason}") from None
+        if UNREACHABLE.search(str(exc)):
+            raise SlurmUnreachable(f"cannot reach Slurm controller: {reason}") from None
         raise SubmitError(f"sbatch refused the job: {reason}") from None
     except FileNotFoundError:
         _drop_temp_files(run_dir)
-        raise SubmitError("cannot submit to Slurm: sbatch is not on PATH") from None
+        raise SlurmUnreachable("cannot submit to Slurm: sbatch is not on PATH") from None
     _drop_temp_files(run_dir)  # submitit leaves a symlink to <job id>_submission.sh behind
     return str(job.job_id)
 
@@ -196,18 +196,15 @@ def _scancel(args: list[str], *, tolerate_ended: bool) -> None:
 
     ``tolerate_ended``: a job that ended meanwhile ("already completing or completed") is fine.
     """
-    try:
-        proc = subprocess.run(["scancel", *args], capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        raise SubmitError("cannot cancel: scancel is not on PATH") from None
-    except subprocess.TimeoutExpired:
-        raise SubmitError("cannot reach Slurm controller: scancel got no answer in 60s") from None
+    proc = slurmclient.run(["scancel", *args], 60)
     if proc.returncode == 0 or (tolerate_ended and "already completing or completed" in proc.stderr):
         return
-    reason = _sbatch_reason(proc.stderr)
-    if UNREACHABLE.search(proc.stderr):
-        raise SubmitError(f"cannot reach Slurm controller: {reason}")
-    raise SubmitError(f"scancel {' '.join(args)} failed: {reason}")
+    if proc.returncode == slurmclient.NOT_FOUND:
+        raise SlurmUnreachable("cannot cancel: scancel is not on PATH")
+    unreachable = slurmclient.unreachable(proc)
+    if unreachable is not None:
+        raise SlurmUnreachable(unreachable)
+    raise SubmitError(f"scancel {' '.join(args)} failed: {_sbatch_reason(proc.stderr)}")
 
 
 def cancel_slurm(job_id: str) -> None:
@@ -217,13 +214,11 @@ def cancel_slurm(job_id: str) -> None:
 
 def _ranks_running(job_id: str) -> bool:
     """Whether any job step other than the batch shell's is still running (squeue -s)."""
-    try:
-        proc = subprocess.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], capture_output=True, text=True,
-                              timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return False  # cannot tell: stop waiting, the scancel that follows reports what is wrong
+    proc = slurmclient.run(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], 60)
     if proc.returncode != 0:
-        return False  # the job is gone (or Slurm cannot say): nothing left to wait for
+        # the job is gone, or Slurm cannot say (no answer, no squeue): stop waiting, the
+        # scancel that follows reports what is wrong
+        return False
     steps = [s for s in proc.stdout.split() if not s.endswith((".batch", ".extern"))]
     return bool(steps)
 

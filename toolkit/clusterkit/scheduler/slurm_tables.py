@@ -15,34 +15,26 @@ Status for many jobs costs a constant number of scheduler calls, never one per j
 
 "Ended" is never concluded from silence: when squeue fails for any reason other than "these
 job ids are unknown" (a busy controller timing out, an authentication failure, no squeue at
-all), :meth:`SlurmQuery.states` raises :class:`~clusterkit.scheduler.base.SlurmUnreachable`.
+all), :meth:`SlurmQuery.states` raises :class:`~clusterkit.errors.SlurmUnreachable`.  Every
+command runs through :mod:`clusterkit.slurmclient`; records are split by :mod:`clusterkit.slurmtext`.
 """
 
 from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-from clusterkit.scheduler.base import JobStatus, SlurmUnreachable
+from clusterkit import slurmclient
+from clusterkit.errors import SlurmUnreachable
+from clusterkit.scheduler.base import JobStatus
+from clusterkit.slurmtext import last_line, parse_exit_code, split_record
 from clusterkit.tooltext import ParseFailure, clip, failure, first_line
 from clusterkit.vocab import JobState
 
-# Slurm clients' stderr when slurmctld is down or unreachable (sbatch after its own retries)
-UNREACHABLE = re.compile(r"Unable to contact slurm controller|Could not establish a configuration source"
-                         r"|Unable to process configuration file|Connection refused", re.I)
 # squeue's only failure that is an answer: none of the ids asked about is known to slurmctld.
 _NO_SUCH_JOBS = re.compile(r"Invalid job id specified", re.I)
-
-
-def parse_exit_code(text: str) -> tuple[int | None, int | None]:
-    """Slurm's ``EXIT:SIGNAL`` (``3:0``, ``0:15``) -> (3, None) / (None, 15)."""
-    m = re.fullmatch(r"\s*(\d+):(\d+)\s*", text or "")
-    if not m:
-        return None, None
-    code, sig = int(m.group(1)), int(m.group(2))
-    return (None, sig) if sig else (code, None)
 
 
 # --------------------------------------------------------------------------- sacct
@@ -173,12 +165,9 @@ def parse_squeue(text: str, fields: Sequence[str] | None = None, sep: str = "|",
 
 # --------------------------------------------------------------------------- scontrol
 
-_KV = re.compile(r"(\S+?)=(\S*)")
-
-
 def parse_scontrol_jobs(text: str) -> list[dict[str, str]]:
-    """``scontrol -o show job`` (one job per line, ``Key=Value`` pairs): one dict per job."""
-    jobs = [dict(_KV.findall(line)) for line in text.splitlines()]
+    """``scontrol -o show job`` (one job per line, ``Key=Value`` fields): one dict per job."""
+    jobs = [split_record(line) for line in text.splitlines()]
     return [kv for kv in jobs if kv.get("JobId", "").isdigit()]
 
 
@@ -240,29 +229,11 @@ def scontrol_statuses(text: str) -> dict[str, JobStatus]:
 
 # --------------------------------------------------------------------------- the query
 
-Run = Callable[[Sequence[str], float], "subprocess.CompletedProcess[str]"]
-
-
-def run_command(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    """The subprocess seam for scheduler queries: never waits longer than ``timeout``."""
-    try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        return subprocess.CompletedProcess(list(argv), 127, "", f"{argv[0]}: command not found")
-    except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(list(argv), 124, "", f"{argv[0]}: no answer in {timeout:.0f}s")
-
-
-def last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "(no message)"
-
-
 @dataclass
 class SlurmQuery:
     """Queries Slurm for many jobs at once, counting the calls it makes (for tests and bench)."""
 
-    run: Run = run_command
+    run: slurmclient.Run = slurmclient.run
     timeout_s: float = 30.0
     calls: list[list[str]] = field(default_factory=list)
     # set by refresh() when slurmctld did not answer: why (Slurm's own words)

@@ -11,13 +11,14 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterkit.errors import ClusterkitError, ConfigError, InputError
+from clusterkit.errors import ClusterkitError, ConfigError, InputError, SlurmUnreachable
 from clusterkit.nodes.facts import NodeFacts, probe
 from clusterkit.nodes.runners import make_runner
 from clusterkit.sites import drift as D
 from clusterkit.sites import writer as W
 from clusterkit.sites.create import Draft, pick_nodes, render
-from clusterkit.sites.facts import ClusterFacts, SlurmCommand, SlurmUnreachable, gather, run_slurm
+from clusterkit.sites.facts import ClusterFacts, SlurmCommand, gather
+from clusterkit.slurmclient import require
 from clusterkit.vocab import PROBE_TRANSPORTS
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def _probe(site: Any, hosts: Sequence[str], transport: str | None,
 
 
 def init_site(name: str, *, partition: str | None, nodes: str | None, probe_with: str | None,
-              run: SlurmCommand = run_slurm, runner_for: RunnerFactory = make_runner) -> Draft:
+              run: SlurmCommand = require, runner_for: RunnerFactory = make_runner) -> Draft:
     """Draft a site config for ``name`` from the live cluster (nothing is written here)."""
     from clusterkit.config.schema import SSH, Scheduler
 
@@ -151,7 +152,7 @@ def _targets(refs: Sequence[str], every: bool, result: DriftRun) -> list[tuple[s
 
 
 def drift_sites(refs: Sequence[str], *, every: bool = False, probe_with: str | None = None,
-                write: bool = False, dry_run: bool = False, run: SlurmCommand = run_slurm,
+                write: bool = False, dry_run: bool = False, run: SlurmCommand = require,
                 runner_for: RunnerFactory = make_runner) -> DriftRun:
     """Check sites against the live cluster; with ``write``/``dry_run``, plan (and apply) fact edits."""
     if not refs and not every:

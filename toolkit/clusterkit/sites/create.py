@@ -18,6 +18,7 @@ from clusterkit.nodes import parsers as P
 from clusterkit.nodes.facts import NodeFacts
 from clusterkit.sites import slurm_text as T
 from clusterkit.sites.facts import ClusterFacts, group_types
+from clusterkit.slurmtext import parse_time
 
 _FSTYPES = {"lustre": "lustre", "nfs": "nfs", "nfs4": "nfs", "gpfs": "gpfs"}
 
@@ -107,7 +108,7 @@ def _scheduler(out: _Out, facts: ClusterFacts, partition: T.Partition | None) ->
         out.put(1, f"partition: {_q(partition.name)}")
     out.todo(1, "scheduler.account", "account: ACCOUNT", "the account jobs are charged to: not in Slurm's config")
     limit = partition.max_time_s if partition else None
-    default = T.parse_time(partition.default_time) if partition else None
+    default = parse_time(partition.default_time) if partition else None
     if partition is not None and default is not None and default != float("inf"):
         out.put(1, f"time: {_q(partition.default_time)}", "partition DefaultTime")
     elif partition is not None and limit is not None and limit != float("inf"):

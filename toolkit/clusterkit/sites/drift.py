@@ -18,6 +18,7 @@ from clusterkit.nodes.facts import NodeFacts
 from clusterkit.nodes.sections import hca_ports, mounted_as
 from clusterkit.sites import slurm_text as T
 from clusterkit.sites.facts import ClusterFacts
+from clusterkit.slurmtext import parse_time
 
 # Slurm's RealMemory is usually set a little below physical memory (the OS keeps some), and
 # admins round mem_gb: within 5% is the same memory.
@@ -141,7 +142,7 @@ def compare_slurm(site: Any, lines: Lines, facts: ClusterFacts, report: DriftRep
 
 
 def _compare_time(f: _Finder, time: str, part: T.Partition) -> None:
-    want, limit = T.parse_time(time), part.max_time_s
+    want, limit = parse_time(time), part.max_time_s
     if want is not None and limit is not None and want > limit:
         f.add(("scheduler", "time"), time, part.max_time, (),
               f"longer than partition {part.name}'s MaxTime={part.max_time}: Slurm refuses such jobs")

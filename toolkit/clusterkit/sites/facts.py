@@ -1,5 +1,5 @@
 """Facts about a live Slurm cluster, gathered through one seam: a function that runs a Slurm
-client command and returns its stdout.
+client command and returns its stdout (:func:`clusterkit.slurmclient.require` on a real cluster).
 
 Three calls, one per kind, whatever the cluster's size: ``scontrol show config``,
 ``scontrol show partition -o``, ``scontrol show node -o``.  A controller that does not answer
@@ -8,13 +8,13 @@ is a :class:`SlurmUnreachable` (exit 3), never a guess.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from clusterkit import hostlist
-from clusterkit.errors import ClusterkitError, ExitCode, InputError
+from clusterkit.errors import InputError
 from clusterkit.sites import slurm_text as T
+from clusterkit.slurmclient import require
 
 SlurmCommand = Callable[[Sequence[str]], str]
 
@@ -23,28 +23,6 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "partitions": ("scontrol", "show", "partition", "-o"),
     "nodes": ("scontrol", "show", "node", "-o"),
 }
-
-
-class SlurmUnreachable(ClusterkitError):
-    """The Slurm controller (or the Slurm client commands) could not be reached."""
-
-    exit_code = ExitCode.UNREACHABLE
-
-
-def run_slurm(argv: Sequence[str], timeout_s: float = 60.0) -> str:
-    """The real seam: run a Slurm client command, return stdout, or raise SlurmUnreachable."""
-    try:
-        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout_s,
-                              stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        raise SlurmUnreachable(f"{argv[0]} not found: is a Slurm client installed on this host?") from None
-    except subprocess.TimeoutExpired:
-        raise SlurmUnreachable(f"'{' '.join(argv)}' did not answer within {timeout_s:g} s") from None
-    if proc.returncode != 0:
-        said = (proc.stderr or proc.stdout).strip().splitlines()
-        raise SlurmUnreachable(f"'{' '.join(argv)}' failed (exit {proc.returncode}): "
-                               f"{said[-1] if said else 'no message'}")
-    return proc.stdout
 
 
 @dataclass(frozen=True)
@@ -78,7 +56,7 @@ class ClusterFacts:
         return [n for n in self.nodes.nodes if n.name in members]
 
 
-def gather(run: SlurmCommand = run_slurm) -> ClusterFacts:
+def gather(run: SlurmCommand = require) -> ClusterFacts:
     """Ask Slurm once per kind.  The config comes first: an unreachable controller fails fast."""
     config = T.parse_config(run(COMMANDS["config"]))
     partitions = T.parse_partitions(run(COMMANDS["partitions"]))

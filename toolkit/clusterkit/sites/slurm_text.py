@@ -1,48 +1,21 @@
 """Total, pure parsers of what Slurm's admin commands print.
 
 ``scontrol show config`` (``Key = value`` lines), ``scontrol show partition -o`` and
-``scontrol show node -o`` (one record per line, ``Key=value`` pairs), and the GRES and time
-strings inside them.  Nothing here runs a command; text that does not parse is kept, never
+``scontrol show node -o`` (one record per line, ``Key=value`` fields, split by
+:func:`clusterkit.slurmtext.split_record`), and the GRES strings inside them (times:
+:func:`clusterkit.slurmtext.parse_time`).  Nothing here runs a command; text that does not parse is kept, never
 a crash: an unreadable record line is returned in ``unparsed``, an unreadable GRES entry
 has ``count=None``, an unreadable time limit is ``None``.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 
-# Values that may contain spaces.  scontrol prints them as ``Key=free text`` among the other
-# pairs (``OS=Linux 6.8.0 #1 SMP ...``, ``Reason=bad gpu [root@2024-05-01T10:00:00]``), so a
-# line is split at " Key=" boundaries, and these keys swallow what follows until the next key.
-_KEY_RE = re.compile(r"(?:^|\s+)([A-Z][A-Za-z0-9_/:.]*)=")
-_FREE_TEXT = {"Reason", "Comment", "Extra", "OS"}
-# Keys that may follow a Reason (slurm_sprint_node_table prints them after it, when set).
-_AFTER_REASON = {"Comment", "Extra", "InstanceId", "InstanceType", "ReservationName"}
+from clusterkit.slurmtext import parse_time, split_record
+
 _NULL = {"(null)", "", "N/A", "none", "None"}
-
-
-def split_record(line: str) -> dict[str, str]:
-    """``NodeName=n1 CPUTot=8 OS=Linux 6.8 #1 SMP Reason=bad gpu`` -> ``{key: value}``.
-
-    A ``Key=`` inside a free-text value (``OS``) cannot be told from a real key without a key
-    list; scontrol's keys start with an upper-case letter, so lower-case words stay in the value.
-    """
-    out: dict[str, str] = {}
-    matches = list(_KEY_RE.finditer(line))
-    i = 0
-    while i < len(matches):
-        m = matches[i]
-        key = m.group(1)
-        j = i + 1
-        if key == "Reason":  # free text may hold "Key=" words: run to the next key printed after it
-            while j < len(matches) and matches[j].group(1) not in _AFTER_REASON:
-                j += 1
-        end = matches[j].start() if j < len(matches) else len(line)
-        out.setdefault(key, line[m.end():end].strip())
-        i = j
-    return out
 
 
 def _records(text: str, key: str) -> tuple[list[dict[str, str]], tuple[str, ...]]:
@@ -130,34 +103,6 @@ def parse_tres(text: str) -> dict[str, str]:
         if sep and key.strip():
             out[key.strip()] = value.strip()
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# time limits
-# ---------------------------------------------------------------------------------------------
-
-
-def parse_time(text: str) -> float | None:
-    """A Slurm time limit in seconds; ``math.inf`` for UNLIMITED/INFINITE; None if unreadable.
-
-    Slurm's forms: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS``.
-    """
-    t = (text or "").strip()
-    if t.upper() in ("UNLIMITED", "INFINITE"):
-        return math.inf
-    m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", t)
-    if not m:
-        return None
-    days, a, b, c = m.group(1), int(m.group(2)), m.group(3), m.group(4)
-    nums = [a] + [int(x) for x in (b, c) if x is not None]
-    if days is not None:
-        hms = nums + [0] * (3 - len(nums))  # D-HH, D-HH:MM, D-HH:MM:SS
-        return float(int(days) * 86400 + hms[0] * 3600 + hms[1] * 60 + hms[2])
-    if len(nums) == 1:
-        return float(nums[0] * 60)  # MM
-    if len(nums) == 2:
-        return float(nums[0] * 60 + nums[1])  # MM:SS
-    return float(nums[0] * 3600 + nums[1] * 60 + nums[2])
 
 
 # ---------------------------------------------------------------------------------------------

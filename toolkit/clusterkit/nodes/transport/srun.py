@@ -9,6 +9,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from clusterkit import slurmclient
+
 from .base import (
     DEFAULT_COMMAND_TIMEOUT_S,
     DEFAULT_FANOUT,
@@ -112,8 +114,7 @@ class _SrunStep:
     def start(self, argv: list[str], env: dict[str, str] | None) -> None:
         try:
             # Own session: the terminal's Ctrl-C reaches us, and we end the step ourselves.
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, env=env, start_new_session=True)
+            self.proc = slurmclient.start(argv, env=env)
         except OSError as exc:
             self.launch_error = f"cannot run {argv[0]}: {exc.strerror or exc}"
             return
@@ -184,14 +185,8 @@ class _SrunStep:
 
     def stop(self) -> None:
         """End srun if it still runs (TERM ends the step; KILL if it lingers)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            slurmclient.stop(self.proc)
 
     def result(self, host: str, timeout: float, interrupted: bool) -> NodeOutput:
         """The node's result, or why it has none."""
