@@ -14,7 +14,9 @@ from clusterkit.config.schema import Site
 from clusterkit.errors import PlanError
 from clusterkit.job import plan as planning
 from clusterkit.job import render as render_mod
-from clusterkit.job.plan import JobRequest, make_plan
+from clusterkit.job import request as request_mod
+from clusterkit.job.plan import make_plan
+from clusterkit.job.request import JobRequest, Resolved, job_name, resolve
 from tests.conftest import REPO, shared_site
 
 SITES = ["local", "testbed", "eth-nfs", "ib-h100", "roce-a100"]
@@ -131,10 +133,11 @@ def test_job_name_and_launcher_are_known_before_planning(sites) -> None:
     request = JobRequest(stage="multi-node", command=("python", "-u", "train/main.py", "--x"), nodes=2,
                          run_dir=str(shared))
     plan = make_plan(site, request)
-    assert planning.job_name(request) == plan.job_name == "ck-main"
-    assert planning.resolve_launcher(site, request) == plan.launcher
+    resolved = resolve(site, request)
+    assert job_name(request) == resolved.job_name == plan.job_name == "ck-main"
+    assert resolved.launcher == plan.launcher
     with pytest.raises(PlanError, match="--job-name"):
-        planning.job_name(replace(request, job_name="bad name"))
+        job_name(replace(request, job_name="bad name"))
 
 
 # -- one make_plan per command ---------------------------------------------------------------
@@ -151,8 +154,8 @@ def plan_calls(monkeypatch: pytest.MonkeyPatch) -> list[JobRequest]:
     calls: list[JobRequest] = []
     real = planning.make_plan
 
-    def counting(site: Site, request: JobRequest) -> planning.Plan:
-        calls.append(request)
+    def counting(site: Site, request: JobRequest | Resolved) -> planning.Plan:
+        calls.append(request.request if isinstance(request, Resolved) else request)
         return real(site, request)
 
     monkeypatch.setattr(planning, "make_plan", counting)
@@ -171,6 +174,66 @@ def test_submit_dry_run_plans_once(ck, tmp_path: Path, plan_calls: list[JobReque
              "--out", str(tmp_path / "run"), "--", "python", "train.py")
     assert res.code == 0, res.err
     assert len(plan_calls) == 1
+
+
+@pytest.fixture
+def resolve_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How often a command works out the job name and looks up the site's stage entry."""
+    counts = {"job_name": 0, "stage_override": 0}
+    real_name, real_override = request_mod.job_name, Site.stage_override
+
+    def name(request: JobRequest) -> str:
+        counts["job_name"] += 1
+        return real_name(request)
+
+    def override(self: Site, stage: str) -> object:
+        counts["stage_override"] += 1
+        return real_override(self, stage)
+
+    monkeypatch.setattr(request_mod, "job_name", name)
+    monkeypatch.setattr(Site, "stage_override", override)
+    return counts
+
+
+@pytest.mark.parametrize("command", [
+    ("render", "--launcher", "deepspeed"),
+    ("submit", "--dry-run", "--set", "time=01:00:00"),
+    ("plan", "--render", "--model-params", "1e9"),
+], ids=lambda c: " ".join(c[:2]))
+def test_the_request_is_resolved_once(ck, tmp_path: Path, resolve_calls: dict[str, int],
+                                      plan_calls: list[JobRequest], command: tuple[str, ...]) -> None:
+    args = [command[0], "--site", "testbed", "--stage", "multi-node", "--nodes", "2", *command[1:],
+            "--out", str(tmp_path / "run"), "--", "python", "train.py"]
+    if command[0] == "plan":
+        args = [command[0], "--site", "testbed", *command[1:], "--out", str(tmp_path / "run"), "--", "python",
+                "train.py"]
+    res = ck(*args)
+    assert res.code == 0, res.err
+    assert resolve_calls == {"job_name": 1, "stage_override": 1}
+    assert len(plan_calls) == 1
+
+
+def test_precedence_by_setting_name(sites) -> None:
+    """--set, then the site's stages.<stage>, then the site, for every setting a site can set."""
+    from clusterkit.config.schema import StageOverride
+
+    site, shared = sites["testbed"]
+    entry = StageOverride(time="02:00:00", max_restarts=2, partition="staged", launcher="deepspeed", nodes=3,
+                          container=False)
+    staged = site.model_copy(update={"stages": {"multi-node": entry}})
+    req = JobRequest(stage="multi-node", command=("python", "t.py"), run_dir=str(shared))
+    r = resolve(staged, req)
+    assert (r.time, r.max_restarts, r.partition, r.launcher, r.nodes, r.container) == \
+        ("02:00:00", 2, "staged", "deepspeed", 3, False)
+    given = resolve(staged, replace(req, launcher="torchrun", nodes=2, settings={
+        "time": "00:30:00", "max_restarts": "0", "partition": "mine", "container": "true"}))
+    assert (given.time, given.max_restarts, given.partition, given.launcher, given.nodes, given.container) == \
+        ("00:30:00", 0, "mine", "torchrun", 2, True)
+    bare = resolve(site.model_copy(update={"stages": {}}), req)
+    assert (bare.time, bare.max_restarts, bare.partition, bare.launcher, bare.nodes, bare.container) == \
+        (site.scheduler.time, site.scheduler.max_restarts, site.scheduler.partition, "torchrun", None, True)
+    other_stage = resolve(staged, replace(req, stage="single-node"))   # another stage's entry is not read
+    assert (other_stage.time, other_stage.partition) == (site.scheduler.time, site.scheduler.partition)
 
 
 def _fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

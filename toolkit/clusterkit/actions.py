@@ -1,4 +1,5 @@
-"""The flows the commands share: name the job, resolve its run directory, plan once, gate, write.
+"""The flows the commands share: resolve the request once, claim its run directory, plan once,
+gate, write.
 
 ``render``, ``submit`` and ``plan --render`` call :func:`render_run`; nothing else builds a run
 directory, so ``submit --dry-run`` shows exactly what ``submit`` hands to sbatch.  ``submit``
@@ -21,7 +22,8 @@ from clusterkit.errors import ExitCode, PlanError, PreflightError
 from clusterkit.job import plan as planning
 from clusterkit.job import render as render_mod
 from clusterkit.job import settings as settings_mod
-from clusterkit.job.plan import JobRequest, Plan
+from clusterkit.job.plan import Plan
+from clusterkit.job.request import JobRequest, resolve
 from clusterkit.rundir import RenderedRun
 
 if TYPE_CHECKING:
@@ -35,19 +37,19 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
                gate: Callable[[Plan], Plan] | None = None) -> RenderedRun:
     """Plan ``request`` on ``site`` once and write the run directory atomically.
 
-    The job name and run directory come first (the plan records the directory), then the
-    plan, then ``gate`` (submit's preflight), which may refuse or return the plan with nodes
-    excluded; only then is anything rendered and written.  On any failure the default run
-    directory (created here, where ``--out`` is only checked), and ``./runs`` if it was made
-    for it, is removed again.
+    The request is resolved against the site once (job name, launcher, every setting); the run
+    directory comes next (the plan records it), then the plan, then ``gate`` (submit's
+    preflight), which may refuse or return the plan with nodes excluded; only then is anything
+    rendered and written.  On any failure the default run directory (created here, where
+    ``--out`` is only checked), and ``./runs`` if it was made for it, is removed again.
     """
     site_obj = load_site(site) if isinstance(site, str) else site
-    name = planning.job_name(request)
-    request = read_inputs(planning.resolve_launcher(site_obj, request), request)
-    claim = rundir.resolve_out(out, name)
+    resolved = resolve(site_obj, request)
+    inputs = read_inputs(resolved.launcher, request).inputs
+    claim = rundir.resolve_out(out, resolved.job_name)
     run_dir = claim.path
     try:
-        plan = planning.make_plan(site_obj, replace(request, run_dir=str(run_dir)))
+        plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs))
         if gate is not None:
             plan = gate(plan)
         artifacts = render_mod.render(site_obj, plan)

@@ -13,7 +13,7 @@ from clusterkit.vocab import LAUNCHERS as LAUNCHER_NAMES
 from clusterkit.vocab import STAGE_NAMES
 
 if TYPE_CHECKING:
-    from clusterkit.job.plan import JobRequest
+    from clusterkit.job.request import JobRequest
 
 F = Callable[..., Any]
 
@@ -57,7 +57,7 @@ def build_request(*, stage: str, command: Sequence[str], launcher: str | None, n
                   exclude: str | None, debug: bool, extra_settings: dict[str, Any] | None = None) -> JobRequest:
     """A JobRequest from parsed options (imported lazily to keep --help fast)."""
     from clusterkit import hostlist
-    from clusterkit.job.plan import JobRequest
+    from clusterkit.job.request import JobRequest
 
     if command and not command[0].strip():
         raise InputError("the training command after '--' is empty; e.g. -- python train.py")

@@ -4,8 +4,9 @@ The plan is the single description of a job: nodes, tasks, launcher invocation, 
 sbatch directives and the files that go with it.  Rendering turns it into text; nothing
 downstream decides anything the plan did not.
 
-A command plans once: the job name (:func:`job_name`) and launcher (:func:`resolve_launcher`)
-are known before planning, so the run directory can be resolved first; nodes found bad later
+A command plans once: the request is resolved against the site first
+(:func:`clusterkit.job.request.resolve`: job name, launcher, every setting by the precedence
+rule), so the run directory can be claimed before planning; nodes found bad later
 (preflight) are taken out with :meth:`Plan.excluding`, which gives what ``make_plan`` would have
 given with them in the request's exclude list, without planning again.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -25,30 +26,11 @@ from clusterkit.job import launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.nccl import EnvVar
+from clusterkit.job.request import JobRequest, Resolved, resolve
 from clusterkit.job.settings import Settings
 from clusterkit.vocab import StageSpec, slurm_seconds
 
-_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 _SBATCH_VALUE = re.compile(r"[^\s\x00-\x1f'\"\\`]+")
-
-
-@dataclass(frozen=True)
-class JobRequest:
-    """What the user asked for on the command line."""
-
-    stage: str
-    command: tuple[str, ...]
-    launcher: str | None = None
-    nodes: int | None = None
-    gpus_per_node: int | None = None
-    job_name: str | None = None
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    debug: bool = False
-    exclude: tuple[str, ...] = ()
-    run_dir: str = "."
-    # files the command names that the plan checks (read on the submit host by the pipeline):
-    # path as written -> (absolute path, text)
-    inputs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -57,6 +39,7 @@ class Basis:
 
     site: Site
     context: Context
+    resolved: Resolved = field(compare=False)  # its request keeps the exclude list it was given
 
 
 @dataclass(frozen=True)
@@ -117,9 +100,8 @@ class Plan:
         if launchers.get(self.launcher)(ctx) != self.launch:  # re-runs the launcher's host checks
             raise AssertionError(f"{self.launcher}: the launch changed with the exclude list; "
                                  "launchers may read the hosts only to refuse a request")
-        sbatch = _sbatch(site, self.settings, self.nnodes, self.gpus_per_node, self.launch, stages.get(self.stage),
-                         exclude, self.time, self.max_restarts)
-        return replace(self, hosts=ctx.hosts, exclude=exclude, sbatch=sbatch, basis=Basis(site, ctx))
+        sbatch = _sbatch(site, self.basis.resolved, self.nnodes, self.gpus_per_node, self.launch, exclude)
+        return replace(self, hosts=ctx.hosts, exclude=exclude, sbatch=sbatch, basis=replace(self.basis, context=ctx))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready description of everything in the plan (plan.json)."""
@@ -133,25 +115,6 @@ class Plan:
         d["sbatch"] = [[k, v] for k, v in self.sbatch]
         d["settings"] = self.settings.model_dump()
         return d
-
-
-def job_name(request: JobRequest) -> str:
-    """The job's name: ``--job-name`` (checked), else ``ck-<script>`` from the command."""
-    if request.job_name is not None:
-        if not _JOB_NAME.fullmatch(request.job_name):
-            raise PlanError(f"--job-name {request.job_name!r}: use 1-64 letters, digits, '.', '_', '+' or '-'")
-        return request.job_name
-    command = request.command
-    script = next((c for c in command[1:] if not c.startswith("-")), command[0] if command else "job")
-    base = re.sub(r"[^A-Za-z0-9._+-]", "-", script.rsplit("/", 1)[-1].removesuffix(".py"))[:48].strip("-.")
-    return f"ck-{base or 'job'}"
-
-
-def resolve_launcher(site: Site, request: JobRequest) -> str:
-    """The launcher: ``--launcher``, else the site's choice for the stage, else the stage's default."""
-    spec = stages.get(request.stage)
-    override = site.stage_override(spec.name)
-    return request.launcher or (override.launcher if override and override.launcher else spec.default_launcher)
 
 
 _MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
@@ -179,29 +142,25 @@ def _mem_share(site: Site, gpn: int) -> list[tuple[str, str | None]]:
     return [("mem", f"{int(site.nodes.mem_gb * 1024 * gpn // site.nodes.gpus_per_node)}M")]
 
 
-def _sbatch(site: Site, s: Settings, nnodes: int, gpn: int, launch: Launch, spec: StageSpec,
-            exclude: tuple[str, ...], time: str, max_restarts: int) -> tuple[tuple[str, str | None], ...]:
+def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
+            exclude: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
     sch = site.scheduler
-    override = site.stage_override(spec.name)
-    partition = s.partition or (override.partition if override else None) or sch.partition
     tasks = gpn if launch.mode == "per_gpu" else 1
-    cpus, _ = cpu_share(site, s, gpn, launch)
+    cpus, _ = cpu_share(site, r.settings, gpn, launch)
     out: list[tuple[str, str | None]] = []
-    if partition:
-        out.append(("partition", partition))
-    for key, value in (("account", s.account or sch.account), ("qos", s.qos or sch.qos)):
+    for key, value in (("partition", r.partition), ("account", r.account), ("qos", r.qos)):
         if value:
             out.append((key, value))
-    out += [("time", time), ("nodes", str(nnodes)), ("ntasks-per-node", str(tasks)),
+    out += [("time", r.time), ("nodes", str(nnodes)), ("ntasks-per-node", str(tasks)),
             ("gpus-per-node", str(gpn)), ("cpus-per-task", str(cpus)), *_mem_share(site, gpn)]
     if exclude:
         from clusterkit.hostlist import fold
         out.append(("exclude", fold(exclude)))
-    if spec.requeue:
+    if r.spec.requeue:
         # B: signal only the batch shell; its trap forwards TERM to the launcher (torchrun
         # forwards only INT/TERM/HUP/QUIT, and NCCL itself grabs USR1).
         out.append(("signal", f"B:USR2@{sch.preempt_signal_s}"))
-        out.append(("requeue", None) if max_restarts > 0 else ("no-requeue", None))
+        out.append(("requeue", None) if r.max_restarts > 0 else ("no-requeue", None))
         out.append(("open-mode", "append"))   # a requeued run appends to the same log
     for name, extra in sorted(sch.sbatch.items()):
         if extra is True:
@@ -270,9 +229,10 @@ def _with_hosts(ctx: Context, candidates: tuple[str, ...]) -> Context:
     return replace(ctx, hosts=candidates[:ctx.nnodes], site_hosts=candidates)
 
 
-def _context(site: Site, request: JobRequest, s: Settings, nnodes: int, gpn: int, use_container: bool,
+def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool,
              exclude: tuple[str, ...]) -> Context:
-    ctx = Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=s,
+    request = r.request
+    ctx = Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=r.settings,
                   stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(),
                   run_dir=request.run_dir, container=use_container, inputs=request.inputs)
     return _with_hosts(ctx, _candidates(site, exclude, nnodes))
@@ -305,30 +265,24 @@ def _check_run_dir_shared(site: Site, run_dir: str, nnodes: int) -> None:
                     "the filesystem in the site's storage list with shared: true")
 
 
-def make_plan(site: Site, request: JobRequest) -> Plan:
-    """Check the request against the site and stage, and build the frozen plan."""
-    spec = stages.get(request.stage)
-    s = settings_mod.build(dict(request.settings))
+def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
+    """Check the request against the site and stage, and build the frozen plan (a request not
+    yet resolved is resolved here; a command resolves it first, once)."""
+    r = request if isinstance(request, Resolved) else resolve(site, request)
+    request, spec, s, launcher, time, max_restarts = r.request, r.spec, r.settings, r.launcher, r.time, r.max_restarts
     warnings = stages.check_site(spec, site)
-    nnodes = stages.node_count(spec, site, request.nodes)
+    nnodes = stages.node_count(spec, site, r.nodes)
     gpn = request.gpus_per_node or site.nodes.gpus_per_node
     if gpn < 1 or gpn > site.nodes.gpus_per_node:
         raise PlanError(f"--gpus-per-node {gpn}: site {site.name} nodes have {site.nodes.gpus_per_node} GPUs")
     exclude = _exclude_list(site, request.exclude)
-    override = site.stage_override(spec.name)
-    launcher = resolve_launcher(site, request)
     _check_used(s, launcher, site)
     container_cfg = site.software.container
-    site_wants = override.container if override and override.container is not None else True
-    wanted = s.container if s.container is not None else site_wants
-    use_container = bool(container_cfg) and wanted and site.scheduler.kind == "slurm"
+    use_container = bool(container_cfg) and r.container and site.scheduler.kind == "slurm"
     if s.container and not container_cfg:
         raise PlanError(f"--set container=true but site {site.name} configures no software.container")
-    ctx = _context(site, request, s, nnodes, gpn, use_container, exclude)
+    ctx = _context(site, r, nnodes, gpn, use_container, exclude)
     launch = launchers.get(launcher)(ctx)
-    time = s.time or (override.time if override and override.time else None) or site.scheduler.time
-    max_restarts = s.max_restarts if s.max_restarts is not None else (
-        override.max_restarts if override and override.max_restarts is not None else site.scheduler.max_restarts)
     _check_preemption(site, launch, spec, time, max_restarts)
     cpus, omp = cpu_share(site, s, gpn, launch)
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
@@ -337,20 +291,19 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
         from clusterkit.job.launchers.deepspeed import check_pdsh_env
         check_pdsh_env(env)
     _check_run_dir_shared(site, request.run_dir, nnodes)  # last: the request is sound, is its place?
-    name = job_name(request)
+    name = r.job_name
     return Plan(
         version=__version__, site=site.name, site_file=site.source, scheduler=site.scheduler.kind,
         stage=spec.name, launcher=launcher, job_name=name,
         nnodes=nnodes, gpus_per_node=gpn, world_size=launch.world_size or nnodes * gpn, hosts=ctx.hosts,
         exclude=exclude, command=tuple(request.command), run_dir=request.run_dir,
         launch=launch, env=tuple(env),
-        sbatch=_sbatch(site, s, nnodes, gpn, launch, spec, exclude, time, max_restarts),
+        sbatch=_sbatch(site, r, nnodes, gpn, launch, exclude),
         modules=tuple(site.software.modules),
         container=container_cfg if use_container else None,
         max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s,
         grace_s=site.scheduler.grace_s, requeue=spec.requeue,
         checkpoint_dir=checkpoint_base(site, request.run_dir, name),
         time=time, settings=s, cpus_per_task=cpus,
-        preflight_in_job=bool(s.preflight_in_job if s.preflight_in_job is not None else site.preflight.in_job),
-        basis=Basis(site, ctx), warnings=tuple(warnings),
+        preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings),
     )

@@ -21,9 +21,9 @@ def get(stage: str) -> StageSpec:
 
 
 def node_count(spec: StageSpec, site: Site, requested: int | None) -> int:
-    """The node count for this stage on this site, checked against the stage range and the site."""
-    override = site.stage_override(spec.name)
-    n = requested if requested is not None else (override.nodes if override and override.nodes else spec.default_nodes)
+    """The node count for this stage on this site, checked against the stage range and the site.
+    ``requested``: the command line's, else the site's stage entry's (resolved once); None: the default."""
+    n = requested if requested is not None else spec.default_nodes
     if n < spec.min_nodes or (spec.max_nodes is not None and n > spec.max_nodes):
         rng = f"{spec.min_nodes} or more" if spec.max_nodes is None else spec.node_range
         raise PlanError(f"--nodes {n} is outside stage {spec.name} ({rng} nodes); pick the stage that fits {n} nodes")

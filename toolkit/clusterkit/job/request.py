@@ -1,0 +1,109 @@
+"""The request, resolved once: what the user asked for (:class:`JobRequest`) against what the
+site says, by one precedence rule applied by setting name.
+
+For every setting a site can also set, the value comes from, in order: the command line
+(``--launcher``, ``--nodes``, ``--set NAME=...``), the site's ``stages.<stage>`` entry, the
+site itself (``scheduler:``, ``preflight:``), then the default.  :func:`resolve` applies it once
+per command, so the job name, the launcher and the site's stage entry are worked out once,
+before the run directory is claimed, and :func:`clusterkit.job.plan.make_plan` only reads them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from clusterkit.config.schema import Site, StageOverride
+from clusterkit.errors import PlanError
+from clusterkit.job import settings as settings_mod
+from clusterkit.job import stages
+from clusterkit.job.settings import Settings
+from clusterkit.vocab import StageSpec
+
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What the user asked for on the command line."""
+
+    stage: str
+    command: tuple[str, ...]
+    launcher: str | None = None
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    job_name: str | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    debug: bool = False
+    exclude: tuple[str, ...] = ()
+    run_dir: str = "."
+    # files the command names that the plan checks (read on the submit host by the pipeline):
+    # path as written -> (absolute path, text)
+    inputs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A request with every choice the site shares made: what ``make_plan`` plans."""
+
+    request: JobRequest
+    spec: StageSpec
+    settings: Settings
+    job_name: str
+    launcher: str
+    nodes: int | None           # asked for (command line, then the site's stage); None: the stage default
+    time: str
+    max_restarts: int
+    partition: str | None
+    account: str | None
+    qos: str | None
+    container: bool             # wanted (the site may still have none)
+    preflight_in_job: bool
+
+    def with_request(self, **changes: Any) -> Resolved:
+        """The same choices for the request with ``changes`` that choose nothing (run_dir, inputs)."""
+        if set(changes) - {"run_dir", "inputs"}:
+            raise ValueError(f"{sorted(changes)}: only run_dir and inputs leave the choices as they are")
+        return replace(self, request=replace(self.request, **changes))
+
+
+def pick(name: str, given: Any, override: StageOverride | None, site_value: Any) -> Any:
+    """The precedence rule for setting ``name``: ``given`` (command line), else the site's
+    ``stages.<stage>.<name>``, else ``site_value`` (the site's own, or the default)."""
+    if given is not None:
+        return given
+    staged = getattr(override, name, None) if override is not None else None
+    return staged if staged is not None else site_value
+
+
+def resolve(site: Site, request: JobRequest) -> Resolved:
+    """Apply the precedence rule to every setting of ``request`` on ``site``, once."""
+    spec = stages.get(request.stage)
+    s = settings_mod.build(dict(request.settings))
+    override = site.stage_override(spec.name)
+    sch = site.scheduler
+    return Resolved(
+        request=request, spec=spec, settings=s, job_name=job_name(request),
+        launcher=pick("launcher", request.launcher, override, spec.default_launcher),
+        nodes=pick("nodes", request.nodes, override, None),
+        time=pick("time", s.time, override, sch.time),
+        max_restarts=pick("max_restarts", s.max_restarts, override, sch.max_restarts),
+        partition=pick("partition", s.partition, override, sch.partition),
+        account=s.account or sch.account, qos=s.qos or sch.qos,
+        container=pick("container", s.container, override, True),
+        preflight_in_job=bool(pick("preflight_in_job", s.preflight_in_job, None, site.preflight.in_job)),
+    )
+
+
+def job_name(request: JobRequest) -> str:
+    """The job's name: ``--job-name`` (checked), else ``ck-<script>`` from the command."""
+    if request.job_name is not None:
+        if not _JOB_NAME.fullmatch(request.job_name):
+            raise PlanError(f"--job-name {request.job_name!r}: use 1-64 letters, digits, '.', '_', '+' or '-'")
+        return request.job_name
+    command = request.command
+    script = next((c for c in command[1:] if not c.startswith("-")), command[0] if command else "job")
+    base = re.sub(r"[^A-Za-z0-9._+-]", "-", script.rsplit("/", 1)[-1].removesuffix(".py"))[:48].strip("-.")
+    return f"ck-{base or 'job'}"
