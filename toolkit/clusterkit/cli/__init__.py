@@ -22,8 +22,8 @@ Exit codes:
   0  ok
   1  runtime failure (job refused or failed, preflight found bad nodes)
   2  usage or config error (bad option, invalid site config, impossible plan)
-  3  preflight could not reach some nodes; status could not reach the Slurm
-     controller (it still shows every job, Slurm ones with their last known state)
+  3  preflight could not reach some nodes; the Slurm controller could not be
+     reached (status still shows every job, Slurm ones with their last known state)
 """
 
 # name -> (module, attribute, one-line help shown by `clusterkit --help` without importing)
