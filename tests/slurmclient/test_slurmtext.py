@@ -83,9 +83,10 @@ def test_a_key_slurm_did_not_print_is_only_an_extra_key() -> None:
 
 
 def test_lines_built_to_make_the_search_explode_are_still_read() -> None:
-    # thousands of free-text keys: the search gives up after its budget and reads plainly
+    # thousands of free-text keys: the search gives up after its budget and reads plainly,
+    # keeping only the keys that occur once (a field that cannot be told from a copy is left out)
     many = "JobId=1 " + " ".join("Reason=a Comment=b WorkDir=c StdOut=d" for _ in range(500)) + " JobState=FAILED"
-    assert split_record(many)["JobId"] == "1" and split_record(many)["Reason"] == "a"
+    assert split_record(many) == {"JobId": "1", "JobState": "FAILED"}
     wide = "NodeName=n1 OS=" + " ".join(f"K{i}=v" for i in range(3000)) + " RealMemory=5 State=IDLE"
     assert split_record(wide)["RealMemory"] == "5"
 
@@ -108,3 +109,29 @@ def test_time_is_vocabs_parser(text: str, seconds: float | None) -> None:
 def test_exit_code() -> None:
     assert parse_exit_code("3:0") == (3, None) and parse_exit_code("0:15") == (None, 15)
     assert parse_exit_code("junk") == (None, None)
+
+
+# --------------------------------------------------------------------------- captured hostile records
+
+
+def test_captured_job_whose_name_workdir_and_comment_spell_other_fields() -> None:
+    """A real record (see tests/data/sites/README.md): the job name comes before the real JobState,
+    the working directory and comment after it, and all three spell JobState/ExitCode."""
+    from clusterkit.scheduler.slurm_tables import scontrol_statuses
+
+    text = (DATA / "show-job-o-hostile.txt").read_text()
+    kv = split_record(text.splitlines()[0])
+    assert (kv["JobName"], kv["JobState"], kv["ExitCode"], kv["Restarts"], kv["NodeList"]) == \
+        ("ck JobState=FAILED ExitCode=3:0", "PENDING", "0:0", "0", "")
+    assert kv["WorkDir"] == "/tmp/ckwd JobState=FAILED ExitCode=3:0 Restarts=7"
+    assert kv["Comment"] == "NodeList=evil[1-9] JobState=RUNNING"
+    (st,) = scontrol_statuses(text).values()
+    assert (st.state, st.exit_code, st.restarts, st.nodes) == ("PENDING", 0, 0, None)
+
+
+def test_captured_node_whose_reason_spells_other_fields() -> None:
+    from clusterkit.sites import slurm_text as T
+
+    (node,) = T.parse_nodes((DATA / "show-node-o-hostile-reason.txt").read_text()).nodes
+    assert (node.name, node.state, node.real_memory_mb, node.usable) == ("node2", "IDLE+DRAIN", 64000, False)
+    assert node.reason == "gpu gone State=IDLE RealMemory=1 NodeName=node9"

@@ -23,7 +23,7 @@ _KEY = re.compile(r"(?:^|\s+)([A-Z][A-Za-z0-9_/:.]*)=")
 # ``OS=Linux 6.8.0 #1 SMP``, ``Reason=bad gpu [root@2024-05-01T10:00:00]``, ``WorkDir=/home/a b``.
 FREE_TEXT = frozenset({"OS", "Reason", "Comment", "Extra", "AdminComment", "SystemComment", "WorkDir",
                        "Command", "StdErr", "StdIn", "StdOut", "JobName", "Name"})
-_SEARCH_BUDGET = 5_000  # record splits tried per line before the plain reading is used
+_SEARCH_BUDGET = 20_000  # steps of the search per line before the plain reading is used
 
 
 class _TooHard(Exception):
@@ -40,12 +40,12 @@ def split_record(line: str) -> dict[str, str]:
     that fit, the one with the most fields wins, and among those the one whose earlier free text
     is shortest.  Free text that spells ``JobState=FAILED`` or ``RealMemory=1`` therefore stays
     in its own value (reading it as a field would leave a field Slurm printed twice, or lose
-    one) and never replaces the field Slurm printed.  The limit of ``-o`` output: free text that
-    repeats every field up to a later free-text key reads the same as Slurm's own fields.
+    others) and never replaces the field Slurm printed.  The limit of ``-o`` output: free text
+    that repeats every field up to a later free-text key reads the same as Slurm's own fields.
 
-    A line no reading fits (a free-text field this module does not know, holding a ``Key=``
-    seen before) or with too many candidate keys to try falls back to the plain reading: each
-    ``Key=`` starts a field, the first of a name wins.
+    A line no reading fits (a free-text field this module does not know, holding a ``Key=`` seen
+    before) or too tangled to search within the budget is read plainly, keeping only the keys
+    that occur once: a field that cannot be told from a copy is left out, never guessed.
     """
     found = list(_KEY.finditer(line))
     keys = [m.group(1) for m in found]
@@ -54,10 +54,9 @@ def split_record(line: str) -> dict[str, str]:
     except _TooHard:
         ends = None
     if ends is None:
-        out: dict[str, str] = {}
-        for m, nxt in zip(found, [*found[1:], None], strict=True):
-            out.setdefault(m.group(1), line[m.end():nxt.start() if nxt else len(line)].strip())
-        return out
+        once = {k for k in keys if keys.count(k) == 1}
+        return {m.group(1): line[m.end():nxt.start() if nxt else len(line)].strip()
+                for m, nxt in zip(found, [*found[1:], None], strict=True) if m.group(1) in once}
     fields: dict[str, str] = {}
     start = 0
     for end in ends:
@@ -69,11 +68,23 @@ def split_record(line: str) -> dict[str, str]:
 
 def _best_split(keys: list[str]) -> tuple[int, ...] | None:
     """Where each field ends (index of the next field's key, or len(keys)), or None if no
-    reading fits.  Search with a budget: hostile text cannot make it take long."""
+    reading fits.  Readings are memoized on what can still collide (the keys seen so far that
+    occur again later), and searched within a budget: hostile text cannot make it take long."""
     n = len(keys)
+    last_at = {key: i for i, key in enumerate(keys)}
     budget = [_SEARCH_BUDGET]
+    memo: dict[tuple[int, frozenset[str]], tuple[int, tuple[int, ...]] | None] = {}
 
     def best(i: int, seen: frozenset[str]) -> tuple[int, tuple[int, ...]] | None:
+        state = (i, frozenset(k for k in seen if last_at[k] >= i))
+        if state not in memo:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise _TooHard
+            memo[state] = _from(i, state[1])
+        return memo[state]
+
+    def _from(i: int, seen: frozenset[str]) -> tuple[int, tuple[int, ...]] | None:
         ends: list[int] = []
         while i < n and keys[i] not in FREE_TEXT:  # plain fields end at the next key
             if keys[i] in seen:
@@ -93,8 +104,6 @@ def _best_split(keys: list[str]) -> tuple[int, ...] | None:
             if j < n and keys[j] in seen:
                 continue
             budget[0] -= 1
-            if budget[0] < 0:
-                raise _TooHard
             rest = best(j, seen)
             if rest is not None and (found is None or rest[0] + 1 > found[0]):
                 found = (rest[0] + 1, (j, *rest[1]))  # ties: the nearer end (shorter free text)

@@ -220,7 +220,7 @@ def scontrol_statuses(text: str) -> dict[str, JobStatus]:
         out[kv["JobId"]] = JobStatus(
             state=JobState.parse(kv.get("JobState", "")), exit_code=exit_code, signal=sig,
             reason=None if reason in ("", "None") else reason,
-            nodes=None if kv.get("NodeList", "(null)") == "(null)" else kv.get("NodeList"),
+            nodes=None if kv.get("NodeList", "") in ("", "(null)") else kv.get("NodeList"),  # pending: "NodeList="
             restarts=int(restarts) if restarts.isdigit() else None, source="scontrol",
             raw=" ".join(f"{k}={v}" for k, v in kv.items()),
         )
