@@ -27,15 +27,15 @@ def site_file(tmp_path: Path, **changes: object) -> Path:
 
 @pytest.fixture
 def job(ck, tmp_path: Path) -> Iterator[Callable[..., Job]]:
-    """``job(*render_args, nodes=2, gpus=1, site=..., launcher="srun", restarts=0, **env)``: render a
-    job whose ranks are rank stand-ins, and a :class:`Job` to run it; whatever it leaves running is
-    killed after the test."""
+    """``job(*render_args, nodes=2, gpus=1, site=..., stage=..., launcher="srun", restarts=0, **env)``:
+    render a job whose ranks are rank stand-ins, and a :class:`Job` to run it; whatever it leaves
+    running is killed after the test."""
     made: list[Job] = []
 
-    def make(*args: str, nodes: int = 2, gpus: int = 1, site: str = "testbed", launcher: str = "srun",
-             restarts: int = 0, **env: str) -> Job:
+    def make(*args: str, nodes: int = 2, gpus: int = 1, site: str = "testbed", stage: str = "multi-node",
+             launcher: str = "srun", restarts: int = 0, **env: str) -> Job:
         run_dir = tmp_path / f"run{len(made)}"
-        result = ck("render", "--site", site, "--stage", "multi-node", "--nodes", str(nodes), "--gpus-per-node",
+        result = ck("render", "--site", site, "--stage", stage, "--nodes", str(nodes), "--gpus-per-node",
                     str(gpus), "--launcher", launcher, *args, "--out", str(run_dir), "--", str(RANK))
         assert result.code == 0, result.err
         j = Job(run_dir, tmp_path / f"work{len(made)}", nodes=nodes, restarts=restarts, **env)

@@ -82,6 +82,10 @@ class Job:
     def slurm_term(self) -> None:
         os.killpg(self.pid, signal.SIGTERM)
 
+    def term_shell(self) -> None:
+        """TERM to the batch shell alone (a local job's cancel)."""
+        os.kill(self.pid, signal.SIGTERM)
+
     def preempt_steps(self) -> None:
         for pid in self.rank_pids():
             os.kill(pid, signal.SIGTERM)

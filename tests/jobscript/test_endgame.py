@@ -8,7 +8,9 @@ live-Slurm counterparts are in tests/slurm/test_preemption.py.
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
+from tests.jobscript.conftest import site_file
 from tests.jobscript.harness import JOB_ID
 
 WAITING = "waiting for Slurm to end this run; no result is written"
@@ -142,3 +144,37 @@ def test_ranks_ending_on_their_own_write_their_status(job) -> None:
     assert j.calls("scancel") == []
     assert j.calls("scontrol") == [f"-o show job {JOB_ID}"] or all(
         c.startswith(("show hostnames", "-o show job")) for c in j.calls("scontrol"))
+
+
+def test_grace_time_over_with_ranks_still_saving_requeues(job, tmp_path: Path) -> None:
+    """The ranks outlive the grace time after a warning: the shell stops waiting for them and
+    requeues (Slurm's requeue ends what is left of the run)."""
+    j = job(site=str(site_file(tmp_path, scheduler__grace_s=1)), JS_RANK_SAVE="hold").start()
+    j.await_ranks()
+    j.usr2()
+    j.await_marker("term")
+    j.await_log("the grace time of 1 s is over and ranks are still running")
+    j.await_log("launcher exited with status 143")
+    j.await_log(WAITING)
+    assert f"requeue {JOB_ID}" in j.calls("scontrol")
+    assert j.markers("saved") == []          # still saving: Slurm's end of the run cuts them off
+    j.slurm_term()
+    assert j.wait() == -signal.SIGTERM, j.log()
+    assert j.result() is None
+
+
+def test_local_job_passes_term_to_the_launcher_and_writes_its_status(job) -> None:
+    """A local site (no Slurm): a cancel's TERM to the shell goes on to the launcher (the real
+    torchrun), whose rank saves; the shell waits for it and writes the launcher's status."""
+    j = job(site="local", stage="single-node", nodes=1, launcher="torchrun")
+    j.env["SUBMITIT_LOCAL_JOB_ID"] = JOB_ID
+    j.start()
+    j.await_ranks()
+    j.term_shell()
+    j.await_log("SIGTERM received: sending TERM to the launcher")
+    j.await_marker("saved")
+    status = j.wait()
+    assert status not in (0, -signal.SIGTERM), j.log()
+    assert j.result() == f"{status}\n", j.log()
+    assert f"launcher exited with status {status}" in j.log()
+    assert j.calls("scontrol") == [] and j.calls("scancel") == [] and j.calls("srun") == []
