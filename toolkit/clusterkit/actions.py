@@ -171,11 +171,7 @@ def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | 
     chosen = sizing.recommended
     if chosen is None:
         raise PlanError(f"nothing to render: {sizing.reason}")
-    command = tuple(command)
-    if chosen.method.key == "megatron" and "--use-distributed-optimizer" not in command:
-        # the Megatron figure assumes ZeRO-1 over data parallel (4 + 16/d bytes per parameter);
-        # without the distributed optimizer every GPU would hold 20 bytes per parameter
-        command = (*command, "--use-distributed-optimizer")
+    command = (*command, *(a for a in chosen.method.command_args if a not in command))
     values = chosen.settings()
     if sizing.request.shape is not None:  # the micro batch the activations were sized for
         values["micro_batch"] = sizing.request.shape.micro_batch
