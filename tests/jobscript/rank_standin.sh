@@ -11,7 +11,7 @@ on_term() { terms=$((terms + 1)); printf '%s\n' "$terms" > "$dir/$me.term"; }
 trap on_term TERM
 mkdir -p "$dir"
 printf '%s\n' $$ > "$dir/$me.pid.tmp" && mv "$dir/$me.pid.tmp" "$dir/$me.pid"
-for _ in $(seq 1 1200); do   # bounded: 60 s
+for ((i = 0; i < 1200; i++)); do   # bounded: 60 s (no command substitution: a TERM must not cut the loop short)
   if [ "$terms" -gt 0 ]; then
     case "${JS_RANK_SAVE:-now}" in
       hold) [ -e "$JS_DIR/release" ] || { sleep 0.05; continue; } ;;
