@@ -105,6 +105,18 @@ class Job:
             return False
         until(f"{text!r} in the batch log", seen, timeout)
 
+    def group(self) -> list[int]:
+        """Processes still in the job's process group (the batch shell started it)."""
+        out = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == self.pid and fields[0] != "Z":
+                out.append(int(stat.parent.name))
+        return out
+
     def rank_pids(self) -> list[int]:
         return [int(f.read_text()) for f in sorted((self.work / "ranks").glob("*.pid"))]
 

@@ -11,7 +11,7 @@ import signal
 from pathlib import Path
 
 from tests.jobscript.conftest import site_file
-from tests.jobscript.harness import JOB_ID
+from tests.jobscript.harness import JOB_ID, until
 
 WAITING = "waiting for Slurm to end this run; no result is written"
 IGNORED = "SIGUSR2 while waiting for Slurm to end this run: ignored"
@@ -87,8 +87,9 @@ def test_requeue_accepted_waits_for_slurm_and_writes_no_result(job) -> None:
     j.usr2()
     j.await_log(IGNORED)
     assert j.alive(), j.log()
-    j.slurm_term()                       # Slurm ends the run it requeued
+    j.term_shell()                       # Slurm ends the run it requeued: TERM to the shell alone here
     assert j.wait() == -signal.SIGTERM, j.log()
+    until("the wait's sleep and the grace timer to end with the shell", lambda: j.group() == [])
     assert j.result() is None
 
 
