@@ -33,7 +33,8 @@ def sbatch_lines(run_dir: Path) -> dict[str, str]:
 
 
 def srun_line(run_dir: Path) -> str:
-    return next(ln for ln in (run_dir / "job.sbatch").read_text().splitlines() if ln.startswith("srun "))
+    return next(ln.strip() for ln in (run_dir / "job.sbatch").read_text().splitlines()
+                if ln.lstrip().startswith("srun "))
 
 
 def env_of(run_dir: Path) -> dict[str, str]:
@@ -44,7 +45,7 @@ def env_of(run_dir: Path) -> dict[str, str]:
 
 def test_every_rendered_srun_step_asks_for_cpus_per_task() -> None:
     steps = [(p, ln) for p in sorted(GOLDEN.glob("*/*/*/job.sbatch"))
-             for ln in p.read_text().splitlines() if ln.startswith("srun ")]
+             for ln in p.read_text().splitlines() if ln.lstrip().startswith("srun ")]
     assert len(steps) > 40
     for path, line in steps:
         plan = json.loads((path.parent / "plan.json").read_text())
@@ -168,7 +169,8 @@ module() {
 
 def _run_modules(run_dir: Path, modules_ok: bool) -> subprocess.CompletedProcess[str]:
     text = (run_dir / "job.sbatch").read_text()
-    ck_result = text[text.index("ck_result() {"):text.index("}\n", text.index("ck_result() {")) + 2]
+    ck_result = "".join(text[text.index(f"{fn}() {{"):text.index("\n}\n", text.index(f"{fn}() {{")) + 3]
+                        for fn in ("ck_result", "ck_fail"))
     block = _module_block(text) if modules_ok else _module_block(text).replace("cuda/12.1", "cuda/99")
     script = (f"set -uo pipefail\nexport CK_RUN_DIR={run_dir} CK_JOB_ID=7\n{ck_result}{FAKE_LMOD}{block}"
               "echo after-modules\n")
@@ -184,6 +186,7 @@ def test_module_load_runs_without_nounset_and_reports_failure(ck, tmp_path: Path
     assert bad.returncode == 1 and "after-modules" not in bad.stdout
     assert "clusterkit: module load cuda/99 failed" in bad.stderr and "unknown" in bad.stderr
     assert (run_dir / "7.result").read_text() == "1\n"
+    assert (run_dir / "7.reason").read_text() == "module load cuda/99 failed (see the module error above)\n"
 
 
 @pytest.mark.parametrize("launcher", ["horovod", "colossalai"])

@@ -98,3 +98,37 @@ def test_builtin_templates_say_nothing_about_overrides(ck, tmp_path: Path) -> No
     result = ck("submit", "--dry-run", "--site", "testbed", "--out", str(tmp_path / "run"), "--", "python", "t.py")
     assert result.code == 0, result.err
     assert "renders its own templates" not in result.err and result.out.startswith("#!/bin/bash")
+
+
+# The job script is one entry template and one include per concern: a site replaces any one.
+INCLUDE = "job-preflight.sbatch.j2"
+
+
+def test_one_include_overridden_the_rest_built_in(ck, tmp_path: Path) -> None:
+    site = site_with_template(tmp_path, "\n# ---- site {{ plan.site }}: its own preflight step\nsite-check || "
+                                        "ck_fail 1 'site-check failed'\n", name=INCLUDE)
+    result = dry_run(ck, tmp_path, site)
+    assert result.code == 0, result.err
+    assert "# ---- site tsite: its own preflight step\nsite-check || ck_fail 1 'site-check failed'\n" in result.out
+    builtin = ck("submit", "--dry-run", "--site", "testbed", "--out", str(tmp_path / "run2"), "--", "python", "t.py",
+                 cwd=tmp_path)
+    assert result.out.replace("tsite", "testbed").replace(str(tmp_path / "run"), str(tmp_path / "run2")).replace(
+        "\n# ---- site testbed: its own preflight step\nsite-check || ck_fail 1 'site-check failed'\n", "") == \
+        builtin.out.replace(str(tmp_path / "run2"), str(tmp_path / "run2"))
+    assert f"renders its own templates from {site.parent / 'tpl'}: {INCLUDE}" in result.err
+
+
+@pytest.mark.parametrize("name", ["endless-loop", "huge-output", "undefined", "syntax-error", "plan-internals"])
+def test_hostile_include_is_bounded_like_an_entry(ck, tmp_path: Path, name: str) -> None:
+    text, needle = HOSTILE_TEMPLATES[name]
+    result = dry_run(ck, tmp_path, site_with_template(tmp_path, text, name=INCLUDE))
+    assert_one_line_error(result, 2, needle.replace("job.sbatch.j2", INCLUDE))
+    assert str(tmp_path / "conf" / "tpl") in result.err       # the site's file, or its template directory
+    assert not (tmp_path / "run").exists()
+
+
+def test_include_override_writable_by_others_is_refused(ck, tmp_path: Path) -> None:
+    site = site_with_template(tmp_path, "# own\n", name=INCLUDE)
+    os.chmod(site.parent / "tpl" / INCLUDE, 0o666)
+    assert_one_line_error(dry_run(ck, tmp_path, site), 2, "templates: template override refused",
+                          "is writable by others (mode 0666)")

@@ -19,6 +19,7 @@ from clusterkit import rundir
 from clusterkit.config.load import load_site
 from clusterkit.config.schema import Site
 from clusterkit.errors import ExitCode, PlanError, PreflightError
+from clusterkit.job import launchers, rundir
 from clusterkit.job import plan as planning
 from clusterkit.job import render as render_mod
 from clusterkit.job import settings as settings_mod
@@ -64,26 +65,20 @@ _MAX_INPUT_BYTES = 1 << 20
 
 
 def read_inputs(launcher: str, request: JobRequest) -> JobRequest:
-    """Read, on the submit host, the files the command names that the plan checks: the user's
-    own DeepSpeed config, whose batch sizes must match the world before the job is queued."""
-    if launcher != "deepspeed":
-        return request
-    from clusterkit.job.launchers.deepspeed import user_config
-
-    user = user_config(request.command)
-    if user is None:
-        return request
-    path = Path(user.path)
-    try:
-        with path.open("rb") as fh:
-            data = fh.read(_MAX_INPUT_BYTES + 1)
-    except OSError as exc:
-        raise PlanError(f"deepspeed: {user.flag} {user.path}: cannot read the DeepSpeed config "
-                        f"({exc.strerror or exc})") from None
-    if len(data) > _MAX_INPUT_BYTES:
-        raise PlanError(f"deepspeed: {user.flag} {user.path}: larger than 1 MiB; not a DeepSpeed config")
-    text = data.decode("utf-8", errors="replace")
-    return replace(request, inputs={user.path: (str(path.resolve()), text)})
+    """Read, on the submit host, the files of the command the launcher checks at render time
+    (a user's own DeepSpeed config, whose batch sizes must match the world before the job is queued)."""
+    read: dict[str, tuple[str, str]] = {}
+    for wanted in launchers.inputs(launcher, request.command):
+        path = Path(wanted.path)
+        try:
+            with path.open("rb") as fh:
+                data = fh.read(_MAX_INPUT_BYTES + 1)
+        except OSError as exc:
+            raise PlanError(f"{wanted.what}: cannot read the {wanted.kind} ({exc.strerror or exc})") from None
+        if len(data) > _MAX_INPUT_BYTES:
+            raise PlanError(f"{wanted.what}: larger than 1 MiB; not a {wanted.kind}")
+        read[wanted.path] = (str(path.resolve()), data.decode("utf-8", errors="replace"))
+    return replace(request, inputs=read) if read else request
 
 
 @dataclass(frozen=True)
@@ -168,11 +163,7 @@ def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | 
     chosen = sizing.recommended
     if chosen is None:
         raise PlanError(f"nothing to render: {sizing.reason}")
-    command = tuple(command)
-    if chosen.method.key == "megatron" and "--use-distributed-optimizer" not in command:
-        # the Megatron figure assumes ZeRO-1 over data parallel (4 + 16/d bytes per parameter);
-        # without the distributed optimizer every GPU would hold 20 bytes per parameter
-        command = (*command, "--use-distributed-optimizer")
+    command = (*command, *(a for a in chosen.method.command_args if a not in command))
     values = chosen.settings()
     if sizing.request.shape is not None:  # the micro batch the activations were sized for
         values["micro_batch"] = sizing.request.shape.micro_batch

@@ -188,7 +188,7 @@ def _check_preemption(site: Site, launch: Launch, spec: StageSpec, time: str, ma
     if launch.mode == "once" and max_restarts > 0:
         # The warning reaches the ranks through their Slurm job steps (scancel --signal=TERM);
         # a launcher that starts its workers over SSH/MPI from the batch host has no steps.
-        raise PlanError(f"{launch.launcher}{' ds_launcher=pdsh' if launch.launcher == 'deepspeed' else ''} starts "
+        raise PlanError(f"{launch.name} starts "
                         "its workers over SSH from the batch host, outside Slurm's job steps, so a preemption or "
                         "time-limit warning cannot reach every rank and requeue would lose their work: "
                         "use --set max_restarts=0 (no requeue) or a launcher that runs through srun")
@@ -287,9 +287,8 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     cpus, omp = cpu_share(site, s, gpn, launch)
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
                        omp_threads=omp)
-    if launcher == "deepspeed" and launch.mode == "once":
-        from clusterkit.job.launchers.deepspeed import check_pdsh_env
-        check_pdsh_env(env)
+    if launch.check_env is not None:
+        launch.check_env(env)
     _check_run_dir_shared(site, request.run_dir, nnodes)  # last: the request is sound, is its place?
     name = r.job_name
     return Plan(

@@ -3,9 +3,11 @@
 One sandboxed Jinja environment with ``StrictUndefined`` (a missing variable is a bug, not an
 empty string), ``keep_trailing_newline``, and a ``shell_quote`` filter used for every value that
 reaches a shell.  A site may replace any built-in template by file name (``templates:`` in the
-site config); the built-ins are the fallback.  Site templates are code from a shared file, so
-they render in Jinja's sandbox (no attribute walks to Python internals) within a budget of
-``TEMPLATE_SECONDS`` and ``TEMPLATE_MAX_BYTES``, and their errors are one-line config errors.
+site config); the built-ins are the fallback.  The job script is an entry template per
+scheduler kind (:data:`ENTRY`) made of includes by concern, any of which a site may replace.
+Site templates are code from a shared file, so they render in Jinja's sandbox (no attribute
+walks to Python internals); with a site directory in play each artifact renders within a budget
+of ``TEMPLATE_SECONDS`` and ``TEMPLATE_MAX_BYTES``, and errors are one-line config errors.
 """
 
 from __future__ import annotations
@@ -163,14 +165,30 @@ def launch_body(plan: Plan) -> str:
         prefix = shell_join(_launcher_words(plan))
         return ranks + "exec " + (prefix + " " if prefix else "") + '"$@"'
     body = "exec " + shell_join([*_launcher_words(plan), Sh('"$@"')])
-    if plan.launcher == "deepspeed" and plan.slurm:
-        # `scancel --signal=TERM` reaches every process of the step.  The `deepspeed` runner has
-        # no TERM handler and would die at once, ending the task while its workers still save
-        # (and a step whose task ended is killed).  Ignored, it waits for deepspeed.launcher.launch,
-        # which installs its own handler (TERM to the workers, SIGKILL after 30 s); the workers
-        # start with the default TERM action, so the training script's handler runs.
+    if plan.launch.term == "ignore":
+        # its runner ignores the TERM a warning sends every process of the step; the process it
+        # starts handles it (see the launcher's module)
         body = 'trap "" TERM; ' + body
     return body
+
+
+def in_step(plan: Plan) -> bool:
+    """Whether the launcher starts in a Slurm job step (srun) rather than on the batch host."""
+    return plan.slurm and (plan.launch.mode != "once" or plan.container is not None)
+
+
+def launch_how(plan: Plan) -> str:
+    """How the launcher is started, for the job script's comment."""
+    if plan.launch.mode == "per_node":
+        return "once per node"
+    if plan.launch.mode == "per_gpu":
+        return "one task per GPU"
+    return "once, in the site's container" if plan.container else "once"
+
+
+#: The job script's entry templates; each includes one template per concern (templates/job-*.j2).
+ENTRY = {True: "job.sbatch.j2", False: "job.local.j2"}
+LAUNCH_INCLUDE = {True: "job-launch.step.j2", False: "job-launch.here.j2"}
 
 
 def _restart_log(plan: Plan, who: str) -> str:
@@ -222,29 +240,32 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "command": shell_join(plan.launch.command),
         "dialect_line": plan.launch.dialect.line("${ck_host}", plan.gpus_per_node) if plan.launch.dialect else "",
         "env": plan.env,
+        "launch_include": LAUNCH_INCLUDE[in_step(plan)],
+        "launch_how": launch_how(plan),
     }
     out: dict[str, str] = {}
-    out["job.sbatch"] = draw("job.sbatch.j2", ctx)
+    out["job.sbatch"] = draw(ENTRY[plan.slurm], ctx)
     out["nccl.env"] = draw("nccl.env.j2", ctx)
     hostfile = _hostfile(plan)
     if hostfile is not None:
         out["hostfile"] = hostfile
     for name, text in sorted(plan.launch.files.items()):
         out[name] = text
-    if plan.launcher == "deepspeed" and plan.launch.mode == "once":
-        out[".deepspeed_env"] = draw("deepspeed_env.j2", ctx)
+    for name, template in sorted(plan.launch.templated.items()):
+        out[name] = draw(template, ctx)
     out["plan.json"] = json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n"
     return out
 
 
 def _renderer(env: jinja2.Environment, override_dir: str | None) -> Any:
-    """Render one template by name; a site's own templates run within the budget."""
+    """Render one template by name.  With a site's own templates in play (the entry or any
+    template it includes may be one), the whole rendering runs within the budget."""
 
     def draw(name: str, ctx: dict[str, Any]) -> str:
         template = _load(env, name, override_dir)
-        if override_dir is None or template.filename is None or not template.filename.startswith(override_dir + os.sep):
+        if override_dir is None:
             return template.render(ctx)
-        return _render_bounded(template, ctx, name)
+        return _render_bounded(template, ctx, name, override_dir)
 
     return draw
 
@@ -262,8 +283,11 @@ def _template_error(file: str, line: int | None, message: str) -> ConfigError:
     return ConfigError.single(file, line, "templates", message.splitlines()[0] if message else "template error")
 
 
-def _render_bounded(template: jinja2.Template, ctx: dict[str, Any], name: str) -> str:
+def _render_bounded(template: jinja2.Template, ctx: dict[str, Any], name: str, override_dir: str) -> str:
+    # errors name the site's own file where it is known, else the site's template directory
     file = template.filename or name
+    if not file.startswith(override_dir + os.sep):
+        file = override_dir
     parts: list[str] = []
     size = 0
     try:
@@ -274,12 +298,16 @@ def _render_bounded(template: jinja2.Template, ctx: dict[str, Any], name: str) -
                     raise _BudgetExceeded(f"output larger than {TEMPLATE_MAX_BYTES} bytes")
                 parts.append(chunk)
     except _BudgetExceeded as exc:
-        raise _template_error(file, None, f"template over its budget ({TEMPLATE_SECONDS:g} s, "
-                                          f"{TEMPLATE_MAX_BYTES // 1024} KiB): {exc}") from None
+        where = _template_line(exc, file, override_dir)[0]
+        raise _template_error(where, None, f"template over its budget ({TEMPLATE_SECONDS:g} s, "
+                                           f"{TEMPLATE_MAX_BYTES // 1024} KiB): {exc}") from None
+    except jinja2.TemplateSyntaxError as exc:   # an included template, loaded as it is reached
+        raise _template_error(exc.filename or file, exc.lineno, f"template syntax error: {exc.message}") from None
     except jinja2.TemplateError as exc:
-        raise _template_error(file, _template_line(exc, file), f"template error: {exc}") from None
+        raise _template_error(*_template_line(exc, file, override_dir), f"template error: {exc}") from None
     except (ArithmeticError, TypeError, ValueError, LookupError, RecursionError, MemoryError) as exc:
-        raise _template_error(file, _template_line(exc, file), f"template error: {type(exc).__name__}: {exc}") from None
+        raise _template_error(*_template_line(exc, file, override_dir),
+                              f"template error: {type(exc).__name__}: {exc}") from None
     return "".join(parts)
 
 
@@ -291,14 +319,17 @@ def _chunks(template: jinja2.Template, ctx: dict[str, Any]) -> Iterator[str]:
         yield chunk
 
 
-def _template_line(exc: BaseException, file: str) -> int | None:
-    """The template line, from the frames Jinja rewrites to point into the template file."""
-    tb, line = exc.__traceback__, None
+def _template_line(exc: BaseException, file: str, override_dir: str) -> tuple[str, int | None]:
+    """The site template and line, from the frames Jinja rewrites to point into template files
+    (the innermost frame in one of the site's files: an include of its own, or the entry)."""
+    tb = exc.__traceback__
+    where: tuple[str, int | None] = (file, None)
     while tb is not None:
-        if tb.tb_frame.f_code.co_filename == file:
-            line = tb.tb_lineno
+        name = tb.tb_frame.f_code.co_filename
+        if name == file or name.startswith(override_dir + os.sep):
+            where = (name, tb.tb_lineno)
         tb = tb.tb_next
-    return line
+    return where
 
 
 class _deadline:

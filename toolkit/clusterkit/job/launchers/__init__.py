@@ -3,12 +3,17 @@
 A launcher turns a :class:`Context` into a :class:`Launch`: the shell words that start it (with
 runtime values such as the rendezvous head as :class:`Sh` expressions), how it is started in
 the allocation (once per node through srun, once on the batch host, or once per GPU), the
-hostfile dialect it reads, and its extra files (ds_config.json, accelerate.yaml, ...).
-Launchers never write files and never run anything.
+hostfile dialect it reads, its extra files (ds_config.json, accelerate.yaml, ...) and files
+rendered from a template (``.deepspeed_env``), the job-script lines it needs once the
+allocation is known, how its own process takes the TERM a warning sends, and the files of the
+user's command it checks at render time (:func:`inputs`).  Nothing outside this package tests a
+launcher's name.  Launchers never write files and never run anything.
 
-Runtime variables the job script provides (see templates/job.sbatch.j2):
-``CK_RUN_DIR``, ``CK_HEAD`` (first host of the allocation), ``CK_PORT`` (from the job id),
-``CK_NNODES``, ``CK_HOSTFILE``; per node ``SLURM_NODEID`` (escaped so each node expands its own).
+Runtime variables the job script provides (see templates/job-hosts.sbatch.j2):
+``CK_RUN_DIR``, ``CK_JOB_ID``, ``CK_HEAD`` (first host of the allocation), ``CK_PORT`` (from the
+job id), ``CK_HOSTFILE``; in setup lines ``ck_allocation`` (the allocated hosts, one a line) and
+``ck_fail STATUS REASON`` (end the job with a result and its reason); per node ``SLURM_NODEID``
+(escaped so each node expands its own).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Literal
 
 from clusterkit.errors import PlanError
@@ -98,11 +104,31 @@ class Launch:
     env: tuple[EnvVar, ...] = ()
     notes: tuple[str, ...] = ()       # facts worth showing in plan.json
     world_size: int | None = None     # ranks, where the launcher runs fewer than nodes x GPUs
-    checks: tuple[str, ...] = ()      # bash lines the job script runs once the allocation is known
+    setup: tuple[str, ...] = ()       # bash lines the job script runs once the allocation and env are known
+    templated: dict[str, str] = field(default_factory=dict)   # artifact name -> template it is rendered from
+    # how the launcher's own process takes the TERM a warning sends every process of its Slurm step:
+    # "default" (its handler, or it ends), "ignore" (its runner ignores it; a process it starts handles it)
+    term: Literal["default", "ignore"] = "default"
+    label: str = ""                   # how messages name it, where the launcher name alone is not enough
+    # a check on the job's final environment (resolved after the launcher), raising PlanError
+    check_env: Callable[[Sequence[EnvVar]], None] | None = None
 
     @property
     def line(self) -> str:
         return shell_join(self.words)
+
+    @property
+    def name(self) -> str:
+        return self.label or self.launcher
+
+
+@dataclass(frozen=True)
+class Input:
+    """A file the user's command names that the launcher checks at render time, read on the submit host."""
+
+    path: str      # as the command writes it
+    what: str      # for messages: "deepspeed: --deepspeed_config ds.json"
+    kind: str      # "DeepSpeed config"
 
 
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
@@ -144,9 +170,19 @@ def rendezvous(ctx: Context) -> Sh:
     return Sh('"$CK_HEAD:$CK_PORT"')
 
 
-def get(name: str) -> Callable[[Context], Launch]:
+def _module(name: str) -> ModuleType:
     if name not in LAUNCHERS:
         raise PlanError(f"unknown launcher {name!r}; valid launchers: {', '.join(LAUNCHERS)}")
-    module = importlib.import_module(f"clusterkit.job.launchers.{name}")
-    build: Callable[[Context], Launch] = module.build
+    return importlib.import_module(f"clusterkit.job.launchers.{name}")
+
+
+def get(name: str) -> Callable[[Context], Launch]:
+    build: Callable[[Context], Launch] = _module(name).build
     return build
+
+
+def inputs(name: str, command: Sequence[str]) -> tuple[Input, ...]:
+    """The files of ``command`` that launcher ``name`` checks at render time (its module's
+    ``inputs(command)``, if it has one); the pipeline reads them into :attr:`Context.inputs`."""
+    find: Callable[[Sequence[str]], tuple[Input, ...]] | None = getattr(_module(name), "inputs", None)
+    return find(command) if find is not None else ()

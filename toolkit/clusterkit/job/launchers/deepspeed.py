@@ -23,10 +23,10 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from clusterkit.errors import PlanError
-from clusterkit.job.launchers import SLOTS, Context, Launch, Mode, Sh, Word, split_python
+from clusterkit.job.launchers import SLOTS, Context, Input, Launch, Mode, Sh, Word, split_python
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.settings import Settings
 
@@ -121,17 +121,13 @@ def allocation_check(f: Filter) -> tuple[str, ...]:
     """Job-script lines: every host the filter names must be in the allocation Slurm granted
     (deepspeed would otherwise stop with a traceback on every node)."""
     hosts = " ".join(shlex.quote(h) for h in f.hosts)
-    what = shlex.quote(f"deepspeed {f.what} {f.text}")
+    why = (shlex.quote(f"deepspeed {f.what} {f.text}: host ") + '"$ck_ds_host"'
+           + shlex.quote(" is not among the allocated nodes ") + '"$SLURM_JOB_NODELIST"')
     return (
-        'ck_alloc=$(scontrol show hostnames "$SLURM_JOB_NODELIST")',
         f"ck_ds_hosts=({hosts})",
         'for ck_ds_host in "${ck_ds_hosts[@]}"; do',
-        '  if ! printf \'%s\\n\' "$ck_alloc" | grep -qxF -- "$ck_ds_host"; then',
-        f"    printf 'clusterkit: error: %s: host %s is not among the allocated nodes %s\\n' {what} "
-        '"$ck_ds_host" "$SLURM_JOB_NODELIST" >&2',
-        "    ck_result 2",
-        "    exit 2",
-        "  fi",
+        f"  ck_why={why}",
+        '  grep -qxF -- "$ck_ds_host" <<< "$ck_allocation" || ck_fail 2 "$ck_why" "error: $ck_why"',
         "done",
     )
 
@@ -323,6 +319,28 @@ def build(ctx: Context) -> Launch:
     if mode == "once":
         for arg in args:
             check_pdsh_safe(arg, "training argument")
-    checks = allocation_check(f) if f and ctx.slurm and ctx.multi else ()
+    setup = allocation_check(f) if f and ctx.slurm and ctx.multi else ()
+    templated: dict[str, str] = {}
+    if mode == "once":
+        # pdsh starts clean shells on the other nodes: the runner carries the env in .deepspeed_env
+        setup += ('export DS_ENV_FILE="$CK_RUN_DIR/.deepspeed_env"',)
+        templated[".deepspeed_env"] = "deepspeed_env.j2"
     return Launch("deepspeed", mode, tuple(words), args, dialect=SLOTS if ctx.multi else None,
-                  files=files, env=env, notes=notes, world_size=world if f else None, checks=checks)
+                  files=files, env=env, notes=notes, world_size=world if f else None, setup=setup,
+                  templated=templated, term=_TERM if ctx.slurm else "default",
+                  label="deepspeed ds_launcher=pdsh" if mode == "once" else "",
+                  check_env=check_pdsh_env if mode == "once" else None)
+
+
+# `scancel --signal=TERM` reaches every process of the step.  The `deepspeed` runner has no TERM
+# handler and would die at once, ending the task while its workers still save (and a step whose
+# task ended is killed).  Ignored, it waits for deepspeed.launcher.launch, which installs its own
+# handler (TERM to the workers, SIGKILL after 30 s); the workers start with the default TERM
+# action, so the training script's handler runs.
+_TERM: Literal["ignore"] = "ignore"
+
+
+def inputs(command: Sequence[str]) -> tuple[Input, ...]:
+    """The user's own DeepSpeed config, whose batch sizes must match the world before the job is queued."""
+    user = user_config(command)
+    return (Input(user.path, f"deepspeed: {user.flag} {user.path}", "DeepSpeed config"),) if user else ()

@@ -25,4 +25,8 @@ def build(ctx: Context) -> Launch:
     hosts: Word = Sh('"$CK_HOSTS_SLOTS"') if ctx.slurm else f"localhost:{ctx.gpus_per_node}"
     words: tuple[Word, ...] = ("horovodrun", "-np", str(ctx.world_size), "-H", hosts)
     notes = (f"-np {ctx.world_size} = {ctx.nnodes} hosts x {ctx.gpus_per_node} slots",)
-    return Launch("horovod", "once", words, tuple(ctx.command), dialect=SLOTS, notes=notes)
+    # -H host1:G,host2:G from the allocation Slurm granted
+    setup = (f"CK_HOSTS_SLOTS=$(sed 's/$/:{ctx.gpus_per_node}/' <<< \"$ck_allocation\" | paste -sd, -) ||",
+             '  ck_fail 1 "cannot build horovodrun\'s host list from the allocation"',
+             "export CK_HOSTS_SLOTS") if ctx.slurm else ()
+    return Launch("horovod", "once", words, tuple(ctx.command), dialect=SLOTS, notes=notes, setup=setup)
