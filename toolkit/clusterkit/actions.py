@@ -19,7 +19,7 @@ from clusterkit import rundir
 from clusterkit.config.load import load_site
 from clusterkit.config.schema import Site
 from clusterkit.errors import ExitCode, PlanError, PreflightError
-from clusterkit.job import launchers, rundir
+from clusterkit.job import launchers
 from clusterkit.job import plan as planning
 from clusterkit.job import render as render_mod
 from clusterkit.job import settings as settings_mod
