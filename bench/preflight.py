@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = 'node-info; read -r load _ < /proc/loadavg; echo "load=$load"'
+SCRIPT = 'printf "node=%s\\n" "$CLUSTERKIT_LAB_NODE"; read -r load _ < /proc/loadavg; echo "load=$load"'
 FANOUT = 64
 TIMEOUT_S = 10
 TOOLS = ("ck-cli", "clusterkit", "paramiko", "asyncssh", "clush", "clush-checks", "pdsh", "pdsh-f64")
