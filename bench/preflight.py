@@ -9,6 +9,8 @@ connection and one command per node, in one run:
   loading, the full check script on every node, parsing and the report (fanout 64)
 * ``clush-checks``- clush running that same full check script (what the CLI sends)
 * ``paramiko``    - a bare ``SSHClient`` thread-pool loop (64 threads, every timeout 10 s)
+* ``paramiko-checks`` - the same loop running the CLI's full check script: the remote work
+  of ``ck-cli`` without clusterkit's start-up, parsing and report
 * ``asyncssh``    - a bare ``asyncio.gather`` + ``Semaphore(64)`` loop (timeouts 10 s)
 * ``clush``       - ClusterShell's clush with its defaults (fanout 64, connect_timeout 15)
 * ``pdsh``        - ``pdsh -R ssh`` with its defaults (fanout 32, connect timeout 10 s)
@@ -47,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = 'printf "node=%s\\n" "$CLUSTERKIT_LAB_NODE"; read -r load _ < /proc/loadavg; echo "load=$load"'
 FANOUT = 64
 TIMEOUT_S = 10
-TOOLS = ("ck-cli", "clusterkit", "paramiko", "asyncssh", "clush", "clush-checks", "pdsh", "pdsh-f64")
+TOOLS = ("ck-cli", "clusterkit", "paramiko", "paramiko-checks", "asyncssh", "clush", "clush-checks", "pdsh", "pdsh-f64")
 PROFILE = "healthy"
 SITE = """\
 name: lab
@@ -87,7 +89,9 @@ def inner_paramiko(spec: dict[str, Any]) -> dict[str, Any]:
 
     import paramiko
 
-    command = f"bash -c {shlex.quote(SCRIPT)}"
+    script = Path(spec["check_script"]).read_text() if spec.get("checks") else SCRIPT
+    command = f"bash -c {shlex.quote(script)}"
+    marker = b"@@ck-" if spec.get("checks") else b"node="
     # Parsed once and shared: parsing known_hosts per connection would cost the bare loop
     # ~25 ms of CPU per host at 256 entries, and we want its best case.
     known = paramiko.HostKeys(spec["known_hosts"])
@@ -102,7 +106,8 @@ def inner_paramiko(spec: dict[str, Any]) -> dict[str, Any]:
                            timeout=TIMEOUT_S, banner_timeout=TIMEOUT_S, auth_timeout=TIMEOUT_S)
             _, out, err = client.exec_command(command, timeout=30)
             text, _ = out.read(), err.read()
-            return host, (out.channel.recv_exit_status() == 0 and b"node=" in text, "")
+            status = out.channel.recv_exit_status()
+            return host, ((status == 0 or bool(spec.get("checks"))) and marker in text, "")
         except Exception as exc:  # a bare loop: any failure is a failed node
             return host, (False, repr(exc))
         finally:
@@ -166,6 +171,10 @@ def tool_argv(tool: str, spec_path: Path, spec: dict[str, Any]) -> tuple[list[st
     command = f"bash -c {shlex.quote(SCRIPT)}"
     if tool in INNER:
         return [sys.executable, __file__, "--inner", tool, str(spec_path)], env
+    if tool == "paramiko-checks":
+        checks = spec_path.with_name("spec-checks.json")
+        checks.write_text(json.dumps({**spec, "checks": True}))
+        return [sys.executable, __file__, "--inner", "paramiko", str(checks)], env
     if tool == "ck-cli":
         env["CLUSTERKIT_SSH_CONFIG"] = spec["ssh_config"]
         return [sys.executable, "-m", "clusterkit", "preflight", "--site", spec["site"], "--json"], env
@@ -194,7 +203,7 @@ def run_tool(lab: Any, tool: str, spec_path: Path, spec: dict[str, Any]) -> dict
     proc.returncode = os.waitstatus_to_exitcode(status)
     out, err = out_path.read_text(errors="replace"), err_path.read_text(errors="replace")
     slowest: list[str] = []
-    if tool in INNER:
+    if tool in INNER or tool == "paramiko-checks":
         summary = json.loads(out) if proc.returncode == 0 else {"ok": 0}
         ok, slowest = summary["ok"], summary.get("slowest", [])
     elif tool == "ck-cli":  # nodes whose checks ran (the report's reachable nodes)
@@ -313,6 +322,12 @@ def print_verdict(rows: list[dict[str, Any]]) -> None:
         if "paramiko" in by:
             x = ck["wall_s"] / by["paramiko"]["wall_s"]
             print(f"  vs bare paramiko pool : {x:5.2f}x   (goal <= 1.3x: {'met' if x <= 1.3 else 'missed'})")
+        if "paramiko-checks" in by:
+            x = ck["wall_s"] / by["paramiko-checks"]["wall_s"]
+            print(f"  vs the pool, same checks: {x:5.2f}x (the same remote work on both sides)")
+        if "clusterkit" in by and "paramiko" in by:
+            x = by["clusterkit"]["wall_s"] / by["paramiko"]["wall_s"]
+            print(f"  runner vs bare pool, same light command: {x:5.2f}x")
         if "clush-checks" in by:
             x = ck["wall_s"] / by["clush-checks"]["wall_s"]
             print(f"  vs clush, same checks : {x:5.2f}x   (goal <= 0.35x: {'met' if x <= 0.35 else 'missed'})")
