@@ -143,3 +143,4 @@ def test_a_hashed_entry_with_a_bad_salt_matches_nothing(tmp_path: Path, keys: li
     db = _load(tmp_path / "kh", _line("|1|not*base64|AAAA", keys[0]) + _line("n1", keys[1]))
     db.prepare(["n1", "n2"])
     assert db.lookup("n1") == {"ssh-ed25519": keys[1]} and db.lookup("n2") is None
+

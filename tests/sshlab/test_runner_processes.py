@@ -9,11 +9,12 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 from typing import Any
 
 import pytest
 
-from clusterkit.preflight.transport.workers import MIN_HOSTS, cores
+from clusterkit.preflight.transport.workers import MIN_HOSTS, cores, worker_count
 
 from .lab import REFUSED, TARPIT, SSHLab
 from .test_runner import DRIVER, drive
@@ -74,3 +75,16 @@ def test_ctrl_c_with_worker_processes_returns_what_finished(big_lab: SSHLab) -> 
     quick = [h for h in NODES if res[h]["ok"]]
     assert quick and set(quick) <= {"p001", "p002", "p003", "p004"}
     assert all(res[h]["error"] == "interrupted" for h in NODES if h not in quick)
+
+
+def test_worker_processes_are_bounded_by_cores_fanout_and_size() -> None:
+    assert worker_count(MIN_HOSTS - 1, 64, ncores=16) == 1      # small runs stay in-process
+    assert worker_count(4096, 64, ncores=16) == 8               # 8 threads each at least: 64 / 8
+    assert worker_count(4096, 256, ncores=16) == 16             # one per core
+    assert worker_count(96, 256, ncores=16) == 3                # 32 hosts each at least
+    assert worker_count(4096, 64, ncores=1) == 1
+    seen: list[int] = []
+    t = threading.Thread(target=lambda: seen.append(worker_count(4096, 64, ncores=16)))
+    t.start()
+    t.join()
+    assert seen == [1]  # off the main thread (no Ctrl-C there): in-process

@@ -4,8 +4,10 @@ A paramiko handshake is mostly Python holding the GIL, so one process tops out a
 A large run is split over worker processes (forked: they inherit the runner, its parsed SSH
 config and known_hosts index), each with its own thread fan-out.  Every result is sent back
 as it finishes and handed to ``on_result`` in the calling process, so a progress bar and the
-report see one run.  Small runs, and callers with threads of their own (a fork would copy
-their locks mid-use), stay in-process.
+report see one run.  Small runs, and calls from any thread but the main one (Ctrl-C is the
+main thread's; a library caller's threads may hold locks a fork would copy mid-use), stay
+in-process.  A worker touches nothing of the caller's but the runner and its pipe, so other
+threads of the CLI (the progress bar's refresh) do not matter to it.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ def worker_count(hosts: int, fanout: int, ncores: int | None = None) -> int:
 
     At most one per core, each with at least :data:`MIN_HOSTS_PER_WORKER` hosts and
     :data:`MIN_THREADS_PER_WORKER` of the ``fanout`` threads (their sum never exceeds it)."""
-    if hosts < MIN_HOSTS or threading.active_count() > 1 or "fork" not in multiprocessing.get_all_start_methods():
+    if (hosts < MIN_HOSTS or threading.current_thread() is not threading.main_thread()
+            or "fork" not in multiprocessing.get_all_start_methods()):
         return 1
     ncores = cores() if ncores is None else ncores
     return max(1, min(ncores, hosts // MIN_HOSTS_PER_WORKER, fanout // MIN_THREADS_PER_WORKER))
