@@ -10,11 +10,13 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 
-from clusterkit.preflight.transport.workers import MIN_HOSTS, cores, worker_count
+from clusterkit.preflight.transport import ErrorKind, NodeOutput, RunResults
+from clusterkit.preflight.transport.workers import MIN_HOSTS, cores, fan_out_processes, worker_count
 
 from .lab import REFUSED, TARPIT, SSHLab
 from .test_runner import DRIVER, drive
@@ -88,3 +90,30 @@ def test_worker_processes_are_bounded_by_cores_fanout_and_size() -> None:
     t.start()
     t.join()
     assert seen == [1]  # off the main thread (no Ctrl-C there): in-process
+
+
+def _chunk(share: Sequence[str], send: Callable[[NodeOutput], None]) -> RunResults:
+    """A worker's share without SSH (the fan-out across processes is what is under test):
+    ``stuck*`` hangs the whole worker, ``dies*`` kills it, others answer."""
+    import os
+    import time
+
+    for host in share:
+        if host.startswith("stuck"):
+            time.sleep(60)
+        if host.startswith("dies"):
+            os._exit(9)
+        send(NodeOutput(host, 0, f"{host}\n"))
+    return RunResults((h, NodeOutput(h, 0, f"{h}\n")) for h in share)
+
+
+def test_a_stalled_or_dead_worker_fails_only_its_own_nodes() -> None:
+    hosts = ["a1", "stuck", "a2", "b1", "x1", "dies", "c1", "x2", "c3"]
+    heard: list[str] = []
+    res = fan_out_processes(hosts, _chunk, workers=3, stall_s=2, on_result=lambda r: heard.append(r.host))
+    assert list(res) == hosts and sorted(heard) == sorted(hosts) and not res.interrupted
+    # worker 0: a1, b1, c1 | worker 1: stuck, x1, x2 | worker 2: a2, dies, c3
+    assert [h for h in hosts if res[h].ok] == ["a1", "a2", "b1", "c1"]
+    assert {h: res[h].error for h in ("stuck", "x1", "x2")} == dict.fromkeys(("stuck", "x1", "x2"), ErrorKind.TIMEOUT)
+    assert {h: res[h].error for h in ("dies", "c3")} == dict.fromkeys(("dies", "c3"), ErrorKind.LAUNCH)
+    assert "exited unexpectedly (exit status 9)" in res["dies"].reason

@@ -136,7 +136,7 @@ class SSHRunner:
         if procs > 1:  # each worker gets its share of the threads: fanout bounds them all
             return fan_out_processes(
                 hosts, lambda share, cb: self._run_threads(share, command, timeout, fanout // procs, cb),
-                workers=procs, on_result=on_result)
+                workers=procs, on_result=on_result, stall_s=3 * self.connect_timeout_s + timeout + 20)
         return self._run_threads(hosts, command, timeout, fanout, on_result)
 
     def _run_threads(self, hosts: Sequence[str], command: str, timeout: float, fanout: int,

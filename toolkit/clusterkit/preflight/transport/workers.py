@@ -54,11 +54,13 @@ def worker_count(hosts: int, fanout: int, ncores: int | None = None) -> int:
     return max(1, min(ncores, hosts // MIN_HOSTS_PER_WORKER, fanout // MIN_THREADS_PER_WORKER))
 
 
-def fan_out_processes(hosts: Sequence[str], chunk: Chunk, *, workers: int,
+def fan_out_processes(hosts: Sequence[str], chunk: Chunk, *, workers: int, stall_s: float,
                       on_result: ResultCallback | None = None) -> RunResults:
     """Run ``chunk`` over ``workers`` forked processes, each on every ``workers``-th host.
 
     Results stream back as they finish; ``on_result`` is called for each, from this thread.
+    A worker that sends nothing for ``stall_s`` (longer than any one node may take) is
+    killed and its unfinished nodes reported as TIMEOUT.
     Ctrl-C here is passed on to the workers (SIGINT), which stop as :func:`fan_out` does;
     nodes that had not finished are reported ``INTERRUPTED``.
     """
@@ -80,7 +82,7 @@ def fan_out_processes(hosts: Sequence[str], chunk: Chunk, *, workers: int,
             proc.start()
             theirs.close()
             procs.append((proc, ours, share))
-        interrupted = _collect(procs, results, on_result)
+        interrupted = _collect(procs, results, on_result, stall_s)
     except KeyboardInterrupt:
         interrupted = True
         _interrupt(procs)
@@ -111,19 +113,31 @@ def _worker(chunk: Chunk, share: Sequence[str], conn: Connection) -> None:
 
 
 def _collect(procs: list[tuple[Any, Connection, list[str]]], results: dict[str, NodeOutput],
-             on_result: ResultCallback | None) -> bool:
+             on_result: ResultCallback | None, stall_s: float) -> bool:
     """Gather every worker's results until each has ended; True if any was interrupted."""
     live = {conn: (proc, share) for proc, conn, share in procs}
+    heard = {conn: time.monotonic() for conn in live}
     interrupted = False
     while live:
-        for conn in wait(list(live), timeout=0.5):
-            assert isinstance(conn, Connection)
+        now = time.monotonic()
+        for stalled in [c for c in live if now - heard[c] > stall_s]:
+            proc, share = live.pop(stalled)
+            proc.kill()
+            proc.join(1)
+            _orphans(share, results, on_result, ErrorKind.TIMEOUT,
+                     f"no result within {stall_s:.0f} s; abandoned")
+        for ready in wait(list(live), timeout=0.5):
+            assert isinstance(ready, Connection)
+            conn = ready
+            heard[conn] = time.monotonic()
             try:
                 kind, payload = conn.recv()
             except (EOFError, OSError):  # gone without saying how it ended
                 proc, share = live.pop(conn)
                 proc.join(1)
-                _orphans(share, results, on_result, proc.exitcode)
+                _orphans(share, results, on_result, ErrorKind.LAUNCH,
+                         f"the worker process checking this node exited unexpectedly "
+                         f"(exit status {proc.exitcode})")
                 continue
             if kind == "result":
                 if payload.host not in results:
@@ -139,13 +153,11 @@ def _collect(procs: list[tuple[Any, Connection, list[str]]], results: dict[str, 
 
 
 def _orphans(share: Sequence[str], results: dict[str, NodeOutput], on_result: ResultCallback | None,
-             exitcode: int | None) -> None:
-    """The nodes of a worker that died (killed for memory, say): each gets a result saying so."""
+             kind: ErrorKind, reason: str) -> None:
+    """The unfinished nodes of a worker that died (killed for memory, say) or stalled."""
     for host in share:
         if host not in results:
-            res = NodeOutput(host, error=ErrorKind.LAUNCH,
-                             reason=f"the worker process checking this node exited unexpectedly "
-                                    f"(exit status {exitcode})")
+            res = NodeOutput(host, error=kind, reason=reason)
             results[host] = res
             if on_result is not None:
                 on_result(res)
