@@ -146,3 +146,27 @@ def test_ctrl_c_prints_what_was_checked(lab, lab_ck, tmp_path: Path) -> None:  #
     assert "OK          2 nodes: ok" in out.splitlines()
     assert "UNCHECKED   node10: interrupted before these answered" in out.splitlines()
     assert "Traceback" not in err
+
+
+def test_ctrl_c_with_worker_processes_prints_what_was_checked(sshlab_factory: Any, tmp_path: Path) -> None:
+    """68 nodes: the run is split over worker processes; Ctrl-C to the CLI alone (as `kill
+    -INT` sends it) still reports the nodes that answered and lists the others unchecked."""
+    from tests.conftest import CLI
+
+    mapping = {**{f"q{i:02d}": "healthy" for i in range(1, 5)},
+               **{f"h{i:02d}": "hung_command" for i in range(1, 65)}}
+    big = sshlab_factory(mapping)  # sshd logs each session's close (VERBOSE)
+    site = write_site(tmp_path / "big.yaml", big, nodelist="q[01-04],h[01-64]", command_timeout_s=90)
+    ck = CLI().bind(process=True, wrap=big.wrap, env={**big.env(), "SSH_AUTH_SOCK": None})
+    proc = ck.popen("preflight", "--site", str(site), "--stage", "multi-node")
+    deadline = time.monotonic() + 60  # the healthy nodes answer within seconds on an idle machine
+    while time.monotonic() < deadline and sum(
+            p.read_text(errors="replace").count("Close session:") for p in big.sshd_logs()) < 4:
+        time.sleep(0.5)  # (the hung nodes' sessions stay open for 90 s)
+    time.sleep(2)  # their results reach the calling process
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out + err
+    assert "OK          4 nodes: ok" in out.splitlines(), out
+    assert "UNCHECKED   h[01-64]: interrupted before these answered" in out.splitlines(), out
+    assert "Traceback" not in err

@@ -124,3 +124,25 @@ def test_include_lines_are_followed_like_openssh(tmp_path: Path, monkeypatch: py
     r = SSHRunner(ssh_config=str(main))
     assert (r.resolve("gpu7").port, r.resolve("gpu7").user) == (2201, "root")
     assert r.resolve("login").user == "jumper"
+
+
+def test_the_stanza_index_answers_as_paramiko_does(tmp_path: Path) -> None:
+    """One Host stanza per node (as a lab or a generated config has) plus wildcards, negations
+    and a stanza naming two hosts: every lookup equals paramiko's own over the whole file."""
+    import paramiko
+
+    from clusterkit.nodes.transport.ssh_config import TargetResolver
+
+    head = ("Host a*\n  User alice\n  IdentityFile ~/.ssh/a\n"
+            "Host node0003 other\n  Port 2200\n  IdentityFile ~/.ssh/n3\n"
+            "Host !node0004 node*\n  ProxyJump login\n"
+            "Host node0004\n  User four\n")
+    nodes = "".join(f"Host node{i:04d}\n  HostName 10.1.{i // 250}.{i % 250 + 1}\n" for i in range(512))
+    text = head + nodes + "Host *\n  Port 2222\n  User root\n  UserKnownHostsFile /tmp/kh\n"
+    path = tmp_path / "config"
+    path.write_text(text)
+    indexed = TargetResolver(ssh_config=str(path))._ssh_config()
+    whole = paramiko.SSHConfig.from_text(text)
+    for name in [f"node{i:04d}" for i in range(512)] + ["other", "a1", "zzz", "NODE0001", "node9999"]:
+        assert dict(indexed.lookup(name)) == dict(whole.lookup(name)), name
+    assert indexed.lookup("node0004")["user"] == "four" and "proxyjump" not in indexed.lookup("node0004")

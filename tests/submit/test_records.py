@@ -12,7 +12,7 @@ import pytest
 from clusterkit.errors import RecordError
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.logs import log_files
-from clusterkit.scheduler.records import RECORD_VERSION, JobRecord, RecordStore, load_record
+from clusterkit.scheduler.records import OPEN_INDEX, RECORD_VERSION, JobRecord, RecordStore, load_record
 from clusterkit.scheduler.slurm_tables import (
     SlurmQuery,
     sacct_statuses,
@@ -135,7 +135,9 @@ def test_save_is_atomic_and_leaves_no_temp_files(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr("clusterkit.scheduler.records.os.replace", boom)
     with pytest.raises(RecordError, match="cannot write job record: No space left on device"):
         store.save(rec.model_copy(update={"state": JobState.COMPLETED}))
-    assert path.read_bytes() == before and [p.name for p in (tmp_path / "jobs").iterdir()] == [path.name]
+    left = sorted(p.name for p in (tmp_path / "jobs").iterdir())
+    assert path.read_bytes() == before and left == [OPEN_INDEX, path.name]  # (the open index)
+    assert [p.name for p in (tmp_path / "jobs" / OPEN_INDEX).iterdir()] == [path.name]  # still open
 
 
 def test_records_dir_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

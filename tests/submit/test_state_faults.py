@@ -17,7 +17,7 @@ import pytest
 
 from clusterkit.errors import RecordError
 from clusterkit.scheduler.base import JobStatus
-from clusterkit.scheduler.records import JobRecord, RecordStore, load_record
+from clusterkit.scheduler.records import OPEN_INDEX, JobRecord, RecordStore, load_record
 from clusterkit.scheduler.slurm_tables import SlurmQuery
 from clusterkit.scheduler.status import may_still_run, refresh, remember, wait
 
@@ -146,7 +146,8 @@ def test_parallel_updates_lose_nothing(tmp_path: Path) -> None:
     final = load_record(store.path_for(rec))
     assert (final.cancel_requested, final.state, final.exit_code, final.signal, final.reason) == (
         True, "CANCELLED", 0, 15, "by user")
-    assert sorted(p.name for p in store.root.iterdir()) == [".lock", store.path_for(rec).name]
+    assert sorted(p.name for p in store.root.iterdir()) == [".lock", OPEN_INDEX, store.path_for(rec).name]
+    assert not any((store.root / OPEN_INDEX).iterdir())  # ended: no longer in the open index
 
 
 def test_non_utf8_record_is_refused_clearly(tmp_path: Path) -> None:
@@ -191,7 +192,8 @@ def test_status_shows_local_jobs_and_stale_slurm_states(ck, outage: RecordStore,
                          "out on send/recv operation; Slurm jobs show their last known state, marked stale"]
     cells = [[c.strip() for c in line.strip("│ ").split("│")] for line in res.out.splitlines()]
     rows = {c[0]: c for c in cells if c[0].isdigit()}
-    assert (rows["101"][6], rows["102"][6], rows["103"][6]) == ("COMPLETED", "UNKNOWN (stale)", "COMPLETED (stale)")
+    # a terminal state stays terminal: the cached end of 103 is not marked stale
+    assert (rows["101"][6], rows["102"][6], rows["103"][6]) == ("COMPLETED", "UNKNOWN (stale)", "COMPLETED")
     assert "LOST" not in res.out
     as_json = ck("status", "--json")
     jobs = {j["job_id"]: j for j in json.loads(as_json.out)["jobs"]}

@@ -49,7 +49,9 @@ def _describe(rec: JobRecord, st: JobStatus) -> str:
 
 
 def _state_text(st: JobStatus) -> str:
-    return f"{st.state} (stale)" if st.stale else st.state.value
+    from clusterkit.scheduler.status import shown_stale
+
+    return f"{st.state} (stale)" if shown_stale(st) else st.state.value
 
 
 def _warn_cache_failures(failures: list[str]) -> None:

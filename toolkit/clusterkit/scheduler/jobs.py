@@ -111,12 +111,13 @@ def look(store: RecordStore, ref: str, *, tail_lines: int = TAIL_LINES, query: S
 
 
 def overview(store: RecordStore, limit: int, *, query: SlurmQuery | None = None) -> Overview:
-    """The ``limit`` most recent jobs, refreshed in one batch per scheduler."""
+    """The ``limit`` most recent jobs, and older ones that have not ended yet, refreshed in one
+    batch per scheduler.  Only those records are read."""
     query = query or SlurmQuery()
-    recs, bad = store.load_all()
+    recs, bad = store.recent(limit)
     failures: list[str] = []
     rows = []
-    for rec, st in refresh(recs[-limit:], query):
+    for rec, st in refresh(recs, query):
         _remember(store, rec, st, failures)
         rows.append(summarize(rec, st))
     return Overview(rows, bad, failures, query.unreachable)

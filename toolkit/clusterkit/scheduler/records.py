@@ -22,6 +22,7 @@ import fcntl
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ from clusterkit.errors import ExitCode, RecordError
 from clusterkit.vocab import JobState, SchedulerKind
 
 RECORD_VERSION = 1
+OPEN_INDEX = ".open"  # directory of markers: records whose job has not ended
 
 
 # --------------------------------------------------------------------------- the record
@@ -154,9 +156,57 @@ class RecordStore:
         path = self.path_for(rec)
         try:
             atomic_write_text(path, rec.model_dump_json(indent=2) + "\n")
+            self._mark_open(path.name, rec.state is None or not rec.state.is_terminal)
         except OSError as exc:
             raise RecordError(f"{path}: cannot write job record: {exc.strerror or exc}") from exc
         return path
+
+    # The open index: an empty file ``.open/<record file name>`` for every record whose job
+    # has not reached a terminal state, so that ``status`` finds them without reading every
+    # record ever written.  Built once from the records themselves where it is missing (a
+    # directory written by an older clusterkit); a marker whose record is gone is ignored.
+
+    @property
+    def _open_dir(self) -> Path:
+        return self.root / OPEN_INDEX
+
+    def _mark_open(self, name: str, is_open: bool) -> None:
+        self._ensure_open_index()
+        marker = self._open_dir / name
+        if is_open:
+            marker.touch()
+        else:
+            marker.unlink(missing_ok=True)
+
+    def _ensure_open_index(self) -> None:
+        """Build the open index from the records if it is missing (atomically: a rename)."""
+        if self._open_dir.is_dir():
+            return
+        tmp = Path(tempfile.mkdtemp(prefix=f"{OPEN_INDEX}.", suffix=".tmp", dir=self.root))
+        try:
+            for path in self.files():
+                try:
+                    rec = load_record(path)
+                except RecordError:  # kept in view: status warns about it each time
+                    (tmp / path.name).touch()
+                    continue
+                if rec.state is None or not rec.state.is_terminal:
+                    (tmp / path.name).touch()
+            os.rename(tmp, self._open_dir)
+        except OSError:
+            if not self._open_dir.is_dir():
+                raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def open_names(self) -> set[str] | None:
+        """Names of the records not known to have ended (None: no index, and none can be written)."""
+        try:
+            self._ensure_open_index()
+            return {p.name for p in self._open_dir.iterdir()}
+        except OSError:
+            return None
 
     def check_writable(self) -> None:
         """Refuse, before anything is submitted, a records directory that cannot take a record.
@@ -203,15 +253,31 @@ class RecordStore:
 
     def files(self) -> list[Path]:
         """Record files, oldest first (names start with the submission time)."""
-        if not self.root.is_dir():
+        try:
+            with os.scandir(self.root) as entries:
+                names = [e.name for e in entries if e.name.endswith(".json") and not e.name.startswith(".")]
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(p for p in self.root.glob("*.json") if not p.name.startswith("."))
+        return [self.root / n for n in sorted(names)]
+
+    def recent(self, limit: int) -> tuple[list[JobRecord], list[RecordError]]:
+        """The newest ``limit`` records plus every older one whose job has not ended (oldest
+        first), and an error for each unreadable one among them.  Only those are read."""
+        files = self.files()
+        older, newest = files[:-limit], files[-limit:]
+        open_now = self.open_names()
+        picked = older if open_now is None else [p for p in older if p.name in open_now]
+        return self._load(picked + newest)
 
     def load_all(self) -> tuple[list[JobRecord], list[RecordError]]:
         """Every readable record (oldest first) and an error for each unreadable one."""
+        return self._load(self.files())
+
+    @staticmethod
+    def _load(paths: list[Path]) -> tuple[list[JobRecord], list[RecordError]]:
         good: list[JobRecord] = []
         bad: list[RecordError] = []
-        for path in self.files():
+        for path in paths:
             try:
                 good.append(load_record(path))
             except RecordError as err:

@@ -50,6 +50,13 @@ def may_still_run(st: JobStatus) -> bool:
     return st.stale or not st.terminal
 
 
+def shown_stale(st: JobStatus) -> bool:
+    """Whether status marks the state ``(stale)``: only a state that may still change.  A
+    terminal state stays terminal (a job recorded FAILED is not stale because slurmctld is
+    down); ``cancel`` still treats it as unconfirmed (:func:`may_still_run`)."""
+    return st.stale and not st.terminal
+
+
 def remember(store: RecordStore, rec: JobRecord, st: JobStatus) -> JobRecord:
     """Cache a terminal status in the record (so later status calls cost nothing).
 
@@ -108,6 +115,6 @@ def summarize(rec: JobRecord, st: JobStatus) -> Mapping[str, Any]:
         "job": rec.key, "job_id": rec.job_id, "site": rec.site, "stage": rec.stage,
         "launcher": rec.launcher, "name": rec.job_name, "nodes": rec.nnodes, "world_size": rec.world_size,
         "state": st.state.value, "exit_code": st.exit_code, "signal": st.signal, "reason": st.reason,
-        "node_list": st.nodes, "restarts": st.restarts, "source": st.source, "stale": st.stale,
+        "node_list": st.nodes, "restarts": st.restarts, "source": st.source, "stale": shown_stale(st),
         "submitted_at": rec.submitted_at, "run_dir": rec.run_dir, "diagnosis": rec.diagnosis,
     }

@@ -32,6 +32,7 @@ from .base import (
 )
 from .ssh_config import SSHTarget, TargetResolver
 from .ssh_keys import HostKeyPolicy, PrivateKeys, pub_blob
+from .workers import fan_out_processes, worker_count
 
 if TYPE_CHECKING:  # paramiko costs ~190 ms to import: only SSHRunner.run_many pays it
     import paramiko
@@ -81,6 +82,7 @@ class SSHRunner:
         self.use_agent = use_agent
         self._lock = threading.Lock()
         self._jumps: dict[tuple[tuple[str, int, str], ...], _JumpSlot] = {}
+        self._resolved: dict[str, SSHTarget] = {}   # filled by run_many before the fan-out
 
     @classmethod
     def from_site(cls, ssh: Any, *, accept_new_host_keys: bool = False,
@@ -127,17 +129,46 @@ class SSHRunner:
 
         timeout = self.command_timeout_s if timeout_s is None else timeout_s
         command = f"bash -c {shlex.quote(script)}"
-        _raise_fd_limit(4 * min(fanout or self.fanout, max(len(hosts), 1)) + 64)
+        fanout = fanout or self.fanout
+        hosts = list(dict.fromkeys(hosts))
+        self._prepare(hosts)
+        procs = worker_count(len(hosts), fanout)
+        if procs > 1:  # each worker gets its share of the threads: fanout bounds them all
+            return fan_out_processes(
+                hosts, lambda share, cb: self._run_threads(share, command, timeout, fanout // procs, cb),
+                workers=procs, on_result=on_result, stall_s=3 * self.connect_timeout_s + timeout + 20)
+        return self._run_threads(hosts, command, timeout, fanout, on_result)
+
+    def _run_threads(self, hosts: Sequence[str], command: str, timeout: float, fanout: int,
+                     on_result: ResultCallback | None) -> RunResults:
+        _raise_fd_limit(4 * min(fanout, max(len(hosts), 1)) + 64)
         budget = 3 * self.connect_timeout_s + timeout + 10
         try:
             return fan_out(hosts, lambda h, wd: self._run_one(h, command, timeout, wd),
-                           fanout=fanout or self.fanout, budget_s=budget, on_result=on_result)
+                           fanout=fanout, budget_s=budget, on_result=on_result)
         finally:
             self._close_jumps()
 
+    def _prepare(self, hosts: Sequence[str]) -> None:
+        """Resolve every host once and index each known_hosts file for the names looked up."""
+        names: dict[str, list[str]] = {}
+        for host in hosts:
+            try:
+                target = self._targets.resolve(host)
+            except NodeFailure:
+                continue  # _run_one reports it
+            self._resolved[host] = target
+            names.setdefault(target.known_hosts, []).append(target.hostkey_name)
+        for path, wanted in names.items():
+            try:
+                self._host_keys.prepare(path, wanted)
+            except NodeFailure:
+                continue  # an unreadable file: each node's check reports it
+
     def resolve(self, host: str) -> SSHTarget:
         """Apply the SSH config and this runner's overrides to ``host``."""
-        return self._targets.resolve(host)
+        target = self._resolved.get(host)
+        return target if target is not None else self._targets.resolve(host)
 
     @property
     def ssh_config_path(self) -> str:

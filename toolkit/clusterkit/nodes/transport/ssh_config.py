@@ -77,8 +77,8 @@ class TargetResolver:
                     raise FileNotFoundError("no such file")
                 # A missing ~/.ssh/config is normal; a config we cannot read is a node-level
                 # CONFIG failure reported by _resolve, not a crash.
-                self._config = (paramiko.SSHConfig.from_text(_config_text(path))
-                                if path.is_file() else paramiko.SSHConfig())
+                self._config = _IndexedConfig(paramiko.SSHConfig.from_text(_config_text(path))
+                                              if path.is_file() else paramiko.SSHConfig())
             return self._config
 
     def _resolve(self, host: str, jump_spec: str | None, depth: int) -> SSHTarget:
@@ -150,6 +150,42 @@ def _config_text(path: Path, depth: int = 0) -> str:
                 if os.path.isfile(name):
                     out.append(_config_text(Path(name), depth + 1))
     return "\n".join(out) + "\n"
+
+
+class _IndexedConfig:
+    """paramiko's SSHConfig, looked up through an index of its ``Host`` stanzas.
+
+    paramiko tries every stanza for every host; a config with one ``Host`` stanza per node
+    (4,096 of them) then costs milliseconds per host, for every host.  Stanzas whose patterns
+    are all plain names are indexed by name; the others (wildcards, negations) are tried as
+    before, and the lookup runs on the stanzas that may match, in file order, so the answer
+    is paramiko's.  Configs with ``Match`` or canonicalisation are looked up as they are."""
+
+    def __init__(self, config: Any):
+        self._config = config
+        stanzas: list[dict[str, Any]] = getattr(config, "_config", [])
+        self._always: list[int] = []
+        self._named: dict[str, list[int]] = {}
+        self._indexed = all("matches" not in c and "canonicalizehostname" not in c.get("config", {})
+                            for c in stanzas)
+        for i, stanza in enumerate(stanzas):
+            patterns = stanza.get("host", [])
+            patterns = patterns.split(",") if isinstance(patterns, str) else patterns
+            if any(ch in p for p in patterns for ch in "*?[!"):
+                self._always.append(i)
+            else:
+                for p in patterns:
+                    self._named.setdefault(p, []).append(i)
+
+    def lookup(self, name: str) -> Any:
+        if not self._indexed:
+            return self._config.lookup(name)
+        import copy
+
+        stanzas = self._config._config
+        view = copy.copy(self._config)  # the same config, fewer stanzas to try
+        view._config = [stanzas[i] for i in sorted(self._always + self._named.get(name, []))]
+        return view.lookup(name)
 
 
 class _CachedGetpass:
