@@ -139,7 +139,8 @@ def job_name(request: JobRequest) -> str:
     """The job's name: ``--job-name`` (checked), else ``ck-<script>`` from the command."""
     if request.job_name is not None:
         if not _JOB_NAME.fullmatch(request.job_name):
-            raise PlanError(f"--job-name {request.job_name!r}: use 1-64 letters, digits, '.', '_', '+' or '-'")
+            raise PlanError("use 1-64 letters, digits, '.', '_', '+' or '-'", field="job_name",
+                            value=repr(request.job_name))
         return request.job_name
     command = request.command
     script = next((c for c in command[1:] if not c.startswith("-")), command[0] if command else "job")
@@ -285,10 +286,11 @@ def _check_used(s: Settings, launcher: str, site: Site) -> None:
             continue
         users = settings_mod.used_by(key)
         if launcher not in users:
-            raise PlanError(f"--set {key}: the {launcher} launcher does not use it; it is used by {', '.join(users)}")
+            raise PlanError(f"the {launcher} launcher does not use it; it is used by {', '.join(users)}",
+                            field=f"settings.{key}")
         if key in settings_mod.SLURM_ONLY and site.scheduler.kind != "slurm":
-            raise PlanError(f"--set {key}: site {site.name} is a local site (no Slurm); "
-                            f"{key} applies to Slurm sites only")
+            raise PlanError(f"site {site.name} is a local site (no Slurm); "
+                            f"{key} applies to Slurm sites only", field=f"settings.{key}")
 
 
 def _check_run_dir_shared(site: Site, run_dir: str, nnodes: int) -> None:
@@ -313,7 +315,8 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     nnodes = stages.node_count(spec, site, request.nodes)
     gpn = request.gpus_per_node or site.nodes.gpus_per_node
     if gpn < 1 or gpn > site.nodes.gpus_per_node:
-        raise PlanError(f"--gpus-per-node {gpn}: site {site.name} nodes have {site.nodes.gpus_per_node} GPUs")
+        raise PlanError(f"site {site.name} nodes have {site.nodes.gpus_per_node} GPUs", field="gpus_per_node",
+                        value=str(gpn))
     exclude = _exclude_list(site, request.exclude)
     override = site.stage_override(spec.name)
     launcher = resolve_launcher(site, request)
@@ -323,7 +326,8 @@ def make_plan(site: Site, request: JobRequest) -> Plan:
     wanted = s.container if s.container is not None else site_wants
     use_container = bool(container_cfg) and wanted and site.scheduler.kind == "slurm"
     if s.container and not container_cfg:
-        raise PlanError(f"--set container=true but site {site.name} configures no software.container")
+        raise PlanError(f"but site {site.name} configures no software.container", field="settings.container",
+                        value="true", sep=" ")
     ctx = _context(site, request, s, nnodes, gpn, use_container, exclude)
     launch = launchers.get(launcher)(ctx)
     time = s.time or (override.time if override and override.time else None) or site.scheduler.time
