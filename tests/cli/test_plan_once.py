@@ -133,7 +133,7 @@ def test_job_name_and_launcher_are_known_before_planning(sites) -> None:
     plan = make_plan(site, request)
     assert planning.job_name(request) == plan.job_name == "ck-main"
     assert planning.resolve_launcher(site, request) == plan.launcher
-    with pytest.raises(PlanError, match="^job_name='bad name': use 1-64") as err:
+    with pytest.raises(PlanError, match=r"^job_name='bad name': use 1-64") as err:
         planning.job_name(replace(request, job_name="bad name"))
     assert err.value.field == "job_name"
 

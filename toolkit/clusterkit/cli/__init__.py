@@ -89,7 +89,7 @@ def cli() -> None:
 
 
 # request fields the command line does not name after an option of the same name
-_FIELD_WORDS = {"command": "the training command"}
+_FIELD_WORDS = {"command": "the training command after '--'"}
 
 
 def option_name(field: str, value: str | None) -> str:
