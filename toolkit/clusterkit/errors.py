@@ -119,6 +119,11 @@ class ConfigError(ClusterkitError):
     def single(cls, file: str, line: int | None, loc: str, message: str) -> ConfigError:
         return cls([ConfigIssue(file, line, loc, message)])
 
+    @property
+    def field(self) -> str | None:
+        """The key path in the site file of the first problem (``scheduler.time``), if any."""
+        return next((i.loc for i in self.issues if i.loc), None)
+
     def lines(self) -> list[str]:
         return [str(i) for i in self.issues]
 
