@@ -40,6 +40,7 @@ from clusterkit.scheduler.records import JobRecord, RecordStore
 from clusterkit.vocab import JobState, stage_for_nodes
 
 if TYPE_CHECKING:
+    from clusterkit.config.load import SiteEntry
     from clusterkit.diagnose import Diagnosis
     from clusterkit.diagnose.doctor import ProgressBar
     from clusterkit.job.plan import Plan as StagePlan
@@ -47,10 +48,12 @@ if TYPE_CHECKING:
     from clusterkit.scheduler.base import OnGrace
     from clusterkit.scheduler.jobs import Cancellation, Look, Overview
     from clusterkit.scheduler.logs import LogTail
+    from clusterkit.sites.admin import DriftRun
+    from clusterkit.sites.create import Draft
     from clusterkit.sizing import Sizing, SizingRequest
 
 __all__ = ["Job", "JobResult", "LogLine", "Plan", "RunDir", "Site", "WaitTimeout", "diagnose_logs", "doctor_job",
-           "job_request", "jobs"]
+           "drift", "job_request", "jobs", "sites"]
 
 StrPath = str | os.PathLike[str]
 
@@ -77,6 +80,47 @@ class Site:
         the site file at that path.  Raises :class:`~clusterkit.errors.ConfigError` (every problem,
         each with ``file:line``) for an invalid file."""
         return cls(load_site(os.fspath(name_or_path)))
+
+    @classmethod
+    def load_file(cls, path: StrPath) -> Site:
+        """``clusterkit sites validate PATH``: the site file at ``path`` (never a name on the
+        search path); :class:`~clusterkit.errors.ConfigError` lists every problem."""
+        from clusterkit.config.load import load_file
+
+        return cls(load_file(path))
+
+    @staticmethod
+    def schema() -> dict[str, Any]:
+        """``clusterkit sites schema``: the JSON Schema of site files (for editors)."""
+        from clusterkit.config.load import json_schema
+
+        return json_schema()
+
+    @staticmethod
+    def init_from_slurm(name: str, *, partition: str | None = None, nodes: str | None = None,
+                        probe_with: str | None = None) -> Draft:
+        """``clusterkit sites init NAME --from-slurm``: a commented, valid site file drafted from
+        the live Slurm cluster (``draft.text``; ``draft.missing``, ``unverified`` and
+        ``unreachable`` say what to check).  Nothing is written."""
+        from clusterkit.sites.admin import init_site
+
+        return init_site(name, partition=partition, nodes=nodes, probe_with=probe_with)
+
+    @property
+    def source(self) -> str:
+        """Where the site was read from (its file, ``extends:`` merged)."""
+        return self.config.source
+
+    @property
+    def overridden_templates(self) -> list[str]:
+        """The built-in templates this site replaces with its own (``sites show`` names them)."""
+        from clusterkit.job.render import overridden
+
+        return list(overridden(self.config))
+
+    def to_dict(self) -> dict[str, Any]:
+        """``clusterkit sites show``: the site as clusterkit sees it, ``extends:`` merged, defaults filled."""
+        return self.config.model_dump(mode="json")
 
     @property
     def name(self) -> str:
@@ -163,6 +207,24 @@ class Site:
         run = actions.render_sized(self.config, sizing, request.command, _out(out), job_name=job_name,
                                    settings=request.settings)
         return RunDir._of(run, self)
+
+
+def sites() -> list[SiteEntry]:
+    """``clusterkit sites list``: every site file on the search path, in lookup order (``name``,
+    ``path``, ``origin``, ``shadowed``); :meth:`Site.load_file` reads one."""
+    from clusterkit.config.load import list_sites
+
+    return list_sites()
+
+
+def drift(refs: Sequence[str] = (), *, every: bool = False, probe_with: str | None = None, write: bool = False,
+          dry_run: bool = False) -> DriftRun:
+    """``clusterkit sites drift``: compare the sites named ``refs`` (or ``every`` site of this
+    cluster) with the live cluster, key by key; ``write`` puts the live facts into the files,
+    ``dry_run`` only computes that diff.  ``run.exit_code``, ``run.to_json()``, ``run.diffs``."""
+    from clusterkit.sites.admin import drift_sites
+
+    return drift_sites(refs, every=every, probe_with=probe_with, write=write, dry_run=dry_run)
 
 
 def job_request(command: Sequence[str], *, stage: str | None = None, launcher: str | None = None,
