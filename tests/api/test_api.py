@@ -3,6 +3,7 @@ the same job script as the CLI, cheap imports, types a user's script is checked 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -231,3 +232,22 @@ def test_mypy_strict_passes_on_a_user_script(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"),
                            str(user)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 1 and 'Incompatible types in assignment (expression has type "str"' in proc.stdout
+
+
+# -- the sites commands' calls ------------------------------------------------------------------
+
+def test_site_files_through_the_api(ck: CLI, tmp_path: Path) -> None:
+    from clusterkit.api import drift, sites
+
+    names = {e.name for e in sites() if not e.shadowed}
+    assert {"local", "testbed", "ib-h100"} <= names
+    listed = ck("sites", "list", "--json")
+    assert listed.code == 0 and {r["name"] for r in json.loads(listed.out) if not r["shadowed"]} == names
+    site = Site.load_file(REPO / "site_configs" / "testbed.yaml")
+    assert site.name == "testbed" and site.scheduler == "slurm" and site.to_dict()["name"] == "testbed"
+    assert site.overridden_templates == [] and site.source.endswith("testbed.yaml")
+    assert Site.schema()["title"] == "clusterkit site config"
+    with pytest.raises(ConfigError):
+        Site.load_file(tmp_path / "missing.yaml")
+    with pytest.raises(InputError, match="name at least one SITE"):
+        drift()
