@@ -82,6 +82,11 @@ def test_submit_follow_cancel_and_doctor_from_python(api_env: CK, tmp_path: Path
     assert f"saved checkpoint at step {saved}" in text and saved >= 3
     assert all(line.path.parent.name == "logs" or line.path.parent == job.run_dir for line in followed)
 
+    last = list(job.logs(tail=1))  # `clusterkit logs JOB --tail 1`
+    by_file = job.log_lines()
+    assert [line.path for line in last] == [p for p, lines in by_file.items() if lines]
+    assert all(str(line) == by_file[line.path][-1] for line in last)
+
     diagnosis = job.doctor()
     assert diagnosis.report["verdict"]["category"] == "slurm-cancelled", diagnosis.report["verdict"]
     assert job.record.diagnosis and "slurm-cancelled" in job.record.diagnosis

@@ -491,17 +491,26 @@ class Job:
 
         return log_files(self._record)
 
-    def logs(self, follow: bool = False, *, poll_s: float = 1.0) -> Iterator[LogLine]:
+    def logs(self, follow: bool = False, *, tail: int = 0, poll_s: float = 1.0) -> Iterator[LogLine]:
         """The lines of the job's logs, file after file (each :class:`LogLine` knows its
-        :attr:`~LogLine.path`).  With ``follow``, keep yielding new lines as they are written,
-        like ``tail -f`` on every file, until the job ended and its last lines were read."""
-        if not follow:
-            for p in self.log_files():
-                text = p.read_text(encoding="utf-8", errors="replace")
-                for line in text.splitlines():
-                    yield LogLine(line, p)
+        :attr:`~LogLine.path`); with ``tail``, only the last ``tail`` lines of each file.  With
+        ``follow``, keep yielding new lines as they are written, like ``tail -f`` on every file,
+        until the job ended and its last lines were read."""
+        if follow:
+            yield from self._follow(poll_s)
             return
-        yield from self._follow(poll_s)
+        for p, lines in self.log_lines(tail).items():
+            for line in lines:
+                yield LogLine(line, p)
+
+    def log_lines(self, tail: int = 0) -> dict[Path, list[str]]:
+        """Each log file (batch log first) and its lines, or its last ``tail`` lines (0: all)."""
+        from clusterkit.scheduler.logs import tail as last_lines
+
+        if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
+            raise InputError("must be a whole number of lines, 0 for all", field="tail", value=repr(tail))
+        return {p: last_lines(p, tail) if tail else p.read_text(encoding="utf-8", errors="replace").splitlines()
+                for p in self.log_files()}
 
     def _follow(self, poll_s: float) -> Iterator[LogLine]:
         from clusterkit.scheduler.jobs import has_ended

@@ -174,7 +174,6 @@ def logs(job: str, follow: bool, lines: int, as_json: bool) -> int:
     """
     from clusterkit.cli import output
     from clusterkit.errors import InputError
-    from clusterkit.scheduler.logs import tail
 
     if follow and as_json:
         raise InputError("--follow and --json cannot be combined")
@@ -182,16 +181,16 @@ def logs(job: str, follow: bool, lines: int, as_json: bool) -> int:
     rec = found.record
     if follow:
         return _follow(found)
-    files = found.log_files()
     if as_json:
         output.emit_json({"job": rec.key, "files": [
-            {"path": str(p), "lines": tail(p, lines) if lines else _read(p).splitlines()} for p in files]})
+            {"path": str(p), "lines": text} for p, text in found.log_lines(lines).items()]})
         return 0
+    files: dict[Path, list[str]] = found.log_lines(lines) if lines else {p: [] for p in found.log_files()}
     if not files:
         output.info(f"clusterkit: job {rec.job_id} has no log files yet in {rec.run_dir}")
-    for p in files:
+    for p, last in files.items():
         click.echo(f"==> {p} <==")
-        click.echo("\n".join(tail(p, lines)) if lines else _read(p), nl=lines > 0)
+        click.echo("\n".join(last) if lines else _read(p), nl=lines > 0)  # in full: as written, byte for byte
     return 0
 
 
