@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from clusterkit.diagnose.doctor import ProgressBar
     from clusterkit.job.plan import Plan as StagePlan
     from clusterkit.preflight.report import NodeResult, Report
-    from clusterkit.scheduler.base import OnGrace
+    from clusterkit.scheduler.base import OnGrace, RunToSubmit
     from clusterkit.scheduler.jobs import Cancellation, Look, Overview
     from clusterkit.scheduler.logs import LogTail
     from clusterkit.sites.admin import DriftRun
@@ -293,7 +293,7 @@ class RunDir:
         return tuple(self.plan.warnings)
 
     @classmethod
-    def _of(cls, run: actions.RenderedRun, site: Site) -> RunDir:
+    def _of(cls, run: RunToSubmit, site: Site) -> RunDir:
         return cls(run.run_dir, dict(run.artifacts), run.plan, site)
 
 
