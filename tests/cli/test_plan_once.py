@@ -136,8 +136,9 @@ def test_job_name_and_launcher_are_known_before_planning(sites) -> None:
     resolved = resolve(site, request)
     assert job_name(request) == resolved.job_name == plan.job_name == "ck-main"
     assert resolved.launcher == plan.launcher
-    with pytest.raises(PlanError, match="--job-name"):
+    with pytest.raises(PlanError, match=r"^job_name='bad name': use 1-64") as err:
         job_name(replace(request, job_name="bad name"))
+    assert err.value.field == "job_name"
 
 
 # -- one make_plan per command ---------------------------------------------------------------

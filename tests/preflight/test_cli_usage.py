@@ -33,7 +33,7 @@ def site(tmp_path: Path) -> Path:
         (("--transport", "telnet"), "clusterkit: error: --transport 'telnet': choose one of ssh, srun, local"),
         (("--nodes", "gpu[01-"), "clusterkit: error: --nodes: bad hostlist 'gpu[01-':"),
         (("--transport", "local", "--nodes", "a,b"),
-         "clusterkit: error: --transport local checks this machine only; --nodes names 2 hosts"),
+         "clusterkit: error: --nodes 'a,b' names 2 hosts; transport local checks this machine only"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(ck: CLI, site: Path, args: tuple[str, ...], message: str) -> None:

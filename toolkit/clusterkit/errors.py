@@ -14,9 +14,10 @@ never dressed up as user errors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypeVar
 
 
 class ExitCode(IntEnum):
@@ -26,14 +27,69 @@ class ExitCode(IntEnum):
     UNREACHABLE = 3
 
 
+@dataclass(frozen=True)
+class FieldProblem:
+    """One problem with one input of a request, named by its field path.
+
+    ``field`` is the path in the Python API's terms (``settings.zero_stage``, ``nodes``,
+    ``job_name``, ``out``); ``value`` is the offending value as shown after the name (already
+    quoted where the CLI quotes it), or None; ``message`` follows ``sep``.  The Python API shows
+    ``settings.zero_stage=5: ...``; the CLI names the same field by its option
+    (``--set zero_stage=5: ...``), from this one object.
+    """
+
+    field: str
+    message: str
+    value: str | None = None
+    sep: str = ": "
+
+    def worded(self, name: Callable[[str, str | None], str] | None = None) -> str:
+        """The problem as one line; ``name(field, value)`` words the field (default: ``field=value``)."""
+        if name is None:
+            head = self.field if self.value is None else f"{self.field}={self.value}"
+        else:
+            head = name(self.field, self.value)
+        return f"{head}{self.sep}{self.message}"
+
+
+_E = TypeVar("_E", bound="ClusterkitError")
+
+
 class ClusterkitError(Exception):
-    """Base of every error a user can cause or must act on."""
+    """Base of every error a user can cause or must act on.
+
+    An error about one input of a request carries it as :attr:`problems` (field path, value,
+    message); :attr:`field` is the first one's path.  ``str(err)`` words the fields as the
+    Python API names them; the CLI words them as options (:meth:`lines_named`).
+    """
 
     exit_code: ExitCode = ExitCode.USAGE
 
+    def __init__(self, message: str = "", *, field: str | None = None, value: str | None = None,
+                 sep: str = ": ") -> None:
+        self.problems: tuple[FieldProblem, ...] = (
+            (FieldProblem(field, message, value, sep),) if field is not None else ())
+        super().__init__(self.problems[0].worded() if self.problems else message)
+
+    @classmethod
+    def about(cls: type[_E], problems: Sequence[FieldProblem]) -> _E:
+        """One error for several problems with a request's fields (reported all at once)."""
+        err = cls("; ".join(p.worded() for p in problems))
+        err.problems = tuple(problems)
+        return err
+
+    @property
+    def field(self) -> str | None:
+        """The field path of the (first) input at fault, e.g. ``settings.zero_stage``; None if none."""
+        return self.problems[0].field if self.problems else None
+
     def lines(self) -> list[str]:
         """The message as one or more self-contained lines (one per problem)."""
-        return [str(self)]
+        return [p.worded() for p in self.problems] or [str(self)]
+
+    def lines_named(self, name: Callable[[str, str | None], str]) -> list[str]:
+        """:meth:`lines` with each field worded by ``name(field, value)`` (the CLI: its options)."""
+        return [p.worded(name) for p in self.problems] or self.lines()
 
 
 @dataclass(frozen=True)
@@ -62,6 +118,11 @@ class ConfigError(ClusterkitError):
     @classmethod
     def single(cls, file: str, line: int | None, loc: str, message: str) -> ConfigError:
         return cls([ConfigIssue(file, line, loc, message)])
+
+    @property
+    def field(self) -> str | None:
+        """The key path in the site file of the first problem (``scheduler.time``), if any."""
+        return next((i.loc for i in self.issues if i.loc), None)
 
     def lines(self) -> list[str]:
         return [str(i) for i in self.issues]

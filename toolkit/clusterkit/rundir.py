@@ -115,13 +115,15 @@ def resolve_out(out: str | None, job_name: str) -> RunDir:
     claim = RunDir(Path(out).expanduser()) if out else default_run_dir(job_name)
     path = check_path(Path(os.path.abspath(claim.path)))
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise RunDirError(f"--out {out or path}: {path} already exists and is not empty; choose a new directory")
+        raise RunDirError(f"{path} already exists and is not empty; choose a new directory", field="out",
+                          value=str(out or path))
     parent = path if path.is_dir() else path.parent  # an existing --out is filled in place
     probe = parent
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        raise RunDirError(f"--out {out or path}: cannot create {path}: {probe} is not a writable directory")
+        raise RunDirError(f"cannot create {path}: {probe} is not a writable directory", field="out",
+                          value=str(out or path))
     return replace(claim, path=path)
 
 

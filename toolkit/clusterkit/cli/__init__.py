@@ -88,8 +88,22 @@ def cli() -> None:
     """
 
 
+# request fields the command line does not name after an option of the same name
+_FIELD_WORDS = {"command": "the training command after '--'"}
+
+
+def option_name(field: str, value: str | None) -> str:
+    """A request field as the command line names it: ``settings.zero_stage`` is ``--set
+    zero_stage``, ``gpus_per_node`` is ``--gpus-per-node``; the value follows as typed."""
+    if field.startswith("settings."):
+        return f"--set {field.removeprefix('settings.')}" + ("" if value is None else f"={value}")
+    name = _FIELD_WORDS.get(field, "--" + field.replace("_", "-"))
+    return name + ("" if value is None else f" {value}")
+
+
 def report_error(err: ClusterkitError) -> None:
-    for line in err.lines():
+    """The error as ``clusterkit: error:`` lines, its fields named as the command line's options."""
+    for line in err.lines_named(option_name):
         click.echo(f"clusterkit: error: {line}", err=True)
 
 

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from clusterkit.errors import InputError
 from clusterkit.job import settings as settings_mod
 from clusterkit.vocab import LAUNCHERS as LAUNCHER_NAMES
 from clusterkit.vocab import STAGE_NAMES
@@ -55,20 +54,11 @@ def job_options(f: F) -> F:
 def build_request(*, stage: str, command: Sequence[str], launcher: str | None, nodes: int | None,
                   gpus_per_node: int | None, sets: Sequence[str], job_name: str | None,
                   exclude: str | None, debug: bool, extra_settings: dict[str, Any] | None = None) -> JobRequest:
-    """A JobRequest from parsed options (imported lazily to keep --help fast)."""
-    from clusterkit import hostlist
-    from clusterkit.job.request import JobRequest
+    """The JobRequest of the parsed options: ``--set`` pairs parsed here, the rest checked where
+    the Python API checks it (:func:`clusterkit.api.job_request`; imported lazily for --help)."""
+    from clusterkit.api import job_request
 
-    if command and not command[0].strip():
-        raise InputError("the training command after '--' is empty; e.g. -- python train.py")
-    excluded: tuple[str, ...] = ()
-    if exclude:
-        try:
-            excluded = tuple(hostlist.expand(exclude))
-        except hostlist.HostlistError as exc:
-            raise InputError(f"--exclude: {exc}") from None
     values = dict(extra_settings or {})
     values.update(settings_mod.parse_pairs(sets))
-    return JobRequest(stage=stage, command=tuple(command), launcher=launcher, nodes=nodes,
-                      gpus_per_node=gpus_per_node, job_name=job_name, settings=values, debug=debug,
-                      exclude=excluded)
+    return job_request(command, stage=stage, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
+                       settings=values, job_name=job_name, exclude=exclude, debug=debug)

@@ -77,8 +77,9 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
     Cascade symptoms (watchdog timeouts, connection resets, killed peers) are counted under
     the verdict, never reported as its cause.
     """
+    from clusterkit.api import diagnose_logs, doctor_job
     from clusterkit.cli import output
-    from clusterkit.diagnose import LogsUnreadable, diagnose_job, diagnose_logs
+    from clusterkit.diagnose import LogsUnreadable
     from clusterkit.errors import InputError
 
     if from_logs:
@@ -86,7 +87,7 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
     else:
         if len(targets) != 1:
             raise InputError("give one JOB, or --logs PATH...")
-        found = diagnose_job(targets[0], _progress)
+        found = doctor_job(targets[0], _progress)
     for note in found.notes:
         output.warn(note)
     report = found.report

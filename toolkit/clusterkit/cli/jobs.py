@@ -5,15 +5,14 @@ JOB is a job id as printed by ``submit`` (the newest record with that id), or ``
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 if TYPE_CHECKING:
+    from clusterkit.api import Job
     from clusterkit.scheduler.base import JobStatus
-    from clusterkit.scheduler.jobs import Look
     from clusterkit.scheduler.logs import LogTail
     from clusterkit.scheduler.records import JobRecord, RecordStore
 
@@ -22,6 +21,12 @@ def _store() -> RecordStore:
     from clusterkit.scheduler.records import RecordStore
 
     return RecordStore()
+
+
+def _find(ref: str) -> Job:
+    from clusterkit.api import Job
+
+    return Job.find(ref)
 
 
 def _print_tails(tails: list[LogTail]) -> None:
@@ -73,33 +78,30 @@ def _warn_status_problems(unreachable: str | None, failures: list[str]) -> int:
     return int(ExitCode.UNREACHABLE)
 
 
-def _final_json(seen: Look) -> dict[str, object]:
+def _final_json(rec: JobRecord, st: JobStatus, tails: list[LogTail]) -> dict[str, object]:
     from clusterkit.scheduler.status import summarize
 
-    return {**summarize(seen.record, seen.status), "logs": seen.tails}
+    return {**summarize(rec, st), "logs": tails}
 
 
-def follow_to_end(store: RecordStore, rec: JobRecord, as_json: bool) -> int:
+def follow_to_end(job: Job, as_json: bool) -> int:
     """Wait for the job's end, print its final state and log tails; return its exit status."""
     from clusterkit.cli import output
-    from clusterkit.scheduler import jobs
-    from clusterkit.scheduler.status import exit_status_of
 
     def changed(st: JobStatus) -> None:
         if not as_json:
-            output.info(f"clusterkit: {_describe(rec, st)}")
+            output.info(f"clusterkit: {_describe(job.record, st)}")
 
-    seen = jobs.follow_to_end(store, rec, on_change=changed)
-    _warn_cache_failures(seen.cache_failures)
-    st = seen.status
+    result = job.wait(on_change=changed)
+    _warn_cache_failures(result.cache_failures)
     if as_json:
-        output.emit_json(_final_json(seen))
+        output.emit_json(_final_json(job.record, result.status, result.tails))
     else:
-        _print_tails(seen.tails)
-        output.line(f"Job {seen.record.job_id} {st.state}" + (
-            f" (exit code {st.exit_code})" if st.exit_code is not None
-            else f" (signal {st.signal})" if st.signal is not None else ""))
-    return exit_status_of(st)
+        _print_tails(result.tails)
+        output.line(f"Job {job.id} {result.state}" + (
+            f" (exit code {result.exit_code})" if result.exit_code is not None
+            else f" (signal {result.signal})" if result.signal is not None else ""))
+    return result.exit_status
 
 
 @click.command()
@@ -119,16 +121,16 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
     with their last known state marked stale (UNKNOWN when none is known), with a warning;
     the exit code is then 3.
     """
+    from clusterkit.api import jobs
     from clusterkit.cli import output
-    from clusterkit.scheduler import jobs
 
     store = _store()
     if job:
-        seen = jobs.look(store, job)
+        seen = _find(job).look()
         rec, st = seen.record, seen.status
         code = _warn_status_problems(seen.unreachable, seen.cache_failures)
         if as_json:
-            output.emit_json(_final_json(seen))
+            output.emit_json(_final_json(rec, st, seen.tails))
             return code
         output.line(_describe(rec, st))
         output.line(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
@@ -141,7 +143,7 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
         if st.state != "COMPLETED":
             _print_tails(seen.tails)
         return code
-    view = jobs.overview(store, limit)
+    view = jobs(limit, store=store)
     for err in view.unreadable:
         output.warn(f"skipping unreadable record: {err}")
     rows = view.rows
@@ -174,52 +176,39 @@ def logs(job: str, follow: bool, lines: int, as_json: bool) -> int:
     """
     from clusterkit.cli import output
     from clusterkit.errors import InputError
-    from clusterkit.scheduler import jobs
-    from clusterkit.scheduler.logs import tail
 
     if follow and as_json:
         raise InputError("--follow and --json cannot be combined")
-    rec, files = jobs.job_logs(_store(), job)
+    found = _find(job)
+    rec = found.record
+    if follow:
+        return _follow(found)
     if as_json:
         output.emit_json({"job": rec.key, "files": [
-            {"path": str(p), "lines": tail(p, lines) if lines else _read(p).splitlines()} for p in files]})
+            {"path": str(p), "lines": text} for p, text in found.log_lines(lines).items()]})
         return 0
-    if not follow:
-        if not files:
-            output.info(f"clusterkit: job {rec.job_id} has no log files yet in {rec.run_dir}")
-        for p in files:
-            click.echo(f"==> {p} <==")
-            click.echo("\n".join(tail(p, lines)) if lines else _read(p), nl=lines > 0)
-        return 0
-    return _follow(rec)
+    files: dict[Path, list[str]] = found.log_lines(lines) if lines else {p: [] for p in found.log_files()}
+    if not files:
+        output.info(f"clusterkit: job {rec.job_id} has no log files yet in {rec.run_dir}")
+    for p, last in files.items():
+        click.echo(f"==> {p} <==")
+        click.echo("\n".join(last) if lines else _read(p), nl=lines > 0)  # in full: as written, byte for byte
+    return 0
 
 
 def _read(path: Path) -> str:
     return path.read_text(encoding="utf-8", errors="replace")
 
 
-def _follow(rec: JobRecord) -> int:
-    """Print log output as it arrives (like ``tail -f`` on every file) until the job ends."""
-    from clusterkit.scheduler import jobs
-
-    offsets: dict[Path, int] = {}
+def _follow(job: Job) -> int:
+    """Print log lines as they arrive (like ``tail -f`` on every file) until the job ends."""
     current: Path | None = None
-    ended = False
-    while True:
-        for p in jobs.log_files(rec):
-            with p.open("rb") as fh:
-                fh.seek(offsets.get(p, 0))
-                data = fh.read()
-            if data:
-                if p != current:
-                    click.echo(f"==> {p} <==")
-                    current = p
-                click.echo(data.decode("utf-8", errors="replace"), nl=False)
-                offsets[p] = offsets.get(p, 0) + len(data)
-        if ended:
-            return 0
-        ended = jobs.has_ended(rec)  # one more pass after the end to drain the last lines
-        time.sleep(0.2 if ended else 1.0)
+    for line in job.logs(follow=True):
+        if line.path != current:
+            click.echo(f"==> {line.path} <==")
+            current = line.path
+        click.echo(line)
+    return 0
 
 
 @click.command()
@@ -238,14 +227,14 @@ def cancel(job: str, now: bool, as_json: bool) -> int:
     JOB is a job id as `submit` printed it, or SITE:JOB_ID.
     """
     from clusterkit.cli import output
-    from clusterkit.scheduler import jobs
 
     def on_grace(grace: float) -> None:
         if not as_json:
             output.info(f"clusterkit: SIGTERM to the ranks of job {rec_id}; up to {grace:g} s for them to save")
 
-    rec_id = job.rpartition(":")[2]
-    done = jobs.cancel_job(_store(), job, now=now, on_grace=on_grace)
+    found = _find(job)
+    rec_id = found.id
+    done = found.cancel(now, on_grace=on_grace)
     rec, before, waited = done.record, done.state_before, done.grace_waited_s
     if done.unrecorded is not None:
         output.warn(f"job {rec.job_id} was cancelled, but its record could not be updated: {done.unrecorded}")

@@ -110,24 +110,23 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
       clusterkit plan --site ib-h100 --model-params 176B --nodes 16 --hours 24 --json
       clusterkit plan --site ib-h100 --model-params 13B --render --out runs/13b -- python train.py
     """
-    from clusterkit.config.load import load_site
+    from clusterkit.api import Site
 
     _check_render_options(do_render, command, out, job_name, sets)
     shape = _shape(model_params, seq_len, micro_batch, hidden_size, layers, vocab_size)
-    site = load_site(site_ref)
+    site = Site.load(site_ref)
     request = est.SizingRequest(
         total_params=model_params, largest_layer_params=largest_layer_params, gpus=gpus, nodes=nodes,
         launcher=launcher, offload=offload, zero_init=zero_init, headroom=headroom,
         buffer_factor=buffer_factor, hours=hours, shape=shape)
-    result = est.size_job(est.Hardware.from_site(site), request)
+    result = site.size(request)
     run = None
     if do_render:
-        from clusterkit.actions import render_sized
         from clusterkit.cli.common import build_request
 
         user = build_request(stage="single-node", command=command, launcher=None, nodes=None, gpus_per_node=None,
                              sets=sets, job_name=job_name, exclude=None, debug=False)
-        run = render_sized(site, result, command, out, job_name=job_name, settings=user.settings)
+        run = site.render_sized(result, command, out=out, job_name=job_name, settings=user.settings)
     if as_json:
         from clusterkit.cli import output
         from clusterkit.cli.render import rendered_summary

@@ -47,21 +47,19 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transp
 
     Nodes with identical results are grouped; the report names each bad node and why.
     """
-    from clusterkit.config.load import load_site
+    from clusterkit.api import Site
     from clusterkit.errors import InputError
-    from clusterkit.preflight.run import run_preflight
     from clusterkit.vocab import TRANSPORTS
 
     if not site_ref:
         raise InputError("preflight needs --site SITE (a site config path or name; see `clusterkit sites list`)")
-    if transport is not None and transport not in TRANSPORTS:
-        raise InputError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
-    site = load_site(site_ref)
-    transport = transport or ("local" if site.scheduler.kind == "local" else "ssh")
+    if transport is not None and transport not in TRANSPORTS:  # before the site is read
+        raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
+    site = Site.load(site_ref)
     progress = _Progress(enabled=sys.stderr.isatty())
     try:
-        report = run_preflight(site, stage, nodes, transport, accept_new_host_keys=accept_new_host_keys,
-                               on_start=progress.start, on_result=progress.advance)
+        report = site.preflight(nodes, stage=stage, transport=transport, accept_new_host_keys=accept_new_host_keys,
+                                on_start=progress.start, on_result=progress.advance)
     finally:
         progress.stop()
     if as_json:

@@ -9,18 +9,18 @@ import click
 from clusterkit.cli.common import build_request, job_options
 
 if TYPE_CHECKING:
-    from clusterkit.rundir import RenderedRun
+    from clusterkit.api import RunDir
 
 
-def rendered_summary(run: RenderedRun) -> dict[str, Any]:
+def rendered_summary(run: RunDir) -> dict[str, Any]:
     p = run.plan
-    return {"run_dir": str(run.run_dir), "script": str(run.script), "files": sorted(run.artifacts),
+    return {"run_dir": str(run.path), "script": str(run.script), "files": sorted(run.files),
             "site": p.site, "stage": p.stage, "launcher": p.launcher, "nodes": p.nnodes,
             "gpus_per_node": p.gpus_per_node, "world_size": p.world_size, "job_name": p.job_name,
             "warnings": list(p.warnings)}
 
 
-def show_rendered(run: RenderedRun, as_json: bool) -> None:
+def show_rendered(run: RunDir, as_json: bool) -> None:
     from clusterkit.cli import output
 
     summary = rendered_summary(run)
@@ -32,8 +32,8 @@ def show_rendered(run: RenderedRun, as_json: bool) -> None:
     p = run.plan
     output.line(f"Rendered {p.job_name}: {p.launcher} on {p.nnodes} node(s) x {p.gpus_per_node} GPU(s) "
                        f"(site {p.site}, stage {p.stage})")
-    output.line(f"  run directory: {run.run_dir}")
-    output.line(f"  files: {', '.join(sorted(run.artifacts))}")
+    output.line(f"  run directory: {run.path}")
+    output.line(f"  files: {', '.join(sorted(run.files))}")
 
 
 @click.command()
@@ -50,10 +50,9 @@ def render(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     The run directory holds job.sbatch (exactly what `submit` hands to sbatch), nccl.env,
     plan.json, and the launcher's files (hostfile, ds_config.json, accelerate.yaml).
     """
-    from clusterkit.actions import render_run
+    from clusterkit.api import Plan, Site
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
                             exclude=exclude, debug=debug)
-    run = render_run(site, request, out)
-    show_rendered(run, as_json)
+    show_rendered(Plan(Site.load(site), request).render(out), as_json)

@@ -25,14 +25,14 @@ def sites() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_(as_json: bool) -> None:
     """List the sites on the search path, and where each comes from."""
+    from clusterkit.api import Site, sites
     from clusterkit.cli import output
-    from clusterkit.config.load import list_sites, load_file
 
     rows = []
-    for entry in list_sites():
+    for entry in sites():
         row = {"name": entry.name, "path": str(entry.path), "from": entry.origin, "shadowed": entry.shadowed}
         try:
-            s = load_file(entry.path)
+            s = Site.load_file(entry.path).config
             row.update(valid=True, scheduler=s.scheduler.kind, nodes=s.nodes.nodelist,
                        gpus_per_node=s.nodes.gpus_per_node, fabric=s.network.fabric, description=s.description)
         except ConfigError as exc:
@@ -54,17 +54,17 @@ def show(site: str, as_json: bool) -> None:
     """Show a site as clusterkit sees it: extends merged, defaults filled in."""
     import yaml
 
+    from clusterkit.api import Site
     from clusterkit.cli import output
-    from clusterkit.config.load import load_site
-    from clusterkit.job.render import overridden, override_note
+    from clusterkit.job.render import override_note
 
-    s = load_site(site)
-    data = s.model_dump(mode="json")
+    s = Site.load(site)
+    data = s.to_dict()
     if as_json:
-        output.emit_json({"source": s.source, "site": data, "templates_overridden": overridden(s)})
+        output.emit_json({"source": s.source, "site": data, "templates_overridden": s.overridden_templates})
         return
     click.echo(f"# {s.name}: from {s.source}")
-    note = override_note(s)
+    note = override_note(s.config)
     if note:
         click.echo(f"# {note}")
     click.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
@@ -75,13 +75,13 @@ def show(site: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def validate(paths: tuple[str, ...], as_json: bool) -> None:
     """Validate site config files; report every problem as file:line: key: message (exit 2)."""
+    from clusterkit.api import Site
     from clusterkit.cli import output
-    from clusterkit.config.load import load_file
 
     results, problems = [], []
     for path in paths:
         try:
-            s = load_file(path)
+            s = Site.load_file(path)
             results.append({"path": path, "valid": True, "name": s.name, "errors": []})
         except ConfigError as exc:
             results.append({"path": path, "valid": False, "errors": exc.lines()})
@@ -101,9 +101,9 @@ def validate(paths: tuple[str, ...], as_json: bool) -> None:
 @sites.command()
 def schema() -> None:
     """Print the JSON Schema of site configs (for editors: yaml-language-server, VS Code)."""
-    from clusterkit.config.load import json_schema
+    from clusterkit.api import Site
 
-    click.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
+    click.echo(json.dumps(Site.schema(), indent=2, sort_keys=True))
 
 
 DRIFT_EXIT_HELP = """\b
@@ -139,9 +139,10 @@ def init(name: str, from_slurm: bool, partition: str | None, nodes: str | None, 
     """Write a commented, valid site config NAME from the live Slurm cluster."""
     from pathlib import Path
 
-    from clusterkit.sites.admin import init_site, write_new
+    from clusterkit.api import Site
+    from clusterkit.sites.admin import write_new
 
-    draft = init_site(name, partition=partition, nodes=nodes, probe_with=probe_with)
+    draft = Site.init_from_slurm(name, partition=partition, nodes=nodes, probe_with=probe_with)
     if out:
         write_new(Path(out), draft.text)
         click.echo(f"wrote {out}", err=True)
@@ -168,8 +169,8 @@ def init(name: str, from_slurm: bool, partition: str | None, nodes: str | None, 
 @click.option("--dry-run", is_flag=True, help="Print the diff --write would apply, and nothing else.")
 def drift(refs: tuple[str, ...], every: bool, probe_with: str | None, as_json: bool, write: bool, dry_run: bool) -> int:
     """Compare site configs with the live cluster, key by key."""
+    from clusterkit.api import drift as drift_sites
     from clusterkit.cli import output, report_error
-    from clusterkit.sites.admin import drift_sites
     from clusterkit.sites.show import print_run
 
     result = drift_sites(refs, every=every, probe_with=probe_with, write=write, dry_run=dry_run)

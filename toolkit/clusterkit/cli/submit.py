@@ -11,9 +11,9 @@ from clusterkit.cli.common import build_request, job_options
 
 if TYPE_CHECKING:
     from clusterkit.actions import Gate
+    from clusterkit.api import RunDir
     from clusterkit.config.schema import Site
     from clusterkit.preflight.report import Report
-    from clusterkit.rundir import RenderedRun
     from clusterkit.scheduler.records import JobRecord
 
 
@@ -43,33 +43,29 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     submission leaves a job record; follow it with `clusterkit status`, `logs` and `cancel`.
     With --wait the exit status is the job's own.
     """
-    from clusterkit.actions import PreflightRefused, render_run
-    from clusterkit.actions import submit as submit_job
+    from clusterkit.actions import PreflightRefused
+    from clusterkit.api import Plan, Site
     from clusterkit.cli import output
-    from clusterkit.config.load import load_site
-    from clusterkit.scheduler.records import RecordStore
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
                             exclude=exclude, debug=debug)
-    site_obj = load_site(site)
+    planned = Plan(Site.load(site), request)
     if dry_run:  # contacts no node: preflight's exclusions are the one thing a dry run cannot show
-        run = render_run(site_obj, request, out)
-        _note_preflight_skipped(site_obj, skip_preflight)
+        run = planned.render(out)
+        _note_preflight_skipped(planned.site.config, skip_preflight)
         return _show_dry_run(run, as_json)
-    store = RecordStore()
     try:
-        run, submitted = submit_job(site_obj, request, out, store, skip_preflight=skip_preflight,
-                                    on_gate=_show_gate)
+        job = planned.submit(out=out, preflight=not skip_preflight, on_gate=_show_gate)
     except PreflightRefused as exc:
         _show_preflight(exc.report)
         raise
-    rec = submitted.record
-    if submitted.unsaved is not None:
+    rec = job.record
+    if job.unsaved is not None:
         output.warn(f"job {rec.job_id} is submitted, but its record was not saved, so status, logs and cancel "
-                    f"do not know it (run directory {rec.run_dir}): {submitted.unsaved}")
+                    f"do not know it (run directory {rec.run_dir}): {job.unsaved}")
     if wait is None:
-        wait = not run.plan.slurm
+        wait = rec.scheduler != "slurm"
     if not wait:
         _show_submitted(rec, as_json)
         return 0
@@ -77,7 +73,7 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
         _show_submitted(rec, False)
     from clusterkit.cli.jobs import follow_to_end
 
-    return follow_to_end(store, rec, as_json)
+    return follow_to_end(job, as_json)
 
 
 def _note_preflight_skipped(site: Site, skip: bool) -> None:
@@ -108,23 +104,23 @@ def _show_preflight(report: Report) -> None:
         output.info(f"preflight: {g.status.value.upper():<11} {g.summary()}")
 
 
-def _show_dry_run(run: RenderedRun, as_json: bool) -> int:
+def _show_dry_run(run: RunDir, as_json: bool) -> int:
     from clusterkit.cli import output
 
-    script = run.artifacts["job.sbatch"]
+    script = run.sbatch
     if as_json:
-        output.emit_json({"dry_run": True, "run_dir": str(run.run_dir), "script": str(run.script),
+        output.emit_json({"dry_run": True, "run_dir": str(run.path), "script": str(run.script),
                           "job_sbatch": script, "scheduler": run.plan.scheduler})
         return 0
     for w in run.plan.warnings:
         output.warn(w)
     from clusterkit.job.render import override_note
 
-    note = override_note(run.site)
+    note = override_note(run.site.config)
     if note:
         output.info(f"clusterkit: dry run: {note}")
     click.echo(script, nl=False)  # byte for byte what sbatch would get
-    output.info(f"clusterkit: dry run: nothing submitted; run directory {run.run_dir}")
+    output.info(f"clusterkit: dry run: nothing submitted; run directory {run.path}")
     return 0
 
 

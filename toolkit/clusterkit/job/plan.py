@@ -245,10 +245,11 @@ def _check_used(s: Settings, launcher: str, site: Site) -> None:
             continue
         users = settings_mod.used_by(key)
         if launcher not in users:
-            raise PlanError(f"--set {key}: the {launcher} launcher does not use it; it is used by {', '.join(users)}")
+            raise PlanError(f"the {launcher} launcher does not use it; it is used by {', '.join(users)}",
+                            field=f"settings.{key}")
         if key in settings_mod.SLURM_ONLY and site.scheduler.kind != "slurm":
-            raise PlanError(f"--set {key}: site {site.name} is a local site (no Slurm); "
-                            f"{key} applies to Slurm sites only")
+            raise PlanError(f"site {site.name} is a local site (no Slurm); "
+                            f"{key} applies to Slurm sites only", field=f"settings.{key}")
 
 
 def _check_run_dir_shared(site: Site, run_dir: str, nnodes: int) -> None:
@@ -274,13 +275,15 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     nnodes = stages.node_count(spec, site, r.nodes)
     gpn = request.gpus_per_node or site.nodes.gpus_per_node
     if gpn < 1 or gpn > site.nodes.gpus_per_node:
-        raise PlanError(f"--gpus-per-node {gpn}: site {site.name} nodes have {site.nodes.gpus_per_node} GPUs")
+        raise PlanError(f"site {site.name} nodes have {site.nodes.gpus_per_node} GPUs", field="gpus_per_node",
+                        value=str(gpn))
     exclude = _exclude_list(site, request.exclude)
     _check_used(s, launcher, site)
     container_cfg = site.software.container
     use_container = bool(container_cfg) and r.container and site.scheduler.kind == "slurm"
     if s.container and not container_cfg:
-        raise PlanError(f"--set container=true but site {site.name} configures no software.container")
+        raise PlanError(f"but site {site.name} configures no software.container", field="settings.container",
+                        value="true", sep=" ")
     ctx = _context(site, r, nnodes, gpn, use_container, exclude)
     launch = launchers.get(launcher)(ctx)
     _check_preemption(site, launch, spec, time, max_restarts)

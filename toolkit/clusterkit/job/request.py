@@ -101,7 +101,8 @@ def job_name(request: JobRequest) -> str:
     """The job's name: ``--job-name`` (checked), else ``ck-<script>`` from the command."""
     if request.job_name is not None:
         if not _JOB_NAME.fullmatch(request.job_name):
-            raise PlanError(f"--job-name {request.job_name!r}: use 1-64 letters, digits, '.', '_', '+' or '-'")
+            raise PlanError("use 1-64 letters, digits, '.', '_', '+' or '-'", field="job_name",
+                            value=repr(request.job_name))
         return request.job_name
     command = request.command
     script = next((c for c in command[1:] if not c.startswith("-")), command[0] if command else "job")

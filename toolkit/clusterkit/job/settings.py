@@ -9,12 +9,12 @@ valid ones, like site configs.  A setting the chosen launcher or site would igno
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from clusterkit.errors import InputError
+from clusterkit.errors import FieldProblem, InputError
 from clusterkit.vocab import LAUNCHERS, check_slurm_time
 
 
@@ -107,21 +107,27 @@ def parse_pairs(pairs: Iterable[str]) -> dict[str, Any]:
         if not sep or not key:
             raise InputError(f"--set {pair!r}: expected key=value")
         if key not in Settings.model_fields:
-            raise InputError(f"--set {key}: unknown setting; valid settings: {', '.join(valid_keys())}")
+            raise InputError(f"unknown setting; valid settings: {', '.join(valid_keys())}", field=f"settings.{key}")
         if any(ord(c) < 32 or ord(c) == 127 for c in raw):
-            raise InputError(f"--set {key}: control characters (newline, tab) are not allowed in values")
+            raise InputError("control characters (newline, tab) are not allowed in values", field=f"settings.{key}")
         out[key] = _typed(raw.strip())
     return out
 
 
-def build(values: dict[str, Any]) -> Settings:
-    """Validate settings; every problem is reported as ``--set key: message``."""
+def build(values: Mapping[str, Any]) -> Settings:
+    """Validate settings; every problem is reported at its field, ``settings.<key>`` (the CLI
+    says ``--set key=value: message``)."""
+    unknown = [k for k in values if k not in Settings.model_fields]
+    if unknown:
+        raise InputError.about([FieldProblem(f"settings.{k}", f"unknown setting; valid settings: "
+                                             f"{', '.join(valid_keys())}") for k in unknown])
     try:
-        return Settings.model_validate(values)
+        return Settings.model_validate(dict(values))
     except ValidationError as exc:
-        msgs = []
+        problems = []
         for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "settings"
+            key = ".".join(str(p) for p in err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
-            msgs.append(f"--set {key}={values.get(key)!r}: {msg}")
-        raise InputError("; ".join(msgs)) from None
+            problems.append(FieldProblem(f"settings.{key}" if key else "settings", msg,
+                                         repr(values.get(key)) if key else None))
+        raise InputError.about(problems) from None

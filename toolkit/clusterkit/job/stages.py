@@ -26,10 +26,12 @@ def node_count(spec: StageSpec, site: Site, requested: int | None) -> int:
     n = requested if requested is not None else spec.default_nodes
     if n < spec.min_nodes or (spec.max_nodes is not None and n > spec.max_nodes):
         rng = f"{spec.min_nodes} or more" if spec.max_nodes is None else spec.node_range
-        raise PlanError(f"--nodes {n} is outside stage {spec.name} ({rng} nodes); pick the stage that fits {n} nodes")
+        raise PlanError(f"is outside stage {spec.name} ({rng} nodes); pick the stage that fits {n} nodes",
+                        field="nodes", value=str(n), sep=" ")
     available = len(site.nodes.hosts)
     if n > available:
-        raise PlanError(f"--nodes {n} but site {site.name} has only {available} nodes ({site.nodes.nodelist})")
+        raise PlanError(f"but site {site.name} has only {available} nodes ({site.nodes.nodelist})",
+                        field="nodes", value=str(n), sep=" ")
     return n
 
 

@@ -22,7 +22,7 @@ def make_runner(site: Any, transport: str, *, accept_new_host_keys: bool = False
     if transport == "srun":
         return R.SrunRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout),
                             extra_args=_srun_args(site))
-    raise InputError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
+    raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
 
 
 def _srun_args(site: Any) -> list[str]:

@@ -43,7 +43,8 @@ def resolve_hosts(site: Site, nodes: str | None, transport: str) -> list[str]:
             return [platform.node() or "localhost"]
         hosts = _expand(nodes)
         if len(hosts) != 1:
-            raise InputError(f"--transport local checks this machine only; --nodes names {len(hosts)} hosts")
+            raise InputError(f"names {len(hosts)} hosts; transport local checks this machine only", field="nodes",
+                             value=repr(nodes), sep=" ")
         return hosts
     return _expand(nodes if nodes is not None else site.nodes.nodelist)
 
@@ -52,7 +53,7 @@ def _expand(expr: str) -> list[str]:
     try:
         return hostlist.expand(expr)
     except hostlist.HostlistError as exc:
-        raise InputError(f"--nodes: {exc}") from None
+        raise InputError(str(exc), field="nodes") from None
 
 
 def _node_result(check_set: engine.CheckSet, res: NodeOutput) -> NodeResult | None:
@@ -90,9 +91,9 @@ def run_preflight(site: Site, stage: str | None = None, nodes: str | None = None
     calling thread).  Ctrl-C during the run returns the report so far with ``interrupted``.
     """
     if transport not in TRANSPORTS:
-        raise InputError(f"--transport {transport!r}: choose one of {', '.join(TRANSPORTS)}")
+        raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
     if stage is not None and stage not in STAGE_NAMES:
-        raise InputError(f"--stage {stage!r}: choose one of {', '.join(STAGE_NAMES)}")
+        raise InputError(f"choose one of {', '.join(STAGE_NAMES)}", field="stage", value=repr(stage))
     hosts = resolve_hosts(site, nodes, transport)
     stage = stage or stage_for_nodes(len(hosts))
     check_set = catalogue.select_checks(catalogue.Expectations.from_site(site, stage))

@@ -1,0 +1,588 @@
+"""clusterkit from Python: what the command line does, as objects (``from clusterkit import Site``).
+
+The command line is a thin layer over this module: each command parses its options, calls one
+of these functions or methods and prints what comes back, so the two cannot drift apart.
+``docs/api.md`` is the reference; the README's "From Python" section has a runnable example.
+
+::
+
+    from clusterkit import Site
+
+    site = Site.load("local")
+    job = site.submit(["python", "examples/allreduce.py"], gpus_per_node=2)
+    result = job.wait(timeout=300)
+    print(result.state, result.exit_status)
+
+Errors are :class:`~clusterkit.errors.ClusterkitError` subclasses; one about an input of the
+request names its field path (``err.field == "settings.zero_stage"``), never a CLI option.
+
+Heavy imports (paramiko, submitit) happen inside the method that needs them, so importing this
+module costs no more than planning a job.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clusterkit import actions
+from clusterkit.config.load import load_site
+from clusterkit.config.schema import Site as SiteConfig
+from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError
+from clusterkit.job import settings as settings_mod
+from clusterkit.job.request import JobRequest
+from clusterkit.scheduler.base import JobStatus
+from clusterkit.scheduler.records import JobRecord, RecordStore
+from clusterkit.vocab import JobState, stage_for_nodes
+
+if TYPE_CHECKING:
+    from clusterkit.config.load import SiteEntry
+    from clusterkit.diagnose import Diagnosis
+    from clusterkit.diagnose.doctor import ProgressBar
+    from clusterkit.job.plan import Plan as StagePlan
+    from clusterkit.preflight.report import NodeResult, Report
+    from clusterkit.rundir import RenderedRun
+    from clusterkit.scheduler.base import OnGrace
+    from clusterkit.scheduler.jobs import Cancellation, Look, Overview
+    from clusterkit.scheduler.logs import LogTail
+    from clusterkit.sites.admin import DriftRun
+    from clusterkit.sites.create import Draft
+    from clusterkit.sizing import Sizing, SizingRequest
+
+__all__ = ["Job", "JobResult", "LogLine", "Plan", "RunDir", "Site", "WaitTimeout", "diagnose_logs", "doctor_job",
+           "drift", "job_request", "jobs", "sites"]
+
+StrPath = str | os.PathLike[str]
+
+
+def _store(store: RecordStore | None) -> RecordStore:
+    return store if store is not None else RecordStore()
+
+
+# --------------------------------------------------------------------------- site
+
+
+class Site:
+    """A validated site config: the cluster (or this machine) jobs are planned for and run on.
+
+    Load one with :meth:`Site.load`; :attr:`config` is the frozen, validated site model.
+    """
+
+    def __init__(self, config: SiteConfig) -> None:
+        self.config: SiteConfig = config
+
+    @classmethod
+    def load(cls, name_or_path: StrPath) -> Site:
+        """The site named ``name_or_path`` on the site search path (``local``, ``testbed``, ...), or
+        the site file at that path.  Raises :class:`~clusterkit.errors.ConfigError` (every problem,
+        each with ``file:line``) for an invalid file."""
+        return cls(load_site(os.fspath(name_or_path)))
+
+    @classmethod
+    def load_file(cls, path: StrPath) -> Site:
+        """``clusterkit sites validate PATH``: the site file at ``path`` (never a name on the
+        search path); :class:`~clusterkit.errors.ConfigError` lists every problem."""
+        from clusterkit.config.load import load_file
+
+        return cls(load_file(path))
+
+    @staticmethod
+    def schema() -> dict[str, Any]:
+        """``clusterkit sites schema``: the JSON Schema of site files (for editors)."""
+        from clusterkit.config.load import json_schema
+
+        return json_schema()
+
+    @staticmethod
+    def init_from_slurm(name: str, *, partition: str | None = None, nodes: str | None = None,
+                        probe_with: str | None = None) -> Draft:
+        """``clusterkit sites init NAME --from-slurm``: a commented, valid site file drafted from
+        the live Slurm cluster (``draft.text``; ``draft.missing``, ``unverified`` and
+        ``unreachable`` say what to check).  Nothing is written."""
+        from clusterkit.sites.admin import init_site
+
+        return init_site(name, partition=partition, nodes=nodes, probe_with=probe_with)
+
+    @property
+    def source(self) -> str:
+        """Where the site was read from (its file, ``extends:`` merged)."""
+        return self.config.source
+
+    @property
+    def overridden_templates(self) -> list[str]:
+        """The built-in templates this site replaces with its own (``sites show`` names them)."""
+        from clusterkit.job.render import overridden
+
+        return list(overridden(self.config))
+
+    def to_dict(self) -> dict[str, Any]:
+        """``clusterkit sites show``: the site as clusterkit sees it, ``extends:`` merged, defaults filled."""
+        return self.config.model_dump(mode="json")
+
+    @property
+    def name(self) -> str:
+        """The site's name (``name:`` in its file)."""
+        return self.config.name
+
+    @property
+    def scheduler(self) -> str:
+        """``slurm`` or ``local``."""
+        return self.config.scheduler.kind
+
+    def __repr__(self) -> str:
+        return f"Site({self.name!r}, scheduler={self.scheduler!r})"
+
+    def plan(self, command: Sequence[str], *, stage: str | None = None, launcher: str | None = None,
+             nodes: int | None = None, gpus_per_node: int | None = None,
+             settings: Mapping[str, Any] | None = None, job_name: str | None = None,
+             exclude: str | Sequence[str] | None = None, debug: bool = False) -> Plan:
+        """A job for this site: ``command`` (argv, e.g. ``["python", "train.py", "--lr", "3e-4"]``)
+        started by ``launcher`` on ``nodes`` nodes of ``gpus_per_node`` GPUs each.
+
+        The arguments are the CLI's job options: ``stage`` (default: the stage that fits
+        ``nodes``, else ``single-node``), ``launcher`` (default: the site's, else the stage's),
+        ``settings`` (``--set``: ``{"zero_stage": 3, "micro_batch": 4}``), ``exclude`` (a Slurm
+        host list or a list of hosts), ``debug`` (NCCL debug logging).  Inputs are checked here;
+        the plan itself is made once, when the job is rendered or submitted.  Raises
+        :class:`~clusterkit.errors.InputError` with the field path, e.g. ``settings.zero_stag``.
+        """
+        return Plan(self, job_request(command, stage=stage, launcher=launcher, nodes=nodes,
+                                   gpus_per_node=gpus_per_node, settings=settings, job_name=job_name,
+                                   exclude=exclude, debug=debug))
+
+    def submit(self, command: Sequence[str], *, stage: str | None = None, launcher: str | None = None,
+               nodes: int | None = None, gpus_per_node: int | None = None,
+               settings: Mapping[str, Any] | None = None, job_name: str | None = None,
+               exclude: str | Sequence[str] | None = None, debug: bool = False, out: StrPath | None = None,
+               preflight: bool = True, wait: bool = False) -> Job:
+        """Plan, preflight, render and submit a job; the same as ``self.plan(...).submit(...)``.
+
+        See :meth:`plan` for the job arguments and :meth:`Plan.submit` for ``out``,
+        ``preflight`` and ``wait``.
+        """
+        planned = self.plan(command, stage=stage, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
+                            settings=settings, job_name=job_name, exclude=exclude, debug=debug)
+        return planned.submit(out=out, preflight=preflight, wait=wait)
+
+    def preflight(self, nodes: str | Sequence[str] | None = None, *, stage: str | None = None,
+                  transport: str | None = None, accept_new_host_keys: bool = False,
+                  on_start: Callable[[list[str]], None] | None = None,
+                  on_result: Callable[[NodeResult], None] | None = None) -> Report:
+        """Check ``nodes`` (a Slurm host list or a list of hosts; default: the site's nodelist) for
+        ``stage`` over ``transport`` (``ssh``, ``srun`` or ``local``; default ``local`` on a local
+        site, else ``ssh``): GPUs and driver, InfiniBand/RoCE ports, GPUDirect RDMA, storage.
+
+        Returns the :class:`~clusterkit.preflight.report.Report` (``report.exit_code()``,
+        ``report.groups()``, ``report.to_dict()``); bad nodes are in the report, not raised.
+        ``on_start(hosts)`` is called before any node is contacted, ``on_result(node)`` as each
+        node answers.  Raises :class:`~clusterkit.errors.InputError` for a bad argument
+        (``field`` ``nodes``, ``stage`` or ``transport``).
+        """
+        from clusterkit.preflight.run import run_preflight
+        from clusterkit.vocab import TRANSPORTS
+
+        if transport is not None and transport not in TRANSPORTS:
+            raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
+        transport = transport or ("local" if self.scheduler == "local" else "ssh")
+        hosts = nodes if nodes is None or isinstance(nodes, str) else ",".join(nodes)
+        return run_preflight(self.config, stage, hosts, transport, accept_new_host_keys=accept_new_host_keys,
+                             on_start=on_start, on_result=on_result)
+
+    def size(self, request: SizingRequest) -> Sizing:
+        """``clusterkit plan``: the launcher, ZeRO stage and node count for a model on this site's
+        GPUs (``request`` is a :class:`clusterkit.sizing.SizingRequest`: ``total_params`` and
+        optional constraints); ``sizing.recommended`` is the choice, ``sizing.to_dict()`` all of it."""
+        from clusterkit import sizing as est
+
+        return est.size_job(est.Hardware.from_site(self.config), request)
+
+    def render_sized(self, sizing: Sizing, command: Sequence[str], *, out: StrPath | None = None,
+                     job_name: str | None = None, settings: Mapping[str, Any] | None = None) -> RunDir:
+        """``clusterkit plan --render``: render the recommended setup of ``sizing`` (launcher, stage,
+        nodes and its settings) for ``command``; ``settings`` win over the recommendation's."""
+        request = job_request(command, job_name=job_name, settings=settings)
+        run = actions.render_sized(self.config, sizing, request.command, _out(out), job_name=job_name,
+                                   settings=request.settings)
+        return RunDir._of(run, self)
+
+
+def sites() -> list[SiteEntry]:
+    """``clusterkit sites list``: every site file on the search path, in lookup order (``name``,
+    ``path``, ``origin``, ``shadowed``); :meth:`Site.load_file` reads one."""
+    from clusterkit.config.load import list_sites
+
+    return list_sites()
+
+
+def drift(refs: Sequence[str] = (), *, every: bool = False, probe_with: str | None = None, write: bool = False,
+          dry_run: bool = False) -> DriftRun:
+    """``clusterkit sites drift``: compare the sites named ``refs`` (or ``every`` site of this
+    cluster) with the live cluster, key by key; ``write`` puts the live facts into the files,
+    ``dry_run`` only computes that diff.  ``run.exit_code``, ``run.to_json()``, ``run.diffs``."""
+    from clusterkit.sites.admin import drift_sites
+
+    return drift_sites(refs, every=every, probe_with=probe_with, write=write, dry_run=dry_run)
+
+
+def job_request(command: Sequence[str], *, stage: str | None = None, launcher: str | None = None,
+                nodes: int | None = None, gpus_per_node: int | None = None,
+                settings: Mapping[str, Any] | None = None, job_name: str | None = None,
+                exclude: str | Sequence[str] | None = None, debug: bool = False) -> JobRequest:
+    """The :class:`~clusterkit.job.plan.JobRequest` for :meth:`Site.plan`'s arguments (the CLI's
+    job options build theirs here too), every input checked and named by its field."""
+    from clusterkit import hostlist
+    from clusterkit.vocab import LAUNCHERS, STAGE_NAMES
+
+    if isinstance(command, str):
+        raise InputError("give the command as a list of words, e.g. ['python', 'train.py']", field="command")
+    words = tuple(command)
+    if not words or not all(isinstance(w, str) for w in words):
+        raise InputError("give the command as a non-empty list of strings, e.g. ['python', 'train.py']",
+                         field="command")
+    if not words[0].strip():
+        raise InputError("is empty; e.g. python train.py", field="command", sep=" ")
+    if stage is not None and stage not in STAGE_NAMES:
+        raise InputError(f"choose one of {', '.join(STAGE_NAMES)}", field="stage", value=repr(stage))
+    if launcher is not None and launcher not in LAUNCHERS:
+        raise InputError(f"choose one of {', '.join(LAUNCHERS)}", field="launcher", value=repr(launcher))
+    for name, number in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
+        if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 1):
+            raise InputError("must be a whole number of at least 1", field=name, value=repr(number))
+    excluded: tuple[str, ...] = ()
+    if exclude:
+        try:
+            excluded = tuple(hostlist.expand(exclude if isinstance(exclude, str) else ",".join(exclude)))
+        except hostlist.HostlistError as exc:
+            raise InputError(str(exc), field="exclude") from None
+    values = dict(settings or {})
+    settings_mod.build(values)  # every problem now, each at settings.<key>
+    if stage is None:
+        stage = stage_for_nodes(nodes) if nodes is not None else "single-node"
+    return JobRequest(stage=stage, command=words, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
+                      job_name=job_name, settings=values, debug=debug, exclude=excluded)
+
+
+# --------------------------------------------------------------------------- plan and run directory
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A rendered run directory: everything a job needs, exactly what the scheduler is given."""
+
+    path: Path                      #: the run directory
+    files: dict[str, str]           #: file name -> text, as written
+    plan: StagePlan                 #: the stage plan it was rendered from (nodes, world size, sbatch, env)
+    site: Site                      #: the site it was planned for
+
+    @property
+    def script(self) -> Path:
+        """``job.sbatch``: what sbatch (or the local executor) runs."""
+        return self.path / "job.sbatch"
+
+    @property
+    def sbatch(self) -> str:
+        """The text of ``job.sbatch``."""
+        return self.files["job.sbatch"]
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What the plan warns about (the CLI prints these as ``clusterkit: warning:`` lines)."""
+        return tuple(self.plan.warnings)
+
+    @classmethod
+    def _of(cls, run: RenderedRun, site: Site) -> RunDir:
+        return cls(run.run_dir, dict(run.artifacts), run.plan, site)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A job request bound to a site, checked; rendered or submitted with one plan each time.
+
+    Make one with :meth:`Site.plan`.  :attr:`request` is the same request model the CLI builds.
+    """
+
+    site: Site
+    request: JobRequest
+
+    def render(self, out: StrPath | None = None) -> RunDir:
+        """Write the run directory (``out``, which must be new or empty; default
+        ``./runs/<job>-<time>``) without submitting: job.sbatch, nccl.env, plan.json and the
+        launcher's files.  Nothing is left behind when it fails.  Raises
+        :class:`~clusterkit.errors.PlanError`, :class:`~clusterkit.errors.RunDirError` (field
+        ``out``) or :class:`~clusterkit.errors.InputError`."""
+        return RunDir._of(actions.render_run(self.site.config, self.request, _out(out)), self.site)
+
+    def dry_run(self, out: StrPath | None = None) -> str:
+        """What :meth:`submit` would hand to the scheduler, byte for byte: the run directory is
+        rendered (as :meth:`render` does) and job.sbatch's text returned; nothing is submitted
+        and no node is contacted (so preflight's node exclusions are not applied)."""
+        return self.render(out).sbatch
+
+    def submit(self, *, out: StrPath | None = None, preflight: bool = True, wait: bool = False,
+               on_gate: Callable[[actions.Gate], None] | None = None) -> Job:
+        """Preflight the job's nodes (unless ``preflight=False``, or the site does not ask for it),
+        render the run directory once and hand it to the site's scheduler; a record is kept.
+
+        ``on_gate`` sees preflight's verdict before anything is written.  A refusal raises
+        :class:`~clusterkit.actions.PreflightRefused` (``.report`` has the nodes).  With
+        ``wait=True`` the call returns once the job ended (see :meth:`Job.wait`).  A record that
+        could not be saved after the scheduler took the job is not raised: the job runs and
+        :attr:`Job.unsaved` says why ``Job.find`` will not know it.
+        """
+        store = RecordStore()
+        run, submitted = actions.submit(self.site.config, self.request, _out(out), store,
+                                        skip_preflight=not preflight, on_gate=on_gate)
+        job = Job(submitted.record, store, unsaved=submitted.unsaved, run=RunDir._of(run, self.site))
+        if wait:
+            job.wait()
+        return job
+
+
+def _out(out: StrPath | None) -> str | None:
+    return None if out is None else os.fspath(out)
+
+
+# --------------------------------------------------------------------------- job
+
+
+class WaitTimeout(ClusterkitError, TimeoutError):
+    """:meth:`Job.wait` gave up after its ``timeout``; the job goes on."""
+
+    exit_code = ExitCode.FAILURE
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """How a job ended."""
+
+    state: JobState                 #: its terminal state (COMPLETED, FAILED, CANCELLED, TIMEOUT, LOST, ...)
+    exit_code: int | None           #: the job's exit code, when it exited
+    signal: int | None              #: the signal that killed it, when one did
+    status: JobStatus               #: the scheduler's full view (reason, nodes, restarts)
+    tails: list[LogTail]            #: the last lines of each log file
+    cache_failures: list[str] = field(default_factory=list)  #: the final state could not be saved in the record
+
+    @property
+    def ok(self) -> bool:
+        """Whether the job completed with exit code 0."""
+        return self.state == JobState.COMPLETED and not self.exit_code
+
+    @property
+    def exit_status(self) -> int:
+        """The exit status a shell would see (128 + signal for a killed job); ``submit --wait``'s."""
+        from clusterkit.scheduler.status import exit_status_of
+
+        return exit_status_of(self.status)
+
+
+class LogLine(str):
+    """One line of a job's log (without its newline); :attr:`path` is the file it is from."""
+
+    path: Path
+
+    def __new__(cls, text: str, path: Path) -> LogLine:
+        line = super().__new__(cls, text)
+        line.path = path
+        return line
+
+
+class Job:
+    """A submitted job: its record, and what can be asked of it or done to it.
+
+    Get one from :meth:`Site.submit`, :meth:`Job.find` or :func:`jobs`.
+    """
+
+    def __init__(self, record: JobRecord, store: RecordStore | None = None, *,
+                 unsaved: RecordError | None = None, run: RunDir | None = None) -> None:
+        self._record = record
+        self._store = _store(store)
+        #: when set, the job is submitted but its record could not be saved (``Job.find`` does not know it)
+        self.unsaved: RecordError | None = unsaved
+        #: the rendered run directory, for a job submitted by this process
+        self.run: RunDir | None = run
+
+    @classmethod
+    def find(cls, ref: str, *, store: RecordStore | None = None) -> Job:
+        """The job named ``ref``: a job id as ``submit`` printed it (the newest record with that
+        id), or ``SITE:JOB_ID``.  Raises :class:`~clusterkit.errors.RecordError` if none."""
+        store = _store(store)
+        return cls(store.find(ref), store)
+
+    @property
+    def id(self) -> str:
+        """The scheduler's job id (Slurm's, or the local executor's)."""
+        return self._record.job_id
+
+    @property
+    def key(self) -> str:
+        """``SITE:JOB_ID``, the unambiguous name of this job."""
+        return self._record.key
+
+    @property
+    def record(self) -> JobRecord:
+        """What clusterkit keeps about the job (site, stage, launcher, run directory, final state)."""
+        return self._record
+
+    @property
+    def run_dir(self) -> Path:
+        """The job's run directory."""
+        return Path(self._record.run_dir)
+
+    def __repr__(self) -> str:
+        return f"Job({self.key!r})"
+
+    def status(self) -> JobStatus:
+        """The job's status now (one scheduler query); a final state is cached in the record.
+
+        While the Slurm controller does not answer, the status is the last one known, ``stale``.
+        """
+        return self.look().status
+
+    def state(self) -> JobState:
+        """The job's state now: ``PENDING``, ``RUNNING``, ``COMPLETED``, ``FAILED``, ... (``UNKNOWN``
+        while the Slurm controller does not answer)."""
+        return self.status().state
+
+    def look(self, *, tail_lines: int = 20) -> Look:
+        """``clusterkit status JOB``: the status, the log tails once it ended, and what could not
+        be done on the way (the controller did not answer, the record could not be updated)."""
+        from clusterkit.scheduler import jobs as job_fns
+
+        seen = job_fns.look(self._store, self.key, tail_lines=tail_lines)
+        self._record = seen.record
+        return seen
+
+    def wait(self, timeout: float | None = None, *,
+             on_change: Callable[[JobStatus], None] | None = None) -> JobResult:
+        """Wait until the job ended; its :class:`JobResult`.  ``on_change`` hears each new state.
+
+        With ``timeout`` (seconds), raises :class:`WaitTimeout` if the job has not ended by then.
+        A controller outage is waited out (the job is UNKNOWN, not ended).
+        """
+        from clusterkit.scheduler import jobs as job_fns
+        from clusterkit.scheduler.status import refresh
+
+        if timeout is not None:
+            deadline = time.monotonic() + timeout
+            delay, last = 0.5, None
+            while True:
+                (_, st), = refresh([self._record])
+                if st.state != last and on_change is not None:
+                    on_change(st)
+                if st.terminal:
+                    break
+                if time.monotonic() >= deadline:
+                    raise WaitTimeout(f"job {self.id} still {st.state} after {timeout:g} s")
+                delay = 0.5 if st.state != last else min(5.0, delay * 1.5)
+                last = st.state
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            on_change = None  # already heard; follow_to_end confirms the end and reads the tails
+        seen = job_fns.follow_to_end(self._store, self._record, on_change=on_change)
+        self._record = seen.record
+        st = seen.status
+        return JobResult(st.state, st.exit_code, st.signal, st, seen.tails, seen.cache_failures)
+
+    def log_files(self) -> list[Path]:
+        """The job's log files: the batch log first, then one per node or rank."""
+        from clusterkit.scheduler.jobs import log_files
+
+        return log_files(self._record)
+
+    def logs(self, follow: bool = False, *, tail: int = 0, poll_s: float = 1.0) -> Iterator[LogLine]:
+        """The lines of the job's logs, file after file (each :class:`LogLine` knows its
+        :attr:`~LogLine.path`); with ``tail``, only the last ``tail`` lines of each file.  With
+        ``follow``, keep yielding new lines as they are written, like ``tail -f`` on every file,
+        until the job ended and its last lines were read."""
+        if follow:
+            yield from self._follow(poll_s)
+            return
+        for p, lines in self.log_lines(tail).items():
+            for line in lines:
+                yield LogLine(line, p)
+
+    def log_lines(self, tail: int = 0) -> dict[Path, list[str]]:
+        """Each log file (batch log first) and its lines, or its last ``tail`` lines (0: all)."""
+        from clusterkit.scheduler.logs import tail as last_lines
+
+        if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
+            raise InputError("must be a whole number of lines, 0 for all", field="tail", value=repr(tail))
+        return {p: last_lines(p, tail) if tail else p.read_text(encoding="utf-8", errors="replace").splitlines()
+                for p in self.log_files()}
+
+    def _follow(self, poll_s: float) -> Iterator[LogLine]:
+        from clusterkit.scheduler.jobs import has_ended
+
+        offsets: dict[Path, int] = {}
+        partial: dict[Path, bytes] = {}
+        ended = False
+        while True:
+            for p in self.log_files():
+                with p.open("rb") as fh:
+                    fh.seek(offsets.get(p, 0))
+                    data = fh.read()
+                offsets[p] = offsets.get(p, 0) + len(data)
+                *whole, rest = (partial.pop(p, b"") + data).split(b"\n")
+                for line in whole:
+                    yield LogLine(line.decode("utf-8", errors="replace"), p)
+                if rest and ended:
+                    yield LogLine(rest.decode("utf-8", errors="replace"), p)
+                elif rest:
+                    partial[p] = rest
+            if ended:
+                return
+            ended = has_ended(self._record)  # one more pass after the end to drain the last lines
+            time.sleep(min(poll_s, 0.2) if ended else poll_s)
+
+    def cancel(self, now: bool = False, *, on_grace: OnGrace | None = None) -> Cancellation:
+        """Cancel the job unless its scheduler reports it ended.  A running Slurm job's ranks get
+        SIGTERM and up to the site's ``scheduler.grace_s`` seconds to save first, unless ``now``;
+        ``on_grace(seconds)`` is told before that wait.  A cancelled job is never requeued."""
+        from clusterkit.scheduler.jobs import cancel_job
+
+        done = cancel_job(self._store, self.key, now=now, on_grace=on_grace)
+        self._record = done.record
+        return done
+
+    def doctor(self, progress: ProgressBar | None = None) -> Diagnosis:
+        """``clusterkit doctor JOB``: why the job ended as it did, from its logs and the scheduler's
+        view: ``diagnosis.report["verdict"]`` (category, summary, node, rank, evidence, advice),
+        with cascades counted apart.  The verdict is cached in the record for ``status``.
+        ``progress(total_bytes)`` may return a context manager yielding a callback that is told
+        the bytes read (the CLI's progress bar)."""
+        found = doctor_job(self.key, progress, store=self._store)
+        self._record = self._store.find(self.key)
+        return found
+
+
+def jobs(limit: int = 20, *, store: RecordStore | None = None) -> Overview:
+    """``clusterkit status``: the ``limit`` most recent jobs, refreshed in one batch per scheduler.
+
+    ``overview.rows`` are ``status --json``'s rows, oldest first; ``unreadable`` the records that
+    could not be read; ``unreachable`` says when the Slurm controller did not answer (those
+    jobs show their last known state, ``stale``).  ``Job.find(row["job"])`` gives the job.
+    """
+    from clusterkit.scheduler import jobs as job_fns
+
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InputError("must be a whole number of at least 1", field="limit", value=repr(limit))
+    return job_fns.overview(_store(store), limit)
+
+
+def doctor_job(ref: str, progress: ProgressBar | None = None, *, store: RecordStore | None = None) -> Diagnosis:
+    """``clusterkit doctor JOB``: :meth:`Job.doctor` for the job named ``ref`` (``JOB_ID`` or
+    ``SITE:JOB_ID``).  A name no record has is an :class:`~clusterkit.errors.InputError` here."""
+    from clusterkit.diagnose import diagnose_job
+
+    return diagnose_job(ref, progress, _store(store))
+
+
+def diagnose_logs(paths: Sequence[StrPath], progress: ProgressBar | None = None) -> Diagnosis:
+    """``clusterkit doctor --logs PATH...``: the verdict from log files (and directories of
+    them) of any job, submitted by clusterkit or not."""
+    from clusterkit.diagnose import diagnose_logs as diagnose
+
+    return diagnose([Path(p) for p in paths], progress)
