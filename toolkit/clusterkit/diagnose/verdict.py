@@ -34,6 +34,7 @@ class Attempt:
     findings: list[Finding] = field(default_factory=list)
     root_causes: list[RootCause] = field(default_factory=list)
     task_exits: list[TaskExit] = field(default_factory=list)
+    worker_exits: list[Finding] = field(default_factory=list)
     cascade: Counter[str] = field(default_factory=Counter)
     cascade_ranks: dict[str, set[int]] = field(default_factory=dict)
     success: bool = False
@@ -67,6 +68,8 @@ def attempts(scans: Iterable[FileScan]) -> dict[int, Attempt]:
             at(rc.restart).root_causes.append(rc)
         for te in s.task_exits:
             at(te.restart).task_exits.append(te)
+        for we in s.worker_exits:
+            at(we.restart).worker_exits.append(we)
         for (r, kind), n in s.cascade.items():
             at(r).cascade[kind] += n
             at(r).cascade_ranks.setdefault(kind, set()).update(s.cascade_ranks.get((r, kind), set()))
@@ -120,8 +123,17 @@ def _slurm_fact(att: Attempt, view: SlurmView | None) -> dict[str, Any] | None:
         summary = None
         if lead and "DUE TO JOB REQUEUE" in lead.text:
             summary = "Slurm requeued this run (scontrol requeue, or a requeue after a failure)"
-        return _verdict(cat, lead, evidence, node=node, summary=summary)
+        node = node or next((f.node for f in facts if f.category == cat and f.node), None)
+        rank = next((f.rank for f in facts if f.category == cat and f.rank is not None), None)
+        if rank is None and not _torchrun(att):
+            rank = next((f.task for f in facts if f.category == cat and f.task is not None), None)
+        return _verdict(cat, lead, evidence, node=node, rank=rank, summary=summary)
     return None
+
+
+def _torchrun(att: Attempt) -> bool:
+    """torchrun's agents ran: an srun task is then a node's agent, not a rank."""
+    return bool(att.root_causes) or any(f.local_rank is not None for f in att.findings)
 
 
 def _root_cause_for(att: Attempt) -> RootCause | None:
@@ -149,6 +161,12 @@ def _first_failure(att: Attempt) -> dict[str, Any] | None:
             lead = own[0]
             rank = lead.rank if lead.rank is not None else root.rank
     node = lead.node or _node_of(att, rank)
+    if rank is None and lead.local_rank is not None:
+        rank = _global_rank(att, node, lead.local_rank)
+    if node is None or rank is None:
+        t_node, t_rank = _task_location(att)
+        node = node or t_node
+        rank = rank if rank is not None else t_rank
     others = sorted((f for f in causes if f is not lead and f.category == lead.category),
                     key=lambda f: (f.path, f.lineno))
     evidence = _dedup([_ev(lead)] + [_ev(f) for f in others])
@@ -180,16 +198,49 @@ def _node_of(att: Attempt, rank: int | None) -> str | None:
     return None
 
 
+def _nodes(att: Attempt) -> set[str]:
+    return ({f.node for f in att.findings if f.node} | {rc.node for rc in att.root_causes if rc.node}
+            | {t.node for t in att.task_exits})
+
+
+def _global_rank(att: Attempt, node: str | None, local: int) -> int | None:
+    """A local rank (``[default3]:``, ``local_rank: 3``) as a global one: torchrun's Root Cause
+    entries give each node's first rank; a job whose logs name one node at most starts at 0."""
+    for rc in att.root_causes:
+        if rc.node == node and rc.rank is not None and rc.local_rank is not None:
+            return rc.rank - rc.local_rank + local
+    return local if len(_nodes(att)) <= 1 else None
+
+
+def _task_location(att: Attempt) -> tuple[str | None, int | None]:
+    """The node (and, where one task failed and no torchrun agent ran, the rank: one srun task
+    per rank) of the task srun saw fail."""
+    failed = [t for t in att.task_exits if t.code != 0]
+    if not failed:
+        return None, None
+    first = failed[0]
+    rank = int(first.tasks) if first.tasks.isdigit() and len(failed) == 1 and not _torchrun(att) else None
+    return first.node, rank
+
+
 def _behind(att: Attempt) -> dict[str, Any] | None:
     timeouts = sorted((f for f in att.findings if f.cascade == "nccl-timeout"), key=_key)
     if not timeouts:
         return None
-    with_seq = [f for f in timeouts if f.seq is not None]
-    if with_seq:
-        low = min(f.seq for f in with_seq if f.seq is not None)
-        lead = min((f for f in with_seq if f.seq == low), key=lambda f: (f.rank if f.rank is not None else 1 << 30))
-        seqs = {f.seq for f in with_seq}
-        summary = (f"rank {lead.rank} is behind: its watchdog timed out at collective {low}"
+    groups: dict[str | None, list[Finding]] = {}
+    for f in timeouts:
+        if f.seq is not None:
+            groups.setdefault(f.pg, []).append(f)
+    # a rank is behind only against ranks of its own process group; a group whose ranks
+    # stopped at different collectives says who is behind, the earliest such group first
+    spread = [g for g in groups.values() if len({f.seq for f in g}) > 1]
+    pick = spread[0] if spread else next(iter(groups.values()), None)
+    if pick:
+        low = min(f.seq for f in pick if f.seq is not None)
+        lead = min((f for f in pick if f.seq == low), key=lambda f: (f.rank if f.rank is not None else 1 << 30))
+        seqs = {f.seq for f in pick}
+        pg = f"process group {lead.pg}: " if lead.pg is not None and len(groups) > 1 else ""
+        summary = (f"{pg}rank {lead.rank} is behind: its watchdog timed out at collective {low}"
                    + (f", the others at {max(s for s in seqs if s is not None)}" if len(seqs) > 1 else
                       " (every rank timed out at the same collective: the one behind may have printed nothing)"))
     else:
@@ -200,20 +251,35 @@ def _behind(att: Attempt) -> dict[str, Any] | None:
 
 def _fallback(att: Attempt, view: SlurmView | None) -> dict[str, Any]:
     ev = [f"{t.path}:{t.lineno}: srun: task {t.tasks} on {t.node} exited with code {t.code}" for t in att.task_exits]
+    ev += [_ev(w) for w in att.worker_exits]
     if view and view.state:
         ev.insert(0, f"slurm: job state {view.state}" + (f", exit code {view.exit_code}" if view.exit_code is not None
                                                          else f", signal {view.signal}" if view.signal else ""))
     first = att.task_exits[0] if att.task_exits else None
+    stopped = {f.node for f in att.findings if f.cascade == "srun-terminated" and f.node}
+    node = first.node if first else (stopped.pop() if len(stopped) == 1 else None)
+    rank = None
+    if att.worker_exits:  # torchrun's or DeepSpeed's word on the worker that failed first
+        w = min(att.worker_exits, key=_key)
+        node = node or w.node
+        rank = w.rank if w.rank is not None else (
+            _global_rank(att, w.node, w.local_rank) if w.local_rank is not None else None)
     live = view is not None and view.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED",
                                                "SUSPENDED", "RESIZING")
     summary = f"the job is {view.state}: no failure in its logs so far" if live and view else None
-    return _verdict("unknown", None, ev, node=first.node if first else None, summary=summary)
+    return _verdict("unknown", None, ev, node=node, rank=rank, summary=summary)
 
 
 def _requeued(att: Attempt) -> dict[str, Any]:
     ev = [f"{t.path}:{t.lineno}: srun: task {t.tasks} on {t.node} exited with code {t.code}" for t in att.task_exits]
     return _verdict("unknown", None, ev, summary="this run left no failure in its logs, and Slurm started the job "
                                                  "again (requeued by scontrol, a node failure or preemption)")
+
+
+def _clean(att: Attempt) -> bool:
+    """Nothing failed in these logs: no failure line, no cascade symptom, no error exit."""
+    return not (att.findings or att.root_causes or att.cascade or att.worker_exits
+                or any(t.code for t in att.task_exits))
 
 
 def judge(att: Attempt, view: SlurmView | None, *, completed: bool | None = None,
@@ -226,6 +292,7 @@ def judge(att: Attempt, view: SlurmView | None, *, completed: bool | None = None
     v = (_slurm_fact(att, view) or _first_failure(att) or _behind(att)
          or (_requeued(att) if superseded else None)
          or (_verdict("ok", None, ["clusterkit: launcher exited with status 0"]) if att.success and view is None
+             else _verdict("ok", None, [], summary="no failure found in these logs") if view is None and _clean(att)
              else _fallback(att, view)))
     if v["node"] is None and view and view.nodes and re.fullmatch(r"[\w.-]+", view.nodes):
         v["node"] = view.nodes  # a one-node job: whatever failed, failed there
