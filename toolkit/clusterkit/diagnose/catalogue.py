@@ -4,8 +4,13 @@ Category names are a JSON contract (``clusterkit doctor --json``).  Cascade kind
 symptoms that ranks show when *another* rank failed (they wait, time out, lose their peer, are
 killed); they are counted under a verdict, never reported as its cause.
 
-Every signature is written in the common subset of Python's ``re`` and RE2, so that the
-reader can fold them all into one pattern and scan gigabytes with RE2 where it is installed.
+A signature is a family of lines (several patterns that say the same thing in different tools'
+words), never a rule for one log: each carries one real line of the family and the public
+thread it was posted in, and a test checks that the line is claimed by its own family.  The
+real logs doctor is scored on are in ``tests/diagnose/corpus/``.
+
+Every pattern is written in the common subset of Python's ``re`` and RE2, so that the reader
+can fold them all into one pattern and scan gigabytes with RE2.
 """
 
 from __future__ import annotations

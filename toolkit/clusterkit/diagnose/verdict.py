@@ -4,7 +4,13 @@ Order: (a) Slurm's own facts (node failure, preemption, time limit, memory kill,
 (b) the earliest failure that is not a cascade symptom, ties broken by the lowest rank, with
 torchrun's per-node "Root Cause" entries as first-class evidence; (c) only cascade symptoms:
 ``nccl-timeout``, naming the rank that is behind (the lowest collective sequence number a
-watchdog printed).  A job Slurm saw complete is ``ok`` whatever its logs hold.
+watchdog printed, compared within one process group).  A job Slurm saw complete is ``ok``
+whatever its logs hold; so are logs with no failure, no cascade symptom and no error exit.
+``unknown`` is left for a failure no family explains.
+
+Location: the finding's own node and rank; else torchrun's Root Cause entry of that rank;
+local ranks become global through the Root Cause entries (or as they are, where the logs name
+one node at most); else the task srun saw fail (its id is the rank where no torchrun agent ran).
 """
 
 from __future__ import annotations
