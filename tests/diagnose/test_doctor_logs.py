@@ -177,6 +177,16 @@ def test_the_rank_behind_is_found_within_its_own_process_group(ck, tmp_path: Pat
                                    "7752")
 
 
+def test_a_tee_prefix_is_a_local_rank_made_global_by_the_root_cause(ck, tmp_path: Path) -> None:
+    """torchrun --tee 3 writes [default1]: for local rank 1; its Root Cause entry says that the
+    node's local rank 0 is global rank 4, so local rank 1 there is rank 5."""
+    text = (captured.TORCHRUN_REAL.replace("[rank1]:", "[default1]:").replace("[rank0]:", "[default0]:")
+            .replace("rank      : 1 (local_rank: 1)", "rank      : 4 (local_rank: 0)"))
+    code, rep = _doctor(ck, tmp_path, {"logs/9013.r0.gpu007.out": text})
+    v = rep["verdict"]
+    assert (code, v["category"], v["node"], v["rank"]) == (1, "user-code", "gpu007", 5)
+
+
 def test_root_cause_block_across_a_chunk_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = tmp_path / "9010.r0.gpu007.out"
     p.write_text(captured.TORCHRUN_REAL)

@@ -162,10 +162,10 @@ def _first_failure(att: Attempt) -> dict[str, Any] | None:
     if root is not None:
         # torchrun's agent saw this worker fail first: prefer its own error where the times tie
         # (log times have a second's resolution, and ranks on other nodes fail within it)
-        own = [f for f in causes if f.rank == root.rank or (f.rank is None and f.path == root.path)]
+        own = [f for f in causes if _written_by(f, root)]
         if own and (own[0].time is None or lead.time is None or own[0].time <= lead.time + 2):
             lead = own[0]
-            rank = lead.rank if lead.rank is not None else root.rank
+            rank = lead.rank if lead.rank is not None else (root.rank if lead.local_rank is None else None)
     node = lead.node or _node_of(att, rank)
     if rank is None and lead.local_rank is not None:
         rank = _global_rank(att, node, lead.local_rank)
@@ -202,6 +202,16 @@ def _node_of(att: Attempt, rank: int | None) -> str | None:
         if rc.rank == rank and rc.node:
             return rc.node
     return None
+
+
+def _written_by(f: Finding, root: RootCause) -> bool:
+    """The line is the failed worker's own: its rank, its local rank on its node (``[default1]:``),
+    or a line without either in the agent's own log."""
+    if f.rank is not None:
+        return f.rank == root.rank
+    if f.local_rank is not None and root.local_rank is not None:
+        return f.local_rank == root.local_rank and (f.node is None or root.node is None or f.node == root.node)
+    return f.path == root.path
 
 
 def _nodes(att: Attempt) -> set[str]:
