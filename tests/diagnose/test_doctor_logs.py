@@ -218,10 +218,18 @@ def test_logs_without_a_failure_are_ok(ck, tmp_path: Path) -> None:
 @pytest.mark.parametrize("text", [
     "step 1 loss 2.0\nsrun: error: node3: task 2: Exited with exit code 3\n",
     "step 1 loss 2.0\nE1201 10:00:00.100000 77 api.py:1002] failed (exitcode: 3) local_rank: 0 (pid: 78)\n",
-], ids=["srun-exit", "torchrun-agent-exit"])
+    "step 1 loss 2.0\nSegmentation fault (core dumped)\n",
+    "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n",
+], ids=["srun-exit", "torchrun-agent-exit", "segfault", "cut-traceback"])
 def test_a_failure_without_a_known_cause_is_unknown(ck, tmp_path: Path, text: str) -> None:
     code, rep = _doctor(ck, tmp_path, {"a.log": text})
     assert code == 1 and rep["verdict"]["category"] == "unknown"
+
+
+def test_the_shells_killed_is_host_memory(ck, tmp_path: Path) -> None:
+    """bash prints "Killed" for a foreground job that got SIGKILL (ArjunaCluster/ArjunaUsers#52)."""
+    code, rep = _doctor(ck, tmp_path, {"a.log": "Epoch: [0][511/1736]\t Loss 0.5117 MAE 0.6075 RMSE 0.7153\nKilled\n"})
+    assert code == 1 and rep["verdict"]["category"] == "host-oom"
 
 
 def test_missing_path_is_a_warning_if_others_are_there(ck, tmp_path: Path) -> None:

@@ -113,7 +113,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _fam("host-oom", "a worker killed by SIGKILL (-9, 137, Killed) with nothing else to explain it",
          "  traceback : Signal 9 (SIGKILL) received by PID 14750", "lzhxmu/CPPO#6",
          r"failed \(exitcode: -9\)", r"exits with return code = -9", r"[Ss]ignal 9 \(SIGKILL\) received",
-         r"is killed by signal: Killed", r"line \d+: +\d+ Killed ", r"(?:exit|return) (?:code|status)[ =:]*137\b"),
+         r"is killed by signal: Killed", r"line \d+: +\d+ Killed ", r"^Killed$",
+         r"(?:exit|return) (?:code|status)[ =:]*137\b"),
     _fam("shm", "shared memory ran out (Bus error, SIGBUS, /dev/shm, torch's shm files)",
          "RuntimeError: DataLoader worker (pid 46794) is killed by signal: Bus error. It is possible that "
          "dataloader's workers are out of shared memory. Please try to raise your shared memory limit.",
@@ -244,9 +245,11 @@ ROOT_CAUSE = r"Root Cause \(first observed failure\) ?:"
 _ROOT_CAUSE = re.compile(ROOT_CAUSE)
 # srun's account of a task that ended badly; rank = task id when srun launched one task per GPU
 SRUN_TASK_EXIT = r"srun: error: \S+: tasks? [0-9,-]+: Exited with exit code"
-# a launcher's word that a worker ended badly (torchrun's agent, DeepSpeed's launcher): an error
-# exit even where no signature says why
-WORKER_EXIT = r"failed \(exitcode: -?[1-9]\d*\) local_rank|exits with return code = -?[1-9]"
+# a launcher's or the shell's word that a process ended badly (torchrun's agent, DeepSpeed's
+# launcher, a crash, a Python traceback): an error exit, so the logs are not clean, even where
+# no family says why
+WORKER_EXIT = (r"failed \(exitcode: -?[1-9]\d*\) local_rank|exits with return code = -?[1-9]|Segmentation fault"
+               r"|\(core dumped\)|^Traceback \(most recent call last\):")
 # clusterkit's own batch-log marker: one per (re)start of the job script
 RESTART_MARK = r"clusterkit: job \d+ on \S+ \(restart \d+ of at most \d+\)"
 # the job script stamps its own lines with the time (UTC, HH:MM:SS) since it logs signals
