@@ -226,6 +226,17 @@ def test_a_failure_without_a_known_cause_is_unknown(ck, tmp_path: Path, text: st
     assert code == 1 and rep["verdict"]["category"] == "unknown"
 
 
+def test_node_failure_names_the_node_srun_lost_not_the_survivor(ck, tmp_path: Path) -> None:
+    """slurmstepd on a surviving node names itself; srun names the node that failed (the lines of
+    a node set down mid-job on the Slurm testbed, slurm-wlm 22.05)."""
+    text = ("srun: error: Node failure on node4\n"
+            "slurmstepd: error: *** JOB 18086010 ON node3 CANCELLED AT 2026-12-02T05:32:28 DUE TO NODE FAILURE, "
+            "SEE SLURMCTLD LOG FOR DETAILS ***\n")
+    code, rep = _doctor(ck, tmp_path, {"logs/18086010.r0.node3.out": text})
+    v = rep["verdict"]
+    assert (code, v["category"], v["node"]) == (1, "slurm-node-failure", "node4")
+
+
 def test_the_shells_killed_is_host_memory(ck, tmp_path: Path) -> None:
     """bash prints "Killed" for a foreground job that got SIGKILL (ArjunaCluster/ArjunaUsers#52)."""
     code, rep = _doctor(ck, tmp_path, {"a.log": "Epoch: [0][511/1736]\t Loss 0.5117 MAE 0.6075 RMSE 0.7153\nKilled\n"})

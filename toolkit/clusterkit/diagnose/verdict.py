@@ -129,7 +129,10 @@ def _slurm_fact(att: Attempt, view: SlurmView | None) -> dict[str, Any] | None:
         summary = None
         if lead and "DUE TO JOB REQUEUE" in lead.text:
             summary = "Slurm requeued this run (scontrol requeue, or a requeue after a failure)"
-        node = node or next((f.node for f in facts if f.category == cat and f.node), None)
+        # the lead's own node first (srun names the node that failed; slurmstepd on a survivor
+        # names itself), then any other line of the fact that names one
+        node = node or (lead.node if lead else None) or next((f.node for f in facts if f.category == cat and f.node),
+                                                             None)
         rank = next((f.rank for f in facts if f.category == cat and f.rank is not None), None)
         if rank is None and not _torchrun(att):
             rank = next((f.task for f in facts if f.category == cat and f.task is not None), None)
