@@ -227,12 +227,12 @@ def test_a_failure_without_a_known_cause_is_unknown(ck, tmp_path: Path, text: st
 
 
 def test_node_failure_names_the_node_srun_lost_not_the_survivor(ck, tmp_path: Path) -> None:
-    """slurmstepd on a surviving node names itself; srun names the node that failed (the lines of
-    a node set down mid-job on the Slurm testbed, slurm-wlm 22.05)."""
-    text = ("srun: error: Node failure on node4\n"
-            "slurmstepd: error: *** JOB 18086010 ON node3 CANCELLED AT 2026-12-02T05:32:28 DUE TO NODE FAILURE, "
-            "SEE SLURMCTLD LOG FOR DETAILS ***\n")
-    code, rep = _doctor(ck, tmp_path, {"logs/18086010.r0.node3.out": text})
+    """slurmstepd on a surviving node names itself; srun, in the batch log, names the node that
+    failed (the lines of a node set down mid-job on the Slurm testbed, slurm-wlm 22.05)."""
+    stepd = ("slurmstepd: error: *** JOB 18086010 ON node3 CANCELLED AT 2026-12-02T05:32:28 DUE TO NODE FAILURE, "
+             "SEE SLURMCTLD LOG FOR DETAILS ***\n")
+    code, rep = _doctor(ck, tmp_path, {"logs/18086010.r0.node3.out": stepd,
+                                       "logs/18086010.r0.sbatch.out": "srun: error: Node failure on node4\n"})
     v = rep["verdict"]
     assert (code, v["category"], v["node"]) == (1, "slurm-node-failure", "node4")
 
