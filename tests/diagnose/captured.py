@@ -120,3 +120,12 @@ E1201 04:05:00.123000 7001 site-packages/torch/distributed/elastic/agent/server/
 [rank0]: torch.distributed.DistNetworkError: Connection reset by peer
 clusterkit: launcher exited with status 0
 """
+
+# Watchdog lines of two process groups, in the form of the one real line of hiyouga/LlamaFactory#6269
+# (ranks and sequence numbers set for the case): a group (PG 1) whose ranks stopped at different
+# collectives, and the default group (PG 0) whose sequence numbers run on their own.
+TWO_GROUPS = """\
+[rank0]:[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:1515] [PG 0 Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600003 milliseconds before timing out.
+[rank4]:[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:1515] [PG 1 Rank 4] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7753, OpType=_REDUCE_SCATTER_BASE, NumelIn=544997376, NumelOut=68124672, Timeout(ms)=600000) ran for 600003 milliseconds before timing out.
+[rank6]:[E1206 18:44:17.101000000 ProcessGroupNCCL.cpp:1515] [PG 1 Rank 6] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7752, OpType=_REDUCE_SCATTER_BASE, NumelIn=544997376, NumelOut=68124672, Timeout(ms)=600000) ran for 600003 milliseconds before timing out.
+"""

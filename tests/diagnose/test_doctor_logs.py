@@ -126,10 +126,65 @@ def test_line_time(line: str, iso: str | None) -> None:
     ("srun: error: Node failure on node3", None, None, "node3"),
     ("slurmstepd-node1: error: Exceeded job memory limit", None, None, "node1"),
     ("Dec  1 09:01:07 gpu042 kernel: [1234567.890123] NVRM: Xid", None, None, "gpu042"),
+    # forms seen in the corpus (tests/diagnose/corpus): Open MPI's tag before NCCL's host prefix
+    ("[1,13]<stdout>:nccl-tests-worker-1:35:89 [5] ofi_process_cq:1039 NCCL WARN NET/OFI Request", 13, None,
+     "nccl-tests-worker-1"),
+    ("Sun Oct  1 17:01:10 2017[1,30]<stdout>:[1506866470.744682] [clx-hercules-065:1411 :0]       dc_verbs.c:633",
+     30, None, "clx-hercules-065"),
+    ("[ast1815:6807 :0:6807] ib_mlx5_log.c:115  FATAL: Error on mlx5_3:1 QP 0xe6d7", None, None, "ast1815"),
+    ("[rank6]:[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:1515] [PG 1 Rank 6] Process group watchdog", 6, None,
+     None),
+    ("  what():  [PG ID 0 PG GUID 0(default_pg) Rank 2] Process group watchdog thread terminated", 2, None, None),
+    ("E0325 20:57:27.620000 2606 site-packages/torch/distributed/elastic/multiprocessing/api.py:869] failed "
+     "(exitcode: -9) local_rank: 5 (pid: 2630) of binary: /root/miniconda3/bin/python", None, 5, None),
+    ("[ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py', '--local_rank=0'] exits with "
+     "return code = -9", None, 0, None),
+    ("Steps:   0%|          | 1/500000 [12:44<14459:40:43, 104.11s/it, loss=0.36, lr=5e-6]n124-137-109:312247:326969 "
+     "[0] NCCL INFO misc/socket.cc:829 -> 3", None, None, "n124-137-109"),
+    ("slurmstepd: error: *** JOB 3884617 ON node023 CANCELLED AT 2018-08-19T16:30:21 DUE TO TIME LIMIT ***",
+     None, None, "node023"),
+    ("salloc: error: Node failure on worker-1", None, None, "worker-1"),
 ])
 def test_line_rank_and_node(line: str, rank: int | None, local: int | None, node: str | None) -> None:
     f = lines.facts(line, 2026)
     assert (f.rank, f.local_rank, f.node) == (rank, local, node)
+
+
+def test_srun_names_a_task_not_a_rank() -> None:
+    """A task is a rank only where srun started one per GPU: the verdict decides, not the line."""
+    assert lines.srun_task("srun: error: NODE: task 0: Out Of Memory") == 0
+    assert lines.srun_task("srun: error: nid01934: tasks 2,4-5,7: Terminated") is None
+
+
+def test_lines_glued_by_a_progress_bar_or_a_carriage_return(ck, tmp_path: Path) -> None:
+    """tqdm rewrites its line with \\r; the next tool's line starts after it, on the same terminal line."""
+    text = ("step 1\n 13%|#3        | 251/1891 [2:55:53<10:20:11, 22.69s/it]\r 13%|#3        | 252/1891 "
+            "[2:56:13<9:57:30, 21.87s/it]\r[rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+            "2.00 GiB.\r\n100%|##########| 2/2 [00:38<00:00, 19.26s/it]srun: error: gpu004: task 3: Exited with "
+            "exit code 1\n")
+    code, rep = _doctor(ck, tmp_path, {"train.log": text})
+    v = rep["verdict"]
+    assert (code, v["category"], v["rank"], v["node"]) == (1, "gpu-oom", 3, "gpu004")
+    assert v["evidence"][0].endswith(":2: [rank3]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                                     "2.00 GiB.")
+
+
+def test_the_rank_behind_is_found_within_its_own_process_group(ck, tmp_path: Path) -> None:
+    code, rep = _doctor(ck, tmp_path, {"train.log": captured.TWO_GROUPS})
+    v = rep["verdict"]
+    assert (code, v["category"], v["rank"]) == (1, "nccl-timeout", 6)  # not rank 0, whose SeqNum 7 is in PG 0
+    assert v["summary"].startswith("process group 1: rank 6 is behind: its watchdog timed out at collective "
+                                   "7752")
+
+
+def test_a_tee_prefix_is_a_local_rank_made_global_by_the_root_cause(ck, tmp_path: Path) -> None:
+    """torchrun --tee 3 writes [default1]: for local rank 1; its Root Cause entry says that the
+    node's local rank 0 is global rank 4, so local rank 1 there is rank 5."""
+    text = (captured.TORCHRUN_REAL.replace("[rank1]:", "[default1]:").replace("[rank0]:", "[default0]:")
+            .replace("rank      : 1 (local_rank: 1)", "rank      : 4 (local_rank: 0)"))
+    code, rep = _doctor(ck, tmp_path, {"logs/9013.r0.gpu007.out": text})
+    v = rep["verdict"]
+    assert (code, v["category"], v["node"], v["rank"]) == (1, "user-code", "gpu007", 5)
 
 
 def test_root_cause_block_across_a_chunk_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -153,10 +208,39 @@ def test_binary_junk_and_long_lines_give_a_verdict(ck, tmp_path: Path) -> None:
     assert rep["files"]["bytes"] == len(junk)
 
 
-def test_logs_without_any_signature_are_unknown(ck, tmp_path: Path) -> None:
+def test_logs_without_a_failure_are_ok(ck, tmp_path: Path) -> None:
     code, rep = _doctor(ck, tmp_path, {"a.log": "step 1 loss 2.0\nstep 2 loss 1.9\n", "empty.log": ""})
-    assert code == 1 and rep["verdict"]["category"] == "unknown"
+    assert code == 0 and rep["verdict"]["category"] == "ok"
+    assert rep["verdict"]["summary"] == "no failure found in these logs"
     assert rep["files"]["read"] == 2
+
+
+@pytest.mark.parametrize("text", [
+    "step 1 loss 2.0\nsrun: error: node3: task 2: Exited with exit code 3\n",
+    "step 1 loss 2.0\nE1201 10:00:00.100000 77 api.py:1002] failed (exitcode: 3) local_rank: 0 (pid: 78)\n",
+    "step 1 loss 2.0\nSegmentation fault (core dumped)\n",
+    "Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n",
+], ids=["srun-exit", "torchrun-agent-exit", "segfault", "cut-traceback"])
+def test_a_failure_without_a_known_cause_is_unknown(ck, tmp_path: Path, text: str) -> None:
+    code, rep = _doctor(ck, tmp_path, {"a.log": text})
+    assert code == 1 and rep["verdict"]["category"] == "unknown"
+
+
+def test_node_failure_names_the_node_srun_lost_not_the_survivor(ck, tmp_path: Path) -> None:
+    """slurmstepd on a surviving node names itself; srun, in the batch log, names the node that
+    failed (the lines of a node set down mid-job on the Slurm testbed, slurm-wlm 22.05)."""
+    stepd = ("slurmstepd: error: *** JOB 18086010 ON node3 CANCELLED AT 2026-12-02T05:32:28 DUE TO NODE FAILURE, "
+             "SEE SLURMCTLD LOG FOR DETAILS ***\n")
+    code, rep = _doctor(ck, tmp_path, {"logs/18086010.r0.node3.out": stepd,
+                                       "logs/18086010.r0.sbatch.out": "srun: error: Node failure on node4\n"})
+    v = rep["verdict"]
+    assert (code, v["category"], v["node"]) == (1, "slurm-node-failure", "node4")
+
+
+def test_the_shells_killed_is_host_memory(ck, tmp_path: Path) -> None:
+    """bash prints "Killed" for a foreground job that got SIGKILL (ArjunaCluster/ArjunaUsers#52)."""
+    code, rep = _doctor(ck, tmp_path, {"a.log": "Epoch: [0][511/1736]\t Loss 0.5117 MAE 0.6075 RMSE 0.7153\nKilled\n"})
+    assert code == 1 and rep["verdict"]["category"] == "host-oom"
 
 
 def test_missing_path_is_a_warning_if_others_are_there(ck, tmp_path: Path) -> None:

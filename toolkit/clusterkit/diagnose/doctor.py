@@ -93,7 +93,7 @@ def diagnose_job(ref: str, bar: ProgressBar | None = None, store: RecordStore | 
 def diagnose_files(files: Sequence[Path], view: verdict.SlurmView | None = None, *, job: str | None = None,
                    progress: Progress | None = None) -> dict[str, Any]:
     """The doctor report over ``files`` (and Slurm's view of the newest run, if known)."""
-    scans = [reader.scan_file(p, progress) for p in files]
+    scans = reader.scan_files(files, progress)
     atts = verdict.attempts(s for s in scans if s.error is None)
     if not atts:
         atts = {0: verdict.Attempt(0)}

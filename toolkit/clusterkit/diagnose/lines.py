@@ -10,8 +10,15 @@ Pure functions over one decoded line.  Every format is one the tools really prin
 * syslog ``Dec  1 15:28:41 node5 kernel: ...`` and ``dmesg -T`` ``[Tue Dec  1 15:28:41 2026]``.
 
 Ranks: torchrun's ``[rank3]:`` is the global rank, ``[default3]:`` the local one (its
-``--tee`` prefix); DeepSpeed logs ``[Rank 3]``.  NCCL's ``host:pid:tid [2]`` bracket is the
-local GPU index, never a rank.
+``--tee`` prefix), and so are its agent's ``failed (exitcode: -9) local_rank: 3`` and DeepSpeed's
+``--local_rank=3``; DeepSpeed logs ``[Rank 3]``, torch's watchdog ``[PG 0 Rank 3]``, Open MPI's
+``--tag-output`` ``[1,3]<stdout>:``, and srun's ``srun: error: node7: task 3: ...`` names a
+task (:func:`srun_task`), a rank only where srun started one task per GPU.  NCCL's
+``host:pid:tid [2]`` bracket is the local GPU index, never a rank.
+
+Nodes: NCCL's ``host:pid:tid [dev]`` prefix (also behind another tool's prefix or glued to a
+progress bar), UCX's ``[host:pid:tid]``, syslog's host, srun's ``srun: error: node7: ...``,
+``slurmstepd-node7:`` and ``*** JOB 42 ON node7 CANCELLED``.
 """
 
 from __future__ import annotations
@@ -30,10 +37,16 @@ _GLOG = re.compile(r"^(?:\[(?:rank|default)\d+\]:)?\[?[IWEF](\d\d)(\d\d) (\d\d):
 _SYSLOG = re.compile(r"^(?:\[\w{3} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?: (\d{4})\])?")
 _RANK = re.compile(r"^\[rank(\d+)\]:")
 _LOCAL = re.compile(r"^\[default(\d+)\]:")
-_DS_RANK = re.compile(r"\[Rank (\d+)\]")
-_NCCL_HOST = re.compile(r"^(?:\[(?:rank|default)\d+\]:)?([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] ")
+_DS_RANK = re.compile(r"(?:\[|\bPG (?:GUID )?\S+ )Rank (\d+)\]")
+# Open MPI's --tag-output (after --timestamp-output's date, if any): [jobid,rank]<stdout>:
+_OMPI = re.compile(r"^(?:\w{3} \w{3} +\d+ [\d:]+ \d{4})?\[\d+,(\d+)\]<std(?:out|err)>:")
+_AGENT_LOCAL = re.compile(r"\blocal_rank: (\d+) \(pid|'--local_rank=(\d+)'")
+_SRUN_TASK = re.compile(r"srun: error: [A-Za-z0-9][\w.-]*: task (\d+): ")
+_NCCL_HOST = re.compile(r"(?:^|[\]\s>:])([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] ")
+_UCX_HOST = re.compile(r"\[([A-Za-z][\w.-]*):\d+ *:\d+(?::\d+)?\] ")
+_CANCEL_NODE = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON ([A-Za-z0-9][\w.-]*) CANCELLED")
 _SYSLOG_HOST = re.compile(r"^[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d ([A-Za-z0-9][\w.-]*) kernel:")
-_SRUN_NODE = re.compile(r"srun: error: (?:Node failure on )?([A-Za-z0-9][\w.-]*)(?:: task|$)")
+_SRUN_NODE = re.compile(r"(?:srun|salloc|sbatch): error: (?:Node failure on )?([A-Za-z0-9][\w.-]*)(?:: task|$)")
 _STEPD_NODE = re.compile(r"slurmstepd-([A-Za-z0-9][\w.-]*): ")
 _PREFIX = re.compile(r"^(?:\[(?:rank|default)\d+\]:)")
 
@@ -74,21 +87,35 @@ def line_time(line: str, year: int) -> float | None:
 
 
 def line_rank(line: str) -> tuple[int | None, int | None]:
-    """(global rank, local rank) from torchrun's or DeepSpeed's prefix."""
-    m = _RANK.match(line)
+    """(global rank, local rank) from the launcher's prefix or the line's own words."""
+    m = _RANK.match(line) or _OMPI.match(line)
     if m:
         return int(m.group(1)), None
     m = _LOCAL.match(line)
     if m:
         return None, int(m.group(1))
     m = _DS_RANK.search(line)
-    return (int(m.group(1)), None) if m else (None, None)
+    if m:
+        return int(m.group(1)), None
+    m = _AGENT_LOCAL.search(line)
+    if m:
+        return None, int(m.group(1) or m.group(2))
+    return None, None
+
+
+def srun_task(line: str) -> int | None:
+    """The one task srun names in ``srun: error: node7: task 3: ...``."""
+    m = _SRUN_TASK.search(line)
+    return int(m.group(1)) if m else None
 
 
 def line_node(line: str) -> str | None:
-    """The host a line names as its writer: NCCL's ``host:pid:tid``, syslog, srun's node."""
-    for rx in (_NCCL_HOST, _SYSLOG_HOST, _SRUN_NODE, _STEPD_NODE):
-        m = rx.match(line) if rx in (_NCCL_HOST, _SYSLOG_HOST) else rx.search(line)
+    """The host a line names as its writer: NCCL's ``host:pid:tid``, syslog, srun's node, ..."""
+    m = _SYSLOG_HOST.match(line)
+    if m:
+        return m.group(1)
+    for rx in (_NCCL_HOST, _UCX_HOST, _SRUN_NODE, _STEPD_NODE, _CANCEL_NODE):
+        m = rx.search(line)
         if m:
             return m.group(1)
     return None

@@ -2,8 +2,9 @@
 that match some signature are decoded and looked at.
 
 One pattern (every signature of the catalogue, alternated) finds the candidate lines; RE2
-scans with a DFA at close to ``grep`` speed where ``google-re2`` is installed, Python's ``re``
-does the same job slower otherwise.  Memory stays bounded: one chunk, a capped number of
+(``google-re2``, a dependency) scans with a DFA at close to ``grep`` speed and without the GIL,
+so a few files are read at once.  Python's ``re`` stands in where RE2 cannot be imported, at
+about 1 MB/s on this pattern.  Memory stays bounded: one chunk per thread, a capped number of
 findings per file, counters for the cascade.
 """
 
@@ -11,8 +12,10 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,7 +23,7 @@ from typing import Any
 
 from clusterkit.diagnose import catalogue, lines
 
-try:  # optional: the `doctor` extra
+try:  # a dependency; the fallback keeps doctor working where the wheel cannot be installed
     import re2 as _fast_re
 except ImportError:  # pragma: no cover - depends on the environment
     _fast_re = None
@@ -31,9 +34,14 @@ MAX_TEXT = 400              # characters of a line kept as evidence
 BLOCK_BYTES = 2048          # torchrun's Root Cause block fits in this
 _BACK_LINES = 64            # how far up to look for the time of a line that has none
 
-_ROOT_FIELDS = re.compile(r"time\s*:\s*(\S+)|host\s*:\s*(\S+)|rank\s*:\s*(\d+)(?: \(local_rank: (\d+)\))?"
+# the fields of a Root Cause entry, also as pasted copies mangle them ("rank2 (local rank: 2)exitcode: -9")
+_ROOT_FIELDS = re.compile(r"time\s*:\s*(\S+)|host\s*:\s*(\S+)|\brank\s*:?\s*(\d+)(?: ?\(local[ _]rank: (\d+)\))?"
                           r"|exitcode\s*:\s*(-?\d+)")
 _SEQ = re.compile(r"SeqNum=(\d+)")
+_PG = re.compile(r"\[PG (?:ID )?(\d+)")
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:")
+WRAP_WIDTH = 80   # a line this long, followed by one that starts mid-word, was wrapped by a terminal
+_WORKER_EXIT = re.compile(catalogue.WORKER_EXIT)
 _SRUN_EXIT = re.compile(r"srun: error: (\S+): tasks? ([0-9,-]+): Exited with exit code (\d+)")
 _RESTART = re.compile(r"clusterkit: job \d+ on \S+ \(restart (\d+) of at most \d+\)")
 # <job>.r<restart>.<node or rankN>.out, as clusterkit's job script names srun's logs
@@ -72,6 +80,8 @@ class Finding:
     text: str
     restart: int = 0
     seq: int | None = None
+    pg: str | None = None     # the process group a watchdog line names
+    task: int | None = None   # the srun task the line names
 
     @property
     def where(self) -> str:
@@ -114,6 +124,7 @@ class FileScan:
     findings: list[Finding] = field(default_factory=list)
     root_causes: list[RootCause] = field(default_factory=list)
     task_exits: list[TaskExit] = field(default_factory=list)
+    worker_exits: list[Finding] = field(default_factory=list)
     cascade: Counter[tuple[int, str]] = field(default_factory=Counter)
     cascade_ranks: dict[tuple[int, str], set[int]] = field(default_factory=dict)
     restarts: set[int] = field(default_factory=set)
@@ -160,6 +171,27 @@ class _Cursor:
         self.pending.clear()
 
 
+# files scanned at once: RE2 matches without the GIL, so a job's many rank logs share the cores
+SCAN_THREADS = min(4, os.cpu_count() or 1) if _fast_re is not None else 1
+
+
+def scan_files(paths: Sequence[Path], progress: Callable[[int], None] | None = None) -> list[FileScan]:
+    """:func:`scan_file` for each path, a few at a time; the scans come back in the paths' order.
+    Memory stays bounded: each thread holds one chunk."""
+    if SCAN_THREADS <= 1 or len(paths) <= 1:
+        return [scan_file(p, progress) for p in paths]
+    tick = progress
+    if progress is not None:
+        lock = threading.Lock()
+
+        def tick_locked(n: int) -> None:
+            with lock:
+                progress(n)
+        tick = tick_locked
+    with ThreadPoolExecutor(max_workers=SCAN_THREADS) as pool:
+        return list(pool.map(lambda p: scan_file(p, tick), paths))
+
+
 def scan_file(path: Path, progress: Callable[[int], None] | None = None) -> FileScan:
     """Read ``path`` in chunks and collect its findings; never raises for a bad file."""
     restart, node, rank = name_facts(path)
@@ -191,8 +223,8 @@ def scan_file(path: Path, progress: Callable[[int], None] | None = None) -> File
             if cut == 0:  # a chunk without a newline (binary junk): take it as it is
                 cut = len(buf)
             cur.mark_pos, cur.mark_time = 0, cur.last_time
-            done = _scan_chunk(cur, buf, cut, eof)
-            cur.lineno += buf.count(b"\n", 0, done)
+            done, lines_done = _scan_chunk(cur, buf, cut, eof)
+            cur.lineno += lines_done
             cur.last_time = _time_before(buf, done, cur) or cur.last_time
             cur.settle(cur.last_time)
             carry = buf[done:]
@@ -201,24 +233,34 @@ def scan_file(path: Path, progress: Callable[[int], None] | None = None) -> File
     return scan
 
 
-def _scan_chunk(cur: _Cursor, buf: bytes, cut: int, eof: bool) -> int:
-    """Handle every trigger hit in ``buf[:cut]``; returns how far the chunk was consumed."""
-    counted, line_no = 0, cur.lineno
+def _scan_chunk(cur: _Cursor, buf: bytes, cut: int, eof: bool) -> tuple[int, int]:
+    """Handle every trigger hit in ``buf[:cut]``; returns how far the chunk was consumed and how
+    many lines that was (each byte is counted once: counting newlines is a good part of the scan)."""
+    counted, lines_seen = 0, 0
     last_start = -1
     for m in TRIGGER.finditer(buf, 0, cut):
-        start = buf.rfind(b"\n", 0, m.start()) + 1
+        # a terminal line is what lies between newlines or carriage returns (progress bars
+        # rewrite their line with \r, and the next tool's line starts after the last one)
+        nl = buf.rfind(b"\n", 0, m.start()) + 1
+        start = max(nl, buf.rfind(b"\r", nl, m.start()) + 1)
         if start == last_start:
             continue  # one line, several hits
         last_start = start
-        end = buf.find(b"\n", m.start(), cut)
-        end = cut if end < 0 else end
-        line_no += buf.count(b"\n", counted, start)
+        end = _line_end(buf, m.start(), cut)
+        lines_seen += buf.count(b"\n", counted, start)
         counted = start
         text = buf[start:min(end, start + 64 * 1024)].decode("utf-8", errors="replace").rstrip("\r")
-        if catalogue.ROOT_CAUSE in text and not eof and cut - end < BLOCK_BYTES and start > 0:
-            return start  # the summary block is cut by the chunk's end: read it with the next chunk
-        _handle_line(cur, text, buf, start, end, line_no)
-    return cut
+        if catalogue.is_root_cause(text) and not eof and cut - end < BLOCK_BYTES and start > 0:
+            return start, lines_seen  # the summary block is cut by the chunk's end: read it with the next chunk
+        _handle_line(cur, text, buf, start, end, cur.lineno + lines_seen)
+    return cut, lines_seen + buf.count(b"\n", counted, cut)
+
+
+def _line_end(buf: bytes, pos: int, cut: int) -> int:
+    nl = buf.find(b"\n", pos, cut)
+    nl = cut if nl < 0 else nl
+    cr = buf.find(b"\r", pos, nl)
+    return nl if cr < 0 else cr
 
 
 def _time_before(buf: bytes, pos: int, cur: _Cursor, floor: int = 0) -> float | None:
@@ -247,13 +289,15 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
         scan.success.add(cur.restart)
         return
     f = lines.facts(text, cur.year)
+    if f.rank is None and f.local_rank is None and text[:1].islower():
+        f = _wrapped(f, buf, start)
     when = f.time
     if when is None:
         when = _time_before(buf, start, cur, cur.mark_pos)
         when = cur.mark_time if when is None else when
     cur.mark_pos, cur.mark_time = end, when
     cur.settle(when)
-    if catalogue.ROOT_CAUSE in text:
+    if catalogue.is_root_cause(text):
         _root_cause(cur, buf, end, lineno)
         return
     m = _SRUN_EXIT.search(text)
@@ -262,6 +306,11 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
         return
     sig = catalogue.classify(lines.strip_prefix(text))
     if sig is None:
+        if _WORKER_EXIT.search(text) and len(scan.worker_exits) < MAX_FINDINGS:
+            scan.worker_exits.append(Finding(
+                category="unknown", cascade=None, slurm=False, time=when, node=f.node or scan.node,
+                rank=f.rank if f.rank is not None else scan.rank, local_rank=f.local_rank, path=scan.path,
+                lineno=lineno, text=text[:MAX_TEXT], restart=cur.restart))
         return
     rank = f.rank if f.rank is not None else scan.rank
     if sig.cascade:
@@ -269,7 +318,7 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
         scan.cascade[key] += 1
         if rank is not None:
             scan.cascade_ranks.setdefault(key, set()).add(rank)
-        if sig.cascade != "nccl-timeout" or scan.kept[key] >= MAX_FINDINGS:
+        if sig.cascade not in ("nccl-timeout", "srun-terminated") or scan.kept[key] >= MAX_FINDINGS:
             return
         scan.kept[key] += 1
     else:
@@ -278,13 +327,29 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
             return
         scan.kept[key] += 1
     seq = _SEQ.search(text)
+    pg = _PG.search(text)
     finding = Finding(
         category=sig.category, cascade=sig.cascade, slurm=sig.slurm, time=when,
         node=f.node or scan.node, rank=rank, local_rank=f.local_rank, path=scan.path, lineno=lineno,
-        text=text[:MAX_TEXT], restart=cur.restart, seq=int(seq.group(1)) if seq else None)
+        text=text[:MAX_TEXT], restart=cur.restart, seq=int(seq.group(1)) if seq else None,
+        pg=pg.group(1) if pg else None, task=lines.srun_task(text))
     scan.findings.append(finding)
     if when is None:
         cur.pending.append(finding)
+
+
+def _wrapped(f: lines.LineFacts, buf: bytes, start: int) -> lines.LineFacts:
+    """A line that starts mid-word under a long ``[rankN]:`` line is that line's tail, wrapped
+    by the terminal it was copied from: it was written by the same rank."""
+    if start == 0:
+        return f
+    prev = buf[buf.rfind(b"\n", 0, start - 1) + 1:start - 1].decode("utf-8", errors="replace")
+    m = _RANK_PREFIX.match(prev)
+    if not m or len(prev) < WRAP_WIDTH:
+        return f
+    rank = int(m.group(1))
+    return lines.LineFacts(f.time, f.node, rank if prev.startswith("[rank") else None,
+                           rank if prev.startswith("[default") else None)
 
 
 def _root_cause(cur: _Cursor, buf: bytes, end: int, lineno: int) -> None:

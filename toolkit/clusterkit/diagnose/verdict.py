@@ -4,7 +4,13 @@ Order: (a) Slurm's own facts (node failure, preemption, time limit, memory kill,
 (b) the earliest failure that is not a cascade symptom, ties broken by the lowest rank, with
 torchrun's per-node "Root Cause" entries as first-class evidence; (c) only cascade symptoms:
 ``nccl-timeout``, naming the rank that is behind (the lowest collective sequence number a
-watchdog printed).  A job Slurm saw complete is ``ok`` whatever its logs hold.
+watchdog printed, compared within one process group).  A job Slurm saw complete is ``ok``
+whatever its logs hold; so are logs with no failure, no cascade symptom and no error exit.
+``unknown`` is left for a failure no family explains.
+
+Location: the finding's own node and rank; else torchrun's Root Cause entry of that rank;
+local ranks become global through the Root Cause entries (or as they are, where the logs name
+one node at most); else the task srun saw fail (its id is the rank where no torchrun agent ran).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ class Attempt:
     findings: list[Finding] = field(default_factory=list)
     root_causes: list[RootCause] = field(default_factory=list)
     task_exits: list[TaskExit] = field(default_factory=list)
+    worker_exits: list[Finding] = field(default_factory=list)
     cascade: Counter[str] = field(default_factory=Counter)
     cascade_ranks: dict[str, set[int]] = field(default_factory=dict)
     success: bool = False
@@ -67,6 +74,8 @@ def attempts(scans: Iterable[FileScan]) -> dict[int, Attempt]:
             at(rc.restart).root_causes.append(rc)
         for te in s.task_exits:
             at(te.restart).task_exits.append(te)
+        for we in s.worker_exits:
+            at(we.restart).worker_exits.append(we)
         for (r, kind), n in s.cascade.items():
             at(r).cascade[kind] += n
             at(r).cascade_ranks.setdefault(kind, set()).update(s.cascade_ranks.get((r, kind), set()))
@@ -120,8 +129,20 @@ def _slurm_fact(att: Attempt, view: SlurmView | None) -> dict[str, Any] | None:
         summary = None
         if lead and "DUE TO JOB REQUEUE" in lead.text:
             summary = "Slurm requeued this run (scontrol requeue, or a requeue after a failure)"
-        return _verdict(cat, lead, evidence, node=node, summary=summary)
+        # the lead's own node first (srun names the node that failed; slurmstepd on a survivor
+        # names itself), then any other line of the fact that names one
+        node = node or (lead.node if lead else None) or next((f.node for f in facts if f.category == cat and f.node),
+                                                             None)
+        rank = next((f.rank for f in facts if f.category == cat and f.rank is not None), None)
+        if rank is None and not _torchrun(att):
+            rank = next((f.task for f in facts if f.category == cat and f.task is not None), None)
+        return _verdict(cat, lead, evidence, node=node, rank=rank, summary=summary)
     return None
+
+
+def _torchrun(att: Attempt) -> bool:
+    """torchrun's agents ran: an srun task is then a node's agent, not a rank."""
+    return bool(att.root_causes) or any(f.local_rank is not None for f in att.findings)
 
 
 def _root_cause_for(att: Attempt) -> RootCause | None:
@@ -144,11 +165,17 @@ def _first_failure(att: Attempt) -> dict[str, Any] | None:
     if root is not None:
         # torchrun's agent saw this worker fail first: prefer its own error where the times tie
         # (log times have a second's resolution, and ranks on other nodes fail within it)
-        own = [f for f in causes if f.rank == root.rank or (f.rank is None and f.path == root.path)]
+        own = [f for f in causes if _written_by(f, root)]
         if own and (own[0].time is None or lead.time is None or own[0].time <= lead.time + 2):
             lead = own[0]
-            rank = lead.rank if lead.rank is not None else root.rank
+            rank = lead.rank if lead.rank is not None else (root.rank if lead.local_rank is None else None)
     node = lead.node or _node_of(att, rank)
+    if rank is None and lead.local_rank is not None:
+        rank = _global_rank(att, node, lead.local_rank)
+    if node is None or rank is None:
+        t_node, t_rank = _task_location(att)
+        node = node or t_node
+        rank = rank if rank is not None else t_rank
     others = sorted((f for f in causes if f is not lead and f.category == lead.category),
                     key=lambda f: (f.path, f.lineno))
     evidence = _dedup([_ev(lead)] + [_ev(f) for f in others])
@@ -180,16 +207,59 @@ def _node_of(att: Attempt, rank: int | None) -> str | None:
     return None
 
 
+def _written_by(f: Finding, root: RootCause) -> bool:
+    """The line is the failed worker's own: its rank, its local rank on its node (``[default1]:``),
+    or a line without either in the agent's own log."""
+    if f.rank is not None:
+        return f.rank == root.rank
+    if f.local_rank is not None and root.local_rank is not None:
+        return f.local_rank == root.local_rank and (f.node is None or root.node is None or f.node == root.node)
+    return f.path == root.path
+
+
+def _nodes(att: Attempt) -> set[str]:
+    return ({f.node for f in att.findings if f.node} | {rc.node for rc in att.root_causes if rc.node}
+            | {t.node for t in att.task_exits})
+
+
+def _global_rank(att: Attempt, node: str | None, local: int) -> int | None:
+    """A local rank (``[default3]:``, ``local_rank: 3``) as a global one: torchrun's Root Cause
+    entries give each node's first rank; a job whose logs name one node at most starts at 0."""
+    for rc in att.root_causes:
+        if rc.node == node and rc.rank is not None and rc.local_rank is not None:
+            return rc.rank - rc.local_rank + local
+    return local if len(_nodes(att)) <= 1 else None
+
+
+def _task_location(att: Attempt) -> tuple[str | None, int | None]:
+    """The node (and, where one task failed and no torchrun agent ran, the rank: one srun task
+    per rank) of the task srun saw fail."""
+    failed = [t for t in att.task_exits if t.code != 0]
+    if not failed:
+        return None, None
+    first = failed[0]
+    rank = int(first.tasks) if first.tasks.isdigit() and len(failed) == 1 and not _torchrun(att) else None
+    return first.node, rank
+
+
 def _behind(att: Attempt) -> dict[str, Any] | None:
     timeouts = sorted((f for f in att.findings if f.cascade == "nccl-timeout"), key=_key)
     if not timeouts:
         return None
-    with_seq = [f for f in timeouts if f.seq is not None]
-    if with_seq:
-        low = min(f.seq for f in with_seq if f.seq is not None)
-        lead = min((f for f in with_seq if f.seq == low), key=lambda f: (f.rank if f.rank is not None else 1 << 30))
-        seqs = {f.seq for f in with_seq}
-        summary = (f"rank {lead.rank} is behind: its watchdog timed out at collective {low}"
+    groups: dict[str | None, list[Finding]] = {}
+    for f in timeouts:
+        if f.seq is not None:
+            groups.setdefault(f.pg, []).append(f)
+    # a rank is behind only against ranks of its own process group; a group whose ranks
+    # stopped at different collectives says who is behind, the earliest such group first
+    spread = [g for g in groups.values() if len({f.seq for f in g}) > 1]
+    pick = spread[0] if spread else next(iter(groups.values()), None)
+    if pick:
+        low = min(f.seq for f in pick if f.seq is not None)
+        lead = min((f for f in pick if f.seq == low), key=lambda f: (f.rank if f.rank is not None else 1 << 30))
+        seqs = {f.seq for f in pick}
+        pg = f"process group {lead.pg}: " if lead.pg is not None and len(groups) > 1 else ""
+        summary = (f"{pg}rank {lead.rank} is behind: its watchdog timed out at collective {low}"
                    + (f", the others at {max(s for s in seqs if s is not None)}" if len(seqs) > 1 else
                       " (every rank timed out at the same collective: the one behind may have printed nothing)"))
     else:
@@ -200,20 +270,35 @@ def _behind(att: Attempt) -> dict[str, Any] | None:
 
 def _fallback(att: Attempt, view: SlurmView | None) -> dict[str, Any]:
     ev = [f"{t.path}:{t.lineno}: srun: task {t.tasks} on {t.node} exited with code {t.code}" for t in att.task_exits]
+    ev += [_ev(w) for w in att.worker_exits]
     if view and view.state:
         ev.insert(0, f"slurm: job state {view.state}" + (f", exit code {view.exit_code}" if view.exit_code is not None
                                                          else f", signal {view.signal}" if view.signal else ""))
     first = att.task_exits[0] if att.task_exits else None
+    stopped = {f.node for f in att.findings if f.cascade == "srun-terminated" and f.node}
+    node = first.node if first else (stopped.pop() if len(stopped) == 1 else None)
+    rank = None
+    if att.worker_exits:  # torchrun's or DeepSpeed's word on the worker that failed first
+        w = min(att.worker_exits, key=_key)
+        node = node or w.node
+        rank = w.rank if w.rank is not None else (
+            _global_rank(att, w.node, w.local_rank) if w.local_rank is not None else None)
     live = view is not None and view.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED",
                                                "SUSPENDED", "RESIZING")
     summary = f"the job is {view.state}: no failure in its logs so far" if live and view else None
-    return _verdict("unknown", None, ev, node=first.node if first else None, summary=summary)
+    return _verdict("unknown", None, ev, node=node, rank=rank, summary=summary)
 
 
 def _requeued(att: Attempt) -> dict[str, Any]:
     ev = [f"{t.path}:{t.lineno}: srun: task {t.tasks} on {t.node} exited with code {t.code}" for t in att.task_exits]
     return _verdict("unknown", None, ev, summary="this run left no failure in its logs, and Slurm started the job "
                                                  "again (requeued by scontrol, a node failure or preemption)")
+
+
+def _clean(att: Attempt) -> bool:
+    """Nothing failed in these logs: no failure line, no cascade symptom, no error exit."""
+    return not (att.findings or att.root_causes or att.cascade or att.worker_exits
+                or any(t.code for t in att.task_exits))
 
 
 def judge(att: Attempt, view: SlurmView | None, *, completed: bool | None = None,
@@ -226,6 +311,7 @@ def judge(att: Attempt, view: SlurmView | None, *, completed: bool | None = None
     v = (_slurm_fact(att, view) or _first_failure(att) or _behind(att)
          or (_requeued(att) if superseded else None)
          or (_verdict("ok", None, ["clusterkit: launcher exited with status 0"]) if att.success and view is None
+             else _verdict("ok", None, [], summary="no failure found in these logs") if view is None and _clean(att)
              else _fallback(att, view)))
     if v["node"] is None and view and view.nodes and re.fullmatch(r"[\w.-]+", view.nodes):
         v["node"] = view.nodes  # a one-node job: whatever failed, failed there
