@@ -50,7 +50,7 @@ def test_a_client_that_hangs_is_killed_at_its_timeout(tmp_path: Path) -> None:
 
 def test_a_missing_client_is_an_answer() -> None:
     answer = slurmclient.run(["no-such-slurm-client-here"], 5)
-    assert answer.returncode == slurmclient.NOT_FOUND
+    assert (answer.returncode, answer.stderr) == (slurmclient.NOT_FOUND, "no-such-slurm-client-here: command not found")
     with pytest.raises(SlurmUnreachable) as err:
         slurmclient.require(["no-such-slurm-client-here"])
     assert err.value.exit_code is ExitCode.UNREACHABLE

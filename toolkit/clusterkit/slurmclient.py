@@ -44,6 +44,8 @@ def run(argv: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> subprocess
     args = list(argv)
     try:
         proc = start(args, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:  # worded as a shell words it
+        return subprocess.CompletedProcess(args, NOT_FOUND, "", f"{args[0]}: command not found")
     except OSError as exc:
         return subprocess.CompletedProcess(args, NOT_FOUND, "", f"{args[0]}: {exc.strerror or 'cannot run'}")
     out, err = _Bounded(proc.stdout), _Bounded(proc.stderr)
