@@ -1,0 +1,272 @@
+"""Jobs from Python: find one, follow its state and logs, wait, cancel, diagnose (``docs/api.md``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError
+from clusterkit.scheduler.base import JobStatus
+from clusterkit.scheduler.records import JobRecord, RecordStore
+from clusterkit.vocab import JobState
+
+if TYPE_CHECKING:
+    from clusterkit.diagnose import Diagnosis
+    from clusterkit.diagnose.doctor import ProgressBar
+    from clusterkit.scheduler.base import OnGrace
+    from clusterkit.scheduler.jobs import Cancellation, Look, Overview
+    from clusterkit.scheduler.logs import LogTail
+
+    from .site import RunDir
+
+StrPath = str | os.PathLike[str]
+
+
+def _store(store: RecordStore | None) -> RecordStore:
+    return store if store is not None else RecordStore()
+
+
+# --------------------------------------------------------------------------- site
+
+
+class WaitTimeout(ClusterkitError, TimeoutError):
+    """:meth:`Job.wait` gave up after its ``timeout``; the job goes on."""
+
+    exit_code = ExitCode.FAILURE
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """How a job ended."""
+
+    state: JobState                 #: its terminal state (COMPLETED, FAILED, CANCELLED, TIMEOUT, LOST, ...)
+    exit_code: int | None           #: the job's exit code, when it exited
+    signal: int | None              #: the signal that killed it, when one did
+    status: JobStatus               #: the scheduler's full view (reason, nodes, restarts)
+    tails: list[LogTail]            #: the last lines of each log file
+    cache_failures: list[str] = field(default_factory=list)  #: the final state could not be saved in the record
+
+    @property
+    def ok(self) -> bool:
+        """Whether the job completed with exit code 0."""
+        return self.state == JobState.COMPLETED and not self.exit_code
+
+    @property
+    def exit_status(self) -> int:
+        """The exit status a shell would see (128 + signal for a killed job); ``submit --wait``'s."""
+        from clusterkit.scheduler.status import exit_status_of
+
+        return exit_status_of(self.status)
+
+
+class LogLine(str):
+    """One line of a job's log (without its newline); :attr:`path` is the file it is from."""
+
+    path: Path
+
+    def __new__(cls, text: str, path: Path) -> LogLine:
+        line = super().__new__(cls, text)
+        line.path = path
+        return line
+
+
+class Job:
+    """A submitted job: its record, and what can be asked of it or done to it.
+
+    Get one from :meth:`Site.submit`, :meth:`Job.find` or :func:`jobs`.
+    """
+
+    def __init__(self, record: JobRecord, store: RecordStore | None = None, *,
+                 unsaved: RecordError | None = None, run: RunDir | None = None) -> None:
+        self._record = record
+        self._store = _store(store)
+        #: when set, the job is submitted but its record could not be saved (``Job.find`` does not know it)
+        self.unsaved: RecordError | None = unsaved
+        #: the rendered run directory, for a job submitted by this process
+        self.run: RunDir | None = run
+
+    @classmethod
+    def find(cls, ref: str, *, store: RecordStore | None = None) -> Job:
+        """The job named ``ref``: a job id as ``submit`` printed it (the newest record with that
+        id), or ``SITE:JOB_ID``.  Raises :class:`~clusterkit.errors.RecordError` if none."""
+        store = _store(store)
+        return cls(store.find(ref), store)
+
+    @property
+    def id(self) -> str:
+        """The scheduler's job id (Slurm's, or the local executor's)."""
+        return self._record.job_id
+
+    @property
+    def key(self) -> str:
+        """``SITE:JOB_ID``, the unambiguous name of this job."""
+        return self._record.key
+
+    @property
+    def record(self) -> JobRecord:
+        """What clusterkit keeps about the job (site, stage, launcher, run directory, final state)."""
+        return self._record
+
+    @property
+    def run_dir(self) -> Path:
+        """The job's run directory."""
+        return Path(self._record.run_dir)
+
+    def __repr__(self) -> str:
+        return f"Job({self.key!r})"
+
+    def status(self) -> JobStatus:
+        """The job's status now (one scheduler query); a final state is cached in the record.
+
+        While the Slurm controller does not answer, the status is the last one known, ``stale``.
+        """
+        return self.look().status
+
+    def state(self) -> JobState:
+        """The job's state now: ``PENDING``, ``RUNNING``, ``COMPLETED``, ``FAILED``, ... (``UNKNOWN``
+        while the Slurm controller does not answer)."""
+        return self.status().state
+
+    def look(self, *, tail_lines: int = 20) -> Look:
+        """``clusterkit status JOB``: the status, the log tails once it ended, and what could not
+        be done on the way (the controller did not answer, the record could not be updated)."""
+        from clusterkit.scheduler import jobs as job_fns
+
+        seen = job_fns.look(self._store, self.key, tail_lines=tail_lines)
+        self._record = seen.record
+        return seen
+
+    def wait(self, timeout: float | None = None, *,
+             on_change: Callable[[JobStatus], None] | None = None) -> JobResult:
+        """Wait until the job ended; its :class:`JobResult`.  ``on_change`` hears each new state.
+
+        With ``timeout`` (seconds), raises :class:`WaitTimeout` if the job has not ended by then.
+        A controller outage is waited out (the job is UNKNOWN, not ended).
+        """
+        from clusterkit.scheduler import jobs as job_fns
+        from clusterkit.scheduler.status import refresh
+
+        if timeout is not None:
+            deadline = time.monotonic() + timeout
+            delay, last = 0.5, None
+            while True:
+                (_, st), = refresh([self._record])
+                if st.state != last and on_change is not None:
+                    on_change(st)
+                if st.terminal:
+                    break
+                if time.monotonic() >= deadline:
+                    raise WaitTimeout(f"job {self.id} still {st.state} after {timeout:g} s")
+                delay = 0.5 if st.state != last else min(5.0, delay * 1.5)
+                last = st.state
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            on_change = None  # already heard; follow_to_end confirms the end and reads the tails
+        seen = job_fns.follow_to_end(self._store, self._record, on_change=on_change)
+        self._record = seen.record
+        st = seen.status
+        return JobResult(st.state, st.exit_code, st.signal, st, seen.tails, seen.cache_failures)
+
+    def log_files(self) -> list[Path]:
+        """The job's log files: the batch log first, then one per node or rank."""
+        from clusterkit.scheduler.jobs import log_files
+
+        return log_files(self._record)
+
+    def logs(self, follow: bool = False, *, tail: int = 0, poll_s: float = 1.0) -> Iterator[LogLine]:
+        """The lines of the job's logs, file after file (each :class:`LogLine` knows its
+        :attr:`~LogLine.path`); with ``tail``, only the last ``tail`` lines of each file.  With
+        ``follow``, keep yielding new lines as they are written, like ``tail -f`` on every file,
+        until the job ended and its last lines were read."""
+        if follow:
+            yield from self._follow(poll_s)
+            return
+        for p, lines in self.log_lines(tail).items():
+            for line in lines:
+                yield LogLine(line, p)
+
+    def log_lines(self, tail: int = 0) -> dict[Path, list[str]]:
+        """Each log file (batch log first) and its lines, or its last ``tail`` lines (0: all)."""
+        from clusterkit.scheduler.logs import tail as last_lines
+
+        if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
+            raise InputError("must be a whole number of lines, 0 for all", field="tail", value=repr(tail))
+        return {p: last_lines(p, tail) if tail else p.read_text(encoding="utf-8", errors="replace").splitlines()
+                for p in self.log_files()}
+
+    def _follow(self, poll_s: float) -> Iterator[LogLine]:
+        from clusterkit.scheduler.jobs import has_ended
+
+        offsets: dict[Path, int] = {}
+        partial: dict[Path, bytes] = {}
+        ended = False
+        while True:
+            for p in self.log_files():
+                with p.open("rb") as fh:
+                    fh.seek(offsets.get(p, 0))
+                    data = fh.read()
+                offsets[p] = offsets.get(p, 0) + len(data)
+                *whole, rest = (partial.pop(p, b"") + data).split(b"\n")
+                for line in whole:
+                    yield LogLine(line.decode("utf-8", errors="replace"), p)
+                if rest and ended:
+                    yield LogLine(rest.decode("utf-8", errors="replace"), p)
+                elif rest:
+                    partial[p] = rest
+            if ended:
+                return
+            ended = has_ended(self._record)  # one more pass after the end to drain the last lines
+            time.sleep(min(poll_s, 0.2) if ended else poll_s)
+
+    def cancel(self, now: bool = False, *, on_grace: OnGrace | None = None) -> Cancellation:
+        """Cancel the job unless its scheduler reports it ended.  A running Slurm job's ranks get
+        SIGTERM and up to the site's ``scheduler.grace_s`` seconds to save first, unless ``now``;
+        ``on_grace(seconds)`` is told before that wait.  A cancelled job is never requeued."""
+        from clusterkit.scheduler.jobs import cancel_job
+
+        done = cancel_job(self._store, self.key, now=now, on_grace=on_grace)
+        self._record = done.record
+        return done
+
+    def doctor(self, progress: ProgressBar | None = None) -> Diagnosis:
+        """``clusterkit doctor JOB``: why the job ended as it did, from its logs and the scheduler's
+        view: ``diagnosis.report["verdict"]`` (category, summary, node, rank, evidence, advice),
+        with cascades counted apart.  The verdict is cached in the record for ``status``.
+        ``progress(total_bytes)`` may return a context manager yielding a callback that is told
+        the bytes read (the CLI's progress bar)."""
+        found = doctor_job(self.key, progress, store=self._store)
+        self._record = self._store.find(self.key)
+        return found
+
+
+def jobs(limit: int = 20, *, store: RecordStore | None = None) -> Overview:
+    """``clusterkit status``: the ``limit`` most recent jobs, refreshed in one batch per scheduler.
+
+    ``overview.rows`` are ``status --json``'s rows, oldest first; ``unreadable`` the records that
+    could not be read; ``unreachable`` says when the Slurm controller did not answer (those
+    jobs show their last known state, ``stale``).  ``Job.find(row["job"])`` gives the job.
+    """
+    from clusterkit.scheduler import jobs as job_fns
+
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InputError("must be a whole number of at least 1", field="limit", value=repr(limit))
+    return job_fns.overview(_store(store), limit)
+
+
+def doctor_job(ref: str, progress: ProgressBar | None = None, *, store: RecordStore | None = None) -> Diagnosis:
+    """``clusterkit doctor JOB``: :meth:`Job.doctor` for the job named ``ref`` (``JOB_ID`` or
+    ``SITE:JOB_ID``).  A name no record has is an :class:`~clusterkit.errors.InputError` here."""
+    from clusterkit.diagnose import diagnose_job
+
+    return diagnose_job(ref, progress, _store(store))
+
+
+def diagnose_logs(paths: Sequence[StrPath], progress: ProgressBar | None = None) -> Diagnosis:
+    """``clusterkit doctor --logs PATH...``: the verdict from log files (and directories of
+    them) of any job, submitted by clusterkit or not."""
+    from clusterkit.diagnose import diagnose_logs as diagnose
+
+    return diagnose([Path(p) for p in paths], progress)
