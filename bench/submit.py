@@ -203,7 +203,7 @@ def bench_poll(work: Path, repeat: int, env: dict[str, str]) -> None:
         timings["squeue -j JOB"].append(time.perf_counter() - t0)
     cancel_and_drain(job)
     print(f"\n2. one status poll, median of {repeat} (ms); clusterkit makes {len(q.calls)} calls "
-          f"({', '.join(c[0] for c in q.calls)}) where sacct is disabled")
+          f"({', '.join(c[0] for c in q.calls)}; sacct answers from the testbed's slurmdbd)")
     for name, vals in timings.items():
         print(f"   {name:48s} {statistics.median(vals) * 1000:8.0f}")
 
