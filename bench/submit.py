@@ -70,7 +70,7 @@ def start_testbed() -> tuple[Path, dict[str, str]]:
     t0 = time.perf_counter()
     subprocess.run(["bash", str(REPO / "tests/slurm/testbed.sh")], env=env, check=True, capture_output=True,
                    text=True, timeout=180)
-    print(f"testbed started in {time.perf_counter() - t0:.1f} s (munge, slurmctld, 4 slurmd, warm-up job)")
+    print(f"testbed started in {time.perf_counter() - t0:.1f} s (MariaDB, slurmdbd, slurmctld, 4 slurmd, warm-up)")
     return lab, env
 
 

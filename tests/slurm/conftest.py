@@ -282,8 +282,8 @@ class CK:
     accounting: bool = True  # False: ck runs as at a site without slurmdbd (sacct fails)
     ck: CLI = field(default_factory=CLI)  # the test's ck; module-wide fixtures get a process-only CLI()
 
-    def env(self, **extra: str) -> dict[str, str]:
-        return self.bed.env(accounting=self.accounting, CLUSTERKIT_STATE_DIR=str(self.state_dir), **extra)
+    def env(self, *, login: bool = False, **extra: str) -> dict[str, str]:
+        return self.bed.env(accounting=self.accounting, login=login, CLUSTERKIT_STATE_DIR=str(self.state_dir), **extra)
 
     def __call__(self, *args: str, timeout: float = 240, env: dict[str, str] | None = None,
                  wrap: Wrap | None = None) -> CLIResult:
