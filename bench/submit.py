@@ -70,7 +70,7 @@ def start_testbed() -> tuple[Path, dict[str, str]]:
     t0 = time.perf_counter()
     subprocess.run(["bash", str(REPO / "tests/slurm/testbed.sh")], env=env, check=True, capture_output=True,
                    text=True, timeout=180)
-    print(f"testbed started in {time.perf_counter() - t0:.1f} s (munge, slurmctld, 4 slurmd, warm-up job)")
+    print(f"testbed started in {time.perf_counter() - t0:.1f} s (MariaDB, slurmdbd, slurmctld, 4 slurmd, warm-up)")
     return lab, env
 
 
@@ -203,7 +203,7 @@ def bench_poll(work: Path, repeat: int, env: dict[str, str]) -> None:
         timings["squeue -j JOB"].append(time.perf_counter() - t0)
     cancel_and_drain(job)
     print(f"\n2. one status poll, median of {repeat} (ms); clusterkit makes {len(q.calls)} calls "
-          f"({', '.join(c[0] for c in q.calls)}) where sacct is disabled")
+          f"({', '.join(c[0] for c in q.calls)}; sacct answers from the testbed's slurmdbd)")
     for name, vals in timings.items():
         print(f"   {name:48s} {statistics.median(vals) * 1000:8.0f}")
 

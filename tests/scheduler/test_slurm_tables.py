@@ -29,6 +29,18 @@ def test_sacct_parsable2() -> None:
     assert table.job_rows("4245")[0].fields["NodeList"] == "None assigned"
 
 
+def test_sacct_duplicates_count_restarts() -> None:
+    """``sacct -D``: one line per run of a requeued job; the last run is the state, the others restarts."""
+    st = t.sacct_statuses(read("sacct_duplicates_requeued.txt"))["4301"]
+    assert (st.state, st.restarts, st.nodes, st.source) == ("PENDING", 1, None, "sacct")
+    # right after the requeue only the ended run is recorded: still one restart
+    st = t.sacct_statuses(read("sacct_duplicates_requeue_only.txt"))["4301"]
+    assert (st.state, st.restarts, st.nodes) == ("REQUEUED", 1, "node1")
+    # a job that ran once
+    st = t.sacct_statuses("4242|COMPLETED|0:0|gpu[001-002]\n")["4242"]
+    assert (st.state, st.exit_code, st.restarts) == ("COMPLETED", 0, 0)
+
+
 def test_sacct_noheader_and_bad_rows() -> None:
     table = t.parse_sacct("77|RUNNING|0:0\n", fields=["JobID", "State", "ExitCode"])
     assert isinstance(table, t.SacctTable) and table.rows[0].state == "RUNNING"

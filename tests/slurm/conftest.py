@@ -1,13 +1,15 @@
 """The Slurm test cluster: started once per test session by ``testbed.sh``, stopped at the end.
 
-Every test in this directory is marked ``slurm`` and skipped, with the reason, where Slurm
-cannot run (not root, Slurm/munge binaries missing).  Each session picks free TCP ports and a
-random first job id, so two sessions on one machine neither collide on slurmctld's port nor
-on rendezvous ports (those derive from job ids, and all fake nodes share 127.0.0.1).
+Every node is a network namespace of its own on a bridge (``testbed.sh`` says how they are laid
+out), slurmctld and slurmdbd (on a private MariaDB) run in the controller's namespace, and this
+machine reaches both through a forwarder on 127.0.0.1.  Every test in this directory is marked
+``slurm`` and skipped, with the reason, where Slurm cannot run (not root, Slurm/munge/MariaDB
+binaries missing).  Each session picks free TCP ports for the forwarder and a random first job id.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import random
@@ -16,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,7 +32,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TESTBED = HERE / "testbed.sh"
 NODES = 4
-NEEDED = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "srun", "unshare")
+NEEDED = ("munged", "slurmctld", "slurmd", "slurmdbd", "sbatch", "squeue", "scontrol", "scancel", "srun", "sacct",
+          "sacctmgr", "mariadbd", "mariadb-install-db", "unshare", "nsenter", "ip")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,7 +47,8 @@ def _skip_reason() -> str | None:
         return "Slurm testbed needs root (SlurmUser=root, per-node UTS namespaces)"
     missing = [b for b in NEEDED if shutil.which(b) is None]
     if missing:
-        return f"Slurm testbed needs {', '.join(missing)} (apt-get install slurmctld slurmd slurm-client munge)"
+        return (f"Slurm testbed needs {', '.join(missing)} "
+                "(apt-get install slurmctld slurmd slurmdbd slurm-client munge mariadb-server iproute2)")
     return None
 
 
@@ -58,7 +63,7 @@ def _port_free(port: int) -> bool:
 
 
 def _free_port_block(count: int) -> int:
-    """A base port with ``count`` consecutive free ports (slurmctld + one per slurmd)."""
+    """A base port with ``count`` consecutive free ports (the testbed's: slurmctld, slurmdbd)."""
     rng = random.Random()
     for _ in range(200):
         # below 20000: job scripts derive rendezvous ports from job ids in 20000-31999
@@ -66,6 +71,24 @@ def _free_port_block(count: int) -> int:
         if all(_port_free(base + i) for i in range(count)):
             return base
     raise RuntimeError("no block of free TCP ports for the Slurm testbed")
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``testbed.env`` (lines of ``export NAME=value ...``) -> {NAME: value}."""
+    out: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["export"]:
+            out.update(w.split("=", 1) for w in words[1:] if "=" in w)
+    return out
+
+
+def _setns(fd: int) -> None:
+    """setns(2) into a network namespace, for this thread only (os.setns is Python 3.12+)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 @dataclass
@@ -76,21 +99,94 @@ class Testbed:
 
     lab: Path
     slurm_conf: Path
-    sacct_dir: Path
+    exports: dict[str, str] = field(default_factory=dict)  # testbed.env
     nodes: list[str] = field(default_factory=lambda: [f"node{i}" for i in range(1, NODES + 1)])
 
-    def env(self, *, with_sacct: bool = False, **extra: str) -> dict[str, str]:
-        """os.environ plus SLURM_CONF; ``with_sacct`` puts the sacct stand-in first on PATH.
+    @property
+    def ctl_netns(self) -> str:
+        """The controller's network namespace: the login node, where srun/salloc must run."""
+        return self.exports["SLURMLAB_NETNS_CTL"]
 
-        Without it, ``sacct`` is Debian's real one, which fails ("accounting storage is
-        disabled") exactly like a site without slurmdbd.
+    def netns(self, node: str) -> str:
+        return self.exports[f"SLURMLAB_NETNS_{node}"]
+
+    def iface(self, node: str) -> str:
+        return self.exports[f"SLURMLAB_IF_{node}"]
+
+    def addr(self, node: str) -> str:
+        return self.exports[f"SLURMLAB_ADDR_{node}"]
+
+    def cgroup(self, node: str) -> Path | None:
+        d = self.exports.get(f"SLURMLAB_CGROUP_{node}")
+        return Path(d) if d else None
+
+    def listen_on(self, node: str, port: int = 0) -> socket.socket:
+        """A TCP socket listening on 127.0.0.1:``port`` (0: any free one) on ``node``: made by a
+        thread that joins the node's network namespace for that (the socket stays there)."""
+        made: list[socket.socket | BaseException] = []
+
+        def make() -> None:
+            try:
+                fd = os.open(f"/run/netns/{self.netns(node)}", os.O_RDONLY)
+                try:
+                    _setns(fd)
+                finally:
+                    os.close(fd)
+                s = socket.socket()
+                s.bind(("127.0.0.1", port))
+                s.listen()
+                made.append(s)
+            except BaseException as exc:  # handed to the caller
+                made.append(exc)
+
+        t = threading.Thread(target=make)
+        t.start()
+        t.join()
+        if isinstance(made[0], BaseException):
+            raise made[0]
+        return made[0]
+
+    def login_bin(self) -> Path:
+        """A directory with ``srun`` and ``salloc`` that run the real ones on the login node.
+
+        srun and salloc are called back by slurmd and slurmctld on the address they connect
+        from, which must be one the nodes can reach: inside the controller's namespace (the
+        login node), not on this machine's loopback.  Each is ``ip netns exec NS <real one>``.
         """
+        d = self.lab / "login-bin"
+        if not d.is_dir():
+            tmp = self.lab / "login-bin.tmp"
+            tmp.mkdir()
+            for name in ("srun", "salloc"):
+                real = shutil.which(name)
+                assert real, name
+                (tmp / name).write_text(f'#!/bin/sh\n# the real {name}, on the test cluster\'s login node\n'
+                                        f'exec ip netns exec {self.ctl_netns} {real} "$@"\n')
+                (tmp / name).chmod(0o755)
+            tmp.rename(d)
+        return d
+
+    def no_accounting_conf(self) -> Path:
+        """A client slurm.conf without accounting: the real sacct then fails as at a site with
+        no slurmdbd ("Slurm accounting storage is disabled"); everything else is the testbed's."""
+        path = self.lab / "etc" / "slurm-noacct.conf"
+        if not path.exists():
+            lines = [ln for ln in self.slurm_conf.read_text().splitlines()
+                     if not ln.startswith("AccountingStorage")]
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text("\n".join([*lines, "AccountingStorageType=accounting_storage/none", ""]))
+            tmp.replace(path)
+        return path
+
+    def env(self, *, accounting: bool = True, login: bool = False, **extra: str) -> dict[str, str]:
+        """os.environ plus SLURM_CONF (``accounting=False``: the conf of a site without slurmdbd);
+        ``login``: srun and salloc run on the login node (:meth:`login_bin`)."""
         env = dict(os.environ)
-        env["SLURM_CONF"] = str(self.slurm_conf)
+        env["SLURM_CONF"] = str(self.slurm_conf if accounting else self.no_accounting_conf())
         # the CLI run by tests must be this checkout's python and its clusterkit
         path = [str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")]
-        if with_sacct:
-            path.insert(0, str(self.sacct_dir))
+        if login:
+            path.insert(0, str(self.login_bin()))
         env["PATH"] = os.pathsep.join(path)
         env.update(extra)
         return env
@@ -105,8 +201,8 @@ class Testbed:
 
     def start_controller(self) -> None:
         """Start slurmctld again (it recovers its state) and wait until every node is back."""
-        env = self.env(SLURMLAB_DIR=str(self.lab))  # the marker testbed.sh --stop looks for
-        subprocess.run(["slurmctld"], env=env, check=True, timeout=30)
+        env = self.env(SLURMLAB_DIR=str(self.lab))
+        subprocess.run(["bash", str(TESTBED), "--ctld"], env=env, check=True, timeout=30, capture_output=True)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             states = self.run("sinfo", "-h", "-N", "-p", "debug", "-o", "%T", check=False, timeout=30).stdout.split()
@@ -147,7 +243,7 @@ class Testbed:
 
 @pytest.fixture(scope="session")
 def testbed() -> Iterator[Testbed]:
-    """Start munge + slurmctld + 4 slurmd (gpu:8 each) for the session; stop them after."""
+    """Start munge, MariaDB, slurmdbd, slurmctld and 4 slurmd (gpu:8 each) for the session; stop them after."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
@@ -159,14 +255,14 @@ def testbed() -> Iterator[Testbed]:
     env.update(
         SLURMLAB_DIR=str(lab),
         SLURMLAB_NODES=str(NODES),
-        SLURMLAB_PORT=str(_free_port_block(NODES + 1)),
+        SLURMLAB_PORT=str(_free_port_block(2)),
         SLURMLAB_FIRST_JOB_ID=str(random.randrange(1000, 60000) * 1000),
     )
     env.pop("SLURM_CONF", None)
     proc = subprocess.run(["bash", str(TESTBED)], env=env, capture_output=True, text=True, timeout=180)
     if proc.returncode != 0:
         pytest.fail(f"Slurm testbed did not start (rc={proc.returncode}):\n{proc.stderr[-3000:]}")
-    bed = Testbed(lab=lab, slurm_conf=lab / "etc" / "slurm.conf", sacct_dir=lab / "bin")
+    bed = Testbed(lab=lab, slurm_conf=lab / "etc" / "slurm.conf", exports=read_env_file(lab / "testbed.env"))
     try:
         yield bed
     finally:
@@ -183,11 +279,11 @@ class CK:
     bed: Testbed
     state_dir: Path
     runs: Path
-    with_sacct: bool = False
+    accounting: bool = True  # False: ck runs as at a site without slurmdbd (sacct fails)
     ck: CLI = field(default_factory=CLI)  # the test's ck; module-wide fixtures get a process-only CLI()
 
-    def env(self, **extra: str) -> dict[str, str]:
-        return self.bed.env(with_sacct=self.with_sacct, CLUSTERKIT_STATE_DIR=str(self.state_dir), **extra)
+    def env(self, *, login: bool = False, **extra: str) -> dict[str, str]:
+        return self.bed.env(accounting=self.accounting, login=login, CLUSTERKIT_STATE_DIR=str(self.state_dir), **extra)
 
     def __call__(self, *args: str, timeout: float = 240, env: dict[str, str] | None = None,
                  wrap: Wrap | None = None) -> CLIResult:

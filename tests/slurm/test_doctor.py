@@ -76,9 +76,9 @@ def jobs(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     for node in ("node1", "node2"):
         (node_site / node).mkdir(parents=True)
     (node_site / "node1" / "ckdoc_extra.py").write_text("VALUE = 1\n")
-    held = socket.socket()
-    held.bind(("127.0.0.1", 0))
-    held.listen()
+    # the port-in-use job runs on node1 or node2, each a host of its own: the port is held on both
+    held = testbed.listen_on("node1")
+    held_too = testbed.listen_on("node2", held.getsockname()[1])
     j = Jobs(cli, held)
     multi = ("--site", "testbed", "--stage", "multi-node", "--nodes", "2")
     single = ("--site", "testbed", "--gpus-per-node", "1")
@@ -105,6 +105,7 @@ def jobs(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         yield j
     finally:
         held.close()
+        held_too.close()
         testbed.run("scancel", *j.ids.values(), check=False)
         testbed.run("scontrol", "update", "nodename=node4", "state=resume", check=False)
         testbed.wait_idle(timeout=120)

@@ -39,7 +39,7 @@ def _fake_node_env(bed: Testbed, tmp_path: Path) -> dict[str, str]:
     """srun exports our environment to every task: the healthy profile's tools and sysroot."""
     root = tmp_path / "root"
     shutil.copytree(PROFILE / "root", root)
-    env = bed.env()
+    env = bed.env(login=True)
     env["PATH"] = f"{PROFILE / 'bin'}:{env['PATH']}"
     env["CLUSTERKIT_SYSROOT"] = str(root)
     return env
@@ -58,7 +58,7 @@ def test_srun_transport_checks_every_node(ck: CLI, testbed: Testbed, tmp_path: P
 def test_srun_transport_without_gpus_fails_every_node(ck: CLI, testbed: Testbed, tmp_path: Path) -> None:
     site = _site(tmp_path)
     proc = ck.proc("preflight", "--site", str(site), "--transport", "srun", "--nodes", "node[1-2]",
-                   "--stage", "single-node", env=testbed.env(), timeout=120)
+                   "--stage", "single-node", env=testbed.env(login=True), timeout=120)
     assert proc.code == 1, proc.out + proc.err
     assert ("FAILED      2 nodes (node[1-2]): gpu.present: nvidia-smi not found (no NVIDIA driver installed?)"
             in proc.out.splitlines())

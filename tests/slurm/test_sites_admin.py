@@ -314,8 +314,9 @@ def test_partition_and_time_limit_drift(cli: CK, tmp_path: Path, gpu4_testbed: d
 
 
 def test_probe_srun_reads_the_nodes_inside_slurm(cli: CK) -> None:
-    # the testbed's nodes run on this machine: no nvidia-smi, no HCA, its real interfaces and mounts
-    proc = cli("sites", "init", "srunned", "--from-slurm", "--probe", "srun")
+    # the testbed's nodes: no nvidia-smi, no HCA, a veth each and this machine's mounts; srun runs
+    # on the login node, where the nodes can reach it back
+    proc = cli("sites", "init", "srunned", "--from-slurm", "--probe", "srun", env=cli.env(login=True))
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"fabric: ethernet +# unverified: no HCA found on the probed nodes", proc.stdout)
     assert "fill in: software.driver_min: nvidia-smi reported no driver on the probed nodes" in proc.stderr

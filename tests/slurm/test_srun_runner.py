@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slurm
 
 
 def runner(bed: Testbed, **kw: float) -> SrunRunner:
-    return SrunRunner(env=bed.env(), **kw)
+    return SrunRunner(env=bed.env(login=True), **kw)
 
 
 def test_one_task_per_node_with_separate_output_and_status(testbed: Testbed) -> None:
@@ -61,7 +61,7 @@ def test_inside_an_allocation_like_a_job_script_step(testbed: Testbed) -> None:
            "script": 'echo "job=$SLURM_JOB_ID on $SLURMD_NODENAME"'}
     proc = subprocess.run(["salloc", "--nodes", "2", "--nodelist", "node[3-4]", "--quiet",
                            sys.executable, str(driver), json.dumps(req)],
-                          env=testbed.env(), capture_output=True, text=True, timeout=60)
+                          env=testbed.env(login=True), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)["results"]
     job_ids = set()

@@ -2,9 +2,8 @@
 
 Every job runs for real: sbatch, slurmd, srun, the real launcher (torchrun's c10d rendezvous at
 the head node, deepspeed --no_ssh on every node, accelerate launch, megatron-shaped torchrun, or
-one srun task per rank) and a gloo all-reduce on CPU that every rank checks.  All fake nodes
-share 127.0.0.1; the rendered script derives the rendezvous port from the job id, so jobs never
-share a port.
+one srun task per rank) and a gloo all-reduce on CPU that every rank checks.  Each node is a
+host of its own on the testbed's bridge: ranks meet at the head node's address, as on a cluster.
 """
 
 from __future__ import annotations

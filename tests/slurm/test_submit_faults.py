@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -70,32 +71,39 @@ def test_twenty_parallel_submits_give_twenty_intact_records(cli: CK) -> None:
     assert len(records) == 20 and {r.job_id for r in records} == printed
     assert sorted(r.job_name for r in records) == sorted(f"par{i}" for i in range(20))
     assert not list((cli.state_dir / "jobs").glob(".*"))  # no temp files left behind
-    # status of all twenty: one squeue, one sacct, one scontrol (sacct fails: no slurmdbd)
-    os.environ["SLURM_CONF"] = str(cli.bed.slurm_conf)
-    try:
-        query = SlurmQuery()
+    # status of all twenty: one squeue and one sacct; at a site without slurmdbd (sacct fails
+    # there: "accounting storage is disabled"), one scontrol besides
+    for accounting, calls in ((True, ["squeue", "sacct"]), (False, ["squeue", "sacct", "scontrol"])):
+        query = _query(cli.bed.env(accounting=accounting))
         states = query.states(r.job_id for r in records)
-    finally:
-        del os.environ["SLURM_CONF"]
-    assert [c[0] for c in query.calls] == ["squeue", "sacct", "scontrol"]
-    assert set(states) == printed
+        assert [c[0] for c in query.calls] == calls, accounting
+        assert set(states) == printed, accounting
     table = cli("status", "--limit", "50", "--json")
     assert table.returncode == 0
     assert {j["job_id"] for j in json.loads(table.stdout)["jobs"]} == printed
 
 
+def _query(env: dict[str, str]) -> SlurmQuery:
+    """A SlurmQuery whose Slurm commands run with ``env`` (the testbed's SLURM_CONF)."""
+    def run(argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, env=env)
+    return SlurmQuery(run=run)
+
+
 def test_status_uses_sacct_where_there_is_one(cli: CK) -> None:
-    cli.with_sacct = True  # the testbed's sacct stand-in first on PATH
+    """The real sacct (slurmdbd on MariaDB) answers; where accounting is off, scontrol does."""
     proc = cli("submit", "--site", "testbed", "--gpus-per-node", "1", "--launcher", "srun", "--wait",
                "--out", str(cli.runs / "acct"), "--", "bash", "-c", "exit 4")
     assert proc.returncode == 4, proc.stderr
-    env = cli.env()
-    query = SlurmQuery(run=lambda argv, t: subprocess.run(list(argv), capture_output=True, text=True,
-                                                          timeout=t, env=env))
     (rec,) = [load_record(p) for p in cli.records()]
+    query = _query(cli.env())
     st = query.states([rec.job_id])[rec.job_id]
     assert [c[0] for c in query.calls] == ["squeue", "sacct"]
-    assert (st.state, st.exit_code) == ("FAILED", 4)
+    assert (st.state, st.exit_code, st.restarts) == ("FAILED", 4, 0)  # squeue has no exit code: sacct's
+    fallback = _query(cli.bed.env(accounting=False))
+    st = fallback.states([rec.job_id])[rec.job_id]
+    assert [c[0] for c in fallback.calls] == ["squeue", "sacct", "scontrol"]
+    assert (st.state, st.exit_code, st.restarts) == ("FAILED", 4, 0)
 
 
 def test_unknown_job_is_lost_not_waited_for(cli: CK) -> None:

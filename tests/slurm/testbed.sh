@@ -1,28 +1,49 @@
 #!/usr/bin/env bash
-# testbed.sh - a throwaway single-host Slurm "cluster" for clusterkit's tests.
+# testbed.sh - a throwaway Slurm "cluster" of network namespaces on one machine, for clusterkit's tests.
 #
-#   munged + slurmctld + N slurmd (one per fake node; Debian's slurmd is built with
-#   --enable-multiple-slurmd), each node advertising CPUs/RealMemory/gpu:G it does not
-#   really have.  All config/state/logs/sockets live under $SLURMLAB_DIR; nothing is
-#   written to /etc.  Needs root (SlurmUser=root) and the Debian packages
-#   slurmctld slurmd slurm-client munge.
+#   munged + MariaDB (a private mysqld) + slurmdbd + slurmctld + N slurmd, one per fake node,
+#   each node advertising CPUs/RealMemory/gpu:G it does not really have.  All config, state,
+#   logs and sockets live under $SLURMLAB_DIR; nothing is written to /etc.  Needs root
+#   (SlurmUser=root) and the Debian packages slurmctld slurmd slurmdbd slurm-client munge
+#   mariadb-server iproute2.
 #
 #   tests/slurm/testbed.sh                  (re)start from scratch (stops a previous instance first)
-#   tests/slurm/testbed.sh --stop           stop everything started from $SLURMLAB_DIR (by pid)
+#   tests/slurm/testbed.sh --stop           stop everything started from $SLURMLAB_DIR (by pid), remove
+#                                           its namespaces and cgroups
 #   tests/slurm/testbed.sh --stop --purge   ... and delete its state/logs/config
+#   tests/slurm/testbed.sh --ctld           start slurmctld alone again (after a test stopped it)
+#
+# Layout (H = 8 hex digits of sha1($SLURMLAB_DIR), so two testbeds never share a name):
+#   network namespace ck$H-ctl  the controller and login node: bridge br0 with 10.77.0.254/24,
+#                               mysqld on 127.0.0.1:3306, slurmdbd on :PORT+1, slurmctld on :PORT
+#   network namespace ck$H-nI   node I: eth0 with 10.77.0.I/24 (its veth peer vnI is a port of
+#                               br0), slurmd on :6818, in a UTS+mount namespace of its own with
+#                               hostname nodeI and an /etc/hosts naming every node's address
+#   cgroup (v1 cpu or v2) slurmlab-$H/nodeI: node I's slurmd and every process it starts
+#   Nothing is assigned an address in the namespace the script runs in.  There, a forwarder
+#   (netns_forward.py) listens on 127.0.0.1:PORT and 127.0.0.1:PORT+1 and connects from inside
+#   ck$H-ctl, so Slurm clients on this machine (sbatch, squeue, scontrol, scancel, sacct,
+#   sacctmgr, submitit) reach slurmctld and slurmdbd.  $SLURMLAB_DIR/etc/slurm.conf names the
+#   controller 127.0.0.1 (right here and inside ck$H-ctl); inside each node's mount namespace the
+#   same path shows slurm-nodes.conf, naming it 10.77.0.254.  srun and salloc need the nodes to
+#   reach them back: run them inside ck$H-ctl (ip netns exec), the login node.
 #
 # On success the last lines on stdout are shell exports (also saved in $SLURMLAB_DIR/testbed.env):
-#   export SLURM_CONF=...      every Slurm client (and submitit) needs it
-#   export SLURMLAB_SACCT=...  directory holding a `sacct` stand-in (there is no slurmdbd)
+#   export SLURM_CONF=...              every Slurm client (and submitit) needs it
+#   export SLURMLAB_NETNS_CTL=ck$H-ctl  the controller's (login node's) network namespace
+#   export SLURMLAB_NETNS_nodeI=...    node I's network namespace        (one line per node)
+#   export SLURMLAB_IF_nodeI=eth0      its interface inside that namespace
+#   export SLURMLAB_ADDR_nodeI=10.77.0.I
+#   export SLURMLAB_CGROUP_nodeI=...   the cgroup directory holding node I's processes
 #
-# Env knobs: SLURMLAB_DIR (/tmp/slurmlab) SLURMLAB_NODES (4) SLURMLAB_CPUS (8)
+# Env knobs: SLURMLAB_DIR (/tmp/slurmlab) SLURMLAB_NODES (4, at most 250) SLURMLAB_CPUS (8)
 #   SLURMLAB_MEM_MB (64000) SLURMLAB_GPUS (8, 0 = no GRES) SLURMLAB_GPU_TYPE ("" or e.g. h100)
-#   SLURMLAB_PORT (6817: slurmctld; slurmd nodeI listens on SLURMLAB_PORT+I)
-#   SLURMLAB_FIRST_JOB_ID (1: job ids start here; pick distinct values when several testbeds
-#     run at once, because rendezvous ports derive from job ids and all nodes share 127.0.0.1)
-#   SLURMLAB_UTS (1: each slurmd in its own UTS+mount namespace so `hostname` = nodeI)
+#   SLURMLAB_PORT (6817: slurmctld; slurmdbd listens on SLURMLAB_PORT+1; both on this machine's
+#     127.0.0.1 through the forwarder)
+#   SLURMLAB_FIRST_JOB_ID (1: job ids start here)
 #   SLURMLAB_TIMEOUT (60 s to wait for all nodes idle)
 #   SLURMLAB_GRACE_S (10: GraceTime of the low partition `debug`; `high` preempts it, see below)
+#   SLURMLAB_MIN_JOB_AGE (3600: seconds slurmctld keeps a finished job)
 set -euo pipefail
 
 LAB=${SLURMLAB_DIR:-/tmp/slurmlab}
@@ -32,16 +53,32 @@ MEM=${SLURMLAB_MEM_MB:-64000}
 GPUS=${SLURMLAB_GPUS:-8}
 GPU_TYPE=${SLURMLAB_GPU_TYPE:-}
 PORT=${SLURMLAB_PORT:-6817}
+DBD_PORT=$((PORT + 1))
 FIRST_JOB_ID=${SLURMLAB_FIRST_JOB_ID:-1}
-USE_UTS=${SLURMLAB_UTS:-1}
 TIMEOUT=${SLURMLAB_TIMEOUT:-60}
 GRACE=${SLURMLAB_GRACE_S:-10}
+MIN_JOB_AGE=${SLURMLAB_MIN_JOB_AGE:-3600}
 CONF=$LAB/etc/slurm.conf
+NODE_CONF=$LAB/etc/slurm-nodes.conf
 MSOCK=$LAB/munge/munge.socket
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+H=$(printf '%s' "$LAB" | sha1sum | cut -c1-8)
+CTL_NS=ck$H-ctl
+NET=10.77.0                                       # nodeI = $NET.I, the controller $NET.254
+CTL_ADDR=$NET.254
+DB_SOCK=$LAB/db/mysqld.sock
 
 log() { local ms=$(( ($(date +%s%N) - T0) / 1000000 )); printf '[testbed %d.%03ds] %s\n' $((ms / 1000)) $((ms % 1000)) "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 T0=$(date +%s%N)
+node_ns() { echo "ck$H-n$1"; }
+# cgroup of node I's processes: cgroup v2 where its cpu controller is, else v1's cpu hierarchy
+cg_root() {
+  if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then echo "/sys/fs/cgroup/slurmlab-$H"
+  elif [ -d /sys/fs/cgroup/cpu ]; then echo "/sys/fs/cgroup/cpu/slurmlab-$H"
+  fi
+}
+CG_ROOT=$(cg_root)
 
 # ---------------------------------------------------------------- stop logic
 # A process is "ours" only if its comm matches AND its environment carries our marker
@@ -72,6 +109,7 @@ kill_wait() { # comm pid... : SIGTERM the ones that are ours, wait up to 10 s, t
   done
   sleep 0.2
 }
+our_netns() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^ck$H-(ctl|n[0-9]+)$" || true; }
 stop_testbed() {
   local p pids=()
   if [ -f "$CONF" ] && ours "$(pid_from "$LAB/run/slurmctld.pid")" slurmctld; then
@@ -89,6 +127,7 @@ stop_testbed() {
   for f in "$LAB"/run/slurmd-*.pid; do [ -e "$f" ] && pids+=("$(pid_from "$f")"); done
   [ ${#pids[@]} -gt 0 ] && kill_wait slurmd "${pids[@]}"
   kill_wait slurmctld "$(pid_from "$LAB/run/slurmctld.pid")"
+  kill_wait slurmdbd "$(pid_from "$LAB/run/slurmdbd.pid")"
   # leftovers of ours (orphaned slurmstepd / slurmscriptd), found via the env marker
   pids=()
   local d c
@@ -97,36 +136,85 @@ stop_testbed() {
     case "$c" in slurmstepd|slurmscriptd) ours "${d#/proc/}" "$c" && pids+=("$c:${d#/proc/}");; esac
   done
   for p in "${pids[@]}"; do kill_wait "${p%%:*}" "${p#*:}"; done
+  kill_wait mariadbd "$(pid_from "$LAB/run/mariadbd.pid")"
+  kill_wait slurmlab-fwd "$(pid_from "$LAB/run/forward.pid")"
   kill_wait munged "$(pid_from "$LAB/munge/munged.pid")"
   rm -f "$LAB"/run/*.pid "$LAB/munge/munged.pid"
-  log "munged/slurmctld/slurmd stopped"
+  # the namespaces go last; a process still inside one (a job's task that outlived its
+  # slurmstepd) carries our marker too and is stopped first
+  local ns
+  for ns in $(our_netns); do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do
+      kill_wait "$(cat "/proc/$p/comm" 2>/dev/null || echo '?')" "$p"
+    done
+    ip netns del "$ns" 2>/dev/null || log "could not remove network namespace $ns"
+  done
+  if [ -n "$CG_ROOT" ] && [ -d "$CG_ROOT" ]; then
+    for d in "$CG_ROOT"/node*; do if [ -d "$d" ]; then rmdir "$d" 2>/dev/null || log "cgroup $d still busy"; fi; done
+    rmdir "$CG_ROOT" 2>/dev/null || true
+  fi
+  log "stopped (slurmd, slurmctld, slurmdbd, mariadbd, forwarder, munged; namespaces, cgroups)"
+}
+start_ctld() {
+  ip netns exec "$CTL_NS" slurmctld
+  for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q 'is UP' && break; sleep 0.1; done
+  scontrol ping 2>/dev/null | grep -q 'is UP' || { tail -20 "$LAB/log/slurmctld.log" >&2; die "slurmctld not up"; }
 }
 
 if [ "${1:-}" = "--stop" ]; then
   stop_testbed
-  if [ "${2:-}" = "--purge" ]; then rm -rf "${LAB:?}"/{etc,state,log,run,munge,dev,bin,testbed.env}; fi
+  if [ "${2:-}" = "--purge" ]; then rm -rf "${LAB:?}"/{etc,state,log,run,munge,dev,bin,db,testbed.env}; fi
+  exit 0
+fi
+if [ "${1:-}" = "--ctld" ]; then
+  export SLURMLAB_DIR=$LAB SLURM_CONF=$CONF
+  start_ctld
   exit 0
 fi
 
 [ "$(id -u)" = 0 ] || die "must run as root (SlurmUser=root)"
-for b in munged munge unmunge slurmctld slurmd sbatch srun squeue sinfo scontrol scancel unshare ss; do
-  command -v "$b" >/dev/null || die "missing binary: $b (apt-get install slurmctld slurmd slurm-client munge)"
+for b in munged munge unmunge slurmctld slurmd slurmdbd sbatch srun squeue sinfo scontrol scancel sacctmgr \
+         mariadbd mariadb-install-db mariadb unshare nsenter ip ss python3; do
+  command -v "$b" >/dev/null || die "missing binary: $b (apt-get install slurmctld slurmd slurmdbd slurm-client munge mariadb-server iproute2)"
 done
-if [ "$NODES" -lt 1 ] || [ $((PORT + NODES)) -gt 65535 ]; then die "bad SLURMLAB_NODES/PORT"; fi
+if [ "$NODES" -lt 1 ] || [ "$NODES" -gt 250 ] || [ "$DBD_PORT" -gt 65535 ]; then die "bad SLURMLAB_NODES/PORT"; fi
+unshare --uts --mount true 2>/dev/null || die "unshare --uts --mount not permitted"
 
 # ---------------------------------------------------------------- fresh start
 stop_testbed
 # on any failure from here on: keep logs, but stop whatever was started
 # shellcheck disable=SC2154  # rc is assigned inside the trap string
 trap 'rc=$?; if [ $rc -ne 0 ]; then log "start failed (rc=$rc); stopping, logs kept in $LAB/log"; stop_testbed; fi' EXIT
-rm -rf "${LAB:?}"/{state,run,log,dev}
-mkdir -p "$LAB"/{etc,log,run,state/ctld,dev,bin,munge}
+rm -rf "${LAB:?}"/{state,run,log,dev,db}
+mkdir -p "$LAB"/{etc,log,run,state/ctld,dev,bin,munge,db}
 for i in $(seq 1 "$NODES"); do mkdir -p "$LAB/state/spool/node$i"; done
 export SLURMLAB_DIR=$LAB SLURM_CONF=$CONF        # marker inherited by every daemon we start
 
-for p in $(seq "$PORT" $((PORT + NODES))); do
+for p in "$PORT" "$DBD_PORT"; do
   ss -Hltn "sport = :$p" | grep -q . && die "TCP port $p already in use"
 done
+
+# ---------------------------------------------------------------- network: namespaces, bridge, veths
+ip netns add "$CTL_NS"
+ip -n "$CTL_NS" link set lo up
+ip -n "$CTL_NS" link add br0 type bridge
+ip -n "$CTL_NS" addr add "$CTL_ADDR/24" dev br0
+ip -n "$CTL_NS" link set br0 up
+for i in $(seq 1 "$NODES"); do
+  ns=$(node_ns "$i")
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+  ip -n "$CTL_NS" link add "vn$i" type veth peer name eth0 netns "$ns"   # both ends born inside namespaces
+  ip -n "$CTL_NS" link set "vn$i" master br0 up
+  ip -n "$ns" addr add "$NET.$i/24" dev eth0
+  ip -n "$ns" link set eth0 up
+done
+if [ -n "$CG_ROOT" ]; then
+  mkdir -p "$CG_ROOT"
+  if [ "${CG_ROOT#/sys/fs/cgroup/cpu/}" = "$CG_ROOT" ]; then echo +cpu > "$CG_ROOT/cgroup.subtree_control"; fi
+  for i in $(seq 1 "$NODES"); do mkdir -p "$CG_ROOT/node$i"; done
+fi
+log "network namespaces $CTL_NS (bridge br0, $CTL_ADDR) + $(node_ns 1)..$(node_ns "$NODES") ($NET.1-$NODES)"
 
 # ---------------------------------------------------------------- munge (own key + socket)
 chmod 755 "$LAB/munge"                            # munged refuses a socket dir that is not a+x
@@ -138,6 +226,32 @@ munged --socket="$MSOCK" --key-file="$LAB/munge/munge.key" --pid-file="$LAB/mung
        --log-file="$LAB/munge/munged.log" --seed-file="$LAB/munge/munged.seed"
 munge -S "$MSOCK" -n | unmunge -S "$MSOCK" >/dev/null || die "munge self-test failed"
 log "munged up"
+
+# ---------------------------------------------------------------- forwarder: 127.0.0.1 here -> the controller's namespace
+setsid python3 "$HERE/netns_forward.py" "/run/netns/$CTL_NS" "$LAB/run/forward.pid" "$PORT" "$DBD_PORT" \
+  </dev/null >>"$LAB/log/forward.log" 2>&1 &
+for _ in $(seq 50); do [ -s "$LAB/run/forward.pid" ] && break; sleep 0.1; done
+[ -s "$LAB/run/forward.pid" ] || { cat "$LAB/log/forward.log" >&2; die "forwarder did not start"; }
+
+# ---------------------------------------------------------------- MariaDB: a private mysqld inside the controller's namespace
+chmod 700 "$LAB/db"
+mariadb-install-db --no-defaults --datadir="$LAB/db/data" --user=root --auth-root-authentication-method=socket \
+  --skip-test-db --skip-name-resolve >"$LAB/log/mariadb-install.log" 2>&1 \
+  || { tail -20 "$LAB/log/mariadb-install.log" >&2; die "mariadb-install-db failed"; }
+# innodb_* as slurmdbd asks for them; no binary log; no fsync per commit (throwaway data)
+setsid ip netns exec "$CTL_NS" mariadbd --no-defaults --user=root --datadir="$LAB/db/data" --socket="$DB_SOCK" \
+  --bind-address=127.0.0.1 --port=3306 --pid-file="$LAB/run/mariadbd.pid" --log-error="$LAB/log/mariadbd.log" \
+  --skip-name-resolve --skip-log-bin --innodb-buffer-pool-size=64M --innodb-log-file-size=64M \
+  --innodb-lock-wait-timeout=900 --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0 \
+  </dev/null >/dev/null 2>&1 &
+for _ in $(seq 300); do
+  [ -S "$DB_SOCK" ] && mariadb --no-defaults --socket="$DB_SOCK" -e 'select 1' >/dev/null 2>&1 && break; sleep 0.1
+done
+DB_PASS=$(head -c 18 /dev/urandom | base64 | tr -dc 'A-Za-z0-9')
+mariadb --no-defaults --socket="$DB_SOCK" \
+  -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_PASS'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" \
+  || { tail -20 "$LAB/log/mariadbd.log" >&2; die "MariaDB not up"; }
+log "mariadbd up (127.0.0.1:3306 inside $CTL_NS)"
 
 # ---------------------------------------------------------------- config
 HOST=$(hostname -s)
@@ -156,27 +270,52 @@ else
   rm -f "$LAB/etc/gres.conf"
 fi
 : > "$LAB/etc/plugstack.conf"                   # keep /etc/slurm/plugstack.conf out of the picture
+(umask 077; cat > "$LAB/etc/slurmdbd.conf" <<EOF
+# generated by tests/slurm/testbed.sh
+AuthType=auth/munge
+AuthInfo=socket=$MSOCK
+DbdHost=$HOST
+DbdPort=$DBD_PORT
+SlurmUser=root
+PidFile=$LAB/run/slurmdbd.pid
+LogFile=$LAB/log/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=3306
+StorageUser=slurm
+StoragePass=$DB_PASS
+StorageLoc=slurm_acct_db
+EOF
+)
 SOCKETS=1; [ $((CPUS % 2)) -eq 0 ] && [ "$CPUS" -ge 2 ] && SOCKETS=2
 # Why each non-default line is here:
+#   SlurmctldHost/AccountingStorageHost 127.0.0.1: the forwarder on this machine, the daemons
+#     themselves inside the controller's namespace; the nodes' copy (slurm-nodes.conf) says $CTL_ADDR
 #   SlurmdParameters=config_overrides + Sockets/CoresPerSocket: fake CPUs/memory, else DRAIN+INVALID_REG
 #   EnforcePartLimits=ALL: an impossible -N5 on 4 nodes is refused at submit instead of pending forever
 #   batch_sched_delay=0: batch jobs start at once (the default 3 s delay dominates test time)
-#   MinJobAge=3600: finished jobs stay visible to squeue/scontrol (no slurmdbd, so no sacct)
+#   MinJobAge=3600: finished jobs stay visible to squeue/scontrol too (what a site without sacct reads);
+#     SLURMLAB_MIN_JOB_AGE=2 makes slurmctld forget them soon (then only sacct knows them)
 #   KillWait=5: cancelled/preempted jobs get SIGKILL 5 s after SIGTERM
 #   jobacct_gather/linux + OverMemoryKill, sampled every 1 s: a job past its --mem is killed by
 #     slurmstepd (no cgroups here), never by the machine's global OOM killer.  Slurm enforces
 #     --mem only with memory a consumable resource (CR_Core_Memory); DefMemPerCPU = node memory
 #     per CPU keeps a job without --mem from holding more than its CPUs' share
+#   accounting_storage/slurmdbd, no AccountingStorageEnforce: jobs need no user association;
+#     AccountingStoragePass names the munge socket for connections to slurmdbd (AuthInfo is not
+#     used for those: without it sacct/sacctmgr look for munged's default socket)
 #   Preempt*: a job in partition `high` (PriorityTier=2) preempts `debug` jobs (PriorityTier=1) on
 #     the same nodes: their running steps get SIGTERM at once, the batch shell nothing; after
 #     GraceTime the job is cancelled "DUE TO PREEMPTION" (now the batch shell gets TERM) and
 #     requeued.  GraceTime is short so preemption tests do not wait a minute.
-cat > "$CONF" <<EOF
+{
+cat <<EOF
 # generated by tests/slurm/testbed.sh
 ClusterName=testbed
 SlurmctldHost=$HOST(127.0.0.1)
 SlurmctldPort=$PORT
-SlurmdPort=$((PORT + 1))
+SlurmdPort=6818
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -196,7 +335,10 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=$((MEM / CPUS))
 SlurmdParameters=config_overrides
-AccountingStorageType=accounting_storage/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBD_PORT
+AccountingStoragePass=$MSOCK
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherParams=OverMemoryKill
@@ -208,64 +350,47 @@ ReturnToService=2
 EnforcePartLimits=ALL
 FirstJobId=$FIRST_JOB_ID
 KillWait=5
-MinJobAge=3600
+MinJobAge=$MIN_JOB_AGE
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 SlurmctldDebug=info
 SlurmdDebug=info
 $GRES_TYPES
-NodeName=node[1-$NODES] NodeHostname=$HOST NodeAddr=127.0.0.1 Port=[$((PORT + 1))-$((PORT + NODES))] CPUs=$CPUS Sockets=$SOCKETS CoresPerSocket=$((CPUS / SOCKETS)) ThreadsPerCore=1 RealMemory=$MEM $GRES_NODE State=UNKNOWN
+EOF
+for i in $(seq 1 "$NODES"); do
+  echo "NodeName=node$i NodeHostname=node$i NodeAddr=$NET.$i CPUs=$CPUS Sockets=$SOCKETS" \
+       "CoresPerSocket=$((CPUS / SOCKETS)) ThreadsPerCore=1 RealMemory=$MEM $GRES_NODE State=UNKNOWN"
+done
+cat <<EOF
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=$GRACE
 PartitionName=high Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 EOF
-# /etc/hosts copy with the node names, bind-mounted only inside the slurmd namespaces
-{ grep -v ' node[0-9]' /etc/hosts || true; echo "127.0.0.1 $(seq -f 'node%g' -s ' ' 1 "$NODES")"; } > "$LAB/etc/hosts"
+} > "$CONF"
+sed -e "s/^SlurmctldHost=.*/SlurmctldHost=$HOST($CTL_ADDR)/" -e "s/^AccountingStorageHost=.*/AccountingStorageHost=$CTL_ADDR/" \
+  "$CONF" > "$NODE_CONF"
+# /etc/hosts copy with the node names, bind-mounted only inside the nodes' mount namespaces
+{ grep -v ' node[0-9]' /etc/hosts || true
+  for i in $(seq 1 "$NODES"); do echo "$NET.$i node$i"; done; } > "$LAB/etc/hosts"
 
-# sacct stand-in (there is no slurmdbd): answers `sacct ... -o FIELDS -j ID[,ID] ...` from
-# slurmctld's in-memory job table (`scontrol -o show job`; finished jobs kept MinJobAge s).
-# Output is always '|'-separated with a header line unless -n/--noheader is given.
-cat > "$LAB/bin/sacct" <<'EOF'
-#!/usr/bin/env python3
-"""Testbed-only sacct stand-in built on `scontrol -o show job`."""
-import re, subprocess, sys
-FIELDS = {"jobid": "JobId", "jobidraw": "JobId", "state": "JobState", "exitcode": "ExitCode",
-          "nodelist": "NodeList", "jobname": "JobName", "partition": "Partition",
-          "nnodes": "NumNodes", "elapsed": "RunTime", "reason": "Reason", "user": "UserId"}
-fields, jobs, header, args = "JobID,JobName,Partition,State,NodeList", [], True, sys.argv[1:]
-while args:
-    a = args.pop(0)
-    if a in ("-o", "--format"): fields = args.pop(0)
-    elif a.startswith("--format="): fields = a.split("=", 1)[1]
-    elif a in ("-j", "--jobs"): jobs += args.pop(0).split(",")
-    elif a.startswith("--jobs="): jobs += a.split("=", 1)[1].split(",")
-    elif a in ("-n", "--noheader"): header = False
-names = [f.split("%")[0] for f in fields.split(",")]
-out = subprocess.run(["scontrol", "-o", "show", "job"], capture_output=True, text=True).stdout
-if header: print("|".join(names))
-for line in out.splitlines():
-    kv = dict(re.findall(r"(\S+?)=(\S*)", line))
-    if jobs and kv.get("JobId") not in jobs: continue
-    row = [kv.get(FIELDS.get(n.lower(), ""), "") for n in names]
-    print("|".join(r.split("(")[0] if n.lower() == "user" else r for n, r in zip(names, row)))
-EOF
-chmod +x "$LAB/bin/sacct"
-
-# ---------------------------------------------------------------- slurmctld
-slurmctld
-for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q 'is UP' && break; sleep 0.1; done
-scontrol ping 2>/dev/null | grep -q 'is UP' || { tail -20 "$LAB/log/slurmctld.log" >&2; die "slurmctld not up"; }
+# ---------------------------------------------------------------- slurmdbd, the cluster's registration, slurmctld
+ip netns exec "$CTL_NS" slurmdbd
+# the forwarder listens here only once slurmdbd listens there
+for _ in $(seq 100); do ss -Hltn "sport = :$DBD_PORT" | grep -q . && break; sleep 0.1; done
+sacctmgr -i add cluster testbed >/dev/null || { tail -20 "$LAB/log/slurmdbd.log" >&2; die "slurmdbd: cannot register the cluster"; }
+log "slurmdbd up on port $DBD_PORT, cluster registered"
+start_ctld
 log "slurmctld up on port $PORT"
 
 # ---------------------------------------------------------------- slurmd per fake node
-if [ "$USE_UTS" = 1 ] && ! unshare --uts --mount true 2>/dev/null; then
-  log "unshare --uts --mount not permitted: nodes will share the host's hostname"; USE_UTS=0
-fi
 for i in $(seq 1 "$NODES"); do
-  if [ "$USE_UTS" = 1 ]; then
-    unshare --uts --mount sh -c "mount --bind '$LAB/etc/hosts' /etc/hosts && hostname node$i && exec slurmd -N node$i"
-  else
-    slurmd -N "node$i"
-  fi
+  # the subshell joins node I's cgroup: slurmd and everything it starts inherit it.  nsenter, not
+  # `ip netns exec`, which remounts /sys and so hides the cgroup tree slurmd wants to see
+  (
+    if [ -n "$CG_ROOT" ]; then echo "$BASHPID" > "$CG_ROOT/node$i/cgroup.procs"; fi
+    exec nsenter --net="/run/netns/$(node_ns "$i")" unshare --uts --mount sh -c "
+      mount --bind '$LAB/etc/hosts' /etc/hosts && mount --bind '$NODE_CONF' '$CONF' &&
+      hostname node$i && exec slurmd -N node$i"
+  )
 done
 
 # ---------------------------------------------------------------- wait for all nodes idle
@@ -284,7 +409,10 @@ log "all $NODES nodes idle"
 # ---------------------------------------------------------------- end-to-end warm-up job
 # Also forces slurmctld's first scheduling pass: until it has run, the built-in
 # batch_sched_delay=3 s applies, so batch jobs submitted in the first ~3 s would wait.
-wj=$(sbatch --parsable -N "$NODES" --ntasks-per-node=1 -J warmup -o "$LAB/run/warmup-%j.out" --wrap 'srun hostname') \
+# Each step prints its node's hostname and the address that name has there.
+# shellcheck disable=SC2016  # expanded by the job's shell, on the node
+wj=$(sbatch --parsable -N "$NODES" --ntasks-per-node=1 -J warmup -o "$LAB/run/warmup-%j.out" \
+       --wrap 'srun sh -c "echo \$(hostname)=\$(getent hosts \$(hostname) | cut -d\" \" -f1)"') \
   || die "sbatch of warm-up job failed"
 while squeue -h -j "$wj" -t PD,R,CG,CF 2>/dev/null | grep -q .; do
   [ "$(date +%s)" -ge "$deadline" ] && die "warm-up job $wj did not finish"; sleep 0.1
@@ -293,9 +421,12 @@ scontrol show job "$wj" | grep -q 'JobState=COMPLETED' || { cat "$LAB/run/warmup
 log "warm-up job $wj ran on: $(sort "$LAB/run/warmup-$wj.out" | tr '\n' ' ')"
 
 trap - EXIT
-cat > "$LAB/testbed.env" <<EOF
-export SLURM_CONF=$CONF
-export SLURMLAB_SACCT=$LAB/bin
-EOF
+{
+  echo "export SLURM_CONF=$CONF"
+  echo "export SLURMLAB_NETNS_CTL=$CTL_NS"
+  for i in $(seq 1 "$NODES"); do
+    echo "export SLURMLAB_NETNS_node$i=$(node_ns "$i") SLURMLAB_IF_node$i=eth0 SLURMLAB_ADDR_node$i=$NET.$i${CG_ROOT:+ SLURMLAB_CGROUP_node$i=$CG_ROOT/node$i}"
+  done
+} > "$LAB/testbed.env"
 sinfo -N -o '%N %T %c %m %G' >&2
 cat "$LAB/testbed.env"

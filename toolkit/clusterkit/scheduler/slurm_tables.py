@@ -9,7 +9,8 @@ Status for many jobs costs a constant number of scheduler calls, never one per j
 
 1. one ``squeue --states=all -j ID,ID,...``: pending/running jobs and finished ones still in
    slurmctld's memory (``MinJobAge``);
-2. one ``sacct -X -j ID,ID,...``: exit codes, and jobs slurmctld has already forgotten;
+2. one ``sacct -X -D -j ID,ID,...``: exit codes, restart counts (one line per run), and jobs
+   slurmctld has already forgotten;
 3. only when sacct fails (no slurmdbd: "accounting storage is disabled", or no sacct at
    all): one ``scontrol -o show job`` for exit codes and restart counts.
 
@@ -176,6 +177,8 @@ def parse_scontrol_jobs(text: str) -> list[dict[str, str]]:
 SQUEUE_FORMAT = "%i|%T|%r|%N"
 SQUEUE_FIELDS = ("JOBID", "STATE", "REASON", "NODELIST")
 SACCT_FIELDS = ("JobIDRaw", "State", "ExitCode", "NodeList")
+# a run that ended in one of these states is followed by another run of the same job
+_REQUEUED = (JobState.REQUEUED, JobState.REQUEUE_HOLD, JobState.REQUEUE_FED)
 
 
 def squeue_statuses(text: str) -> dict[str, JobStatus]:
@@ -192,20 +195,26 @@ def squeue_statuses(text: str) -> dict[str, JobStatus]:
 
 
 def sacct_statuses(text: str) -> dict[str, JobStatus]:
-    """``sacct -X -P -o JobIDRaw,State,ExitCode,NodeList`` (header line optional) -> job id -> status.
+    """``sacct -X -D -P -o JobIDRaw,State,ExitCode,NodeList`` (header line optional) -> job id -> status.
 
-    Job steps (``123.batch``) are skipped; for a requeued job sacct may print one line per
-    run, and the last one (the current run) wins.
+    Job steps (``123.batch``) are skipped.  With ``-D`` (``--duplicates``) a requeued job has
+    one line per run, oldest first: the last one (the current run) gives the state, and the
+    runs before it the restart count.  A last run that ended ``REQUEUED`` counts as a restart
+    too: its successor is pending but not recorded yet.
     """
     table = parse_sacct(text, SACCT_FIELDS, skip_bad_rows=True)
     out: dict[str, JobStatus] = {}
+    runs: dict[str, int] = {}
     for r in table.rows if isinstance(table, SacctTable) else ():
         jid = r.job_id.strip()
         if not re.fullmatch(r"\d+(_\d+)?", jid):  # steps, a header line, garbage
             continue
         exit_code, sig = parse_exit_code(r.fields["ExitCode"])
         nodes = r.fields["NodeList"].strip()
-        out[jid] = JobStatus(state=JobState.parse(r.state), exit_code=exit_code, signal=sig,
+        runs[jid] = runs.get(jid, 0) + 1
+        state = JobState.parse(r.state)
+        restarts = runs[jid] - 1 + (1 if state in _REQUEUED else 0)
+        out[jid] = JobStatus(state=state, exit_code=exit_code, signal=sig, restarts=restarts,
                              nodes=None if nodes in ("", "None assigned") else nodes, source="sacct", raw=r.raw)
     return out
 
@@ -255,7 +264,7 @@ class SlurmQuery:
             # about the jobs: a job absent from an answer that never came has not ended.
             raise SlurmUnreachable(f"cannot reach Slurm controller: {last_line(sq.stderr)}")
         live = squeue_statuses(sq.stdout) if sq.returncode == 0 else {}
-        acct = self._call(["sacct", "-X", "-P", "-n", "-j", joined, "-o", ",".join(SACCT_FIELDS)])
+        acct = self._call(["sacct", "-X", "-D", "-P", "-n", "-j", joined, "-o", ",".join(SACCT_FIELDS)])
         if acct.returncode == 0:
             extra = sacct_statuses(acct.stdout)
         else:  # no slurmdbd (or no sacct): slurmctld's own memory has the exit codes
