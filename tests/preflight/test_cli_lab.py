@@ -153,10 +153,10 @@ def test_ctrl_c_with_worker_processes_prints_what_was_checked(sshlab_factory: An
     -INT` sends it) still reports the nodes that answered and lists the others unchecked."""
     from tests.conftest import CLI
 
-    mapping = {**{f"q{i:02d}": "healthy" for i in range(1, 5)},
+    mapping = {**{f"a{i:02d}": "healthy" for i in range(1, 5)},  # (host lists sort: these come first)
                **{f"h{i:02d}": "hung_command" for i in range(1, 65)}}
     big = sshlab_factory(mapping)  # sshd logs each session's close (VERBOSE)
-    site = write_site(tmp_path / "big.yaml", big, nodelist="q[01-04],h[01-64]", command_timeout_s=90)
+    site = write_site(tmp_path / "big.yaml", big, nodelist="a[01-04],h[01-64]", command_timeout_s=90)
     ck = CLI().bind(process=True, wrap=big.wrap, env={**big.env(), "SSH_AUTH_SOCK": None})
     proc = ck.popen("preflight", "--site", str(site), "--stage", "multi-node")
     deadline = time.monotonic() + 60  # the healthy nodes answer within seconds on an idle machine
