@@ -39,7 +39,7 @@ else
 fi
 
 # DS_BUILD_OPS=0: deepspeed's CUDA/C++ ops are not compiled at install (the tests run it on CPU)
-DS_BUILD_OPS=0 "$PY" -m pip install -q --disable-pip-version-check ".[test,examples,doctor]"
+DS_BUILD_OPS=0 "$PY" -m pip install -q --disable-pip-version-check ".[test,examples]"
 
 # horovod and colossalai do not install here (horovod's pip install compiles Gloo/MPI, colossalai pins an
 # older torch). tests/render/test_launcher_parsers.py runs their own pure-Python launcher code instead,
