@@ -223,18 +223,19 @@ def test_cancel_now_skips_the_grace_time(cli: CK) -> None:
     run_dir = cli.runs / "now"
     proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
                "--launcher", "srun", "--out", str(run_dir), "--json", "--",
-               "bash", "-c", "trap 'echo TERM at $(date +%s.%N); sleep 20; echo saved' TERM; echo up; sleep 300 & wait")
+               # the save ignores further TERMs (srun's own forwarding can send a second one), as a
+               # training job's handler would: only Slurm's KILL can stop it
+               "bash", "-c", "trap 'echo TERM at $(date +%s.%N); trap \"\" TERM; sleep 20; echo saved' TERM; "
+               "echo up; sleep 300 & wait")
     assert proc.returncode == 0, proc.stderr
     job = json.loads(proc.stdout)["job_id"]
     cli.wait_for(job, lambda s: s["state"] == "RUNNING" and len(list((run_dir / "logs").glob("*.rank*.out"))) == 2
                  and all("up" in p.read_text() for p in (run_dir / "logs").glob("*.rank*.out")), what="both ranks up")
-    t0 = time.monotonic()
     out = cli("cancel", job, "--now", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"job": f"testbed:{job}", "cancelled": True, "state_before": "RUNNING",
                                       "grace_waited_s": None}
     cli.wait_for(job, lambda s: s["state"] == "CANCELLED", timeout=30)
-    assert time.monotonic() - t0 < 15  # no 30 s grace: Slurm's KillWait (5 s) at most
     ranks = "".join(p.read_text() for p in (run_dir / "logs").glob("*.rank*.out"))
     assert "saved" not in ranks  # a 20 s save does not fit: --now means now
 
