@@ -31,10 +31,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from clusterkit.errors import ExitCode, RecordError
-from clusterkit.vocab import JobState, SchedulerKind
+from clusterkit.vocab import JobState, SchedulerKind, is_job_id
 
 RECORD_VERSION = 1
 OPEN_INDEX = ".open"  # directory of markers: records whose job has not ended
@@ -72,6 +72,15 @@ class JobRecord(BaseModel):
     cancel_requested: bool = False
     # `clusterkit doctor`'s one-line verdict, cached for `status` (which never reads logs itself)
     diagnosis: str | None = None
+
+    @field_validator("job_id")
+    @classmethod
+    def _job_id(cls, value: str) -> str:
+        # the id names files (the record's, ``<id>.result``) and is handed to scancel: a record
+        # anyone could edit must not make it a path or an option
+        if not is_job_id(value):
+            raise ValueError(f"{value[:40]!r} is not a job id (digits, or ARRAYID_TASK)")
+        return value
 
     @property
     def key(self) -> str:
@@ -138,6 +147,12 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 class RecordStoreError(RecordError):
     """The records directory cannot take a record: a setup problem, found before submitting."""
+
+    exit_code = ExitCode.USAGE
+
+
+class JobRefError(RecordError):
+    """A job named on the command line by something that is not ``JOB_ID`` or ``SITE:JOB_ID``."""
 
     exit_code = ExitCode.USAGE
 
@@ -287,8 +302,8 @@ class RecordStore:
     def find(self, ref: str) -> JobRecord:
         """The record named by ``JOB_ID`` or ``SITE:JOB_ID`` (the newest if an id repeats)."""
         site, _, job_id = ref.rpartition(":")
-        if not job_id:
-            raise RecordError(f"{ref!r}: expected a job id or SITE:JOB_ID")
+        if not is_job_id(job_id):
+            raise JobRefError(f"{ref[:80]!r}: expected a job id or SITE:JOB_ID")
         candidates = [p for p in self.files() if p.stem.endswith(f"-{job_id}")]
         matches: list[JobRecord] = []
         for path in candidates:
