@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit.diagnose import catalogue, lines
+from clusterkit.safefile import open_regular
 
 try:  # a dependency; the fallback keeps doctor working where the wheel cannot be installed
     import re2 as _fast_re
@@ -196,9 +197,9 @@ def scan_file(path: Path, progress: Callable[[int], None] | None = None) -> File
     """Read ``path`` in chunks and collect its findings; never raises for a bad file."""
     restart, node, rank = name_facts(path)
     scan = FileScan(path=str(path), node=node, rank=rank)
-    try:
-        st = path.stat()
-        fh = path.open("rb")
+    try:  # a FIFO or a device in a logs directory would hang the read or never end it
+        fh = open_regular(path)
+        st = os.fstat(fh.fileno())
     except OSError as exc:
         scan.error = f"{path}: {exc.strerror or exc}"
         return scan
