@@ -164,3 +164,38 @@ def test_ssh_include_has_a_total_cap(tmp_path: Path) -> None:
     (tmp_path / "c10").write_text("Host *\n  Port 2222\n")  # 1 + 3 + ... + 3**10 reads: still over
     (tmp_path / "c3").write_text("Host *\n  Port 2222\n")   # 1 + 3 + 9 + 27 = 40 reads: fine
     assert SSHRunner(ssh_config=str(tmp_path / "c0")).resolve("gpu001").port == 2222
+
+
+def test_doctor_reads_a_sparse_terabyte_only_up_to_its_cap_and_says_so(ck, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterkit.diagnose import reader
+
+    monkeypatch.setattr(reader, "FILE_MAX_BYTES", 4 << 20)  # the real cap is 4 GiB: the same code, sooner
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with (logs / "huge.out").open("wb") as fh:
+        fh.write(b"torch.OutOfMemoryError: CUDA out of memory.\n")
+        fh.truncate(1 << 40)  # what `truncate -s 1T` in a job leaves
+    (logs / "small.out").write_text("rank 1 step 3\n")
+    res = ck("doctor", "--logs", str(logs))
+    assert res.code == 1 and "gpu-oom" in res.out, res
+    assert "read 2 file(s)" in res.out and "; 1 cut at 4 MiB" in res.out
+    assert f"clusterkit: warning: {logs / 'huge.out'}: read only its first 4 MiB" in res.err
+    report = json.loads(ck("doctor", "--logs", str(logs), "--json").out)
+    assert report["files"]["cut"] == [str(logs / "huge.out")]
+    assert report["files"]["bytes"] == (4 << 20) + len("rank 1 step 3\n")
+    (logs / "huge.out").unlink()
+    again = json.loads(ck("doctor", "--logs", str(logs), "--json").out)
+    assert again["files"]["cut"] == []
+
+
+def test_a_file_exactly_at_the_cap_is_not_cut(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterkit.diagnose import reader
+
+    monkeypatch.setattr(reader, "FILE_MAX_BYTES", 1 << 20)
+    (tmp_path / "a.out").write_bytes(b"x" * 63 + b"\n" * (1 + (1 << 20) - 64))
+    scan = reader.scan_file(tmp_path / "a.out")
+    assert (scan.bytes_read, scan.cut) == (1 << 20, False)
+    (tmp_path / "b.out").write_bytes(b"\n" * ((1 << 20) + 1))
+    scan = reader.scan_file(tmp_path / "b.out")
+    assert (scan.bytes_read, scan.cut) == (1 << 20, True)

@@ -65,7 +65,8 @@ def _print(report: dict[str, Any]) -> None:
             for a in v["advice"]:
                 say(f"  advice: {a}")
     files = report["files"]
-    say(f"read {files['read']} file(s), {files['bytes']} bytes")
+    say(f"read {files['read']} file(s), {files['bytes']} bytes"
+        + (f"; {len(files['cut'])} cut at {files['max_bytes_per_file'] >> 20} MiB" if files["cut"] else ""))
 
 
 @click.command(epilog=DOCTOR_EXIT_HELP)
@@ -101,6 +102,9 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
         _print(report)
     for e in report["files"]["unreadable"]:
         output.warn(f"could not read {e}")
+    for path in report["files"]["cut"]:
+        output.warn(f"{path}: read only its first {report['files']['max_bytes_per_file'] >> 20} MiB; "
+                    "the verdict does not cover the rest")
     if report.get("slurm_error"):
         raise LogsUnreadable(f"{report['slurm_error']} (diagnosed from the logs alone)")
     return 0 if report["verdict"]["category"] == "ok" else 1
