@@ -198,3 +198,28 @@ def test_pdsh_deepspeed_env_with_safe_values_renders(ck, tmp_path: Path) -> None
     script = (tmp_path / "run" / "job.sbatch").read_text()
     assert 'export DS_ENV_FILE="$CK_RUN_DIR/.deepspeed_env"' in script     # the launcher's setup line
     assert "\n  srun " not in script and "exec deepspeed" in script          # once, on the batch host
+
+
+def test_plan_json_at_the_largest_accepted_numbers_is_finite_json(ck, tmp_path: Path) -> None:
+    """Every input at its upper bound at once: the figures are big, but JSON numbers, never
+    Infinity or NaN (which strict JSON readers refuse)."""
+    import json
+    import math
+
+    big = "1000000000"
+    result = ck("plan", "--site", "ib-h100", "--model-params", "1e16", "--seq-len", big, "--micro-batch", big,
+                "--hidden-size", big, "--layers", big, "--vocab-size", big, "--buffer-factor", "100",
+                "--hours", "1e6", "--json", cwd=tmp_path)
+    assert result.code == 0, result
+    assert "Infinity" not in result.out and "NaN" not in result.out
+
+    def finite(v: Any) -> bool:
+        if isinstance(v, float):
+            return math.isfinite(v)
+        if isinstance(v, dict):
+            return all(finite(x) for x in v.values())
+        if isinstance(v, list):
+            return all(finite(x) for x in v)
+        return True
+
+    assert finite(json.loads(result.out))

@@ -210,9 +210,9 @@ def test_cancel_reaches_scancel_when_slurm_does_not_answer(ck, outage: RecordSto
     res = ck("cancel", "102")
     assert res.code == 0, res
     assert res.out == "Cancelled job 102 (was UNKNOWN).\n"
-    assert (tmp_path / "scancel.calls").read_text() == "102\n"
+    assert (tmp_path / "scancel.calls").read_text() == "-- 102\n"
     # a stale cached end is not Slurm's word now either: scancel is harmless for an ended job
-    assert ck("cancel", "103").code == 0 and (tmp_path / "scancel.calls").read_text() == "102\n103\n"
+    assert ck("cancel", "103").code == 0 and (tmp_path / "scancel.calls").read_text() == "-- 102\n-- 103\n"
     assert load_record(outage.path_for(outage.find("102"))).cancel_requested
 
 

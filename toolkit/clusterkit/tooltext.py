@@ -1,10 +1,30 @@
 """What every parser of tool output shares (preflight's node tools, Slurm's tables): the
-:class:`ParseFailure` a total parser returns instead of raising, and the bound on the raw text
-it keeps (docs/architecture.md §1)."""
+:class:`ParseFailure` a total parser returns instead of raising, the bound on the raw text
+it keeps (docs/architecture.md §1), and :func:`printable`, the one way such text reaches a terminal."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# CSI and OSC sequences, then any other escape: a node could print "ALL OK" over its own failure
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?")
+# C0 and C1 controls, and the Unicode line and paragraph separators
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROLS_BUT_LINES = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """Text from outside (nodes, Slurm, logs, records) made safe for one terminal line: escape
+    sequences dropped, every other control character a space.  Every human rendering of such
+    text goes through this or :func:`printable_lines`; ``--json`` escapes instead."""
+    return _CONTROLS.sub(" ", _ESCAPES.sub("", text))
+
+
+def printable_lines(text: str) -> str:
+    """:func:`printable` for text of several lines: newlines and tabs are kept."""
+    return _CONTROLS_BUT_LINES.sub(" ", _ESCAPES.sub("", text))
+
 
 RAW_LIMIT = 4000  # keep raw text bounded: a node or a command may print megabytes of garbage
 

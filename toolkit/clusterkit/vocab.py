@@ -1,5 +1,5 @@
 """Every closed vocabulary of clusterkit, once: stages with their node ranges, launchers,
-preflight transports, scheduler kinds, job states, and Slurm time (one parser, one validator).
+preflight transports, scheduler kinds, job states, job ids, and Slurm time (one parser, one validator).
 
 Everything else imports these names; nothing here does I/O (docs/architecture.md §1).
 """
@@ -10,6 +10,19 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Literal
+
+# --------------------------------------------------------------------------- job ids
+
+# A job id as clusterkit records it and hands it to Slurm: a Slurm job id (``4242``), an array
+# task's (``4242_3``), or a local job's controller pid.  Nothing else is one: ``--me`` (an
+# option to scancel) or ``1/../x`` (a path) read from a record or from Slurm are refused.
+JOB_ID = re.compile(r"[0-9]{1,20}(?:_[0-9]{1,10})?")
+
+
+def is_job_id(text: str) -> bool:
+    """Whether ``text`` is a job id (see :data:`JOB_ID`): ASCII digits only, never a path or an option."""
+    return JOB_ID.fullmatch(text) is not None
+
 
 # --------------------------------------------------------------------------- stages
 

@@ -190,14 +190,21 @@ class Job:
 
     def log_lines(self, tail: int = 0) -> dict[Path, list[str]]:
         """Each log file (batch log first) and its lines, or its last ``tail`` lines (0: all)."""
+        from clusterkit.scheduler.logs import read_log
         from clusterkit.scheduler.logs import tail as last_lines
 
         if isinstance(tail, bool) or not isinstance(tail, int) or tail < 0:
             raise InputError("must be a whole number of lines, 0 for all", field="tail", value=repr(tail))
-        return {p: last_lines(p, tail) if tail else p.read_text(encoding="utf-8", errors="replace").splitlines()
-                for p in self.log_files()}
+
+        def whole(p: Path) -> list[str]:  # within the cap of read_log; unreadable: no lines
+            try:
+                return read_log(p)[0].splitlines()
+            except OSError:
+                return []
+        return {p: last_lines(p, tail) if tail else whole(p) for p in self.log_files()}
 
     def _follow(self, poll_s: float) -> Iterator[LogLine]:
+        from clusterkit.safefile import open_regular
         from clusterkit.scheduler.jobs import has_ended
 
         offsets: dict[Path, int] = {}
@@ -205,14 +212,17 @@ class Job:
         ended = False
         while True:
             for p in self.log_files():
-                with p.open("rb") as fh:
-                    fh.seek(offsets.get(p, 0))
-                    data = fh.read()
+                try:  # regular files only, never through a symlink; 1 MiB a file a pass
+                    with open_regular(p, follow_symlinks=False) as fh:
+                        fh.seek(offsets.get(p, 0))
+                        data = fh.read(1 << 20)
+                except OSError:
+                    continue
                 offsets[p] = offsets.get(p, 0) + len(data)
                 *whole, rest = (partial.pop(p, b"") + data).split(b"\n")
                 for line in whole:
                     yield LogLine(line.decode("utf-8", errors="replace"), p)
-                if rest and ended:
+                if rest and (ended or len(rest) > 1 << 20):  # a line without end is cut at 1 MiB
                     yield LogLine(rest.decode("utf-8", errors="replace"), p)
                 elif rest:
                     partial[p] = rest

@@ -103,8 +103,10 @@ def option_name(field: str, value: str | None) -> str:
 
 def report_error(err: ClusterkitError) -> None:
     """The error as ``clusterkit: error:`` lines, its fields named as the command line's options."""
+    from clusterkit.tooltext import printable
+
     for line in err.lines_named(option_name):
-        click.echo(f"clusterkit: error: {line}", err=True)
+        click.echo(f"clusterkit: error: {printable(line)}", err=True)
 
 
 def main(argv: list[str] | None = None) -> Any:

@@ -41,27 +41,32 @@ def _progress(total: int) -> Iterator[Any]:
 
 def _print(report: dict[str, Any]) -> None:
     from clusterkit.cli import output
+    from clusterkit.tooltext import printable
 
     con = output.out()
+
+    def say(text: str) -> None:  # the lines quote the job's logs and Slurm: no escape sequence gets through
+        con.print(printable(text), markup=False, highlight=False)
+
     for i, r in enumerate(report["restarts"]):
         v = r["verdict"]
         head = f"restart {r['restart']}: " if len(report["restarts"]) > 1 else ""
-        con.print(f"{head}{v['category']}: {v['summary']}", markup=False, highlight=False)
+        say(f"{head}{v['category']}: {v['summary']}")
         where = [f"{k} {v[k]}" for k in ("node", "rank", "time") if v[k] is not None]
         if where:
-            con.print("  " + ", ".join(where), markup=False, highlight=False)
+            say("  " + ", ".join(where))
         for e in v["evidence"]:
-            con.print(f"  evidence: {e}", markup=False, highlight=False)
+            say(f"  evidence: {e}")
         for c in r["cascade"]:
             ranks = c["ranks"]
             shown = ",".join(map(str, ranks[:16])) + ("..." if len(ranks) > 16 else "")
-            con.print(f"  cascade: {c['category']} x{c['count']}" + (f" (ranks {shown})" if ranks else ""),
-                      markup=False, highlight=False)
+            say(f"  cascade: {c['category']} x{c['count']}" + (f" (ranks {shown})" if ranks else ""))
         if i == 0:
             for a in v["advice"]:
-                con.print(f"  advice: {a}", markup=False, highlight=False)
+                say(f"  advice: {a}")
     files = report["files"]
-    con.print(f"read {files['read']} file(s), {files['bytes']} bytes", markup=False, highlight=False)
+    say(f"read {files['read']} file(s), {files['bytes']} bytes"
+        + (f"; {len(files['cut'])} cut at {files['max_bytes_per_file'] >> 20} MiB" if files["cut"] else ""))
 
 
 @click.command(epilog=DOCTOR_EXIT_HELP)
@@ -97,6 +102,9 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
         _print(report)
     for e in report["files"]["unreadable"]:
         output.warn(f"could not read {e}")
+    for path in report["files"]["cut"]:
+        output.warn(f"{path}: read only its first {report['files']['max_bytes_per_file'] >> 20} MiB; "
+                    "the verdict does not cover the rest")
     if report.get("slurm_error"):
         raise LogsUnreadable(f"{report['slurm_error']} (diagnosed from the logs alone)")
     return 0 if report["verdict"]["category"] == "ok" else 1

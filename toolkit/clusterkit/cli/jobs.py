@@ -197,7 +197,19 @@ def logs(job: str, follow: bool, lines: int, as_json: bool) -> int:
 
 
 def _read(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace")
+    """The file as written, up to the cap of ``read_log`` (with a warning when cut)."""
+    from clusterkit.cli import output
+    from clusterkit.scheduler.logs import LOG_MAX_BYTES, read_log
+
+    try:
+        text, cut = read_log(path)
+    except OSError as exc:
+        output.warn(f"cannot read {path}: {exc.strerror or exc}")
+        return ""
+    if cut:
+        output.warn(f"{path}: larger than {LOG_MAX_BYTES // 2**20} MiB, cut there; "
+                    "`clusterkit logs --tail N` shows its last lines")
+    return text
 
 
 def _follow(job: Job) -> int:

@@ -3,7 +3,9 @@
 Plain lines, notes and warnings go through click (colour only on a terminal; the text is never
 markup).  Tables and progress bars go through rich, imported only for them, which turns colour
 and progress off by itself when stdout is not a terminal; emoji codes stay text (node output
-may say ``:-1:``).  ``--json`` output is one JSON document on stdout.
+may say ``:-1:``).  Text from outside (Slurm, nodes, logs, records) reaches these lines, so
+each goes through :func:`clusterkit.tooltext.printable_lines` (tables: :func:`~clusterkit.tooltext.printable`):
+no escape sequence reaches the terminal.  ``--json`` output is one JSON document on stdout.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from clusterkit.tooltext import printable, printable_lines
 
 if TYPE_CHECKING:  # rich costs ~40 ms to import: plain lines and JSON do not need it
     from rich.console import Console
@@ -49,16 +53,16 @@ def emit_json(data: Any) -> None:
 
 def warn(message: str) -> None:
     # click drops the colour when stderr is not a terminal; the message itself is never markup
-    click.echo(click.style("clusterkit: warning:", fg="yellow") + " " + message, err=True)
+    click.echo(click.style("clusterkit: warning:", fg="yellow") + " " + printable_lines(message), err=True)
 
 
 def info(message: str) -> None:
-    click.echo(message, err=True)
+    click.echo(printable_lines(message), err=True)
 
 
 def line(message: str) -> None:
-    """One plain line on stdout (no markup, no wrapping)."""
-    click.echo(message)
+    """One plain line on stdout (no markup, no wrapping, no escape sequences)."""
+    click.echo(printable_lines(message))
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
@@ -68,7 +72,7 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     for c in columns:
         t.add_column(c)
     for r in rows:
-        t.add_row(*("" if v is None else str(v) for v in r))
+        t.add_row(*("" if v is None else printable(str(v)) for v in r))
     return t
 
 

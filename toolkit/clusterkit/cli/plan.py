@@ -32,6 +32,9 @@ class _Size(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.
         return est.parse_size(str(value), f"--{param.name.replace('_', '-')}" if param and param.name else "size")
 
 
+MAX_NUMBER = 10**18  # any numeric option; each has its own, lower, bound where one is needed
+
+
 class _Number(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.4, see above
     """An int or float option whose bad values are one-line UsageErrors (not click's usage block)."""
 
@@ -47,9 +50,11 @@ class _Number(click.ParamType):  # type: ignore[type-arg]  # generic from click 
             number = self.kind(str(value))
         except ValueError:
             what = "a whole number" if self.kind is int else "a number"
-            raise InputError(f"{opt}: {value!r} is not {what}") from None
-        if not math.isfinite(number):  # nan and inf would reach --json as NaN / Infinity
+            raise InputError(f"{opt}: {str(value)[:40]!r} is not {what}") from None
+        if isinstance(number, float) and not math.isfinite(number):  # --json would print NaN / Infinity
             raise InputError(f"{opt}: {value!r} is not a finite number")
+        if abs(number) > MAX_NUMBER:  # a 400-digit integer: no float holds it, no figure would
+            raise InputError(f"{opt}: {str(value)[:40]!r} is larger than {MAX_NUMBER:.0e}")
         return number
 
 

@@ -172,12 +172,13 @@ def drift(refs: tuple[str, ...], every: bool, probe_with: str | None, as_json: b
     from clusterkit.api import drift as drift_sites
     from clusterkit.cli import output, report_error
     from clusterkit.sites.show import print_run
+    from clusterkit.tooltext import printable_lines
 
     result = drift_sites(refs, every=every, probe_with=probe_with, write=write, dry_run=dry_run)
     if as_json:
         output.emit_json(result.to_json())
     elif dry_run:
-        click.echo("".join(result.diffs.values()), nl=False)
+        click.echo(printable_lines("".join(result.diffs.values())), nl=False)
     else:
         print_run(result)
     for err in result.errors:

@@ -110,7 +110,8 @@ def diagnose_files(files: Sequence[Path], view: verdict.SlurmView | None = None,
         "restarts": restarts,
         "slurm": None,
         "files": {"read": sum(1 for s in scans if s.error is None), "bytes": sum(s.bytes_read for s in scans),
-                  "unreadable": [s.error for s in scans if s.error]},
+                  "unreadable": [s.error for s in scans if s.error],
+                  "cut": [s.path for s in scans if s.cut], "max_bytes_per_file": reader.FILE_MAX_BYTES},
         "engine": reader.ENGINE,
     }
 
@@ -120,7 +121,9 @@ def one_line(report: dict[str, Any]) -> str:
     v = report["verdict"]
     where = ", ".join(x for x in (f"node {v['node']}" if v["node"] else "",
                                   f"rank {v['rank']}" if v["rank"] is not None else "") if x)
-    return f"{v['category']}" + (f" ({where})" if where else "") + f": {v['summary']}"
+    cut = report["files"].get("cut") or []
+    return (f"{v['category']}" + (f" ({where})" if where else "") + f": {v['summary']}"
+            + (f" [{len(cut)} log file(s) cut at {report['files']['max_bytes_per_file'] >> 20} MiB]" if cut else ""))
 
 
 # --------------------------------------------------------------------------- Slurm's side

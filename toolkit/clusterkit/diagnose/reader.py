@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit.diagnose import catalogue, lines
+from clusterkit.safefile import open_regular
 
 try:  # a dependency; the fallback keeps doctor working where the wheel cannot be installed
     import re2 as _fast_re
@@ -29,6 +30,9 @@ except ImportError:  # pragma: no cover - depends on the environment
     _fast_re = None
 
 CHUNK = 1 << 20
+# The most of one file doctor reads (from its start): a job can leave a sparse terabyte
+# (`truncate -s 1T`); the report lists every file cut there.
+FILE_MAX_BYTES = 4 << 30
 MAX_FINDINGS = 200          # per file and category: more only adds to the counts
 MAX_TEXT = 400              # characters of a line kept as evidence
 BLOCK_BYTES = 2048          # torchrun's Root Cause block fits in this
@@ -130,6 +134,7 @@ class FileScan:
     restarts: set[int] = field(default_factory=set)
     success: set[int] = field(default_factory=set)
     bytes_read: int = 0
+    cut: bool = False  # the file held more than FILE_MAX_BYTES; the rest was not read
     error: str | None = None
     kept: Counter[tuple[int, str]] = field(default_factory=Counter)
 
@@ -196,9 +201,9 @@ def scan_file(path: Path, progress: Callable[[int], None] | None = None) -> File
     """Read ``path`` in chunks and collect its findings; never raises for a bad file."""
     restart, node, rank = name_facts(path)
     scan = FileScan(path=str(path), node=node, rank=rank)
-    try:
-        st = path.stat()
-        fh = path.open("rb")
+    try:  # a FIFO or a device in a logs directory would hang the read or never end it
+        fh = open_regular(path)
+        st = os.fstat(fh.fileno())
     except OSError as exc:
         scan.error = f"{path}: {exc.strerror or exc}"
         return scan
@@ -208,7 +213,9 @@ def scan_file(path: Path, progress: Callable[[int], None] | None = None) -> File
         carry = b""
         while True:
             try:
-                data = fh.read(CHUNK)
+                data = fh.read(min(CHUNK, FILE_MAX_BYTES - scan.bytes_read))
+                if not data and scan.bytes_read >= FILE_MAX_BYTES:
+                    scan.cut = bool(fh.read(1))  # more there than doctor reads of one file
             except OSError as exc:
                 scan.error = f"{path}: read failed after {scan.bytes_read} bytes: {exc.strerror or exc}"
                 break

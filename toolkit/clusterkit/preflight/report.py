@@ -11,7 +11,6 @@ contacted.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -20,6 +19,7 @@ from typing import Any
 from clusterkit.errors import ExitCode
 from clusterkit.hostlist import fold
 from clusterkit.preflight.engine import CheckResult, Status
+from clusterkit.tooltext import printable
 
 REPORT_VERSION = 1
 
@@ -74,16 +74,6 @@ class NodeResult:
 
 def _line(c: CheckResult) -> str:
     return printable(f"{c.check}: {c.message}")
-
-
-# CSI and OSC sequences, then any other escape: a node could print "ALL OK" over its own failure
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?")
-_CONTROLS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """Node output made safe for one terminal line: escape sequences dropped, controls as spaces."""
-    return _CONTROLS.sub(" ", _ESCAPES.sub("", text))
 
 
 @dataclass(frozen=True)

@@ -31,13 +31,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from clusterkit.errors import ExitCode, RecordError
-from clusterkit.vocab import JobState, SchedulerKind
+from clusterkit.safefile import NotRegular, read_capped
+from clusterkit.vocab import JobState, SchedulerKind, is_job_id
 
 RECORD_VERSION = 1
 OPEN_INDEX = ".open"  # directory of markers: records whose job has not ended
+RECORD_MAX_BYTES = 1 << 20  # a record is a few KB; a bigger file is not one of ours
 
 
 # --------------------------------------------------------------------------- the record
@@ -73,6 +75,15 @@ class JobRecord(BaseModel):
     # `clusterkit doctor`'s one-line verdict, cached for `status` (which never reads logs itself)
     diagnosis: str | None = None
 
+    @field_validator("job_id")
+    @classmethod
+    def _job_id(cls, value: str) -> str:
+        # the id names files (the record's, ``<id>.result``) and is handed to scancel: a record
+        # anyone could edit must not make it a path or an option
+        if not is_job_id(value):
+            raise ValueError(f"{value[:40]!r} is not a job id (digits, or ARRAYID_TASK)")
+        return value
+
     @property
     def key(self) -> str:
         """``SITE:JOB_ID``, the unambiguous way to name this job on the command line."""
@@ -91,9 +102,10 @@ def result_file(run_dir: Path, job_id: str) -> Path:
 
 def read_result_file(path: Path) -> int | None:
     """The exit status in a result file, or None when there is none (yet) or it is garbled."""
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-    except OSError:
+    try:  # the job writes it: a FIFO, a symlink or a huge file there is not a result
+        data, cut = read_capped(path, 64, follow_symlinks=False)
+        text = "" if cut else data.decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
         return None
     return int(text) if re.fullmatch(r"-?\d{1,3}", text) else None
 
@@ -138,6 +150,12 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 class RecordStoreError(RecordError):
     """The records directory cannot take a record: a setup problem, found before submitting."""
+
+    exit_code = ExitCode.USAGE
+
+
+class JobRefError(RecordError):
+    """A job named on the command line by something that is not ``JOB_ID`` or ``SITE:JOB_ID``."""
 
     exit_code = ExitCode.USAGE
 
@@ -287,8 +305,8 @@ class RecordStore:
     def find(self, ref: str) -> JobRecord:
         """The record named by ``JOB_ID`` or ``SITE:JOB_ID`` (the newest if an id repeats)."""
         site, _, job_id = ref.rpartition(":")
-        if not job_id:
-            raise RecordError(f"{ref!r}: expected a job id or SITE:JOB_ID")
+        if not is_job_id(job_id):
+            raise JobRefError(f"{ref[:80]!r}: expected a job id or SITE:JOB_ID")
         candidates = [p for p in self.files() if p.stem.endswith(f"-{job_id}")]
         matches: list[JobRecord] = []
         for path in candidates:
@@ -303,7 +321,12 @@ class RecordStore:
 def load_record(path: Path) -> JobRecord:
     """Read one record; refuse, with the reason, anything that is not a current record."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw, cut = read_capped(path, RECORD_MAX_BYTES)
+        if cut:
+            raise RecordError(f"{path}: not a job record (larger than {RECORD_MAX_BYTES // 1024} KiB)")
+        data = json.loads(raw.decode("utf-8"))
+    except NotRegular as exc:
+        raise RecordError(f"{path}: not a job record ({exc.strerror})") from None
     except OSError as exc:
         raise RecordError(f"{path}: cannot read job record: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
@@ -312,6 +335,8 @@ def load_record(path: Path) -> JobRecord:
         raise RecordError(f"{path}: not a job record (invalid JSON at line {exc.lineno})") from exc
     except RecursionError as exc:
         raise RecordError(f"{path}: not a job record (JSON nested too deeply)") from exc
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise RecordError(f"{path}: not a job record ({str(exc)[:80]})") from exc
     if not isinstance(data, dict) or "version" not in data:
         raise RecordError(f"{path}: not a clusterkit job record (no 'version' field)")
     version = data["version"]

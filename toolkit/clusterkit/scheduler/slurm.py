@@ -43,7 +43,7 @@ from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.records import read_result_file
 from clusterkit.scheduler.slurm_tables import SlurmQuery
 from clusterkit.slurmtext import UNREACHABLE
-from clusterkit.vocab import JobState, SchedulerKind
+from clusterkit.vocab import JobState, SchedulerKind, is_job_id
 
 if TYPE_CHECKING:
     from submitit.slurm.slurm import SlurmExecutor
@@ -180,7 +180,11 @@ def submit_slurm(run_dir: Path, script_text: str) -> str:
         _drop_temp_files(run_dir)
         raise SlurmUnreachable("cannot submit to Slurm: sbatch is not on PATH") from None
     _drop_temp_files(run_dir)  # submitit leaves a symlink to <job id>_submission.sh behind
-    return str(job.job_id)
+    job_id = str(job.job_id)
+    if not is_job_id(job_id):
+        raise SubmitError(f"sbatch answered {job_id[:80]!r}, not a job id; see `squeue --me` for "
+                          "what was submitted")
+    return job_id
 
 
 def _drop_temp_files(run_dir: Path) -> None:
@@ -209,7 +213,7 @@ def _scancel(args: list[str], *, tolerate_ended: bool) -> None:
 
 def cancel_slurm(job_id: str) -> None:
     """scancel the job (a no-op for a finished one); SubmitError if Slurm is unreachable."""
-    _scancel([job_id], tolerate_ended=False)
+    _scancel(["--", job_id], tolerate_ended=False)
 
 
 def _ranks_running(job_id: str) -> bool:
@@ -232,8 +236,8 @@ def stop_slurm(job_id: str, grace_s: float, poll_s: float = 0.5) -> float:
     ranks exit.  ``--signal=TERM`` without ``--batch`` reaches every task of the running steps
     and their children (torchrun's and deepspeed's workers), not the batch shell.
     """
-    _scancel(["--batch", "--signal=TERM", job_id], tolerate_ended=True)
-    _scancel(["--signal=TERM", job_id], tolerate_ended=True)
+    _scancel(["--batch", "--signal=TERM", "--", job_id], tolerate_ended=True)
+    _scancel(["--signal=TERM", "--", job_id], tolerate_ended=True)
     start = time.monotonic()
     while time.monotonic() - start < grace_s and _ranks_running(job_id):
         time.sleep(poll_s)

@@ -32,7 +32,7 @@ from clusterkit.errors import SlurmUnreachable
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.slurmtext import last_line, parse_exit_code, split_record
 from clusterkit.tooltext import ParseFailure, clip, failure, first_line
-from clusterkit.vocab import JobState
+from clusterkit.vocab import JobState, is_job_id
 
 # squeue's only failure that is an answer: none of the ids asked about is known to slurmctld.
 _NO_SUCH_JOBS = re.compile(r"Invalid job id specified", re.I)
@@ -169,7 +169,7 @@ def parse_squeue(text: str, fields: Sequence[str] | None = None, sep: str = "|",
 def parse_scontrol_jobs(text: str) -> list[dict[str, str]]:
     """``scontrol -o show job`` (one job per line, ``Key=Value`` fields): one dict per job."""
     jobs = [split_record(line) for line in text.splitlines()]
-    return [kv for kv in jobs if kv.get("JobId", "").isdigit()]
+    return [kv for kv in jobs if is_job_id(kv.get("JobId", ""))]
 
 
 # --------------------------------------------------------------------------- tables -> job statuses
@@ -186,7 +186,7 @@ def squeue_statuses(text: str) -> dict[str, JobStatus]:
     rows = parse_squeue(text, SQUEUE_FIELDS, skip_bad_rows=True)
     out: dict[str, JobStatus] = {}
     for r in rows if isinstance(rows, tuple) else ():
-        if not r.job_id:
+        if not is_job_id(r.job_id):  # a header line, garbage
             continue
         reason, nodes = r.fields["REASON"], r.fields["NODELIST"]
         out[r.job_id] = JobStatus(state=JobState.parse(r.state), reason=None if reason in ("", "None") else reason,
@@ -207,7 +207,7 @@ def sacct_statuses(text: str) -> dict[str, JobStatus]:
     runs: dict[str, int] = {}
     for r in table.rows if isinstance(table, SacctTable) else ():
         jid = r.job_id.strip()
-        if not re.fullmatch(r"\d+(_\d+)?", jid):  # steps, a header line, garbage
+        if not is_job_id(jid):  # steps, a header line, garbage
             continue
         exit_code, sig = parse_exit_code(r.fields["ExitCode"])
         nodes = r.fields["NodeList"].strip()

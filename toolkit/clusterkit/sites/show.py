@@ -9,6 +9,12 @@ import click
 
 from clusterkit.sites.admin import DriftRun
 from clusterkit.sites.drift import DriftReport
+from clusterkit.tooltext import printable, printable_lines
+
+
+def _echo(text: str) -> None:
+    """One line that may quote Slurm or a node (a drained node's Reason): never an escape sequence."""
+    click.echo(printable(text))
 
 
 def _value(v: Any) -> str:
@@ -24,25 +30,25 @@ def _shown(path: str) -> str:
 
 def print_report(r: DriftReport) -> None:
     counts = f"{len(r.drift)} drift" + ("" if len(r.drift) == 1 else "s")
-    click.echo(f"site {r.site} ({_shown(r.file)}) vs cluster {r.cluster or '?'}: {counts}")
+    _echo(f"site {r.site} ({_shown(r.file)}) vs cluster {r.cluster or '?'}: {counts}")
     for d in r.drift:
         on = f" on {d.nodes}" if d.nodes else ""
-        click.echo(f"  DRIFT {d.key} at {d.where}: configured {_value(d.configured)}, "
-                   f"live {_value(d.live)}{on} ({d.message})")
+        _echo(f"  DRIFT {d.key} at {d.where}: configured {_value(d.configured)}, "
+              f"live {_value(d.live)}{on} ({d.message})")
     if r.node_state:
         click.echo("  node state (not drift):")
         for s in r.node_state:
-            click.echo(f"    {s.nodes}: {s.state}" + (f" ({s.reason})" if s.reason else ""))
+            _echo(f"    {s.nodes}: {s.state}" + (f" ({s.reason})" if s.reason else ""))
     for host, why in r.unreachable.items():
-        click.echo(f"  UNREACHABLE {host}: {why}")
+        _echo(f"  UNREACHABLE {host}: {why}")
     for note in r.notes:
-        click.echo(f"  note: {note}")
+        _echo(f"  note: {note}")
 
 
 def print_run(run: DriftRun) -> None:
     for r in run.reports:
         print_report(r)
     for site, why in run.skipped:
-        click.echo(f"skipped {site}: {why}")
+        _echo(f"skipped {site}: {why}")
     for diff in run.diffs.values():
-        click.echo(diff, nl=False)
+        click.echo(printable_lines(diff), nl=False)

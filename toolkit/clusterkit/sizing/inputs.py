@@ -20,6 +20,11 @@ OFFLOADS: tuple[str, ...] = ("none", "optimizer", "optimizer+params")
 
 #: Largest parameter count read: the float arithmetic of the memory model overflows long before 1e400.
 MAX_PARAMS = 10**16
+# Bounds on the other numbers: far above any real model or run, low enough that no figure of
+# the memory model overflows a float (which --json would print as Infinity)
+MAX_BUFFER_FACTOR = 100.0
+MAX_HOURS = 1e6
+MAX_SHAPE = 10**9
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
 _SIZE_RE = re.compile(r"\s*([+-]?)\s*((?:\d[\d_]*)?(?:\.\d*)?(?:[eE][+-]?\d+)?)\s*([kKmMbBgGtT]?)\s*")
 
@@ -35,7 +40,10 @@ def parse_size(text: str, what: str = "--model-params") -> int:
     if not match or not any(c.isdigit() for c in number):
         raise InputError(f"{what}: cannot read {text!r} as a parameter count (examples: 7B, 70e9, 350M, 1.5T)")
     try:
-        value = Decimal(number) * _SUFFIX[match.group(3).upper()]
+        mantissa = Decimal(number)
+        if mantissa and mantissa.adjusted() > 30:  # 1e999999999: the product would overflow Decimal
+            raise InputError(f"{what}: {text!r} is more than {human_count(MAX_PARAMS)} parameters (the limit)")
+        value = mantissa * _SUFFIX[match.group(3).upper()]
     except InvalidOperation:  # pragma: no cover - the regex admits only decimal syntax
         raise InputError(f"{what}: cannot read {text!r} as a parameter count") from None
     if match.group(1) == "-" and value != 0:
@@ -116,16 +124,16 @@ def check_request(hw: Hardware, req: SizingRequest) -> None:
         raise InputError(f"{nodes} nodes asked for, but the site has {hw.max_nodes}")
     if not 0 <= req.headroom < 1:
         raise InputError(f"--headroom {req.headroom}: must be at least 0 and below 1")
-    if req.buffer_factor <= 0:
-        raise InputError(f"--buffer-factor {req.buffer_factor}: must be positive")
-    if req.hours is not None and req.hours <= 0:
-        raise InputError(f"--hours {req.hours}: must be positive")
+    if not 0 < req.buffer_factor <= MAX_BUFFER_FACTOR:
+        raise InputError(f"--buffer-factor {req.buffer_factor}: must be positive and at most {MAX_BUFFER_FACTOR}")
+    if req.hours is not None and not 0 < req.hours <= MAX_HOURS:
+        raise InputError(f"--hours {req.hours}: must be positive and at most {MAX_HOURS:g}")
     if req.shape is not None:
         sh = req.shape
         for name, value in (("--seq-len", sh.seq_len), ("--micro-batch", sh.micro_batch),
                             ("--hidden-size", sh.hidden), ("--layers", sh.layers), ("--vocab-size", sh.vocab)):
-            if value < 1:
-                raise InputError(f"{name} {value}: must be at least 1")
+            if not 1 <= value <= MAX_SHAPE:
+                raise InputError(f"{name} {value}: must be at least 1 and at most {MAX_SHAPE:.0e}")
     if req.launcher is not None and req.launcher not in LAUNCHERS:
         raise InputError(f"--launcher {req.launcher!r}: choose one of {', '.join(LAUNCHERS)}")
     if req.offload is not None and req.offload not in OFFLOADS:

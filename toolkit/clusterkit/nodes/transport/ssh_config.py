@@ -129,15 +129,31 @@ def _with_jump(target: SSHTarget, jump: SSHTarget) -> SSHTarget:
     return SSHTarget(**{**target.__dict__, "jump": jump})
 
 
-def _config_text(path: Path, depth: int = 0) -> str:
+INCLUDE_FILES = 256          # files one ssh config may pull in with Include, all together
+INCLUDE_BYTES = 16 * 2**20   # and their text, all together
+
+
+def _config_text(path: Path, depth: int = 0, budget: list[int] | None = None) -> str:
     """The config with its ``Include`` lines replaced by the files they name (paramiko
-    ignores Include; OpenSSH reads relative names from ~/.ssh and expands globs)."""
+    ignores Include; OpenSSH reads relative names from ~/.ssh and expands globs).
+
+    Bounded in depth (16 files deep) and in total (:data:`INCLUDE_FILES` reads,
+    :data:`INCLUDE_BYTES` of text): files that each include the next several times would
+    otherwise be read an exponential number of times."""
     import glob
 
     if depth > 16:
         raise ValueError(f"Include nested deeper than 16 files at {path}")
+    budget = [INCLUDE_FILES, INCLUDE_BYTES] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise ValueError(f"Include pulls in more than {INCLUDE_FILES} files in all (at {path})")
+    text = path.read_text()
+    budget[1] -= len(text)
+    if budget[1] < 0:
+        raise ValueError(f"Include pulls in more than {INCLUDE_BYTES // 2**20} MiB of text in all (at {path})")
     out = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         words = line.split()
         if not words or words[0].lower() != "include":
             out.append(line)
@@ -148,7 +164,7 @@ def _config_text(path: Path, depth: int = 0) -> str:
                 pattern = os.path.expanduser(f"~/.ssh/{pattern}")
             for name in sorted(glob.glob(pattern)):
                 if os.path.isfile(name):
-                    out.append(_config_text(Path(name), depth + 1))
+                    out.append(_config_text(Path(name), depth + 1, budget))
     return "\n".join(out) + "\n"
 
 

@@ -1,0 +1,98 @@
+"""Terminal escape sequences in text from outside (a job's logs, a record, a node's Reason in
+Slurm) never reach the terminal: the human output drops them (tooltext.printable, the one
+helper), ``--json`` keeps the text as escaped data.  Each case runs the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from clusterkit.tooltext import printable, printable_lines
+from tests.conftest import REPO
+
+# erase the line and print "ALL OK" over it, retitle the terminal, ring the bell, clear the screen
+ATTACK = "\x1b]0;pwned\x07\x1b[2K\x1b[1GALL OK\x1b[2J\x9b31m\u2028\x08\r"
+RAW = ("\x1b", "\x07", "\x08", "\x9b", "\u2028", "\r")
+DATA = REPO / "tests" / "data" / "sites" / "slurm-22.05"
+
+
+def _clean(text: str) -> None:
+    for raw in RAW:
+        assert raw not in text, (raw, text)
+
+
+@pytest.mark.parametrize("text", [ATTACK, "\x1bP1;2|x\x1b\\", "\x1b[?1049h", "\x1b]8;;http://x\x07link\x1b]8;;\x07",
+                                  "a\x00b", "\x85next", "\x7f", "tab\there"])
+def test_printable_drops_every_escape_and_control(text: str) -> None:
+    one, lines = printable(text), printable_lines(text + "\n" + text)
+    _clean(one)
+    _clean(lines)
+    assert "\n" not in one and lines.count("\n") >= 1
+    assert "\x1b" not in one and all(ord(c) >= 0x20 and not 0x7f <= ord(c) <= 0x9f for c in one)
+
+
+def test_printable_keeps_the_words() -> None:
+    assert printable("CUDA out of memory " + ATTACK).startswith("CUDA out of memory ALL OK")
+    assert printable_lines("a\tb\nc") == "a\tb\nc"
+
+
+def test_doctor_evidence_is_printed_without_escapes(ck, tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "train.out").write_text(f"rank 0 step 1\ntorch.OutOfMemoryError: CUDA out of memory. {ATTACK}\n")
+    res = ck.proc("doctor", "--logs", str(logs))
+    assert "gpu-oom" in res.out, res
+    _clean(res.out)
+    _clean(res.err)
+    assert f"{logs / 'train.out'}:2: torch.OutOfMemoryError: CUDA out of memory. ALL OK" in res.out
+    as_json = ck.proc("doctor", "--logs", str(logs), "--json")
+    assert "\x1b" not in as_json.out and "\\u001b]0;pwned" in as_json.out
+
+
+def _record(root: Path, run_dir: Path, **kw: object) -> None:
+    root.mkdir(parents=True)
+    run_dir.mkdir()
+    data = dict(version=1, job_id="7", scheduler="local", site="local", site_source="x.yaml",
+                stage="single-node", launcher="torchrun", job_name="ck", nnodes=1, world_size=1,
+                command=["python", "train.py"], run_dir=str(run_dir), script="job.sbatch",
+                submitted_at="2026-01-01T00:00:00.000000Z", host="login1", plan={}, **kw)
+    (root / "20260101T000000000000-local-7.json").write_text(json.dumps(data))
+
+
+def test_status_prints_a_cached_reason_and_diagnosis_without_escapes(ck, tmp_path: Path) -> None:
+    env = {"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")}
+    _record(tmp_path / "state" / "jobs", tmp_path / "run", state="FAILED", exit_code=1,
+            reason=f"exit 1 {ATTACK}", diagnosis=f"gpu-oom: CUDA out of memory {ATTACK}")
+    one = ck.proc("status", "7", env=env)
+    assert one.code == 0, one
+    _clean(one.out)
+    _clean(one.err)
+    assert "doctor: gpu-oom: CUDA out of memory ALL OK" in one.out
+    table = ck.proc("status", env=env)
+    assert table.code == 0 and "FAILED" in table.out, table
+    _clean(table.out)
+    as_json = ck.proc("status", "7", "--json", env=env)
+    assert "\\u001b]0;pwned" in as_json.out and "\x1b" not in as_json.out
+
+
+def test_drift_prints_a_node_reason_without_escapes(ck, tmp_path: Path) -> None:
+    # the captured down/drain listing (Slurm 22.05.8), node3's Reason rewritten as a hostile
+    # admin or a compromised health check could set it (scontrol update ... Reason=...)
+    nodes = (DATA / "show-node-o-down-drain.txt").read_text().replace("Reason=bad gpu", f"Reason=bad gpu {ATTACK}")
+    assert ATTACK in nodes
+    for name, text in {"config": (DATA / "show-config.txt").read_text(), "node": nodes,
+                       "partition": (DATA / "show-partition-o.txt").read_text()}.items():
+        (tmp_path / f"{name}.txt").write_text(text)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\n# stand-in for scontrol: captured output\ncat "{tmp_path}/$2.txt"\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    site = tmp_path / "tb.yaml"
+    site.write_text((REPO / "site_configs" / "testbed.yaml").read_text())
+    res = ck.proc("sites", "drift", str(site), env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    assert "node3: IDLE+DRAIN (bad gpu" in res.out, res  # the words before the attack stay
+    _clean(res.out)
+    _clean(res.err)

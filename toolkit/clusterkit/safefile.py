@@ -1,0 +1,80 @@
+"""Files that others write (a job's logs and result file, job records): opened only when they
+are regular files, never blocking on the open, and read within a byte budget.
+
+A job can leave a FIFO where its log or ``<job>.result`` should be (an open for reading would
+wait forever), a symlink to a file outside its run directory, ``/dev/zero``, or a sparse
+terabyte; :func:`open_regular` refuses the first three and :func:`read_capped` stops at a cap.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+
+class NotRegular(OSError):
+    """The path is not a regular file (a FIFO, a device, a directory, or a symlink where none
+    is followed); ``strerror`` says which."""
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def open_regular(path: str | os.PathLike[str], *, follow_symlinks: bool = True) -> BinaryIO:
+    """``path`` opened for reading in binary, if it is a regular file; :class:`NotRegular`
+    (an OSError) otherwise.  The open never blocks (``O_NONBLOCK``: a FIFO with no writer);
+    the type is checked on the open file, so a file swapped after a check is caught too.
+    With ``follow_symlinks`` False a symlink is refused (``O_NOFOLLOW``)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if not follow_symlinks and exc.errno == errno.ELOOP and os.path.islink(path):
+            raise NotRegular(exc.errno, "a symbolic link (not followed)", str(path)) from None
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegular(0, _kind(mode), str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_capped(path: str | os.PathLike[str], limit: int, *, follow_symlinks: bool = True) -> tuple[bytes, bool]:
+    """The first ``limit`` bytes of the regular file ``path`` and whether it held more."""
+    with open_regular(path, follow_symlinks=follow_symlinks) as fh:
+        data = fh.read(limit + 1)
+    return data[:limit], len(data) > limit
+
+
+def is_regular_file(path: Path) -> bool:
+    """Whether ``path`` itself (not what a symlink points to) is a regular file."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_real_dir(path: Path) -> bool:
+    """Whether ``path`` itself (not what a symlink points to) is a directory."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
