@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from clusterkit.errors import ExitCode, RecordError
+from clusterkit.errors import ExitCode, NoJobRecord, RecordError
 from clusterkit.vocab import JobState, SchedulerKind
 
 RECORD_VERSION = 1
@@ -288,7 +288,7 @@ class RecordStore:
         """The record named by ``JOB_ID`` or ``SITE:JOB_ID`` (the newest if an id repeats)."""
         site, _, job_id = ref.rpartition(":")
         if not job_id:
-            raise RecordError(f"{ref!r}: expected a job id or SITE:JOB_ID")
+            raise NoJobRecord(f"{ref!r}: expected a job id or SITE:JOB_ID")
         candidates = [p for p in self.files() if p.stem.endswith(f"-{job_id}")]
         matches: list[JobRecord] = []
         for path in candidates:
@@ -296,7 +296,7 @@ class RecordStore:
             if rec.job_id == job_id and (not site or rec.site == site):
                 matches.append(rec)
         if not matches:
-            raise RecordError(f"no job record for {ref!r} in {self.root} (see `clusterkit status`)")
+            raise NoJobRecord(f"no job record for {ref!r} in {self.root} (see `clusterkit status`)")
         return matches[-1]
 
 

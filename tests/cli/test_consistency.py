@@ -1,0 +1,52 @@
+"""What every command does alike: exit codes on every --help page, one exit code for "no job record"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pytest
+
+from clusterkit.cli import COMMANDS, cli, load_command
+from tests.conftest import assert_one_line_error
+
+
+def _help_pages() -> list[tuple[str, ...]]:
+    pages: list[tuple[str, ...]] = [()]
+    for name, spec in sorted(COMMANDS.items()):
+        command = load_command(name, *spec[:2])
+        pages.append((name,))
+        if isinstance(command, click.Group):
+            pages.extend((name, sub) for sub in sorted(command.commands))
+    return pages
+
+
+def test_every_command_is_covered() -> None:
+    pages = _help_pages()
+    assert len(pages) > len(COMMANDS) + 1  # the top page, each command, the sites subcommands
+    assert ("sites", "validate") in pages and ("doctor",) in pages
+
+
+@pytest.mark.parametrize("words", _help_pages(), ids=lambda w: " ".join(w) or "clusterkit")
+def test_every_help_page_lists_the_exit_codes(ck, words: tuple[str, ...]) -> None:
+    res = ck(*words, "--help")
+    assert res.code == 0, res.err
+    lines = res.out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "Exit codes:")
+    codes = {line.split()[0] for line in lines[start + 1:] if line.strip()[:1].isdigit()}
+    assert {"0", "2"} <= codes, res.out
+
+
+def test_the_shared_epilog_keeps_a_command_s_own() -> None:
+    assert cli.epilog is not None and "Exit codes:" in cli.epilog
+    doctor = load_command("doctor", *COMMANDS["doctor"][:2])
+    assert doctor.epilog is not None and doctor.epilog.count("Exit codes:") == 1
+    assert "a failure was diagnosed" in doctor.epilog  # its own, not the shared one
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "cancel", "doctor"])
+def test_no_job_record_exits_2_in_every_command(ck, command: str, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLUSTERKIT_STATE_DIR", str(tmp_path))
+    assert_one_line_error(ck(command, "424242"), 2, "no job record for '424242'")
+    assert_one_line_error(ck(command, "site:"), 2, "'site:': expected a job id or SITE:JOB_ID")
