@@ -50,3 +50,23 @@ def test_no_job_record_exits_2_in_every_command(ck, command: str, tmp_path: Path
     monkeypatch.setenv("CLUSTERKIT_STATE_DIR", str(tmp_path))
     assert_one_line_error(ck(command, "424242"), 2, "no job record for '424242'")
     assert_one_line_error(ck(command, "site:"), 2, "'site:': expected a job id or SITE:JOB_ID")
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (("sumbit",), "No such command 'sumbit'. Did you mean 'submit'?"),
+    (("sites", "valdate"), "No such command 'valdate'. Did you mean 'validate'?"),
+    (("render", "--site", "local", "--set", "zero_stag=2", "--", "python", "t.py"),
+     "--set zero_stag: unknown setting; did you mean zero_stage? valid settings: account,"),
+    (("render", "--site", "local", "--set", "micro-bach=2", "--", "python", "t.py"),
+     "--set micro_bach: unknown setting; did you mean micro_batch?"),
+])
+def test_a_mistyped_command_or_setting_gets_the_closest_name(ck, tmp_path: Path, args: tuple[str, ...],
+                                                             needle: str) -> None:
+    assert_one_line_error(ck(*args, cwd=tmp_path), 2, needle)
+
+
+@pytest.mark.parametrize("args", [("zzzz",), ("render", "--site", "local", "--set", "qqqqqq=1", "--", "t")])
+def test_nothing_close_suggests_nothing(ck, tmp_path: Path, args: tuple[str, ...]) -> None:
+    res = ck(*args, cwd=tmp_path)
+    assert_one_line_error(res, 2)
+    assert "did you mean" not in res.err.lower()
