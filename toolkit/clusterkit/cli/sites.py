@@ -25,7 +25,11 @@ def sites() -> None:
 @sites.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_(as_json: bool) -> None:
-    """List the sites on the search path, and where each comes from."""
+    """List the sites on the search path, and where each comes from.
+
+    A built-in example site shadowed by a site of the same name is listed once, as the site
+    that wins (--json lists every file, each with "shadowed").
+    """
     from clusterkit.api import Site, sites
     from clusterkit.cli import output
 
@@ -45,7 +49,7 @@ def list_(as_json: bool) -> None:
     output.print_table(None, ["site", "from", "scheduler", "nodes", "gpus/node", "fabric", "description"], [
         (f"{r['name']}{' (shadowed)' if r['shadowed'] else ''}", r["from"], r.get("scheduler", "INVALID"),
          r.get("nodes", ""), r.get("gpus_per_node", ""), r.get("fabric", ""), r.get("description", r.get("error", "")))
-        for r in rows])
+        for r in rows if not (r["shadowed"] and r["from"] == "built-in")])
 
 
 @sites.command()

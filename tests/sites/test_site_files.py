@@ -1,10 +1,12 @@
-"""``sites validate`` on partial configs (``_*.yaml``): validated as fragments, errors before the ok lines."""
+"""``sites validate`` on partial configs (``_*.yaml``), errors before the ok lines; shadowed built-in sites."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import REPO, assert_one_line_error
 
@@ -47,3 +49,30 @@ def test_errors_are_printed_before_the_ok_lines(ck, tmp_path: Path) -> None:  # 
     errors = [i for i, line in enumerate(lines) if line.startswith("clusterkit: error:")]
     oks = [i for i, line in enumerate(lines) if ": ok (" in line]
     assert errors and len(oks) == len(SHIPPED) and max(errors) < min(oks), lines
+
+
+def test_a_built_in_site_shadowed_by_a_local_one_is_listed_once(ck, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    local = tmp_path / "site_configs"
+    local.mkdir()
+    (local / "testbed.yaml").write_text((REPO / "site_configs" / "testbed.yaml").read_text())
+    table = ck("sites", "list", cwd=tmp_path)
+    assert table.code == 0, table.err
+    rows = [line for line in table.out.splitlines() if "testbed" in line]
+    assert len(rows) == 1 and "./site_configs" in rows[0] and "shadowed" not in rows[0], table.out
+    assert sum("ib-h100" in line for line in table.out.splitlines()) == 1  # not shadowed: still listed
+    every = json.loads(ck("sites", "list", "--json", cwd=tmp_path).out)
+    assert [(r["from"], r["shadowed"]) for r in every if r["name"] == "testbed"] == [
+        ("./site_configs", False), ("built-in", True)]
+
+
+def test_drift_all_does_not_report_a_shadowed_built_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clusterkit.sites.admin import DriftRun, _targets
+
+    local = tmp_path / "site_configs"
+    local.mkdir()
+    (local / "testbed.yaml").write_text((REPO / "site_configs" / "testbed.yaml").read_text())
+    monkeypatch.chdir(tmp_path)
+    result = DriftRun()
+    targets = [label for label, _ in _targets([], True, result)]
+    assert [t for t in targets if t.startswith("testbed ")] == [f"testbed ({local / 'testbed.yaml'})"]
+    assert not any("testbed" in site for site, _ in result.skipped), result.skipped
