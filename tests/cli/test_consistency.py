@@ -70,3 +70,18 @@ def test_nothing_close_suggests_nothing(ck, tmp_path: Path, args: tuple[str, ...
     res = ck(*args, cwd=tmp_path)
     assert_one_line_error(res, 2)
     assert "did you mean" not in res.err.lower()
+
+
+def test_render_json_and_submit_dry_run_json_have_the_same_keys(ck, tmp_path: Path) -> None:
+    import json
+
+    job = ("--site", "local", "--json", "--", "python", "train.py")
+    rendered = ck("render", "--out", str(tmp_path / "r"), *job, cwd=tmp_path)
+    dry = ck("submit", "--dry-run", "--out", str(tmp_path / "d"), *job, cwd=tmp_path)
+    assert rendered.code == 0 and dry.code == 0, rendered.err + dry.err
+    r, d = json.loads(rendered.out), json.loads(dry.out)
+    assert sorted(r) == sorted(d) and {"run_dir", "script", "job_sbatch", "scheduler", "launcher"} <= set(r)
+    assert (r["dry_run"], d["dry_run"]) == (False, True)
+    assert r["job_sbatch"] == Path(r["script"]).read_text() and d["job_sbatch"] == Path(d["script"]).read_text()
+    assert {k: v for k, v in r.items() if k not in ("run_dir", "script", "job_sbatch", "dry_run")} == \
+        {k: v for k, v in d.items() if k not in ("run_dir", "script", "job_sbatch", "dry_run")}
