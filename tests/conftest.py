@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +47,12 @@ class CLIResult(NamedTuple):
     @property
     def stderr(self) -> str:
         return self.err
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a process a test interrupts with SIGINT: default handling, whatever
+    this runner's (``nohup``, a backgrounded script: SIGINT ignored, which children inherit)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 Env = Mapping[str, "str | None"]
@@ -122,9 +129,11 @@ class CLI:
 
     def popen(self, *args: str, cwd: Path | str | None = None, env: Env | None = None,
               wrap: Wrap | None = None, **popen_kw: Any) -> subprocess.Popen[str]:
-        """Start ``python -m clusterkit ARGS``, stdout and stderr piped, text; the caller reaps it."""
+        """Start ``python -m clusterkit ARGS``, stdout and stderr piped, text, SIGINT handled by
+        default (:func:`default_sigint`); the caller reaps it."""
         argv = self.argv(*args)
         wrap = wrap or self.wrap
+        popen_kw.setdefault("preexec_fn", default_sigint)
         popen_kw.setdefault("stdout", subprocess.PIPE)
         popen_kw.setdefault("stderr", subprocess.PIPE)
         popen_kw.setdefault("text", True)

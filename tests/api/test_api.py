@@ -116,7 +116,8 @@ def test_unknown_site_job_and_transport(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 @pytest.mark.parametrize(("args", "line"), [
-    (("--set", "zero_stag=3"), "clusterkit: error: --set zero_stag: unknown setting; valid settings: "),
+    (("--set", "zero_stag=3"),
+     "clusterkit: error: --set zero_stag: unknown setting; did you mean zero_stage? valid settings: "),
     (("--set", "zero_stage=5"), "clusterkit: error: --set zero_stage='5': Input should be less than or equal to 3"),
     (("--gpus-per-node", "99"), "clusterkit: error: --gpus-per-node 99: site testbed nodes have 8 GPUs"),
     (("--job-name", "bad name"), "clusterkit: error: --job-name 'bad name': use 1-64 letters"),

@@ -171,8 +171,10 @@ class SSHLab:
         return subprocess.run(self.wrap(argv), **kw)
 
     def popen(self, argv: Sequence[str], **kw: Any) -> subprocess.Popen[Any]:
-        """Start ``argv`` inside the lab (``subprocess.Popen`` keywords); caller reaps it."""
+        """Start ``argv`` inside the lab (``subprocess.Popen`` keywords), SIGINT handled by
+        default whatever this runner's; caller reaps it."""
         kw.setdefault("env", self.env())
+        kw.setdefault("preexec_fn", _default_sigint)
         return subprocess.Popen(self.wrap(argv), **kw)
 
     def stop(self) -> None:
@@ -487,3 +489,8 @@ __all__ = [
     "lab_unavailable_reason",
     "start_lab",
 ]
+
+
+def _default_sigint() -> None:
+    """``preexec_fn``: SIGINT handled by default (a runner under ``nohup`` ignores it, and children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 from clusterkit.nodes.transport import ErrorKind, LocalRunner, NodeOutput
+from tests.conftest import REPO, default_sigint
 
 
 def test_runs_the_script_once_per_host_with_output_status_and_label() -> None:
@@ -49,13 +50,23 @@ def test_ctrl_c_returns_partial_results(tmp_path) -> None:
                           "errors": {h: r.error and r.error.value for h, r in res.items()}}))
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     assert proc.stderr is not None and proc.stderr.readline().strip() == "done quick"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert out.strip() == ('{"interrupted": true, "errors": {"quick": null, '
                            '"slow1": "interrupted", "slow2": "interrupted"}}')
+
+
+def test_ctrl_c_tests_pass_when_the_runner_ignores_sigint() -> None:
+    """Run as ``nohup bash tests/run.sh &``, pytest starts with SIGINT ignored and every child
+    inherits that; the Ctrl-C tests give the process they interrupt default handling themselves."""
+    test = "tests/sshlab/test_local_runner.py::test_ctrl_c_returns_partial_results"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_result_json_shape() -> None:

@@ -223,4 +223,4 @@ def test_status_cli_lists_jobs_and_warns_about_bad_records(ck, tmp_path: Path, m
     both = ck("logs", "1001", "--follow", "--json")
     assert both.code == 2 and both.lines == ["clusterkit: error: --follow and --json cannot be combined"]
     missing = ck("cancel", "4242")
-    assert missing.code == 1 and "no job record for '4242'" in missing.err
+    assert missing.code == 2 and "no job record for '4242'" in missing.err

@@ -170,3 +170,10 @@ class RecordError(ClusterkitError):
 
     exit_code = ExitCode.FAILURE
 
+
+class NoJobRecord(RecordError):
+    """The JOB a command was given names no job record (or is not a job id): a usage error,
+    exit 2 in every command that takes a JOB (``status``, ``logs``, ``cancel``, ``doctor``)."""
+
+    exit_code = ExitCode.USAGE
+

@@ -53,6 +53,18 @@ class Site:
         return cls(load_file(path))
 
     @staticmethod
+    def check_partial(path: StrPath) -> bool:
+        """``clusterkit sites validate``: if ``path`` is a partial config (``_*.yaml``, pulled in
+        with ``extends:``), validate it as a fragment (what it sets must be valid; the keys a
+        site must have may be left out) and return True; False for a whole site file."""
+        from clusterkit.config.load import check_partial, is_partial
+
+        if not is_partial(path):
+            return False
+        check_partial(path)
+        return True
+
+    @staticmethod
     def schema() -> dict[str, Any]:
         """``clusterkit sites schema``: the JSON Schema of site files (for editors)."""
         from clusterkit.config.load import json_schema

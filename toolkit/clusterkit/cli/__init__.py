@@ -21,7 +21,8 @@ EXIT_CODES_HELP = """\b
 Exit codes:
   0  ok
   1  runtime failure (job refused or failed, preflight found bad nodes)
-  2  usage or config error (bad option, invalid site config, impossible plan)
+  2  usage or config error (bad option, invalid site config, impossible plan,
+     no job record for the JOB given)
   3  preflight could not reach some nodes; the Slurm controller could not be
      reached (status still shows every job, Slurm ones with their last known state)
 """
@@ -56,7 +57,18 @@ def load_command(name: str, module: str, attr: str) -> click.Command:
     command = getattr(mod, attr, None)
     if not isinstance(command, click.Command):
         raise CommandLoadError(f"command '{name}': {module} has no click command {attr!r}")
+    with_exit_codes(command)
     return command
+
+
+def with_exit_codes(command: click.Command) -> None:
+    """Give ``command`` and its subcommands the shared exit-code epilog where they list none
+    of their own: every ``--help`` page lists its exit codes."""
+    if "Exit codes:" not in (command.epilog or ""):
+        command.epilog = EXIT_CODES_HELP + ("\n" + command.epilog if command.epilog else "")
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            with_exit_codes(sub)
 
 
 class LazyGroup(click.Group):
@@ -70,6 +82,14 @@ class LazyGroup(click.Group):
         if spec is None:
             return None
         return load_command(cmd_name, *spec[:2])
+
+    def resolve_command(self, ctx: click.Context,
+                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and name not in COMMANDS and not name.startswith("-") and not ctx.resilient_parsing:
+            # the commands are not imported yet, so click has none to suggest from: ours
+            raise click.exceptions.NoSuchCommand(name, possibilities=list(COMMANDS), ctx=ctx)
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]

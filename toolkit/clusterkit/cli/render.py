@@ -20,12 +20,17 @@ def rendered_summary(run: RunDir) -> dict[str, Any]:
             "warnings": list(p.warnings)}
 
 
+def job_json(run: RunDir, *, dry_run: bool) -> dict[str, Any]:
+    """What ``render --json`` and ``submit --dry-run --json`` print: the same keys, the job
+    script's text among them; ``dry_run`` says which command wrote it."""
+    return {**rendered_summary(run), "scheduler": run.plan.scheduler, "job_sbatch": run.sbatch, "dry_run": dry_run}
+
+
 def show_rendered(run: RunDir, as_json: bool) -> None:
     from clusterkit.cli import output
 
-    summary = rendered_summary(run)
     if as_json:
-        output.emit_json(summary)
+        output.emit_json(job_json(run, dry_run=False))
         return
     for w in run.plan.warnings:
         output.warn(w)

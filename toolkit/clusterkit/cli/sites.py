@@ -4,6 +4,7 @@ from the live cluster (``init``) and catch drift (``drift``)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -24,7 +25,11 @@ def sites() -> None:
 @sites.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_(as_json: bool) -> None:
-    """List the sites on the search path, and where each comes from."""
+    """List the sites on the search path, and where each comes from.
+
+    A built-in example site shadowed by a site of the same name is listed once, as the site
+    that wins (--json lists every file, each with "shadowed").
+    """
     from clusterkit.api import Site, sites
     from clusterkit.cli import output
 
@@ -44,7 +49,7 @@ def list_(as_json: bool) -> None:
     output.print_table(None, ["site", "from", "scheduler", "nodes", "gpus/node", "fabric", "description"], [
         (f"{r['name']}{' (shadowed)' if r['shadowed'] else ''}", r["from"], r.get("scheduler", "INVALID"),
          r.get("nodes", ""), r.get("gpus_per_node", ""), r.get("fabric", ""), r.get("description", r.get("error", "")))
-        for r in rows])
+        for r in rows if not (r["shadowed"] and r["from"] == "built-in")])
 
 
 @sites.command()
@@ -74,28 +79,37 @@ def show(site: str, as_json: bool) -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def validate(paths: tuple[str, ...], as_json: bool) -> None:
-    """Validate site config files; report every problem as file:line: key: message (exit 2)."""
+    """Validate site config files; report every problem as file:line: key: message (exit 2).
+
+    A file named _*.yaml is a partial config (pulled in with `extends:`): it is validated as a
+    fragment, what it sets must be valid, the keys every site needs may be left out. Errors
+    are printed first, then the files that are valid.
+    """
     from clusterkit.api import Site
-    from clusterkit.cli import output
+    from clusterkit.cli import output, report_error
 
     results, problems = [], []
     for path in paths:
         try:
-            s = Site.load_file(path)
-            results.append({"path": path, "valid": True, "name": s.name, "errors": []})
+            partial = Site.check_partial(path)
+            name = None if partial else Site.load_file(path).name
+            results.append({"path": path, "valid": True, "partial": partial, "name": name, "errors": []})
         except ConfigError as exc:
-            results.append({"path": path, "valid": False, "errors": exc.lines()})
+            results.append({"path": path, "valid": False, "partial": Path(path).name.startswith("_"),
+                            "errors": exc.lines()})
             problems.extend(exc.issues)
     if as_json:
         output.emit_json(results)
-    else:
-        for r in results:
-            if r["valid"]:
-                click.echo(f"{r['path']}: ok ({r['name']})")
-    if problems:
-        if as_json:
+        if problems:
             raise click.exceptions.Exit(2)
-        raise ConfigError(problems)
+        return
+    if problems:
+        report_error(ConfigError(problems))
+    for r in results:
+        if r["valid"]:
+            click.echo(f"{r['path']}: ok ({'partial config' if r['partial'] else r['name']})")
+    if problems:
+        raise click.exceptions.Exit(2)
 
 
 @sites.command()

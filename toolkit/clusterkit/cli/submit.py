@@ -109,8 +109,9 @@ def _show_dry_run(run: RunDir, as_json: bool) -> int:
 
     script = run.sbatch
     if as_json:
-        output.emit_json({"dry_run": True, "run_dir": str(run.path), "script": str(run.script),
-                          "job_sbatch": script, "scheduler": run.plan.scheduler})
+        from clusterkit.cli.render import job_json
+
+        output.emit_json(job_json(run, dry_run=True))
         return 0
     for w in run.plan.warnings:
         output.warn(w)

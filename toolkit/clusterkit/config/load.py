@@ -224,6 +224,28 @@ def _writable_by_others(path: Path) -> str | None:
     return None
 
 
+def is_partial(path: str | os.PathLike[str]) -> bool:
+    """A file named ``_*.yaml`` is a partial config, only pulled in with ``extends:``."""
+    return Path(path).name.startswith("_")
+
+
+def check_partial(path: str | os.PathLike[str]) -> None:
+    """Validate a partial config as a fragment: every key it sets (its own ``extends:`` merged)
+    must be a known key with a valid value; the keys a site must have may be left to the child.
+    Raises ConfigError listing every problem with file:line."""
+    file = Path(path)
+    doc = _load_chain(file)
+    shown = display(file)
+    data = Doc(_source_text(dict(doc.data), Site, (), doc.raw), doc.lines)
+    try:
+        Site.model_validate(data.data)
+    except ValidationError as exc:
+        issues = [_issue_from_error(e, data, shown) for e in exc.errors() if e["type"] != "missing"]
+        if issues:
+            issues.sort(key=lambda i: (i.file != shown, i.file, i.line or 0))
+            raise ConfigError(issues) from None
+
+
 def load_file(path: str | os.PathLike[str]) -> Site:
     """Load, merge (``extends``) and validate one site config file."""
     return load_file_located(path)[0]

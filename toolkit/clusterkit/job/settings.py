@@ -9,6 +9,7 @@ valid ones, like site configs.  A setting the chosen launcher or site would igno
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -98,6 +99,13 @@ def _typed(raw: str) -> Any:
     return raw if raw else None
 
 
+def unknown_setting(key: str) -> str:
+    """Why ``key`` is refused: the closest valid setting first when there is one (``zero_stag``)."""
+    close = difflib.get_close_matches(key, valid_keys(), n=1)
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"unknown setting; {hint}valid settings: {', '.join(valid_keys())}"
+
+
 def parse_pairs(pairs: Iterable[str]) -> dict[str, Any]:
     """``['zero_stage=3', 'precision=fp16']`` -> ``{'zero_stage': 3, 'precision': 'fp16'}``."""
     out: dict[str, Any] = {}
@@ -107,7 +115,7 @@ def parse_pairs(pairs: Iterable[str]) -> dict[str, Any]:
         if not sep or not key:
             raise InputError(f"--set {pair!r}: expected key=value")
         if key not in Settings.model_fields:
-            raise InputError(f"unknown setting; valid settings: {', '.join(valid_keys())}", field=f"settings.{key}")
+            raise InputError(unknown_setting(key), field=f"settings.{key}")
         if any(ord(c) < 32 or ord(c) == 127 for c in raw):
             raise InputError("control characters (newline, tab) are not allowed in values", field=f"settings.{key}")
         out[key] = _typed(raw.strip())
@@ -119,8 +127,7 @@ def build(values: Mapping[str, Any]) -> Settings:
     says ``--set key=value: message``)."""
     unknown = [k for k in values if k not in Settings.model_fields]
     if unknown:
-        raise InputError.about([FieldProblem(f"settings.{k}", f"unknown setting; valid settings: "
-                                             f"{', '.join(valid_keys())}") for k in unknown])
+        raise InputError.about([FieldProblem(f"settings.{k}", unknown_setting(k)) for k in unknown])
     try:
         return Settings.model_validate(dict(values))
     except ValidationError as exc:

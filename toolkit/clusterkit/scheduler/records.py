@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from clusterkit.errors import ExitCode, RecordError
+from clusterkit.errors import ExitCode, NoJobRecord, RecordError
 from clusterkit.safefile import NotRegular, read_capped
 from clusterkit.vocab import JobState, SchedulerKind, is_job_id
 
@@ -154,10 +154,9 @@ class RecordStoreError(RecordError):
     exit_code = ExitCode.USAGE
 
 
-class JobRefError(RecordError):
-    """A job named on the command line by something that is not ``JOB_ID`` or ``SITE:JOB_ID``."""
-
-    exit_code = ExitCode.USAGE
+class JobRefError(NoJobRecord):
+    """A job named on the command line by something that is not ``JOB_ID`` or ``SITE:JOB_ID``
+    (exit 2, as every JOB that names no record)."""
 
 
 @dataclass
@@ -314,7 +313,7 @@ class RecordStore:
             if rec.job_id == job_id and (not site or rec.site == site):
                 matches.append(rec)
         if not matches:
-            raise RecordError(f"no job record for {ref!r} in {self.root} (see `clusterkit status`)")
+            raise NoJobRecord(f"no job record for {ref!r} in {self.root} (see `clusterkit status`)")
         return matches[-1]
 
 

@@ -139,6 +139,8 @@ def _targets(refs: Sequence[str], every: bool, result: DriftRun) -> list[tuple[s
     entries: list[tuple[str, Callable[[], Located]]] = [(r, partial(_load, r)) for r in refs]
     if every:
         for e in list_sites():
+            if e.shadowed and e.origin == "built-in":
+                continue  # the example shipped with clusterkit, overridden: the site that wins is checked
             if e.shadowed:
                 result.skipped.append((f"{e.name} ({e.path})", "shadowed by a site of the same name"))
                 continue
