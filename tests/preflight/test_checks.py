@@ -293,3 +293,34 @@ def test_committed_profiles_match_their_generator(tmp_path: Path) -> None:
         for rel, path in made.items():
             assert path.read_bytes() == committed[rel].read_bytes(), f"{name}/{rel}"
             assert path.stat().st_mode & 0o111 == committed[rel].stat().st_mode & 0o111, f"{name}/{rel}"
+
+
+def standin_nvidia_smi(bindir: Path, version: str | None, header: str) -> None:
+    """A stand-in ``nvidia-smi`` (no NVIDIA driver here) printing captured driver-610 text:
+    ``--version`` prints ``version`` (or fails as drivers before 525 do when it is None), no
+    argument prints the table ``header``, ``--query-gpu`` the 8 x H100 capture."""
+    bindir.mkdir(parents=True, exist_ok=True)
+    query = DATA / "nvidia_smi_query_h100x8.csv"
+    ver = f"cat '{DATA / version}'" if version else \
+        "echo \"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\"; exit 2"
+    tool = bindir / "nvidia-smi"
+    tool.write_text("#!/bin/sh\n"
+                    f'case "$1" in\n--version) {ver} ;;\n--query-gpu=*) cat \'{query}\' ;;\n'
+                    f"*) cat '{DATA / header}' ;;\nesac\n")
+    tool.chmod(0o755)
+
+
+@pytest.mark.parametrize("version", ["nvidia_smi_version_610.txt", None])
+def test_driver_610_cuda_umd_version_end_to_end(tmp_path: Path, version: str | None) -> None:
+    """The real preflight script over a stand-in nvidia-smi printing driver 610's captured text:
+    ``CUDA UMD version`` from ``--version``, else from the table header."""
+    standin_nvidia_smi(tmp_path / "bin", version, "nvidia_smi_header_610.txt")
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    for cuda_min, status, message in [("13.0", Status.OK, "CUDA 13.3"),
+                                      ("13.4", Status.FAIL, "CUDA 13.3 < 13.4 required")]:
+        check_set = select_checks(expect(stage=SINGLE, storage=(), cuda_min=cuda_min))
+        proc = subprocess.run(["sh", "-c", check_set.script()], env=env, capture_output=True, text=True,
+                              timeout=60)
+        res = {r.check: r for r in evaluate(check_set, proc.stdout)}
+        assert (res["gpu.cuda"].status, res["gpu.cuda"].message) == (status, message)
+        assert res["gpu.count"].status is Status.OK

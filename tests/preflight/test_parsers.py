@@ -92,10 +92,26 @@ def test_gpu_query_empty_output() -> None:
 
 @pytest.mark.parametrize(
     "name,version",
-    [("nvidia_smi_header.txt", "12.4"), ("nvidia_smi_version.txt", "12.4"), ("nvidia_smi_header_470.txt", "11.4")],
+    [("nvidia_smi_header.txt", "12.4"), ("nvidia_smi_version.txt", "12.4"), ("nvidia_smi_header_470.txt", "11.4"),
+     ("nvidia_smi_version_610.txt", "13.3"), ("nvidia_smi_header_610.txt", "13.3")],
 )
 def test_cuda_version(name: str, version: str) -> None:
     assert d.parse_cuda_version(read(name)) == version
+
+
+@pytest.mark.parametrize(
+    "text,version",
+    [("cuda umd version : 13.4\n", "13.4"),  # spelling case is not relied on
+     ("CUDA Version        : 13.2\nCUDA UMD version    : 13.3\n", "13.3"),  # the new name wins
+     ('CUDA version        : Deprecated, see "CUDA UMD version" instead\nCUDA UMD version    : 13.3\n', "13.3")],
+)
+def test_cuda_version_old_and_new_names(text: str, version: str) -> None:
+    assert d.parse_cuda_version(text) == version
+
+
+def test_cuda_version_deprecation_note_alone_is_no_version() -> None:
+    r = d.parse_cuda_version('CUDA version        : Deprecated, see "CUDA UMD version" instead\n')
+    assert isinstance(r, p.ParseFailure) and "CUDA UMD Version" in r.reason
 
 
 def test_cuda_version_missing() -> None:

@@ -160,18 +160,27 @@ def parse_gpu_query(text: str, fields: Sequence[str] = GPU_QUERY_FIELDS) -> GpuQ
     return GpuQuery(GpuState.OK, tuple(gpus), raw=clip(text))
 
 
-_CUDA_RE = re.compile(r"CUDA Version\s*:\s*(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
+# Driver branch 610 renamed the line: ``CUDA UMD version : 13.3`` (``--version``) and
+# ``CUDA UMD Version: 13.3`` (table header), while ``CUDA version`` there says
+# ``Deprecated, see "CUDA UMD version" instead``.  The new name wins where both carry a number.
+_CUDA_UMD_RE = re.compile(r"CUDA\s+UMD\s+Version\s*:\s*(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
+_CUDA_RE = re.compile(r"CUDA\s+Version\s*:\s*(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
 
 
 def parse_cuda_version(text: str) -> str | ParseFailure:
     """The CUDA version the driver supports, from ``nvidia-smi --version`` or the plain header.
 
-    Both print ``CUDA Version: 12.4`` (``--version`` pads the colon: ``CUDA Version        : 12.4``).
+    Drivers before 610 print ``CUDA Version: 12.4`` (``--version`` pads the colon:
+    ``CUDA Version        : 12.4``); 610 and later print ``CUDA UMD version : 13.3`` and
+    ``CUDA UMD Version: 13.3``.  Spelling case is not relied on; a non-numeric value
+    (the deprecation note) is never taken for a version.
     """
-    m = _CUDA_RE.search(text or "")
-    if m:
-        return m.group(1)
-    return failure("nvidia-smi CUDA version", "no 'CUDA Version: X.Y' in the output", text)
+    for pattern in (_CUDA_UMD_RE, _CUDA_RE):
+        m = pattern.search(text or "")
+        if m:
+            return m.group(1)
+    return failure("nvidia-smi CUDA version", "no 'CUDA Version: X.Y' or 'CUDA UMD Version: X.Y' in the output",
+                   text)
 
 
 # ---------------------------------------------------------------------------------------------
