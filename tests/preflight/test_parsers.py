@@ -153,6 +153,30 @@ def test_ibstat_roce_bond() -> None:
     assert port.hca == "mlx5_bond_0" and port.link_layer == "Ethernet" and port.rate_gbps == 200.0
 
 
+def test_ibstat_ending_in_ibpanic_keeps_what_parsed() -> None:
+    """ibstat exits at the first device it cannot stat: the CAs before it stay, that one is missing."""
+    inv = d.parse_ib(read("ibstat_partial_ibpanic.txt"))
+    assert isinstance(inv, d.IbInventory) and inv.source == "ibstat"
+    port, = inv.ports
+    assert (port.hca, port.state, port.phys_state, port.rate_gbps, port.link_layer) == \
+        ("mlx5_7", "ACTIVE", "LinkUp", 200.0, "InfiniBand")
+    assert inv.missing == ("mlx5_8",)
+    assert inv.errors == ("ibpanic: main: stat of IB device 'mlx5_8' failed: No such file or directory",)
+
+
+def test_ibstat_that_only_panics_is_an_inventory_with_the_device_missing() -> None:
+    inv = d.parse_ib(read("ibstat_ibpanic_azure_an.txt"))
+    assert isinstance(inv, d.IbInventory)
+    assert (inv.ports, inv.missing, inv.source) == ((), ("mlx5_an0",), "ibstat")
+
+
+def test_ibpanic_naming_no_device_and_ibwarn_lines() -> None:
+    inv = d.parse_ib("ibwarn: [4260] umad_init: can't read ABI version\n"
+                     "ibpanic: [4260] main: can't init UMAD library: (No such file or directory)\n")
+    assert isinstance(inv, d.IbInventory) and inv.ports == () and inv.missing == ()
+    assert inv.errors[-1] == "ibpanic: main: can't init UMAD library: (No such file or directory)"
+
+
 def test_ib_sysfs_tree_with_a_down_port() -> None:
     inv = d.parse_ib(read("ib_sysfs_8x400.txt"))
     assert isinstance(inv, d.IbInventory) and inv.source == "sysfs"
