@@ -116,3 +116,33 @@ def test_drift_with_the_controller_down_is_exit_3(stale_site: Path) -> None:
         raise SlurmUnreachable("cannot reach Slurm controller: connect failure")
 
     assert admin.drift_sites([str(stale_site)], run=down).exit_code == 3
+
+
+# --- a published capture: cores reserved for the system (CoreSpecCount) --------------------------
+
+DCCN = REPO / "tests" / "data" / "sites" / "public" / "show-node-dccn-corespec-22.05.10.txt"
+
+
+def dccn_slurm(argv: Sequence[str]) -> str:
+    """The nodes from the DCCN capture (CPUEfctv=63 CPUTot=64); the config from the testbed's, and
+    no partition listing (that cluster's was not published), so the draft covers all nodes."""
+    key = tuple(argv)
+    if key == ("scontrol", "show", "node", "-o"):
+        return DCCN.read_text()
+    if key == ("scontrol", "show", "partition", "-o"):
+        return ""
+    return (DATA / CAPTURED[key]).read_text()
+
+
+def test_init_and_drift_take_cpuefctv_over_cputot(tmp_path: Path) -> None:
+    draft = admin.init_site("dccn", partition=None, nodes=None, probe_with=None, run=dccn_slurm)
+    line = next(ln for ln in draft.text.splitlines() if "cpus_per_node" in ln)
+    assert "cpus_per_node: 63" in line and "CPUTot=64" in line, line
+    site = tmp_path / "dccn.yaml"
+    site.write_text(draft.text)
+    (report,) = admin.drift_sites([str(site)], run=dccn_slurm).reports
+    assert "nodes.cpus_per_node" not in {d.key for d in report.drift}, report.drift   # 63 is right
+    site.write_text(draft.text.replace("cpus_per_node: 63", "cpus_per_node: 64"))
+    (report,) = admin.drift_sites([str(site)], run=dccn_slurm).reports
+    cpus, = [d for d in report.drift if d.key == "nodes.cpus_per_node"]
+    assert (cpus.configured, cpus.live, cpus.nodes) == (64, 63, "dccn-c[083-084]"), cpus

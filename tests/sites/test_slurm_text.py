@@ -138,6 +138,7 @@ def test_23_11_node_typed_gres_with_sockets_drained_with_reason() -> None:
 
 def test_24_05_node_split_gres_and_restricted_cores() -> None:
     n = T.parse_nodes(NODE_24_05).nodes[0]
+    assert (n.cpus, n.cpus_total) == (104, 112)                     # CPUEfctv: what jobs can get
     assert n.gpus == 8 and n.gpu_types == ("h100",) and n.usable and n.state == "MIXED"
     assert slurmtext.split_record(NODE_24_05)["RestrictedCoresPerGPU"] == "1(0-7)"
 
@@ -176,3 +177,18 @@ def test_gres(text: str, expected: tuple) -> None:
 ])
 def test_time(text: str, seconds: float | None) -> None:
     assert slurmtext.parse_time(text) == seconds
+
+
+def test_published_22_05_10_capture_with_a_reserved_core() -> None:
+    """DCCN's nodes (tests/data/sites/public, see the README): CoreSpecCount=1, CPUEfctv=63 CPUTot=64."""
+    text = (Path(__file__).resolve().parents[1] / "data" / "sites" / "public" /
+            "show-node-dccn-corespec-22.05.10.txt").read_text()
+    nodes = T.parse_nodes(text)
+    assert nodes.unparsed == () and [n.name for n in nodes.nodes] == ["dccn-c083", "dccn-c084"]
+    for n in nodes.nodes:
+        assert (n.cpus, n.cpus_total, n.real_memory_mb, n.gpus) == (63, 64, 515578, 4)
+
+
+def test_cputot_alone_before_23_02() -> None:
+    n = T.parse_nodes("NodeName=n1 CPUTot=8 RealMemory=1000 State=IDLE\n").nodes[0]
+    assert (n.cpus, n.cpus_total) == (8, 8)

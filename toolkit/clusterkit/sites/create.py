@@ -134,7 +134,10 @@ def _nodes(out: _Out, nodes: Sequence[T.Node], first: T.Node, probed: Mapping[st
         out.todo(1, "nodes.gpu_model", "gpu_model: H100", "neither GRES nor nvidia-smi named the GPU type" if probed
                  else "GRES has no GPU type: run with --probe, or set it")
     if first.cpus:
-        out.put(1, f"cpus_per_node: {first.cpus}", "CPUTot")
+        reserved = first.cpus_total is not None and first.cpus_total != first.cpus
+        out.put(1, f"cpus_per_node: {first.cpus}",
+                f"CPUEfctv: CPUTot={first.cpus_total} less the cores reserved for the system" if reserved
+                else "CPUTot")
     if first.real_memory_mb and first.real_memory_mb > 1:
         out.put(1, f"mem_gb: {round(first.real_memory_mb / 1024, 1):g}", f"RealMemory={first.real_memory_mb} MB")
     if first.features:

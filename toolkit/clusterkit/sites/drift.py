@@ -175,7 +175,7 @@ def _compare_nodes(f: _Finder, site: Any, mine: list[T.Node], report: DriftRepor
     _per_node(f, ("nodes", "gpus_per_node"), cfg.gpus_per_node,
               {n.name: n.gpus for n in mine if n.gpus is not None}, "GPUs per node (Slurm GRES)")
     _per_node(f, ("nodes", "cpus_per_node"), cfg.cpus_per_node,
-              {n.name: n.cpus for n in mine if n.cpus is not None}, "CPUs per node (Slurm CPUTot)")
+              {n.name: n.cpus for n in mine if n.cpus is not None}, "CPUs per node (Slurm CPUEfctv, else CPUTot)")
     if cfg.gpu_model:
         want = cfg.gpu_model.lower()
         types = {n.name: ",".join(n.gpu_types) for n in mine if n.gpu_types}

@@ -196,7 +196,7 @@ class Node:
     """One node as Slurm has it configured and sees it now."""
 
     name: str
-    cpus: int | None
+    cpus: int | None  # usable by jobs: CPUEfctv where Slurm prints it (less reserved cores), else CPUTot
     real_memory_mb: int | None
     gres: tuple[Gres, ...]
     features: tuple[str, ...]
@@ -204,6 +204,7 @@ class Node:
     reason: str
     partitions: tuple[str, ...]
     cfg_tres: dict[str, str] = field(compare=False, default_factory=dict)
+    cpus_total: int | None = None  # CPUTot: includes the cores CoreSpecCount/CPUSpecList reserve
 
     @property
     def gpus(self) -> int | None:
@@ -247,7 +248,8 @@ def _node(kv: dict[str, str]) -> Node:
     parts = kv.get("Partitions", "")
     reason = kv.get("Reason", "")
     return Node(
-        name=kv["NodeName"], cpus=_int(kv.get("CPUTot")), real_memory_mb=_int(kv.get("RealMemory")),
+        name=kv["NodeName"], cpus=_int(kv.get("CPUEfctv")) or _int(kv.get("CPUTot")),
+        cpus_total=_int(kv.get("CPUTot")), real_memory_mb=_int(kv.get("RealMemory")),
         gres=parse_gres(kv.get("Gres", "")),
         features=tuple(f for f in features.split(",") if f and features not in _NULL),
         state=kv.get("State", ""), reason=re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", reason),
