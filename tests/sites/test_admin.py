@@ -146,3 +146,26 @@ def test_init_and_drift_take_cpuefctv_over_cputot(tmp_path: Path) -> None:
     (report,) = admin.drift_sites([str(site)], run=dccn_slurm).reports
     cpus, = [d for d in report.drift if d.key == "nodes.cpus_per_node"]
     assert (cpus.configured, cpus.live, cpus.nodes) == (64, 63, "dccn-c[083-084]"), cpus
+
+
+RASPI = REPO / "tests" / "data" / "sites" / "public" / "show-node-raspi-realmemory1-21.08.5.txt"
+
+
+def test_realmemory_1_is_a_listed_placeholder_not_a_silent_default(tmp_path: Path) -> None:
+    """Slurm 21.08.5 nodes whose slurm.conf sets no RealMemory print ``RealMemory=1``."""
+    def run(argv: Sequence[str]) -> str:
+        key = tuple(argv)
+        if key == ("scontrol", "show", "node", "-o"):
+            return RASPI.read_text()
+        return "" if key == ("scontrol", "show", "partition", "-o") else (DATA / CAPTURED[key]).read_text()
+
+    draft = admin.init_site("pi", partition=None, nodes=None, probe_with=None, run=run)
+    line = next(ln for ln in draft.text.splitlines() if "mem_gb" in ln)
+    assert line.lstrip().startswith("# mem_gb:") and "RealMemory=1" in line, line
+    assert "nodes.mem_gb: Slurm has no memory configured for these nodes (RealMemory=1)" in draft.missing
+    site = tmp_path / "pi.yaml"
+    site.write_text(draft.text.replace("# mem_gb: 256", "mem_gb: 8"))
+    (report,) = admin.drift_sites([str(site)], run=run).reports
+    assert "nodes.mem_gb" not in {d.key for d in report.drift}
+    assert "Slurm has no memory configured (RealMemory=1) on slurm-worker-[1-2]: nodes.mem_gb not checked " \
+           "against Slurm there" in report.notes

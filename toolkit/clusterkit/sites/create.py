@@ -140,6 +140,11 @@ def _nodes(out: _Out, nodes: Sequence[T.Node], first: T.Node, probed: Mapping[st
                 else "CPUTot")
     if first.real_memory_mb and first.real_memory_mb > 1:
         out.put(1, f"mem_gb: {round(first.real_memory_mb / 1024, 1):g}", f"RealMemory={first.real_memory_mb} MB")
+    else:
+        # RealMemory=1 is Slurm's value when slurm.conf sets none: not the node's memory
+        out.todo(1, "nodes.mem_gb", "mem_gb: 256",
+                 f"Slurm has no memory configured for these nodes (RealMemory={first.real_memory_mb})"
+                 if first.real_memory_mb is not None else "Slurm reports no RealMemory for these nodes")
     if first.features:
         out.put(1, f"# features: {','.join(first.features)}", "Slurm features (for reference)")
 

@@ -182,6 +182,10 @@ def _compare_nodes(f: _Finder, site: Any, mine: list[T.Node], report: DriftRepor
         bad = {h: t for h, t in types.items() if not any(want in x.lower() or x.lower() in want for x in t.split(","))}
         for live, hosts in _group(bad).items():
             f.add(("nodes", "gpu_model"), cfg.gpu_model, live, hosts, "GPU type (Slurm GRES)")
+    unset = [n.name for n in mine if not n.real_memory_mb or n.real_memory_mb <= 1]
+    if unset:
+        report.notes.append(f"Slurm has no memory configured (RealMemory=1) on {hostlist.fold(sorted(unset))}: "
+                            "nodes.mem_gb not checked against Slurm there")
     mem = {n.name: n.real_memory_mb for n in mine if n.real_memory_mb and n.real_memory_mb > 1}
     off = {h: mb for h, mb in mem.items() if abs(mb / 1024 - cfg.mem_gb) > MEM_TOLERANCE * cfg.mem_gb}
     for mb, hosts in _group(off).items():
