@@ -7,6 +7,7 @@ profile (tests/sshlab/profiles: sysfs and mount tree, and the profile's nvidia-s
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -138,10 +139,15 @@ def test_init_and_drift_take_cpuefctv_over_cputot(tmp_path: Path) -> None:
     draft = admin.init_site("dccn", partition=None, nodes=None, probe_with=None, run=dccn_slurm)
     line = next(ln for ln in draft.text.splitlines() if "cpus_per_node" in ln)
     assert "cpus_per_node: 63" in line and "CPUTot=64" in line, line
+    # Gres=gpu:nvidia_a100-sxm4-40gb:4: the token nvidia-smi's "NVIDIA A100-SXM4-40GB" holds, unverified
+    line = next(ln for ln in draft.text.splitlines() if "gpu_model" in ln)
+    assert 'gpu_model: "A100"' in line and "# unverified: from GRES type nvidia_a100-sxm4-40gb" in line, line
+    assert any(u.startswith("nodes.gpu_model: from GRES type") for u in draft.unverified)
     site = tmp_path / "dccn.yaml"
     site.write_text(draft.text)
     (report,) = admin.drift_sites([str(site)], run=dccn_slurm).reports
     assert "nodes.cpus_per_node" not in {d.key for d in report.drift}, report.drift   # 63 is right
+    assert "nodes.gpu_model" not in {d.key for d in report.drift}, report.drift
     site.write_text(draft.text.replace("cpus_per_node: 63", "cpus_per_node: 64"))
     (report,) = admin.drift_sites([str(site)], run=dccn_slurm).reports
     cpus, = [d for d in report.drift if d.key == "nodes.cpus_per_node"]
@@ -169,3 +175,14 @@ def test_realmemory_1_is_a_listed_placeholder_not_a_silent_default(tmp_path: Pat
     assert "nodes.mem_gb" not in {d.key for d in report.drift}
     assert "Slurm has no memory configured (RealMemory=1) on slurm-worker-[1-2]: nodes.mem_gb not checked " \
            "against Slurm there" in report.notes
+
+
+def test_mig_gres_counts_the_whole_gpus_and_names_their_model() -> None:
+    """The captured 22.05 record with its Gres replaced by a MIG layout (4 A100, 7 slices of 10 GB)."""
+    record = (DATA / "show-node-o-typed.txt").read_text()
+    mig = re.sub(r"Gres=\S+", "Gres=gpu:a100:4,gpu:1g.10gb:7", record)
+    draft = admin.init_site("mig", partition=None, nodes=None, probe_with=None,
+                            run=lambda argv: mig if tuple(argv) == ("scontrol", "show", "node", "-o")
+                            else (DATA / CAPTURED[tuple(argv)]).read_text())
+    assert re.search(r"gpus_per_node: 4 +# Gres=gpu:a100:4,gpu:1g.10gb:7", draft.text), draft.text
+    assert re.search(r'gpu_model: "A100" +# unverified: from GRES type a100', draft.text), draft.text

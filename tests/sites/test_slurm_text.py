@@ -192,3 +192,26 @@ def test_published_22_05_10_capture_with_a_reserved_core() -> None:
 def test_cputot_alone_before_23_02() -> None:
     n = T.parse_nodes("NodeName=n1 CPUTot=8 RealMemory=1000 State=IDLE\n").nodes[0]
     assert (n.cpus, n.cpus_total) == (8, 8)
+
+
+# --- GRES type names -> the model token preflight matches; MIG slices ---------------------------
+
+@pytest.mark.parametrize(
+    "gres_type,token",
+    [("nvidia_a100-sxm4-40gb", "A100"),            # AutoDetect=nvml (the DCCN capture)
+     ("nvidia_h100_80gb_hbm3", "H100"), ("nvidia_geforce_rtx_5090", "RTX 5090"), ("nvidia-rtx-3090", "RTX 3090"),
+     ("rtx_a6000", "RTX A6000"), ("rtx3090", "RTX 3090"), ("gtx1080ti", "GTX 1080"), ("tesla_v100", "V100"),
+     ("gh200_480gb", "GH200"), ("l40s", "L40S"), ("a10g", "A10G"), ("t4", "T4"), ("h100", "H100"),
+     ("ampere", None), ("gpu", None)],
+)
+def test_gpu_model_token(gres_type: str, token: str | None) -> None:
+    assert T.gpu_model_token(gres_type) == token
+
+
+def test_mig_slices_are_not_whole_gpus() -> None:
+    n = T.parse_nodes("NodeName=n1 CPUTot=64 Gres=gpu:a100:4,gpu:1g.10gb:7 State=IDLE\n").nodes[0]
+    assert (n.gpus, n.gpu_types) == (4, ("a100",))
+    nvml = T.parse_nodes("NodeName=n2 Gres=gpu:nvidia_a100_3g.39gb:2 State=IDLE CfgTRES=cpu=8,gres/gpu=2\n").nodes[0]
+    assert (nvml.gpus, nvml.gpu_types) == (None, ())
+    assert [T.is_mig_type(t) for t in ("1g.10gb", "1g.10gb+me", "nvidia_h100_80gb_hbm3_1g.10gb", "a100")] == \
+        [True, True, True, False]

@@ -127,9 +127,17 @@ def _nodes(out: _Out, nodes: Sequence[T.Node], first: T.Node, probed: Mapping[st
         out.put(1, f"gpus_per_node: {smi[0]}", "nvidia-smi (Slurm has no gpu GRES here)")
     else:
         out.guess(1, "nodes.gpus_per_node", "gpus_per_node: 1", "Slurm has no gpu GRES on these nodes")
-    model = first.gpu_types[0].upper() if first.gpu_types else (smi[1] if smi else None)
-    if model:
-        out.put(1, f"gpu_model: {_q(model)}", "GRES type" if first.gpu_types else "nvidia-smi")
+    # the probe's nvidia-smi name first; else the GRES type mapped to the token preflight finds in
+    # that name (T.gpu_model_token's rule), unverified: GRES type names are the admin's choice
+    token = next((t for t in map(T.gpu_model_token, first.gpu_types) if t), None)
+    if smi:
+        out.put(1, f"gpu_model: {_q(smi[1])}", "nvidia-smi")
+    elif token:
+        out.guess(1, "nodes.gpu_model", f"gpu_model: {_q(token)}",
+                  f"from GRES type {first.gpu_types[0]} (vendor words and sizes dropped)")
+    elif first.gpu_types:
+        out.todo(1, "nodes.gpu_model", "gpu_model: H100",
+                 f"GRES type {first.gpu_types[0]} names no GPU model: run with --probe, or set it")
     else:
         out.todo(1, "nodes.gpu_model", "gpu_model: H100", "neither GRES nor nvidia-smi named the GPU type" if probed
                  else "GRES has no GPU type: run with --probe, or set it")
