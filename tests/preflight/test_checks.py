@@ -293,3 +293,85 @@ def test_committed_profiles_match_their_generator(tmp_path: Path) -> None:
         for rel, path in made.items():
             assert path.read_bytes() == committed[rel].read_bytes(), f"{name}/{rel}"
             assert path.stat().st_mode & 0o111 == committed[rel].stat().st_mode & 0o111, f"{name}/{rel}"
+
+
+def standin_nvidia_smi(bindir: Path, version: str | None, header: str) -> None:
+    """A stand-in ``nvidia-smi`` (no NVIDIA driver here) printing captured driver-610 text:
+    ``--version`` prints ``version`` (or fails as drivers before 525 do when it is None), no
+    argument prints the table ``header``, ``--query-gpu`` the 8 x H100 capture."""
+    bindir.mkdir(parents=True, exist_ok=True)
+    query = DATA / "nvidia_smi_query_h100x8.csv"
+    ver = f"cat '{DATA / version}'" if version else \
+        "echo \"Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\"; exit 2"
+    tool = bindir / "nvidia-smi"
+    tool.write_text("#!/bin/sh\n"
+                    f'case "$1" in\n--version) {ver} ;;\n--query-gpu=*) cat \'{query}\' ;;\n'
+                    f"*) cat '{DATA / header}' ;;\nesac\n")
+    tool.chmod(0o755)
+
+
+@pytest.mark.parametrize("version", ["nvidia_smi_version_610.txt", None])
+def test_driver_610_cuda_umd_version_end_to_end(tmp_path: Path, version: str | None) -> None:
+    """The real preflight script over a stand-in nvidia-smi printing driver 610's captured text:
+    ``CUDA UMD version`` from ``--version``, else from the table header."""
+    standin_nvidia_smi(tmp_path / "bin", version, "nvidia_smi_header_610.txt")
+    env = dict(os.environ, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    for cuda_min, status, message in [("13.0", Status.OK, "CUDA 13.3"),
+                                      ("13.4", Status.FAIL, "CUDA 13.3 < 13.4 required")]:
+        check_set = select_checks(expect(stage=SINGLE, storage=(), cuda_min=cuda_min))
+        proc = subprocess.run(["sh", "-c", check_set.script()], env=env, capture_output=True, text=True,
+                              timeout=60)
+        res = {r.check: r for r in evaluate(check_set, proc.stdout)}
+        assert (res["gpu.cuda"].status, res["gpu.cuda"].message) == (status, message)
+        assert res["gpu.count"].status is Status.OK
+
+
+def ib_results(capture: str, hcas: tuple[str, ...]) -> dict[str, CheckResult]:
+    check_set = select_checks(expect(stage=MULTI, storage=(), hcas=hcas, port_rate_gbps=200))
+    out = node_output(check_set, {"ib": ((DATA / capture).read_text(), "0")})
+    return {r.check: r for r in evaluate(check_set, out)}
+
+
+def test_ibstat_panic_reports_the_named_device_missing_and_judges_the_rest() -> None:
+    res = ib_results("ibstat_partial_ibpanic.txt", ("mlx5_7", "mlx5_8"))
+    assert (res["ib.hcas"].status, res["ib.hcas"].message) == (
+        Status.FAIL, "HCA mlx5_8 missing (found: mlx5_7; ibpanic: main: stat of IB device 'mlx5_8' failed: "
+                     "No such file or directory)")
+    ok = ib_results("ibstat_partial_ibpanic.txt", ("mlx5_7",))
+    assert (ok["ib.hcas"].status, ok["ib.hcas"].message) == (
+        Status.OK, "HCAs mlx5_7 present (ibstat could not read mlx5_8)")
+    assert {ok[k].status for k in ("ib.ports", "ib.rate", "ib.link_layer")} == {Status.OK}
+
+
+@pytest.mark.skipif(Path("/sys/class/infiniband").exists(), reason="this machine has an InfiniBand sysfs tree")
+def test_ibstat_panic_end_to_end_through_the_script(tmp_path: Path) -> None:
+    """The real preflight script with a stand-in ``ibstat`` (no HCA here) that prints the captured
+    blocks on stdout, the ``ibpanic`` line on stderr and exits 255, as libibumad's IBPANIC does."""
+    lines = (DATA / "ibstat_partial_ibpanic.txt").read_text().splitlines(keepends=True)
+    (tmp_path / "out.txt").write_text("".join(lines[:-1]))
+    (tmp_path / "err.txt").write_text(lines[-1])
+    tool = tmp_path / "bin" / "ibstat"
+    tool.parent.mkdir()
+    tool.write_text(f"#!/bin/sh\ncat '{tmp_path / 'out.txt'}'\ncat '{tmp_path / 'err.txt'}' >&2\nexit 255\n")
+    tool.chmod(0o755)
+    check_set = select_checks(expect(stage=MULTI, storage=(), hcas=("mlx5_7", "mlx5_8"), port_rate_gbps=200))
+    env = {k: v for k, v in os.environ.items() if k != "CLUSTERKIT_SYSROOT"}
+    env["PATH"] = f"{tool.parent}:{os.environ['PATH']}"
+    proc = subprocess.run(["sh", "-c", check_set.script()], env=env, capture_output=True, text=True, timeout=60)
+    res = {r.check: r for r in evaluate(check_set, proc.stdout)}
+    assert res["ib.hcas"].status is Status.FAIL
+    assert res["ib.hcas"].message.startswith("HCA mlx5_8 missing (found: mlx5_7; ibpanic: main: stat of IB device")
+
+
+def test_probe_facts_keep_the_ports_and_name_the_unread_device() -> None:
+    """``sites init --probe``/``drift`` read the same section: the ports stay, the device is a problem."""
+    from clusterkit.nodes.facts import node_facts
+    from clusterkit.nodes.script import new_token
+
+    token = new_token()
+    m = f"@@ck-{token}@@"
+    text = (DATA / "ibstat_partial_ibpanic.txt").read_text()
+    nf = node_facts("gpu01", f"\n{m} BEGIN ib\n{text}\n{m} END ib 255\n", token)
+    assert nf.ib is not None and nf.ib.hcas == ["mlx5_7"]
+    assert "ib: ibstat could not read mlx5_8 (ibpanic: main: stat of IB device 'mlx5_8' failed: " \
+           "No such file or directory)" in nf.problems

@@ -92,10 +92,26 @@ def test_gpu_query_empty_output() -> None:
 
 @pytest.mark.parametrize(
     "name,version",
-    [("nvidia_smi_header.txt", "12.4"), ("nvidia_smi_version.txt", "12.4"), ("nvidia_smi_header_470.txt", "11.4")],
+    [("nvidia_smi_header.txt", "12.4"), ("nvidia_smi_version.txt", "12.4"), ("nvidia_smi_header_470.txt", "11.4"),
+     ("nvidia_smi_version_610.txt", "13.3"), ("nvidia_smi_header_610.txt", "13.3")],
 )
 def test_cuda_version(name: str, version: str) -> None:
     assert d.parse_cuda_version(read(name)) == version
+
+
+@pytest.mark.parametrize(
+    "text,version",
+    [("cuda umd version : 13.4\n", "13.4"),  # spelling case is not relied on
+     ("CUDA Version        : 13.2\nCUDA UMD version    : 13.3\n", "13.3"),  # the new name wins
+     ('CUDA version        : Deprecated, see "CUDA UMD version" instead\nCUDA UMD version    : 13.3\n', "13.3")],
+)
+def test_cuda_version_old_and_new_names(text: str, version: str) -> None:
+    assert d.parse_cuda_version(text) == version
+
+
+def test_cuda_version_deprecation_note_alone_is_no_version() -> None:
+    r = d.parse_cuda_version('CUDA version        : Deprecated, see "CUDA UMD version" instead\n')
+    assert isinstance(r, p.ParseFailure) and "CUDA UMD Version" in r.reason
 
 
 def test_cuda_version_missing() -> None:
@@ -135,6 +151,30 @@ def test_ibstat_roce_bond() -> None:
     assert isinstance(inv, d.IbInventory)
     port, = inv.ports
     assert port.hca == "mlx5_bond_0" and port.link_layer == "Ethernet" and port.rate_gbps == 200.0
+
+
+def test_ibstat_ending_in_ibpanic_keeps_what_parsed() -> None:
+    """ibstat exits at the first device it cannot stat: the CAs before it stay, that one is missing."""
+    inv = d.parse_ib(read("ibstat_partial_ibpanic.txt"))
+    assert isinstance(inv, d.IbInventory) and inv.source == "ibstat"
+    port, = inv.ports
+    assert (port.hca, port.state, port.phys_state, port.rate_gbps, port.link_layer) == \
+        ("mlx5_7", "ACTIVE", "LinkUp", 200.0, "InfiniBand")
+    assert inv.missing == ("mlx5_8",)
+    assert inv.errors == ("ibpanic: main: stat of IB device 'mlx5_8' failed: No such file or directory",)
+
+
+def test_ibstat_that_only_panics_is_an_inventory_with_the_device_missing() -> None:
+    inv = d.parse_ib(read("ibstat_ibpanic_azure_an.txt"))
+    assert isinstance(inv, d.IbInventory)
+    assert (inv.ports, inv.missing, inv.source) == ((), ("mlx5_an0",), "ibstat")
+
+
+def test_ibpanic_naming_no_device_and_ibwarn_lines() -> None:
+    inv = d.parse_ib("ibwarn: [4260] umad_init: can't read ABI version\n"
+                     "ibpanic: [4260] main: can't init UMAD library: (No such file or directory)\n")
+    assert isinstance(inv, d.IbInventory) and inv.ports == () and inv.missing == ()
+    assert inv.errors[-1] == "ibpanic: main: can't init UMAD library: (No such file or directory)"
 
 
 def test_ib_sysfs_tree_with_a_down_port() -> None:

@@ -7,6 +7,7 @@ profile (tests/sshlab/profiles: sysfs and mount tree, and the profile's nvidia-s
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,72 @@ def test_drift_with_the_controller_down_is_exit_3(stale_site: Path) -> None:
         raise SlurmUnreachable("cannot reach Slurm controller: connect failure")
 
     assert admin.drift_sites([str(stale_site)], run=down).exit_code == 3
+
+
+# --- a published capture: cores reserved for the system (CoreSpecCount) --------------------------
+
+DCCN = REPO / "tests" / "data" / "sites" / "public" / "show-node-dccn-corespec-22.05.10.txt"
+
+
+def dccn_slurm(argv: Sequence[str]) -> str:
+    """The nodes from the DCCN capture (CPUEfctv=63 CPUTot=64); the config from the testbed's, and
+    no partition listing (that cluster's was not published), so the draft covers all nodes."""
+    key = tuple(argv)
+    if key == ("scontrol", "show", "node", "-o"):
+        return DCCN.read_text()
+    if key == ("scontrol", "show", "partition", "-o"):
+        return ""
+    return (DATA / CAPTURED[key]).read_text()
+
+
+def test_init_and_drift_take_cpuefctv_over_cputot(tmp_path: Path) -> None:
+    draft = admin.init_site("dccn", partition=None, nodes=None, probe_with=None, run=dccn_slurm)
+    line = next(ln for ln in draft.text.splitlines() if "cpus_per_node" in ln)
+    assert "cpus_per_node: 63" in line and "CPUTot=64" in line, line
+    # Gres=gpu:nvidia_a100-sxm4-40gb:4: the token nvidia-smi's "NVIDIA A100-SXM4-40GB" holds, unverified
+    line = next(ln for ln in draft.text.splitlines() if "gpu_model" in ln)
+    assert 'gpu_model: "A100"' in line and "# unverified: from GRES type nvidia_a100-sxm4-40gb" in line, line
+    assert any(u.startswith("nodes.gpu_model: from GRES type") for u in draft.unverified)
+    site = tmp_path / "dccn.yaml"
+    site.write_text(draft.text)
+    (report,) = admin.drift_sites([str(site)], run=dccn_slurm).reports
+    assert "nodes.cpus_per_node" not in {d.key for d in report.drift}, report.drift   # 63 is right
+    assert "nodes.gpu_model" not in {d.key for d in report.drift}, report.drift
+    site.write_text(draft.text.replace("cpus_per_node: 63", "cpus_per_node: 64"))
+    (report,) = admin.drift_sites([str(site)], run=dccn_slurm).reports
+    cpus, = [d for d in report.drift if d.key == "nodes.cpus_per_node"]
+    assert (cpus.configured, cpus.live, cpus.nodes) == (64, 63, "dccn-c[083-084]"), cpus
+
+
+RASPI = REPO / "tests" / "data" / "sites" / "public" / "show-node-raspi-realmemory1-21.08.5.txt"
+
+
+def test_realmemory_1_is_a_listed_placeholder_not_a_silent_default(tmp_path: Path) -> None:
+    """Slurm 21.08.5 nodes whose slurm.conf sets no RealMemory print ``RealMemory=1``."""
+    def run(argv: Sequence[str]) -> str:
+        key = tuple(argv)
+        if key == ("scontrol", "show", "node", "-o"):
+            return RASPI.read_text()
+        return "" if key == ("scontrol", "show", "partition", "-o") else (DATA / CAPTURED[key]).read_text()
+
+    draft = admin.init_site("pi", partition=None, nodes=None, probe_with=None, run=run)
+    line = next(ln for ln in draft.text.splitlines() if "mem_gb" in ln)
+    assert line.lstrip().startswith("# mem_gb:") and "RealMemory=1" in line, line
+    assert "nodes.mem_gb: Slurm has no memory configured for these nodes (RealMemory=1)" in draft.missing
+    site = tmp_path / "pi.yaml"
+    site.write_text(draft.text.replace("# mem_gb: 256", "mem_gb: 8"))
+    (report,) = admin.drift_sites([str(site)], run=run).reports
+    assert "nodes.mem_gb" not in {d.key for d in report.drift}
+    assert "Slurm has no memory configured (RealMemory=1) on slurm-worker-[1-2]: nodes.mem_gb not checked " \
+           "against Slurm there" in report.notes
+
+
+def test_mig_gres_counts_the_whole_gpus_and_names_their_model() -> None:
+    """The captured 22.05 record with its Gres replaced by a MIG layout (4 A100, 7 slices of 10 GB)."""
+    record = (DATA / "show-node-o-typed.txt").read_text()
+    mig = re.sub(r"Gres=\S+", "Gres=gpu:a100:4,gpu:1g.10gb:7", record)
+    draft = admin.init_site("mig", partition=None, nodes=None, probe_with=None,
+                            run=lambda argv: mig if tuple(argv) == ("scontrol", "show", "node", "-o")
+                            else (DATA / CAPTURED[tuple(argv)]).read_text())
+    assert re.search(r"gpus_per_node: 4 +# Gres=gpu:a100:4,gpu:1g.10gb:7", draft.text), draft.text
+    assert re.search(r'gpu_model: "A100" +# unverified: from GRES type a100', draft.text), draft.text

@@ -138,6 +138,7 @@ def test_23_11_node_typed_gres_with_sockets_drained_with_reason() -> None:
 
 def test_24_05_node_split_gres_and_restricted_cores() -> None:
     n = T.parse_nodes(NODE_24_05).nodes[0]
+    assert (n.cpus, n.cpus_total) == (104, 112)                     # CPUEfctv: what jobs can get
     assert n.gpus == 8 and n.gpu_types == ("h100",) and n.usable and n.state == "MIXED"
     assert slurmtext.split_record(NODE_24_05)["RestrictedCoresPerGPU"] == "1(0-7)"
 
@@ -176,3 +177,41 @@ def test_gres(text: str, expected: tuple) -> None:
 ])
 def test_time(text: str, seconds: float | None) -> None:
     assert slurmtext.parse_time(text) == seconds
+
+
+def test_published_22_05_10_capture_with_a_reserved_core() -> None:
+    """DCCN's nodes (tests/data/sites/public, see the README): CoreSpecCount=1, CPUEfctv=63 CPUTot=64."""
+    text = (Path(__file__).resolve().parents[1] / "data" / "sites" / "public" /
+            "show-node-dccn-corespec-22.05.10.txt").read_text()
+    nodes = T.parse_nodes(text)
+    assert nodes.unparsed == () and [n.name for n in nodes.nodes] == ["dccn-c083", "dccn-c084"]
+    for n in nodes.nodes:
+        assert (n.cpus, n.cpus_total, n.real_memory_mb, n.gpus) == (63, 64, 515578, 4)
+
+
+def test_cputot_alone_before_23_02() -> None:
+    n = T.parse_nodes("NodeName=n1 CPUTot=8 RealMemory=1000 State=IDLE\n").nodes[0]
+    assert (n.cpus, n.cpus_total) == (8, 8)
+
+
+# --- GRES type names -> the model token preflight matches; MIG slices ---------------------------
+
+@pytest.mark.parametrize(
+    "gres_type,token",
+    [("nvidia_a100-sxm4-40gb", "A100"),            # AutoDetect=nvml (the DCCN capture)
+     ("nvidia_h100_80gb_hbm3", "H100"), ("nvidia_geforce_rtx_5090", "RTX 5090"), ("nvidia-rtx-3090", "RTX 3090"),
+     ("rtx_a6000", "RTX A6000"), ("rtx3090", "RTX 3090"), ("gtx1080ti", "GTX 1080"), ("tesla_v100", "V100"),
+     ("gh200_480gb", "GH200"), ("l40s", "L40S"), ("a10g", "A10G"), ("t4", "T4"), ("h100", "H100"),
+     ("ampere", None), ("gpu", None)],
+)
+def test_gpu_model_token(gres_type: str, token: str | None) -> None:
+    assert T.gpu_model_token(gres_type) == token
+
+
+def test_mig_slices_are_not_whole_gpus() -> None:
+    n = T.parse_nodes("NodeName=n1 CPUTot=64 Gres=gpu:a100:4,gpu:1g.10gb:7 State=IDLE\n").nodes[0]
+    assert (n.gpus, n.gpu_types) == (4, ("a100",))
+    nvml = T.parse_nodes("NodeName=n2 Gres=gpu:nvidia_a100_3g.39gb:2 State=IDLE CfgTRES=cpu=8,gres/gpu=2\n").nodes[0]
+    assert (nvml.gpus, nvml.gpu_types) == (None, ())
+    assert [T.is_mig_type(t) for t in ("1g.10gb", "1g.10gb+me", "nvidia_h100_80gb_hbm3_1g.10gb", "a100")] == \
+        [True, True, True, False]

@@ -160,18 +160,27 @@ def parse_gpu_query(text: str, fields: Sequence[str] = GPU_QUERY_FIELDS) -> GpuQ
     return GpuQuery(GpuState.OK, tuple(gpus), raw=clip(text))
 
 
-_CUDA_RE = re.compile(r"CUDA Version\s*:\s*(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
+# Driver branch 610 renamed the line: ``CUDA UMD version : 13.3`` (``--version``) and
+# ``CUDA UMD Version: 13.3`` (table header), while ``CUDA version`` there says
+# ``Deprecated, see "CUDA UMD version" instead``.  The new name wins where both carry a number.
+_CUDA_UMD_RE = re.compile(r"CUDA\s+UMD\s+Version\s*:\s*(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
+_CUDA_RE = re.compile(r"CUDA\s+Version\s*:\s*(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
 
 
 def parse_cuda_version(text: str) -> str | ParseFailure:
     """The CUDA version the driver supports, from ``nvidia-smi --version`` or the plain header.
 
-    Both print ``CUDA Version: 12.4`` (``--version`` pads the colon: ``CUDA Version        : 12.4``).
+    Drivers before 610 print ``CUDA Version: 12.4`` (``--version`` pads the colon:
+    ``CUDA Version        : 12.4``); 610 and later print ``CUDA UMD version : 13.3`` and
+    ``CUDA UMD Version: 13.3``.  Spelling case is not relied on; a non-numeric value
+    (the deprecation note) is never taken for a version.
     """
-    m = _CUDA_RE.search(text or "")
-    if m:
-        return m.group(1)
-    return failure("nvidia-smi CUDA version", "no 'CUDA Version: X.Y' in the output", text)
+    for pattern in (_CUDA_UMD_RE, _CUDA_RE):
+        m = pattern.search(text or "")
+        if m:
+            return m.group(1)
+    return failure("nvidia-smi CUDA version", "no 'CUDA Version: X.Y' or 'CUDA UMD Version: X.Y' in the output",
+                   text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,6 +211,10 @@ class IbInventory:
     ports: tuple[IbPort, ...]
     source: str  # "sysfs", "ibstat" or "none"
     raw: str = ""
+    # ibstat stops at the first device it cannot read (``ibpanic: ... stat of IB device
+    # 'mlx5_8' failed: ...``): the devices such lines name, and the lines themselves
+    missing: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
 
     @property
     def hcas(self) -> list[str]:
@@ -279,10 +292,21 @@ def _ibstat_port_attr(port: _PortFields, key: str, value: str) -> None:
         port["link_layer"] = value
 
 
+# libibumad's messages: ``ibpanic: [pid] func: text`` (ibstat exits after it), ``ibwarn: ...``
+_IB_DIAG_RE = re.compile(r"(ibpanic|ibwarn):\s*\[\d+\]\s*(.*)")
+_IB_DIAG_DEVICE_RE = re.compile(r"IB device '([^'\s]{1,64})'")
+
+
 def parse_ibstat(text: str) -> IbInventory | ParseFailure:
-    """Parse ``ibstat`` output: ``CA 'mlx5_0'`` blocks with indented ``Port N:`` sub-blocks."""
+    """Parse ``ibstat`` output: ``CA 'mlx5_0'`` blocks with indented ``Port N:`` sub-blocks.
+
+    An ``ibpanic:`` line (ibstat gave up on one device and exited) keeps what parsed before it;
+    the device it names is listed in ``missing`` and the line in ``errors``.
+    """
     what = "ibstat"
     ports: list[IbPort] = []
+    missing: list[str] = []
+    errors: list[str] = []
     hca: str | None = None
     current: tuple[str, int, _PortFields] | None = None  # (hca, port, what its lines said)
 
@@ -296,7 +320,13 @@ def parse_ibstat(text: str) -> IbInventory | ParseFailure:
         ca = re.fullmatch(r"CA '([^']+)'\s*", line)
         port = re.fullmatch(r"\s+Port (\d+):\s*", line)
         kv = re.fullmatch(r"\s+([A-Za-z][A-Za-z ]*?):\s*(.*)", line)
-        if ca:
+        diag = _IB_DIAG_RE.fullmatch(line.strip())
+        if diag:
+            errors.append(f"{diag.group(1)}: " + "".join(c for c in diag.group(2)[:200] if c.isprintable()))
+            device = _IB_DIAG_DEVICE_RE.search(diag.group(2)) if diag.group(1) == "ibpanic" else None
+            if device and device.group(1) not in missing:
+                missing.append(device.group(1))
+        elif ca:
             flush()
             hca, current = ca.group(1), None
         elif port and hca is not None:
@@ -308,14 +338,15 @@ def parse_ibstat(text: str) -> IbInventory | ParseFailure:
         else:
             return failure(what, f"unexpected line {line.strip()[:80]!r}", text)
     flush()
-    if not ports and (text or "").strip():
+    if not ports and not errors and (text or "").strip():
         return failure(what, "no 'CA ... Port N:' blocks", text)
-    return IbInventory(tuple(ports), "ibstat" if ports else "none", clip(text or ""))
+    return IbInventory(tuple(ports), "ibstat" if ports or errors else "none", clip(text or ""),
+                       tuple(missing), tuple(errors))
 
 
 def parse_ib(text: str) -> IbInventory | ParseFailure:
     """Parse either form the preflight script may return (sysfs lines, else ibstat output)."""
-    if re.search(r"^CA '", text or "", re.MULTILINE):
+    if re.search(r"^(CA '|ibpanic:|ibwarn:)", text or "", re.MULTILINE):
         return parse_ibstat(text)
     return parse_ib_sysfs(text)
 

@@ -85,6 +85,8 @@ def node_facts(host: str, stdout: str, token: str) -> NodeFacts:
     problems: list[str] = []
     gpus = _read(sections, "gpu", D.parse_gpu_query, problems)
     ib = _read(sections, "ib", D.parse_ib, problems)
+    if ib is not None and ib.missing:
+        problems.append(f"ib: ibstat could not read {', '.join(ib.missing)} ({ib.errors[-1]})")
     mounts = _read(sections, "mounts", P.parse_mounts, problems)
     nets = _read(sections, "net", parse_interfaces, problems)
     return NodeFacts(host, "", gpus, ib, mounts, nets, tuple(problems))

@@ -27,10 +27,11 @@ def gpu_section(timeout_s: float) -> Section:
 def cuda_section(timeout_s: float) -> Section:
     """The driver's CUDA version (:func:`~clusterkit.nodes.device_parsers.parse_cuda_version`);
     skipped when the GPU section hung."""
-    # `--version` is cheap and prints "CUDA Version : X.Y" on drivers >= 525; older ones
-    # only show it in the plain table header.
+    # `--version` is cheap and prints "CUDA Version : X.Y" on drivers >= 525 ("CUDA UMD
+    # version : X.Y" from 610 on); older ones only show it in the plain table header.
     return Section("cuda", "v=$(nvidia-smi --version 2>/dev/null); "
-                   'case "$v" in *"CUDA Version"*) echo "$v" ;; *) nvidia-smi ;; esac', timeout_s,
+                   'case "$v" in *"CUDA Version"*|*"CUDA UMD version"*|*"CUDA UMD Version"*) echo "$v" ;; '
+                   '*) nvidia-smi ;; esac', timeout_s,
                    unless_timed_out="gpu")
 
 

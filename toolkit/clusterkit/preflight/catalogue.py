@@ -199,8 +199,13 @@ def _ib_checks(e: Expectations) -> list[Check]:
     def hcas(inv: D.IbInventory, _: SectionOutput) -> Verdict:
         missing, _ports = _wanted_ports(e, inv)
         found = ", ".join(inv.hcas) or "none"
+        # ibstat stopped at a device it could not read: that device is missing, and any listed after it
+        stopped = f"; {inv.errors[-1]}" if inv.errors else ""
+        unread = [h for h in inv.missing if h not in missing]
+        if not missing and unread:
+            return Verdict(True, f"HCAs {', '.join(e.hcas)} present (ibstat could not read {', '.join(unread)})")
         return Verdict(not missing, f"HCAs {', '.join(e.hcas)} present" if not missing
-                       else f"HCA {', '.join(missing)} missing (found: {found})")
+                       else f"HCA {', '.join(missing)} missing (found: {found}{stopped})")
 
     def ports(inv: D.IbInventory, _: SectionOutput) -> Verdict:
         def why(p: D.IbPort) -> str:

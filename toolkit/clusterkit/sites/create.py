@@ -127,16 +127,32 @@ def _nodes(out: _Out, nodes: Sequence[T.Node], first: T.Node, probed: Mapping[st
         out.put(1, f"gpus_per_node: {smi[0]}", "nvidia-smi (Slurm has no gpu GRES here)")
     else:
         out.guess(1, "nodes.gpus_per_node", "gpus_per_node: 1", "Slurm has no gpu GRES on these nodes")
-    model = first.gpu_types[0].upper() if first.gpu_types else (smi[1] if smi else None)
-    if model:
-        out.put(1, f"gpu_model: {_q(model)}", "GRES type" if first.gpu_types else "nvidia-smi")
+    # the probe's nvidia-smi name first; else the GRES type mapped to the token preflight finds in
+    # that name (T.gpu_model_token's rule), unverified: GRES type names are the admin's choice
+    token = next((t for t in map(T.gpu_model_token, first.gpu_types) if t), None)
+    if smi:
+        out.put(1, f"gpu_model: {_q(smi[1])}", "nvidia-smi")
+    elif token:
+        out.guess(1, "nodes.gpu_model", f"gpu_model: {_q(token)}",
+                  f"from GRES type {first.gpu_types[0]} (vendor words and sizes dropped)")
+    elif first.gpu_types:
+        out.todo(1, "nodes.gpu_model", "gpu_model: H100",
+                 f"GRES type {first.gpu_types[0]} names no GPU model: run with --probe, or set it")
     else:
         out.todo(1, "nodes.gpu_model", "gpu_model: H100", "neither GRES nor nvidia-smi named the GPU type" if probed
                  else "GRES has no GPU type: run with --probe, or set it")
     if first.cpus:
-        out.put(1, f"cpus_per_node: {first.cpus}", "CPUTot")
+        reserved = first.cpus_total is not None and first.cpus_total != first.cpus
+        out.put(1, f"cpus_per_node: {first.cpus}",
+                f"CPUEfctv: CPUTot={first.cpus_total} less the cores reserved for the system" if reserved
+                else "CPUTot")
     if first.real_memory_mb and first.real_memory_mb > 1:
         out.put(1, f"mem_gb: {round(first.real_memory_mb / 1024, 1):g}", f"RealMemory={first.real_memory_mb} MB")
+    else:
+        # RealMemory=1 is Slurm's value when slurm.conf sets none: not the node's memory
+        out.todo(1, "nodes.mem_gb", "mem_gb: 256",
+                 f"Slurm has no memory configured for these nodes (RealMemory={first.real_memory_mb})"
+                 if first.real_memory_mb is not None else "Slurm reports no RealMemory for these nodes")
     if first.features:
         out.put(1, f"# features: {','.join(first.features)}", "Slurm features (for reference)")
 

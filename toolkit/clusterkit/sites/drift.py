@@ -175,13 +175,17 @@ def _compare_nodes(f: _Finder, site: Any, mine: list[T.Node], report: DriftRepor
     _per_node(f, ("nodes", "gpus_per_node"), cfg.gpus_per_node,
               {n.name: n.gpus for n in mine if n.gpus is not None}, "GPUs per node (Slurm GRES)")
     _per_node(f, ("nodes", "cpus_per_node"), cfg.cpus_per_node,
-              {n.name: n.cpus for n in mine if n.cpus is not None}, "CPUs per node (Slurm CPUTot)")
+              {n.name: n.cpus for n in mine if n.cpus is not None}, "CPUs per node (Slurm CPUEfctv, else CPUTot)")
     if cfg.gpu_model:
         want = cfg.gpu_model.lower()
         types = {n.name: ",".join(n.gpu_types) for n in mine if n.gpu_types}
-        bad = {h: t for h, t in types.items() if not any(want in x.lower() or x.lower() in want for x in t.split(","))}
+        bad = {h: t for h, t in types.items() if not any(_type_matches(want, x) for x in t.split(","))}
         for live, hosts in _group(bad).items():
             f.add(("nodes", "gpu_model"), cfg.gpu_model, live, hosts, "GPU type (Slurm GRES)")
+    unset = [n.name for n in mine if not n.real_memory_mb or n.real_memory_mb <= 1]
+    if unset:
+        report.notes.append(f"Slurm has no memory configured (RealMemory=1) on {hostlist.fold(sorted(unset))}: "
+                            "nodes.mem_gb not checked against Slurm there")
     mem = {n.name: n.real_memory_mb for n in mine if n.real_memory_mb and n.real_memory_mb > 1}
     off = {h: mb for h, mb in mem.items() if abs(mb / 1024 - cfg.mem_gb) > MEM_TOLERANCE * cfg.mem_gb}
     for mb, hosts in _group(off).items():
@@ -215,11 +219,22 @@ def live_slurm_facts(site: Any, scope: list[T.Node]) -> dict[str, Any]:
             out["mem_gb"] = round(mb / 1024, 1)
     if "gpu_model" in out:
         want = (site.nodes.gpu_model or "").lower()
-        if want and any(want in t.lower() or t.lower() in want for t in out["gpu_model"].split(",")):
+        types = out["gpu_model"].split(",")
+        tokens = [T.gpu_model_token(t) for t in types]
+        if want and any(_type_matches(want, t) for t in types):
             del out["gpu_model"]  # the configured name already matches (H100 vs h100)
+        elif all(tokens):
+            out["gpu_model"] = ",".join(t for t in tokens if t)  # the token preflight finds in nvidia-smi's name
         else:
-            out["gpu_model"] = out["gpu_model"].upper()
+            del out["gpu_model"]  # a GRES type that names no model is not a gpu_model to write
     return out
+
+
+def _type_matches(want: str, gres_type: str) -> bool:
+    """``want`` (a configured gpu_model, lower case) names the GPU that GRES type names."""
+    t = gres_type.lower()
+    token = (T.gpu_model_token(gres_type) or "").lower()
+    return want in t or t in want or (bool(token) and (token in want or want in token))
 
 
 # ---------------------------------------------------------------------------------------------

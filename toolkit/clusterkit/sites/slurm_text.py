@@ -191,12 +191,49 @@ _UNUSABLE = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RES
              "REBOOT_REQUESTED", "INVALID_REG", "FUTURE", "UNKNOWN", "INVAL"}
 
 
+# A MIG profile in a GRES type: "1g.10gb", "3g.40gb", "1g.10gb+me", or AutoDetect=nvml's
+# "nvidia_a100_3g.39gb" (the GPU's name, then the profile)
+_MIG_RE = re.compile(r"(?:^|[_-])\d+g\.\d+gb(?:\+me)?$", re.IGNORECASE)
+# Words in GRES type names that are not part of the model nvidia-smi prints after "NVIDIA"
+_GRES_NOISE = {"nvidia", "tesla", "geforce", "quadro"}
+
+
+def is_mig_type(gres_type: str | None) -> bool:
+    return bool(gres_type and _MIG_RE.search(gres_type))
+
+
+def gpu_model_token(gres_type: str) -> str | None:
+    """The model token preflight finds in nvidia-smi's GPU name, from a GRES type name; None
+    when the type names no model (``ampere``, ``gpu``).
+
+    The rule: lower-case, split on ``_``/``-``/space, drop the vendor and brand words (nvidia,
+    tesla, geforce, quadro); ``rtx``/``gtx`` keep the next word's model number (``RTX 3090``,
+    ``RTX A6000``); otherwise the first word that is up to two letters and a number, with one
+    trailing letter kept (``A100``, ``H100``, ``GH200``, ``L40S``, ``A10G``, ``T4``).  Memory and
+    form-factor words after it (``sxm4``, ``40gb``, ``80gb``, ``hbm3``) are dropped.
+    """
+    words = [w for w in re.split(r"[_\-\s]+", gres_type.lower()) if w and w not in _GRES_NOISE]
+    for i, word in enumerate(words):
+        series = re.fullmatch(r"(rtx|gtx)([a-z]?\d+)?\w*", word)
+        if series:
+            digits = series.group(2)
+            if digits is None and i + 1 < len(words):
+                after = re.match(r"[a-z]?\d+", words[i + 1])
+                digits = after.group(0) if after else None
+            return f"{series.group(1).upper()} {digits.upper()}" if digits else None
+        m = re.match(r"[a-z]{0,2}\d{1,4}", word)
+        if m:
+            rest = word[m.end():]
+            return (m.group(0) + (rest if len(rest) == 1 and rest.isalpha() else "")).upper()
+    return None
+
+
 @dataclass(frozen=True)
 class Node:
     """One node as Slurm has it configured and sees it now."""
 
     name: str
-    cpus: int | None
+    cpus: int | None  # usable by jobs: CPUEfctv where Slurm prints it (less reserved cores), else CPUTot
     real_memory_mb: int | None
     gres: tuple[Gres, ...]
     features: tuple[str, ...]
@@ -204,19 +241,25 @@ class Node:
     reason: str
     partitions: tuple[str, ...]
     cfg_tres: dict[str, str] = field(compare=False, default_factory=dict)
+    cpus_total: int | None = None  # CPUTot: includes the cores CoreSpecCount/CPUSpecList reserve
 
     @property
     def gpus(self) -> int | None:
-        """GPUs Slurm schedules on the node; None when it schedules none (no ``gpu`` GRES, or ``gpu:0``)."""
-        counts = [g.count for g in self.gres if g.name == "gpu"]
+        """Whole GPUs Slurm schedules on the node; None when it schedules none (no ``gpu`` GRES, or
+        ``gpu:0``).  MIG slices (``gpu:1g.10gb:7``) are not whole GPUs and are not counted."""
+        whole = [g for g in self.gres if g.name == "gpu" and not is_mig_type(g.type)]
+        counts = [g.count for g in whole]
         if counts and all(c is not None for c in counts):
             return sum(c for c in counts if c is not None) or None
+        if len(whole) < len([g for g in self.gres if g.name == "gpu"]):
+            return None  # MIG slices only: CfgTRES's gres/gpu counts the slices too
         tres = self.cfg_tres.get("gres/gpu", "")  # sites that track gres/gpu as a TRES (AccountingStorageTRES)
         return int(tres) or None if tres.isdigit() else None
 
     @property
     def gpu_types(self) -> tuple[str, ...]:
-        return tuple(sorted({g.type for g in self.gres if g.name == "gpu" and g.type}))
+        """The whole-GPU GRES types (MIG slice types left out)."""
+        return tuple(sorted({g.type for g in self.gres if g.name == "gpu" and g.type and not is_mig_type(g.type)}))
 
     @property
     def state_words(self) -> set[str]:
@@ -247,7 +290,8 @@ def _node(kv: dict[str, str]) -> Node:
     parts = kv.get("Partitions", "")
     reason = kv.get("Reason", "")
     return Node(
-        name=kv["NodeName"], cpus=_int(kv.get("CPUTot")), real_memory_mb=_int(kv.get("RealMemory")),
+        name=kv["NodeName"], cpus=_int(kv.get("CPUEfctv")) or _int(kv.get("CPUTot")),
+        cpus_total=_int(kv.get("CPUTot")), real_memory_mb=_int(kv.get("RealMemory")),
         gres=parse_gres(kv.get("Gres", "")),
         features=tuple(f for f in features.split(",") if f and features not in _NULL),
         state=kv.get("State", ""), reason=re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", reason),
