@@ -8,6 +8,7 @@ neither judges here.  Every value that comes from a site is shell-quoted.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 from clusterkit.nodes import device_parsers as D
 from clusterkit.nodes import parsers as P
@@ -57,6 +58,32 @@ def hca_ports(inv: D.IbInventory, spec: str) -> list[D.IbPort]:
     """The ports a ``network.hcas`` entry names: ``mlx5_0:1`` one port, ``mlx5_0`` all of them."""
     hca, _, port = spec.partition(":")
     return [p for p in inv.ports_of(hca) if not port or str(p.port) == port]
+
+
+# The link layer of each RDMA fabric's ports (sysfs ``link_layer``, ibstat's ``Link layer``).
+LINK_LAYERS = {"infiniband": "InfiniBand", "roce": "Ethernet"}
+
+
+def hca_layers(invs: Sequence[D.IbInventory]) -> dict[str, set[str | None]]:
+    """Each HCA present on every inventory -> the link layers its ports reported there."""
+    if not invs:
+        return {}
+    common = set.intersection(*(set(inv.hcas) for inv in invs))
+    return {h: {p.link_layer for inv in invs for p in inv.ports_of(h)} for h in sorted(common)}
+
+
+def fabric_hcas(invs: Sequence[D.IbInventory], fabric: str) -> list[str]:
+    """The HCAs of ``fabric`` on every node: those whose ports all have the fabric's link layer.
+
+    A DGX/HGX node has InfiniBand rails (``mlx5_0..7``) and, on the same driver, an Ethernet
+    NIC or RoCE bond (``mlx5_bond_0``): only the rails carry an InfiniBand fabric.  When no port
+    reports a link layer at all, every HCA is the fabric's (nothing tells them apart).
+    """
+    layers = hca_layers(invs)
+    if all(ls == {None} for ls in layers.values()):
+        return list(layers)
+    want = LINK_LAYERS.get(fabric)
+    return [h for h, ls in layers.items() if ls == {want}]
 
 
 # Kernel file-system type names per configured storage type.

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from clusterkit import hostlist
 from clusterkit.errors import InputError
 from clusterkit.nodes import parsers as P
+from clusterkit.nodes import sections as S
 from clusterkit.nodes.facts import NodeFacts
 from clusterkit.sites import slurm_text as T
 from clusterkit.sites.facts import ClusterFacts, group_types
@@ -192,15 +193,26 @@ def _network(out: _Out, probed: Mapping[str, NodeFacts] | None) -> None:
             out.todo(1, "network.hcas", "hcas: [mlx5_0, mlx5_1]", "run with --probe to list the HCAs")
         _ifname(out, probed, "ethernet")
         return
-    hcas = sorted(set.intersection(*(set(i.hcas) for i in invs)))
-    ports = [p for i in invs for p in i.ports if p.hca in hcas]
-    layer = {p.link_layer for p in ports}
-    fabric = "roce" if layer == {"Ethernet"} else "infiniband"
-    out.put(1, f"fabric: {fabric}", f"link layer {', '.join(sorted(x or '?' for x in layer))}")
-    out.put(1, f"hcas: [{', '.join(hcas)}]", "HCAs present on every probed node")
-    rates = [p.rate_gbps for p in ports if p.state == "ACTIVE" and p.rate_gbps]
+    layers = S.hca_layers(invs)
+    known = set().union(*layers.values()) - {None}
+    # InfiniBand rails win over an Ethernet NIC on the same driver (a RoCE bond beside them)
+    fabric = "infiniband" if "InfiniBand" in known or not known else "roce"
+    hcas = S.fabric_hcas(invs, fabric)
+    others = [h for h in layers if h not in hcas]
+    out.put(1, f"fabric: {fabric}", f"link layer {', '.join(sorted(x or '?' for x in set().union(*layers.values())))}")
+    if hcas:
+        why = "HCAs present on every probed node" + (f", link layer {S.LINK_LAYERS[fabric]}" if known else "")
+        out.put(1, f"hcas: [{', '.join(hcas)}]", why)
+    else:  # every HCA mixes link layers across ports or nodes: list them all, for the admin to pick
+        hcas, others = list(layers), []
+        out.guess(1, "network.hcas", f"hcas: [{', '.join(hcas)}]",
+                  f"no HCA has only {S.LINK_LAYERS[fabric]} ports on every probed node")
+    if others:
+        named = ", ".join(f"{h} ({'/'.join(sorted(x or '?' for x in layers[h]))})" for h in others)
+        out.put(1, f"# not the fabric's: {named}", "left out of hcas and NCCL_IB_HCA")
+    rates = [p.rate_gbps for i in invs for h in hcas for p in i.ports_of(h) if p.state == "ACTIVE" and p.rate_gbps]
     if rates:
-        out.put(1, f"port_rate_gbps: {int(min(rates))}", "lowest rate of the ACTIVE ports")
+        out.put(1, f"port_rate_gbps: {int(min(rates))}", "lowest rate of the ACTIVE ports of these HCAs")
     _ifname(out, probed, fabric)
 
 

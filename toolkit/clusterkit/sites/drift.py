@@ -15,7 +15,7 @@ from clusterkit import hostlist
 from clusterkit.nodes import device_parsers as D
 from clusterkit.nodes import parsers as P
 from clusterkit.nodes.facts import NodeFacts
-from clusterkit.nodes.sections import hca_ports, mounted_as
+from clusterkit.nodes.sections import fabric_hcas, hca_ports, mounted_as
 from clusterkit.sites import slurm_text as T
 from clusterkit.sites.facts import ClusterFacts
 from clusterkit.slurmtext import parse_time
@@ -254,9 +254,9 @@ def compare_probe(site: Any, lines: Lines, probed: Mapping[str, NodeFacts], repo
         _probe_hcas(f, site, ok)
         _probe_rate(f, site, ok)
     _probe_storage(f, site, ok)
-    hcas = [set(nf.ib.hcas) for nf in ok.values() if nf.ib is not None and nf.ib.hcas]
-    if hcas and site.network.fabric != "ethernet":
-        common = sorted(set.intersection(*hcas))
+    invs = [nf.ib for nf in ok.values() if nf.ib is not None and nf.ib.hcas]
+    if invs and site.network.fabric != "ethernet":
+        common = fabric_hcas(invs, site.network.fabric)   # the rails, not a NIC of another link layer
         configured = [s.partition(":")[0] for s in site.network.hcas]
         if common and sorted(set(configured)) != common:
             report.live["hcas"] = common
@@ -288,7 +288,7 @@ def _probe_hcas(f: _Finder, site: Any, ok: Mapping[str, NodeFacts]) -> None:
         specs = list(site.network.hcas)
         gone = [s for s in specs if not hca_ports(nf.ib, s)]
         if gone:
-            extra = sorted(set(nf.ib.hcas) - {s.partition(":")[0] for s in specs})
+            extra = sorted(set(fabric_hcas([nf.ib], site.network.fabric)) - {s.partition(":")[0] for s in specs})
             missing[h] = f"missing {', '.join(gone)}" + (f"; unlisted {', '.join(extra)} (renamed?)" if extra else "")
         bad = [f"{p.label} {p.state or '?'}" for s in specs for p in hca_ports(nf.ib, s) if p.state != "ACTIVE"]
         if bad:
