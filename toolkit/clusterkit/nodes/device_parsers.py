@@ -165,6 +165,7 @@ def parse_gpu_query(text: str, fields: Sequence[str] = GPU_QUERY_FIELDS) -> GpuQ
 # ``Deprecated, see "CUDA UMD version" instead``.  The new name wins where both carry a number.
 _CUDA_UMD_RE = re.compile(r"CUDA\s+UMD\s+Version\s*:\s*(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
 _CUDA_RE = re.compile(r"CUDA\s+Version\s*:\s*(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
+_CUDA_NOT_FOUND_RE = re.compile(r"CUDA\s+(?:UMD\s+)?Version\s*:\s*Not\s+Found", re.IGNORECASE)
 
 
 def parse_cuda_version(text: str) -> str | ParseFailure:
@@ -179,6 +180,10 @@ def parse_cuda_version(text: str) -> str | ParseFailure:
         m = pattern.search(text or "")
         if m:
             return m.group(1)
+    if _CUDA_NOT_FOUND_RE.search(text or ""):
+        # a vGPU host driver (or one without the CUDA user-mode driver) says so instead of a number
+        why = "nvidia-smi reports no CUDA version ('CUDA Version : Not Found')"
+        return ParseFailure("nvidia-smi CUDA version", why, clip(text or ""), tool_error=True)
     return failure("nvidia-smi CUDA version", "no 'CUDA Version: X.Y' or 'CUDA UMD Version: X.Y' in the output",
                    text)
 
