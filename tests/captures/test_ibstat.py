@@ -15,6 +15,7 @@ import pytest
 from clusterkit.config.load import load_file
 from clusterkit.job import nccl
 from clusterkit.nodes import device_parsers as D
+from clusterkit.nodes.facts import probe
 from clusterkit.nodes.transport import LocalRunner
 from clusterkit.preflight.engine import Status
 from clusterkit.preflight.run import run_preflight
@@ -124,3 +125,24 @@ def test_drift_proposes_no_bond_among_the_hcas(tmp_path: Path) -> None:
                                runner_for=lambda site, transport: LocalRunner(command_timeout_s=30, env=env))
     (report,) = result.reports
     assert "hcas" not in report.live and "network.hcas" not in {d.key for d in report.drift}, report
+
+
+SYSFS = captures("sysfs")
+
+
+@pytest.mark.parametrize("cap", SYSFS, ids=[c.name for c in SYSFS])
+def test_sysfs_tree_through_the_probe_init_and_preflight(cap: Capture, tmp_path: Path) -> None:
+    """A captured /sys/class/infiniband tree as the node's sysroot: the real ib section greps it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").symlink_to(HEALTHY_SMI)
+    env = {**env_with(bin_dir), "CLUSTERKIT_SYSROOT": str(cap.path.with_suffix(""))}
+    facts = probe(["node1"], LocalRunner(command_timeout_s=30, env=env))["node1"]
+    assert facts.ib is not None and facts.ib.source == "sysfs", facts
+    assert {f"{p.hca}:{p.port}": [p.state, p.phys_state, p.rate_gbps, p.link_layer] for p in facts.ib.ports} == \
+        cap.expected["ports"]
+    text, path = _init(tmp_path, env)
+    assert _network(text) == cap.expected["init"], text
+    got = {k: v[0].value if v[0] is Status.OK else f"{v[0].value}: {v[1]}" for k, v in _verdicts(path, env).items()
+           if k in IB_CHECKS}
+    assert got == cap.expected["preflight"]
