@@ -40,7 +40,7 @@ def layered_site(tmp_path: Path) -> Path:
 def plan_job(ck, tmp_path: Path, *flags: str, site: Path | None = None, stage: str = "single-node") -> dict:
     out = tmp_path / "run"
     result = ck("render", "--site", str(site or layered_site(tmp_path)), "--stage", stage, "--out", str(out),
-                *flags, "--", "python", "train.py")
+                "--set", "container=false", *flags, "--", "python", "train.py")
     assert result.code == 0, result.err
     return json.loads((out / "plan.json").read_text())["job"]
 

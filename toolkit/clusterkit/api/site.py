@@ -282,6 +282,10 @@ def _words(name: str, given: Sequence[str] | None) -> tuple[str, ...]:
         return ()
     if isinstance(given, str) or not all(isinstance(w, str) for w in given):
         raise InputError("give a list of strings", field=name)
+    for word in given:
+        if "\0" in word or not word.strip():
+            raise InputError("must be non-empty text without NUL bytes" if word.strip() else "is empty",
+                             field=name, value=repr(word[:60]))
     return tuple(given)
 
 

@@ -8,12 +8,14 @@ removed, no ``export``, no ``$VAR`` or ``$(...)``), so what is written is what t
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 
+from clusterkit.config.schema import ENV_REF, job_env_problem
 from clusterkit.errors import InputError
 from clusterkit.job.request import EnvEntry
 
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLAIN_PATH = re.compile(r"[\w./+@:,~-]{1,4096}", re.ASCII)
 #: Linux refuses one ``NAME=value`` string longer than this in exec (MAX_ARG_STRLEN, 32 pages).
 MAX_ENV_STRING = 32 * 4096 - 1
 #: An env file larger than this is refused before it is parsed.
@@ -24,11 +26,9 @@ def check_entry(name: str, value: str, *, field: str, where: str | None = None) 
     """A name and value any process can be given, else an :class:`InputError` at ``field``
     (``where`` names the place, ``vars.env:3``, instead of the value)."""
     shown = where if where is not None else repr(f"{name}={value}"[:60])
-    if not ENV_NAME.fullmatch(name):
-        raise InputError(f"{name[:60]!r} is not an environment variable name (letters, digits and '_', "
-                         "not starting with a digit)", field=field, value=shown)
-    if "\0" in value:
-        raise InputError("a value cannot hold a NUL byte (no process environment can)", field=field, value=shown)
+    problem = job_env_problem(name, value, site=False)
+    if problem:
+        raise InputError(problem, field=field, value=shown)
     if len(name) + 1 + len(value.encode("utf-8", "surrogateescape")) > MAX_ENV_STRING:
         raise InputError(f"{name}=...: longer than {MAX_ENV_STRING} bytes, which Linux refuses to pass to a "
                          "process (MAX_ARG_STRLEN); put large values in a file and pass its path",
@@ -52,6 +52,8 @@ def parse_file(text: str, source: str, *, field: str = "env_file") -> tuple[EnvE
     """The entries of an env file's ``text`` (``source`` names it in errors and origins:
     ``vars.env:3``)."""
     out: list[EnvEntry] = []
+    if not _PLAIN_PATH.fullmatch(source):  # it is shown in comments of the rendered files
+        source = ascii(source)
     for number, raw in enumerate(text.split("\n"), start=1):
         line = raw.removesuffix("\r")
         where = f"{source}:{number}"
@@ -70,3 +72,23 @@ def parse_file(text: str, source: str, *, field: str = "env_file") -> tuple[EnvE
         check_entry(name, value, field=field, where=where)
         out.append(EnvEntry(name, value, f"--env-file {where}"))
     return tuple(out)
+
+
+def refs(value: str) -> list[str]:
+    """The ``${SLURM_*}``/``${CK_*}`` names ``value`` refers to (others are refused earlier)."""
+    return [m.group(1) for m in ENV_REF.finditer(value)]
+
+
+def shell_word(value: str) -> str:
+    """``value`` as one shell word: literal text single-quoted, each ``${SLURM_*}``/``${CK_*}``
+    reference left for the shell that runs it (each node's own), nothing else expanded."""
+    parts: list[str] = []
+    pos = 0
+    for m in ENV_REF.finditer(value):
+        if m.start() > pos:
+            parts.append(shlex.quote(value[pos:m.start()]))
+        parts.append(f'"${{{m.group(1)}}}"')
+        pos = m.end()
+    if pos < len(value) or not parts:
+        parts.append(shlex.quote(value[pos:]))
+    return "".join(parts)
