@@ -87,7 +87,7 @@ def shell_word(value: str) -> str:
     for m in ENV_REF.finditer(value):
         if m.start() > pos:
             parts.append(shlex.quote(value[pos:m.start()]))
-        parts.append(f'"${{{m.group(1)}}}"')
+        parts.append(f'"${{{m.group(1)}-}}"')   # unset: empty (the batch shell runs with set -u)
         pos = m.end()
     if pos < len(value) or not parts:
         parts.append(shlex.quote(value[pos:]))
