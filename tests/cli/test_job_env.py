@@ -231,3 +231,14 @@ def test_shellcheck_scripts_with_every_job_addition(ck, tmp_path: Path) -> None:
     p = subprocess.run(["shellcheck", "--shell=bash", "--severity=info", *(str(r / "job.sbatch") for r in runs)],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stdout
+
+
+def test_a_site_job_script_without_the_setup_include_is_refused_not_silently_skipped(ck, tmp_path: Path) -> None:
+    from tests.hostile.test_templates import site_with_template
+
+    site = site_with_template(tmp_path, "#!/bin/bash\n# an old copy for {{ plan.job_name }}\n")
+    result = ck("render", "--site", str(site), "--out", str(tmp_path / "run"), "--setup", "echo prep", "--",
+                "python", "t.py")
+    assert_one_line_error(result, 2, "templates: the site's job script template does not include job-setup.j2")
+    assert not (tmp_path / "run").exists()
+    assert ck("render", "--site", str(site), "--out", str(tmp_path / "run"), "--", "python", "t.py").code == 0

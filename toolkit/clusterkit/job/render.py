@@ -290,6 +290,11 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
     }
     out: dict[str, str] = {}
     out["job.sbatch"] = draw(ENTRY[plan.slurm], ctx)
+    if (plan.job.setup or plan.job.node_setup) and "ck_setup_step=" not in out["job.sbatch"]:
+        # a site's own copy of the entry template from before setup steps: refuse, never drop them
+        raise ConfigError.single(site.templates or "templates", None, "templates",
+                                 "the site's job script template does not include job-setup.j2, so the job's "
+                                 "setup steps would not run: add {% include \"job-setup.j2\" %} before the launch")
     out["nccl.env"] = draw("nccl.env.j2", ctx)
     hostfile = _hostfile(plan)
     if hostfile is not None:
