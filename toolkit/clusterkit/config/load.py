@@ -189,6 +189,7 @@ def validate_data(data: Mapping[str, Any], lines: dict[KeyPath, tuple[str, int]]
         issues = [_issue_from_error(e, doc, file) for e in exc.errors()]
         issues.sort(key=lambda i: (i.file != file, i.file, i.line or 0))
         raise ConfigError(issues) from None
+    _check_job_commands_trust(site, lines, file)
     if site.templates is not None:
         tdir = (base_dir / os.path.expanduser(site.templates)).resolve()
         where = _line_for(lines, ("templates",), file)
@@ -209,6 +210,24 @@ def _check_template_trust(site_file: Path, tdir: Path, where: tuple[str, int | N
             raise ConfigError.single(where[0], where[1], "templates",
                                      f"template override refused: {path} {problem}; templates are code and are used "
                                      "only from files that no other user can write")
+
+
+def _check_job_commands_trust(site: Site, lines: dict[KeyPath, tuple[str, int]], file: str) -> None:
+    """``job.setup``/``job.node_setup`` (and a stage's) are commands every job runs on the cluster:
+    like a template override, honour them only from files no other user can write."""
+    keys: list[KeyPath] = [("job", k) for k in ("setup", "node_setup") if getattr(site.job, k)]
+    for stage, override in site.stages.items():
+        if override.job is not None:
+            keys += [("stages", stage, "job", k) for k in ("setup", "node_setup") if getattr(override.job, k)]
+    for key in keys:
+        where = _line_for(lines, key, file)
+        path = Path(where[0]).resolve()
+        for p in (path, path.parent):
+            problem = _writable_by_others(p)
+            if problem:
+                raise ConfigError.single(where[0], where[1], ".".join(map(str, key)),
+                                         f"refused: {p} {problem}; setup commands run in every job and are used "
+                                         "only from site files that no other user can write")
 
 
 def _writable_by_others(path: Path) -> str | None:

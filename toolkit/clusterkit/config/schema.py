@@ -23,6 +23,59 @@ NCCL_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "FI_", "GLOO_")
 #: ... and these names (what NCCL's performance depends on outside its own namespace).
 NCCL_ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "TORCH_DISTRIBUTED_DEBUG")
 
+#: Job environment names clusterkit sets itself (``job.env``, ``--env``), and what to use instead.
+OWNED_ENV = {
+    "MASTER_ADDR": "nothing: the rendezvous is the allocation's first host (CK_HEAD)",
+    "MASTER_PORT": "nothing: the port comes from the job id (CK_PORT)",
+    "RANK": "--nodes and --gpus-per-node (the launcher numbers the ranks)",
+    "LOCAL_RANK": "--gpus-per-node (the launcher numbers the ranks)",
+    "WORLD_SIZE": "--nodes and --gpus-per-node", "LOCAL_WORLD_SIZE": "--gpus-per-node",
+    "NODE_RANK": "--nodes (each node's rank comes from Slurm)", "GROUP_RANK": "--nodes",
+    "CUDA_VISIBLE_DEVICES": "--gpus-per-node (Slurm binds the GPUs)",
+    "DS_ENV_FILE": "--set ds_launcher", "OMPI_MCA_orte_default_hostfile": "--launcher",
+}
+#: ... and name prefixes clusterkit, Slurm and the process managers own.
+OWNED_ENV_PREFIXES = {
+    "CK_": "nothing: CK_* are clusterkit's runtime variables", "SLURM_": "--sbatch KEY=VALUE or --srun-arg",
+    "SBATCH_": "--sbatch KEY=VALUE", "SRUN_": "--srun-arg", "SALLOC_": "--sbatch KEY=VALUE",
+    "PMI_": "--srun-arg=--mpi=...", "PMIX_": "--srun-arg=--mpi=...",
+}
+#: Names that change how the job script's own shells start: refused everywhere.
+SHELL_ENV = ("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS4", "PROMPT_COMMAND", "CDPATH", "GLOBIGNORE")
+#: Names that change how shells, the loader or interpreters start: refused in a site file's
+#: ``job.env`` (the site file is data; these would make it code for every rank).  A job's own
+#: ``--env`` may set them: it is the user's own job.
+SITE_REFUSED_ENV = (*SHELL_ENV, "PATH", "LD_LIBRARY_PATH", "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYOPT",
+                    "RUBYLIB", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "GCONV_PATH", "LOCPATH",
+                    "HOSTALIASES", "TCLLIBPATH", "MODULEPATH")
+SITE_REFUSED_ENV_PREFIXES = ("LD_", "PYTHON", "BASH_FUNC_", "LUA_", "LMOD_", "CONDA", "VIRTUAL_ENV")
+#: ``${NAME}`` references a value may hold: each node expands its own at launch.
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+ENV_REF_PREFIXES = ("SLURM_", "CK_")
+
+
+def job_env_problem(name: str, value: str, *, site: bool) -> str | None:
+    """Why ``name=value`` may not be a job's environment (``site``: given in a site file), or None."""
+    if not _ENV_NAME_RE.fullmatch(name):
+        return f"{name[:60]!r} is not an environment variable name (letters, digits and '_', not starting with a digit)"
+    owner = OWNED_ENV.get(name) or next((v for p, v in OWNED_ENV_PREFIXES.items() if name.startswith(p)), None)
+    if owner is not None:
+        return f"{name} is set by clusterkit, Slurm or the launcher for each job; use {owner}"
+    if name in SHELL_ENV or name.startswith("BASH_FUNC_"):
+        return f"{name} changes how the job script's shells start; use --setup or --node-setup for commands"
+    if site and (name in SITE_REFUSED_ENV or name.startswith(SITE_REFUSED_ENV_PREFIXES)):
+        return (f"{name} changes how shells, the loader or interpreters start, which a site file may not decide "
+                "for every job (see the Security model): use software.modules or the container, "
+                "or the job's own --env")
+    for ref in ENV_REF.finditer(value):
+        if not ref.group(1).startswith(ENV_REF_PREFIXES):
+            return (f"{name}: {ref.group(0)} would not be expanded: values are literal except ${{SLURM_*}} and "
+                    "${CK_*}, which each node expands for itself")
+    if "\0" in value:
+        return f"{name}: a value cannot hold a NUL byte"
+    return None
+
+
 #: ``#SBATCH`` options clusterkit writes itself, and where a site or user sets them instead.
 OWNED_SBATCH = {
     "job-name": "--job-name", "nodes": "--nodes (or the stage)", "ntasks": "--launcher (it decides the tasks)",
@@ -226,6 +279,29 @@ class NCCL(_Model):
         return {k: str(val) for k, val in v.items()}
 
 
+class JobSection(_Model):
+    """``job:`` (and ``stages.<stage>.job``): what every job on the site gets before its own
+    ``--env``/``--setup``/... flags, which are added after these (docs/architecture.md §3)."""
+
+    env: dict[str, str | int] = Field(default_factory=dict)
+    setup: list[str] = Field(default_factory=list)
+    node_setup: list[str] = Field(default_factory=list)
+    srun_args: list[str] = Field(default_factory=list)
+    launcher_args: list[str] = Field(default_factory=list)
+    venv: str | None = None
+    conda: str | None = None
+    modules: list[str] = Field(default_factory=list)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, Any]) -> dict[str, str]:
+        for k, val in v.items():
+            problem = job_env_problem(k, str(val), site=True)
+            if problem:
+                raise ValueError(problem)
+        return {k: str(val) for k, val in v.items()}
+
+
 class StageOverride(_Model):
     launcher: Launcher | None = None
     nodes: int | None = Field(None, ge=1)
@@ -233,6 +309,7 @@ class StageOverride(_Model):
     partition: str | None = None
     max_restarts: int | None = Field(None, ge=0, le=100)
     container: bool | None = None
+    job: JobSection | None = None
 
     @field_validator("time")
     @classmethod
@@ -267,6 +344,7 @@ class Site(_Model):
     network: Network = Field(default_factory=Network)
     storage: list[Storage] = Field(default_factory=list)
     nccl: NCCL = Field(default_factory=NCCL)
+    job: JobSection = Field(default_factory=JobSection)
     stages: dict[Stage, StageOverride] = Field(default_factory=dict)
     preflight: Preflight = Field(default_factory=Preflight)
     cost: Cost | None = None

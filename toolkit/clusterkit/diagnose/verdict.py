@@ -268,7 +268,16 @@ def _behind(att: Attempt) -> dict[str, Any] | None:
     return _verdict("nccl-timeout", lead, [_ev(lead)], summary=summary)
 
 
+#: the job script's reason for a setup step that ended the job (templates/job-setup.j2)
+_SETUP_FAILED = re.compile(r"(?:node )?setup step \d+ failed \(exit \d+\)")
+
+
 def _fallback(att: Attempt, view: SlurmView | None) -> dict[str, Any]:
+    if view is not None and view.reason and _SETUP_FAILED.fullmatch(view.reason):
+        # no log line of a known failure: the job's own setup step ended it before the launcher
+        ev = [f"slurm: job state {view.state}, reason {view.reason}"] if view.state else []
+        return _verdict("user-code", None, ev, summary=f"{view.reason}: the job ended before any rank started "
+                                                        "(the step's own output is in the batch log)")
     ev = [f"{t.path}:{t.lineno}: srun: task {t.tasks} on {t.node} exited with code {t.code}" for t in att.task_exits]
     ev += [_ev(w) for w in att.worker_exits]
     if view and view.state:

@@ -11,7 +11,7 @@ from typing import Literal
 
 from clusterkit.config.schema import Site
 
-Source = Literal["policy", "site", "debug", "launcher"]
+Source = Literal["policy", "site", "debug", "launcher", "job"]
 
 
 @dataclass(frozen=True)
@@ -91,13 +91,20 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
 
 
 def resolve(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
-            extra: list[EnvVar] | None = None, omp_threads: int | None = None) -> list[EnvVar]:
-    """Policy (+ launcher extras), then the site's ``nccl.env`` overrides, which always win."""
+            extra: list[EnvVar] | None = None, omp_threads: int | None = None,
+            job: list[tuple[str, str, str]] | None = None) -> list[EnvVar]:
+    """Policy (+ launcher extras), then the site's ``nccl.env`` overrides, then the job's own
+    environment (``job``: name, value, where it was given: site ``job.env``, ``--env``), which
+    wins over both: an ``NCCL_*`` a job sets is the one it gets."""
     merged: dict[str, EnvVar] = {}
     for var in policy(site, stage, debug=debug, run_dir=run_dir, omp_threads=omp_threads) + list(extra or []):
         merged[var.name] = var
     for name, value in site.nccl.env.items():
         old = merged.get(name)
         merged[name] = EnvVar(name, str(value), "site", f"site override in {site.name}",
+                              replaced=old.value if old else None)
+    for name, value, origin in job or ():
+        old = merged.pop(name, None)
+        merged[name] = EnvVar(name, value, "job", f"the job's environment ({origin})",
                               replaced=old.value if old else None)
     return list(merged.values())

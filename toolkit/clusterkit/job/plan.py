@@ -20,13 +20,13 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from clusterkit import __version__
-from clusterkit.config.schema import Container, Site
+from clusterkit.config.schema import ENV_REF, Container, Site
 from clusterkit.errors import PlanError
 from clusterkit.job import launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.nccl import EnvVar
-from clusterkit.job.request import JobRequest, Resolved, resolve
+from clusterkit.job.request import JobRequest, JobSetup, Resolved, resolve
 from clusterkit.job.settings import Settings
 from clusterkit.vocab import StageSpec, slurm_seconds
 
@@ -74,6 +74,7 @@ class Plan:
     basis: Basis = field(repr=False)
     cpus_per_task: int = 1              # every srun step asks for it: since Slurm 22.05 srun need not take sbatch's
     warnings: tuple[str, ...] = ()
+    job: JobSetup = field(default_factory=JobSetup)   # the job's env, setup steps, args, activation
 
     @property
     def slurm(self) -> bool:
@@ -114,6 +115,7 @@ class Plan:
         d["env"] = [asdict(v) for v in self.env]
         d["sbatch"] = [[k, v] for k, v in self.sbatch]
         d["settings"] = self.settings.model_dump()
+        d["job"] = self.job.to_dict()
         return d
 
 
@@ -252,6 +254,31 @@ def _check_used(s: Settings, launcher: str, site: Site) -> None:
                             f"{key} applies to Slurm sites only", field=f"settings.{key}")
 
 
+def _check_job(site: Site, r: Resolved, launch: Launch, nnodes: int, in_container: bool) -> None:
+    """The job's own environment and activation, where this job can honour them (docs/architecture.md §3)."""
+    job = r.job
+    per_node = [e for e in job.env if ENV_REF.search(e.value)]
+    if per_node and site.scheduler.kind == "slurm" and launch.mode == "once" and nnodes > 1 and not in_container:
+        e = per_node[0]
+        raise PlanError(f"{launch.name} starts its workers over SSH from the batch host, outside Slurm, so "
+                        f"{e.name}={e.value!r} ({e.origin}) cannot be expanded on each node: use a value without "
+                        "${...}, or a launcher that runs through srun")
+    if in_container and site.software.container is not None:
+        runtime = site.software.container.runtime
+        if job.modules:
+            raise PlanError("the job runs in the site's container, where the host's modules do not apply "
+                            "(build them into the image, or --set container=false)",
+                            field="modules", value=" ".join(job.modules))
+        if runtime == "apptainer" and (job.venv or job.conda):
+            what = "venv" if job.venv else "conda"
+            raise PlanError("the site's apptainer container starts the launcher directly, with no shell to "
+                            "activate an environment in: build it into the image, or --set container=false",
+                            field=what, value=job.venv or job.conda)
+    if job.venv and job.conda:
+        raise PlanError("give --venv or --conda, not both (each replaces the other's python)", field="venv",
+                        value=job.venv)
+
+
 def _check_run_dir_shared(site: Site, run_dir: str, nnodes: int) -> None:
     """Every node reads the hostfile and launcher configs from the run directory."""
     if nnodes < 2 or site.scheduler.kind != "slurm" or not os.path.isabs(run_dir):
@@ -289,7 +316,8 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     _check_preemption(site, launch, spec, time, max_restarts)
     cpus, omp = cpu_share(site, s, gpn, launch)
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
-                       omp_threads=omp)
+                       omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env])
+    _check_job(site, r, launch, nnodes, use_container)
     if launch.check_env is not None:
         launch.check_env(env)
     _check_run_dir_shared(site, request.run_dir, nnodes)  # last: the request is sound, is its place?
@@ -301,11 +329,11 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         exclude=exclude, command=tuple(request.command), run_dir=request.run_dir,
         launch=launch, env=tuple(env),
         sbatch=_sbatch(site, r, nnodes, gpn, launch, exclude),
-        modules=tuple(site.software.modules),
+        modules=(*site.software.modules, *r.job.modules),
         container=container_cfg if use_container else None,
         max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s,
         grace_s=site.scheduler.grace_s, requeue=spec.requeue,
         checkpoint_dir=checkpoint_base(site, request.run_dir, name),
         time=time, settings=s, cpus_per_task=cpus,
-        preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings),
+        preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings), job=r.job,
     )

@@ -28,7 +28,9 @@ import jinja2.sandbox
 
 from clusterkit.config.schema import Site
 from clusterkit.errors import ConfigError, PlanError
+from clusterkit.job import jobenv
 from clusterkit.job.launchers import Sh, Word, shell_join
+from clusterkit.job.nccl import EnvVar
 from clusterkit.job.plan import Plan
 
 
@@ -112,7 +114,37 @@ def environment(override_dir: str | None) -> jinja2.Environment:
     env.filters["shell_quote"] = shell_quote
     env.filters["shell_join"] = shell_join
     env.filters["slurm_pattern"] = slurm_pattern
+    env.filters["env_word"] = env_word
     return env
+
+
+def env_word(var: EnvVar) -> str:
+    """An environment value as one shell word: a job's own value keeps its ``${SLURM_*}``/``${CK_*}``
+    references for the shell that exports it; every other value is literal."""
+    return jobenv.shell_word(var.value) if var.source == "job" else shell_quote(var.value)
+
+
+def node_env(plan: Plan) -> str:
+    """Exports at the head of each node's (or task's) launch body: the job's values that refer to
+    ``${SLURM_*}``/``${CK_*}``, expanded there, by that node for itself."""
+    return "".join(f"export {v.name}={env_word(v)}; " for v in plan.env if v.source == "job" and jobenv.refs(v.value))
+
+
+def activation(plan: Plan) -> str:
+    """The job's venv/conda activation in the site's (pyxis) container, at the head of the launch body;
+    outside a container the batch shell activates it and srun carries it to every node."""
+    if plan.container is None:
+        return ""
+    job = plan.job
+    if job.venv:
+        path = shell_quote(job.venv + "/bin/activate")
+        why = shell_quote("clusterkit: cannot activate --venv " + job.venv + " in the container")
+        return f". {path} || {{ echo {why} >&2; exit 1; }}; "
+    if job.conda:
+        why = shell_quote("clusterkit: cannot activate --conda " + job.conda + " in the container")
+        return (f'{{ eval "$(conda shell.bash hook)" && conda activate {shell_quote(job.conda)}; }} || '
+                f"{{ echo {why} >&2; exit 1; }}; ")
+    return ""
 
 
 def overridden(site: Site) -> list[str]:
@@ -159,6 +191,10 @@ def _launcher_words(plan: Plan) -> list[Word]:
 
 def launch_body(plan: Plan) -> str:
     """The per-node (or per-task) shell body; runtime variables stay escaped for each node."""
+    return activation(plan) + node_env(plan) + _launch_body(plan)
+
+
+def _launch_body(plan: Plan) -> str:
     if plan.launch.mode == "per_gpu":
         ranks = ('export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
                  f'LOCAL_WORLD_SIZE={plan.gpus_per_node}; ')
@@ -223,6 +259,13 @@ def srun_options(plan: Plan) -> list[str]:
     return opts
 
 
+def node_setup_options(plan: Plan) -> list[str]:
+    """srun flags for a ``--node-setup`` step: one task on every node, on the host (not in the container).
+    ``--ntasks`` too: srun reads the batch's SLURM_NTASKS (a task per GPU for some launchers) as its own."""
+    return [f"--nodes={plan.nnodes}", f"--ntasks={plan.nnodes}", "--ntasks-per-node=1",
+            f"--cpus-per-task={plan.cpus_per_task}", "--kill-on-bad-exit=1"]
+
+
 def _hostfile(plan: Plan) -> str | None:
     d = plan.launch.dialect
     return d.render(plan.hosts, plan.gpus_per_node) if d else None
@@ -242,9 +285,16 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "env": plan.env,
         "launch_include": LAUNCH_INCLUDE[in_step(plan)],
         "launch_how": launch_how(plan),
+        "job": plan.job,
+        "node_setup_opts": node_setup_options(plan),
     }
     out: dict[str, str] = {}
     out["job.sbatch"] = draw(ENTRY[plan.slurm], ctx)
+    if (plan.job.setup or plan.job.node_setup) and "ck_setup_step=" not in out["job.sbatch"]:
+        # a site's own copy of the entry template from before setup steps: refuse, never drop them
+        raise ConfigError.single(site.templates or "templates", None, "templates",
+                                 "the site's job script template does not include job-setup.j2, so the job's "
+                                 "setup steps would not run: add {% include \"job-setup.j2\" %} before the launch")
     out["nccl.env"] = draw("nccl.env.j2", ctx)
     hostfile = _hostfile(plan)
     if hostfile is not None:

@@ -1,0 +1,75 @@
+"""The job's own environment and setup steps on the Slurm testbed, with the real launchers.
+
+Every rank of torchrun, srun, deepspeed (--no_ssh) and accelerate on 4 nodes sees the value its
+own node expanded from ``${SLURM_NODEID}``, and literal values byte for byte; ``--node-setup``
+runs once on every node; a failing ``--setup`` ends the job FAILED with its reason, starts no
+rank and is not requeued, and ``doctor`` names the step.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from .conftest import CK
+
+HERE = Path(__file__).parent
+RANK = HERE / "job_env_rank.py"
+LITERAL = "$(touch /tmp/ck-i19-pwned) `id` 'q' \"dq\" \\ $HOME x"
+
+
+def _submitted_id(out: str) -> str:
+    m = re.search(r"Submitted job (\d+)", out)
+    assert m, f"no job id in output:\n{out}"
+    return m.group(1)
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun", "deepspeed", "accelerate"])
+def test_every_rank_sees_its_own_nodes_value_on_four_nodes(cli: CK, tmp_path: Path, launcher: str) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir(mode=0o777)
+    envfile = tmp_path / "vars.env"
+    envfile.write_text("# literal, no shell\nFROM_FILE=" + LITERAL + "\n")
+    run_dir = cli.runs / launcher
+    proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "4", "--gpus-per-node", "2",
+               "--launcher", launcher, "--out", str(run_dir), "--wait",
+               "--env", f"MARK_DIR={marks}", "--env", "PER_NODE=/tmp/cache_${SLURM_NODEID}",
+               "--env", f"LITERAL={LITERAL}", "--env-file", str(envfile), "--env", "NCCL_DEBUG=INFO",
+               "--setup", "export FROM_SETUP=batch-shell", "--node-setup", f'echo "$SLURMD_NODENAME" >> {marks}/nodes',
+               "--", "python", str(RANK), env=cli.env(DS_ACCELERATOR="cpu"), timeout=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ranks = [json.loads(p.read_text()) for p in sorted(marks.glob("rank*.json"))]
+    assert sorted(int(r["RANK"]) for r in ranks) == list(range(8)), ranks
+    assert {r["SLURMD_NODENAME"] for r in ranks} == {"node1", "node2", "node3", "node4"}
+    for r in ranks:  # node<k> is the allocation's (k-1)-th node: its own SLURM_NODEID
+        assert r["PER_NODE"] == f"/tmp/cache_{int(r['SLURMD_NODENAME'][4:]) - 1}", r
+        assert r["PER_NODE"] == f"/tmp/cache_{r['SLURM_NODEID']}", r
+        assert (r["LITERAL"], r["FROM_FILE"], r["FROM_SETUP"], r["NCCL_DEBUG"]) == (
+            LITERAL, LITERAL, "batch-shell", "INFO"), r
+    assert not Path("/tmp/ck-i19-pwned").exists()
+    assert sorted((marks / "nodes").read_text().split()) == ["node1", "node2", "node3", "node4"]
+
+
+def test_failing_setup_ends_the_job_before_any_rank_and_is_not_requeued(cli: CK, tmp_path: Path) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir(mode=0o777)
+    run_dir = cli.runs / "setup-fails"
+    proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
+               "--launcher", "torchrun", "--set", "max_restarts=2", "--out", str(run_dir), "--wait",
+               "--env", f"MARK_DIR={marks}", "--setup", "true", "--setup", "echo checking data; exit 4",
+               "--", "python", str(RANK))
+    job = _submitted_id(proc.stdout)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert f"Job {job} FAILED (exit code 4)" in proc.stdout
+    st = cli.status(job)
+    assert (st["state"], st["reason"]) == ("FAILED", "setup step 2 failed (exit 4)"), st
+    assert not list(marks.glob("rank*.json"))
+    batch = (run_dir / "logs" / f"slurm-{job}.out").read_text()
+    assert "(restart 0 of at most 2)" in batch and "(restart 1 " not in batch
+    held = cli.bed.run("scontrol", "show", "job", job).stdout
+    assert "Restarts=0" in held, held
+    doc = cli("doctor", job, timeout=60)
+    assert "setup step 2 failed (exit 4): the job ended before any rank started" in doc.stdout + doc.stderr

@@ -1,0 +1,68 @@
+"""Setup steps and the job's environment on a local site, run for real (submitit's local executor,
+torchrun): a failing ``--setup`` ends the job with its reason and starts no rank; what the steps
+export reaches the rank, and ``${CK_*}`` is expanded in the job."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CLI, REPO
+
+pytest.importorskip("torch")  # torchrun is the local site's launcher
+
+
+@pytest.fixture
+def local_ck(ck: CLI, tmp_path: Path) -> CLI:
+    return ck.bind(process=True, cwd=REPO, timeout=180, env={"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")})
+
+
+def _job_id(out: str) -> str:
+    m = re.search(r"Submitted job (\d+)", out)
+    assert m, out
+    return m.group(1)
+
+
+RANK = ("import os, pathlib\n"
+        "out = pathlib.Path(os.environ['MARK_DIR'])\n"
+        "(out / f\"rank{os.environ['RANK']}.json\").write_text(__import__('json').dumps(dict(os.environ)))\n")
+
+
+def test_failing_setup_step_ends_the_job_before_any_rank(local_ck: CLI, tmp_path: Path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    run = tmp_path / "run"
+    proc = local_ck("submit", "--site", "local", "--gpus-per-node", "1", "--out", str(run),
+                    "--env", f"MARK_DIR={tmp_path}", "--setup", f"touch {tmp_path}/step1",
+                    "--setup", "echo preparing; exit 3", "--setup", f"touch {tmp_path}/step3",
+                    "--", "python", str(script))
+    job = _job_id(proc.out)
+    assert proc.code == 3 and f"Job {job} FAILED (exit code 3)" in proc.out, proc.out + proc.err
+    assert (run / f"{job}.reason").read_text() == "setup step 2 failed (exit 3)\n"
+    assert (run / f"{job}.result").read_text() == "3\n"
+    assert (tmp_path / "step1").exists() and not (tmp_path / "step3").exists()
+    assert not list(tmp_path.glob("rank*.json"))          # no rank started
+    assert "clusterkit: setup step 2 failed (exit 3)" in (run / f"{job}_0_log.err").read_text()
+
+
+def test_setup_exports_and_job_env_reach_the_rank(local_ck: CLI, tmp_path: Path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    envfile = tmp_path / "vars.env"
+    envfile.write_text("# from a file\nFROM_FILE=$(not run) `nor this`\nWANDB_MODE=offline\n")
+    run = tmp_path / "run"
+    proc = local_ck("submit", "--site", "local", "--gpus-per-node", "1", "--out", str(run),
+                    "--env-file", str(envfile), "--env", f"MARK_DIR={tmp_path}",
+                    "--env", "PER_JOB=/tmp/cache_${CK_JOB_ID}", "--env", "NCCL_DEBUG=INFO",
+                    "--setup", "export FROM_SETUP=yes", "--node-setup", f"echo once >> {tmp_path}/node-setup",
+                    "--", "python", str(script))
+    assert proc.code == 0, proc.out + proc.err
+    job = _job_id(proc.out)
+    env = json.loads((tmp_path / "rank0.json").read_text())
+    assert env["FROM_FILE"] == "$(not run) `nor this`" and env["WANDB_MODE"] == "offline"
+    assert env["PER_JOB"] == f"/tmp/cache_{job}" and env["NCCL_DEBUG"] == "INFO"
+    assert env["FROM_SETUP"] == "yes"
+    assert (tmp_path / "node-setup").read_text() == "once\n"
