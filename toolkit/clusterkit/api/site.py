@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from typing_extensions import Unpack
 
 from clusterkit import actions
 from clusterkit.config.load import load_site
 from clusterkit.config.schema import Site as SiteConfig
 from clusterkit.errors import InputError
 from clusterkit.job import settings as settings_mod
-from clusterkit.job.request import JobRequest
+from clusterkit.job.request import EnvEntry, JobRequest, JobSetup
 from clusterkit.scheduler.records import RecordStore
 from clusterkit.vocab import stage_for_nodes
 
@@ -27,6 +30,21 @@ if TYPE_CHECKING:
     from clusterkit.sites.admin import DriftRun
     from clusterkit.sites.create import Draft
     from clusterkit.sizing import Sizing, SizingRequest
+
+class JobArgs(TypedDict, total=False):
+    """The job's own additions (:func:`job_request`'s keyword arguments of the same names)."""
+
+    env: Mapping[str, str] | Sequence[str] | None
+    env_file: StrPath | Sequence[StrPath] | None
+    setup: Sequence[str] | None
+    node_setup: Sequence[str] | None
+    srun_args: Sequence[str] | None
+    launcher_args: Sequence[str] | None
+    venv: str | None
+    conda: str | None
+    modules: Sequence[str] | None
+    sbatch: Mapping[str, str | bool | None] | Sequence[str] | None
+
 
 class Site:
     """A validated site config: the cluster (or this machine) jobs are planned for and run on.
@@ -113,33 +131,35 @@ class Site:
     def plan(self, command: Sequence[str], *, stage: str | None = None, launcher: str | None = None,
              nodes: int | None = None, gpus_per_node: int | None = None,
              settings: Mapping[str, Any] | None = None, job_name: str | None = None,
-             exclude: str | Sequence[str] | None = None, debug: bool = False) -> Plan:
+             exclude: str | Sequence[str] | None = None, debug: bool = False, **job: Unpack[JobArgs]) -> Plan:
         """A job for this site: ``command`` (argv, e.g. ``["python", "train.py", "--lr", "3e-4"]``)
         started by ``launcher`` on ``nodes`` nodes of ``gpus_per_node`` GPUs each.
 
         The arguments are the CLI's job options: ``stage`` (default: the stage that fits
         ``nodes``, else ``single-node``), ``launcher`` (default: the site's, else the stage's),
         ``settings`` (``--set``: ``{"zero_stage": 3, "micro_batch": 4}``), ``exclude`` (a Slurm
-        host list or a list of hosts), ``debug`` (NCCL debug logging).  Inputs are checked here;
+        host list or a list of hosts), ``debug`` (NCCL debug logging), and the job's own additions
+        (``env``, ``env_file``, ``setup``, ``node_setup``, ``srun_args``, ``launcher_args``,
+        ``venv``, ``conda``, ``modules``, ``sbatch``: see :func:`job_request`).  Inputs are checked here;
         the plan itself is made once, when the job is rendered or submitted.  Raises
         :class:`~clusterkit.errors.InputError` with the field path, e.g. ``settings.zero_stag``.
         """
         return Plan(self, job_request(command, stage=stage, launcher=launcher, nodes=nodes,
                                    gpus_per_node=gpus_per_node, settings=settings, job_name=job_name,
-                                   exclude=exclude, debug=debug))
+                                   exclude=exclude, debug=debug, **job))
 
     def submit(self, command: Sequence[str], *, stage: str | None = None, launcher: str | None = None,
                nodes: int | None = None, gpus_per_node: int | None = None,
                settings: Mapping[str, Any] | None = None, job_name: str | None = None,
                exclude: str | Sequence[str] | None = None, debug: bool = False, out: StrPath | None = None,
-               preflight: bool = True, wait: bool = False) -> Job:
+               preflight: bool = True, wait: bool = False, **job: Unpack[JobArgs]) -> Job:
         """Plan, preflight, render and submit a job; the same as ``self.plan(...).submit(...)``.
 
         See :meth:`plan` for the job arguments and :meth:`Plan.submit` for ``out``,
         ``preflight`` and ``wait``.
         """
         planned = self.plan(command, stage=stage, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
-                            settings=settings, job_name=job_name, exclude=exclude, debug=debug)
+                            settings=settings, job_name=job_name, exclude=exclude, debug=debug, **job)
         return planned.submit(out=out, preflight=preflight, wait=wait)
 
     def preflight(self, nodes: str | Sequence[str] | None = None, *, stage: str | None = None,
@@ -205,9 +225,22 @@ def drift(refs: Sequence[str] = (), *, every: bool = False, probe_with: str | No
 def job_request(command: Sequence[str], *, stage: str | None = None, launcher: str | None = None,
                 nodes: int | None = None, gpus_per_node: int | None = None,
                 settings: Mapping[str, Any] | None = None, job_name: str | None = None,
-                exclude: str | Sequence[str] | None = None, debug: bool = False) -> JobRequest:
+                exclude: str | Sequence[str] | None = None, debug: bool = False,
+                env: Mapping[str, str] | Sequence[str] | None = None,
+                env_file: StrPath | Sequence[StrPath] | None = None,
+                setup: Sequence[str] | None = None, node_setup: Sequence[str] | None = None,
+                srun_args: Sequence[str] | None = None, launcher_args: Sequence[str] | None = None,
+                venv: str | None = None, conda: str | None = None, modules: Sequence[str] | None = None,
+                sbatch: Mapping[str, str | bool | None] | Sequence[str] | None = None) -> JobRequest:
     """The :class:`~clusterkit.job.plan.JobRequest` for :meth:`Site.plan`'s arguments (the CLI's
-    job options build theirs here too), every input checked and named by its field."""
+    job options build theirs here too), every input checked and named by its field.
+
+    The job's own additions come after the site's ``job:`` section: ``env`` (``{"HF_HOME": ...}``
+    or ``["HF_HOME=...", ...]``; after the lines of each ``env_file``, so a name in both takes
+    ``env``'s value), ``setup`` and ``node_setup`` (shell commands in the job before the
+    launcher: once in the batch shell, once per node), ``srun_args``, ``launcher_args``,
+    ``venv``/``conda`` (activated in the job), ``modules`` (loaded after the site's) and
+    ``sbatch`` (per-job Slurm options: ``{"constraint": "a100"}`` or ``["constraint=a100"]``)."""
     from clusterkit import hostlist
     from clusterkit.vocab import LAUNCHERS, STAGE_NAMES
 
@@ -236,8 +269,94 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
     settings_mod.build(values)  # every problem now, each at settings.<key>
     if stage is None:
         stage = stage_for_nodes(nodes) if nodes is not None else "single-node"
+    job = JobSetup(env=(*_env_files(env_file), *_env(env)), setup=_words("setup", setup),
+                   node_setup=_words("node_setup", node_setup), srun_args=_words("srun_args", srun_args),
+                   launcher_args=_words("launcher_args", launcher_args), venv=_text("venv", venv),
+                   conda=_text("conda", conda), modules=_words("modules", modules), sbatch=_sbatch(sbatch))
     return JobRequest(stage=stage, command=words, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
-                      job_name=job_name, settings=values, debug=debug, exclude=excluded)
+                      job_name=job_name, settings=values, debug=debug, exclude=excluded, job=job)
+
+
+def _words(name: str, given: Sequence[str] | None) -> tuple[str, ...]:
+    if given is None:
+        return ()
+    if isinstance(given, str) or not all(isinstance(w, str) for w in given):
+        raise InputError("give a list of strings", field=name)
+    return tuple(given)
+
+
+def _text(name: str, given: str | None) -> str | None:
+    if given is not None and (not isinstance(given, str) or not given or "\0" in given):
+        raise InputError("give a non-empty string without NUL bytes", field=name, value=repr(given))
+    return given
+
+
+def _env(given: Mapping[str, str] | Sequence[str] | None) -> tuple[EnvEntry, ...]:
+    from clusterkit.job import jobenv
+
+    if given is None:
+        return ()
+    if isinstance(given, Mapping):
+        out = []
+        for name, value in given.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise InputError("give names and values as strings", field="env", value=repr(name))
+            jobenv.check_entry(name, value, field="env")
+            out.append(EnvEntry(name, value, "--env"))
+        return tuple(out)
+    return jobenv.parse_pairs(_words("env", given))
+
+
+def _env_files(given: StrPath | Sequence[StrPath] | None) -> tuple[EnvEntry, ...]:
+    """Each env file's entries, in order; read here (regular files only, bounded)."""
+    from clusterkit import safefile
+    from clusterkit.job import jobenv
+
+    if given is None:
+        return ()
+    paths = [given] if isinstance(given, (str, os.PathLike)) else list(given)
+    out: list[EnvEntry] = []
+    for path in paths:
+        shown = os.fspath(path)
+        try:
+            data, more = safefile.read_capped(path, jobenv.MAX_ENV_FILE_BYTES)
+        except OSError as exc:
+            raise InputError(f"cannot read it: {exc.strerror or exc}", field="env_file", value=shown) from None
+        if more:
+            raise InputError(f"larger than {jobenv.MAX_ENV_FILE_BYTES // (1024 * 1024)} MiB", field="env_file",
+                             value=shown)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data[:exc.start].count(b"\n") + 1
+            raise InputError("is not UTF-8 text", field="env_file", value=f"{shown}:{line}") from None
+        out += jobenv.parse_file(text, shown)
+    return tuple(out)
+
+
+def _sbatch(given: Mapping[str, str | bool | None] | Sequence[str] | None) -> tuple[tuple[str, str | None], ...]:
+    """``KEY[=VALUE]`` options as (key, value or None); which keys Slurm takes is checked in the plan."""
+    if given is None:
+        return ()
+    out: list[tuple[str, str | None]] = []
+    items: list[tuple[str, str | bool | None]]
+    if isinstance(given, Mapping):
+        items = list(given.items())
+    else:
+        items = []
+        for word in _words("sbatch", given):
+            name, sep, text = word.partition("=")
+            items.append((name, text if sep else None))
+    for key, value in items:
+        if not isinstance(key, str) or not re.fullmatch(r"[a-z][a-z0-9-]*", key.removeprefix("--")):
+            raise InputError("write KEY[=VALUE] with a Slurm long option name, e.g. constraint=a100",
+                             field="sbatch", value=repr(key))
+        if value is False:
+            continue
+        if value is not None and value is not True and not isinstance(value, str):
+            raise InputError("give the value as a string", field="sbatch", value=repr(key))
+        out.append((key.removeprefix("--"), None if value is None or value is True else value))
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------- plan and run directory

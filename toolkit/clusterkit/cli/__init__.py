@@ -109,7 +109,8 @@ def cli() -> None:
 
 
 # request fields the command line does not name after an option of the same name
-_FIELD_WORDS = {"command": "the training command after '--'"}
+_FIELD_WORDS = {"command": "the training command after '--'", "modules": "--module", "srun_args": "--srun-arg",
+                "launcher_args": "--launcher-arg"}
 
 
 def option_name(field: str, value: str | None) -> str:

@@ -23,7 +23,8 @@ def site_option(f: F) -> F:
 
 
 def job_options(f: F) -> F:
-    """--site --stage --launcher --nodes --gpus-per-node --set --out --job-name --exclude --debug --json + COMMAND."""
+    """--site --stage --launcher --nodes --gpus-per-node --set --out --job-name --exclude --debug --json, the
+    job setup options (:func:`job_setup_options`) + COMMAND."""
     decorators = [
         site_option,
         click.option("--stage", type=click.Choice(STAGE_NAMES), default="single-node", show_default=True,
@@ -44,6 +45,7 @@ def job_options(f: F) -> F:
         click.option("--debug", is_flag=True,
                      help="NCCL debug logging (INFO, INIT/NET subsystems, one file per host)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+        *job_setup_options(),
         click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True),
     ]
     for d in reversed(decorators):
@@ -51,9 +53,46 @@ def job_options(f: F) -> F:
     return f
 
 
+def job_setup_options() -> list[Callable[[F], F]]:
+    """The job's own additions, each repeatable (added after the site's ``job:`` section); the
+    command receives them as keyword arguments named as :func:`clusterkit.api.job_request`'s."""
+    return [
+        click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
+                     help="Environment for every rank on every node, repeatable; the value is literal except "
+                          "${SLURM_*} and ${CK_*}, which each node expands for itself."),
+        click.option("--env-file", "env_file", multiple=True, metavar="PATH",
+                     help="KEY=VALUE lines and # comments (no shell), repeatable; --env wins over it."),
+        click.option("--setup", "setup", multiple=True, metavar="CMD",
+                     help="Shell command in the batch shell after modules and environment, before the launcher; "
+                          "repeatable, run in order."),
+        click.option("--node-setup", "node_setup", multiple=True, metavar="CMD",
+                     help="Shell command run once on every node (one task per node) before the launcher; repeatable."),
+        click.option("--venv", "venv", default=None, metavar="PATH",
+                     help="Python virtual environment to activate on every node."),
+        click.option("--conda", "conda", default=None, metavar="ENV",
+                     help="Conda environment (name or prefix) to activate on every node."),
+        click.option("--module", "modules", multiple=True, metavar="NAME",
+                     help="Environment module to load after the site's, repeatable."),
+        click.option("--srun-arg", "srun_args", multiple=True, metavar="ARG",
+                     help="Argument added to every srun step, repeatable (e.g. --srun-arg=--label)."),
+        click.option("--launcher-arg", "launcher_args", multiple=True, metavar="ARG",
+                     help="Argument added to the launcher's own argv, repeatable."),
+        click.option("--sbatch", "sbatch", multiple=True, metavar="KEY[=VALUE]",
+                     help="Per-job Slurm option, repeatable (e.g. constraint=a100); wins over the site's."),
+    ]
+
+
+def job_setup_args(given: dict[str, Any]) -> dict[str, Any]:
+    """The job setup options among a command's keyword arguments, empty ones dropped."""
+    names = ("env", "env_file", "setup", "node_setup", "venv", "conda", "modules", "srun_args",
+             "launcher_args", "sbatch")
+    return {k: given[k] for k in names if given.get(k) not in (None, ())}
+
+
 def build_request(*, stage: str, command: Sequence[str], launcher: str | None, nodes: int | None,
                   gpus_per_node: int | None, sets: Sequence[str], job_name: str | None,
-                  exclude: str | None, debug: bool, extra_settings: dict[str, Any] | None = None) -> JobRequest:
+                  exclude: str | None, debug: bool, extra_settings: dict[str, Any] | None = None,
+                  job: dict[str, Any] | None = None) -> JobRequest:
     """The JobRequest of the parsed options: ``--set`` pairs parsed here, the rest checked where
     the Python API checks it (:func:`clusterkit.api.job_request`; imported lazily for --help)."""
     from clusterkit.api import job_request
@@ -61,4 +100,5 @@ def build_request(*, stage: str, command: Sequence[str], launcher: str | None, n
     values = dict(extra_settings or {})
     values.update(settings_mod.parse_pairs(sets))
     return job_request(command, stage=stage, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
-                       settings=values, job_name=job_name, exclude=exclude, debug=debug)
+                       settings=values, job_name=job_name, exclude=exclude, debug=debug,
+                       **job_setup_args(job or {}))

@@ -45,7 +45,7 @@ def show_rendered(run: RunDir, as_json: bool) -> None:
 @job_options
 def render(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
            sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
-           as_json: bool, command: tuple[str, ...]) -> None:
+           as_json: bool, command: tuple[str, ...], **job_setup: Any) -> None:
     """Render everything a job needs into a run directory, without submitting.
 
     \b
@@ -59,5 +59,5 @@ def render(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
-                            exclude=exclude, debug=debug)
+                            exclude=exclude, debug=debug, job=job_setup)
     show_rendered(Plan(Site.load(site), request).render(out), as_json)

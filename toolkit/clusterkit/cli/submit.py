@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
            sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
            as_json: bool, command: tuple[str, ...], dry_run: bool, wait: bool | None,
-           skip_preflight: bool) -> int:
+           skip_preflight: bool, **job_setup: Any) -> int:
     """Render a job and submit it: sbatch on Slurm sites, submitit's local executor on local ones.
 
     \b
@@ -49,7 +49,7 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
-                            exclude=exclude, debug=debug)
+                            exclude=exclude, debug=debug, job=job_setup)
     planned = Plan(Site.load(site), request)
     if dry_run:  # contacts no node: preflight's exclusions are the one thing a dry run cannot show
         run = planned.render(out)

@@ -286,6 +286,28 @@ class NCCL(_Model):
         return {k: str(val) for k, val in v.items()}
 
 
+class JobSection(_Model):
+    """``job:`` (and ``stages.<stage>.job``): what every job on the site gets before its own
+    ``--env``/``--setup``/... flags, which are added after these (docs/architecture.md §3)."""
+
+    env: dict[str, str | int] = Field(default_factory=dict)
+    setup: list[str] = Field(default_factory=list)
+    node_setup: list[str] = Field(default_factory=list)
+    srun_args: list[str] = Field(default_factory=list)
+    launcher_args: list[str] = Field(default_factory=list)
+    venv: str | None = None
+    conda: str | None = None
+    modules: list[str] = Field(default_factory=list)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, Any]) -> dict[str, str]:
+        for k in v:
+            if not _ENV_NAME_RE.fullmatch(k):
+                raise ValueError(f"{k!r} is not an environment variable name")
+        return {k: str(val) for k, val in v.items()}
+
+
 class StageOverride(_Model):
     launcher: Launcher | None = None
     nodes: int | None = Field(None, ge=1)
@@ -293,6 +315,7 @@ class StageOverride(_Model):
     partition: str | None = None
     max_restarts: int | None = Field(None, ge=0, le=100)
     container: bool | None = None
+    job: JobSection | None = None
 
     @field_validator("time")
     @classmethod
@@ -327,6 +350,7 @@ class Site(_Model):
     network: Network = Field(default_factory=Network)
     storage: list[Storage] = Field(default_factory=list)
     nccl: NCCL = Field(default_factory=NCCL)
+    job: JobSection = Field(default_factory=JobSection)
     stages: dict[Stage, StageOverride] = Field(default_factory=dict)
     preflight: Preflight = Field(default_factory=Preflight)
     cost: Cost | None = None

@@ -26,7 +26,7 @@ from clusterkit.job import launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.nccl import EnvVar
-from clusterkit.job.request import JobRequest, Resolved, resolve
+from clusterkit.job.request import JobRequest, JobSetup, Resolved, resolve
 from clusterkit.job.settings import Settings
 from clusterkit.vocab import StageSpec, slurm_seconds
 
@@ -74,6 +74,7 @@ class Plan:
     basis: Basis = field(repr=False)
     cpus_per_task: int = 1              # every srun step asks for it: since Slurm 22.05 srun need not take sbatch's
     warnings: tuple[str, ...] = ()
+    job: JobSetup = field(default_factory=JobSetup)   # the job's env, setup steps, args, activation
 
     @property
     def slurm(self) -> bool:
@@ -114,6 +115,7 @@ class Plan:
         d["env"] = [asdict(v) for v in self.env]
         d["sbatch"] = [[k, v] for k, v in self.sbatch]
         d["settings"] = self.settings.model_dump()
+        d["job"] = self.job.to_dict()
         return d
 
 
@@ -307,5 +309,5 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         grace_s=site.scheduler.grace_s, requeue=spec.requeue,
         checkpoint_dir=checkpoint_base(site, request.run_dir, name),
         time=time, settings=s, cpus_per_task=cpus,
-        preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings),
+        preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings), job=r.job,
     )

@@ -6,6 +6,11 @@ For every setting a site can also set, the value comes from, in order: the comma
 site itself (``scheduler:``, ``preflight:``), then the default.  :func:`resolve` applies it once
 per command, so the job name, the launcher and the site's stage entry are worked out once,
 before the run directory is claimed, and :func:`clusterkit.job.plan.make_plan` only reads them.
+
+The job's own environment, setup steps, srun and launcher arguments, activation and modules
+(:class:`JobSetup`) add up instead: the site's ``job:`` section, then its
+``stages.<stage>.job``, then the request's own flags, in that order; for ``env`` a later value
+of a name replaces an earlier one, and ``venv``/``conda`` take the precedence rule.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from clusterkit.config.schema import Site, StageOverride
+from clusterkit.config.schema import JobSection, Site, StageOverride
 from clusterkit.errors import PlanError
 from clusterkit.job import settings as settings_mod
 from clusterkit.job import stages
@@ -23,6 +28,39 @@ from clusterkit.job.settings import Settings
 from clusterkit.vocab import StageSpec
 
 _JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+
+
+@dataclass(frozen=True)
+class EnvEntry:
+    """One job environment value and where it was given (``site job.env``, ``--env``,
+    ``--env-file vars.env:3``), which ``nccl.env`` shows."""
+
+    name: str
+    value: str
+    origin: str
+
+
+@dataclass(frozen=True)
+class JobSetup:
+    """The job's own additions, merged (:func:`merge_job`): site ``job:``, then
+    ``stages.<stage>.job``, then the request."""
+
+    env: tuple[EnvEntry, ...] = ()          # one entry per name: the last one given wins
+    setup: tuple[str, ...] = ()             # batch-shell commands before the launcher, in order
+    node_setup: tuple[str, ...] = ()        # commands once on every node before the launcher
+    srun_args: tuple[str, ...] = ()         # added to every srun step
+    launcher_args: tuple[str, ...] = ()     # added to the launcher's own argv
+    venv: str | None = None
+    conda: str | None = None
+    modules: tuple[str, ...] = ()           # loaded after the site's software.modules
+    sbatch: tuple[tuple[str, str | None], ...] = ()   # per-job Slurm options (the request's only)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"env": [{"name": e.name, "value": e.value, "origin": e.origin} for e in self.env],
+                "setup": list(self.setup), "node_setup": list(self.node_setup),
+                "srun_args": list(self.srun_args), "launcher_args": list(self.launcher_args),
+                "venv": self.venv, "conda": self.conda, "modules": list(self.modules),
+                "sbatch": [[k, v] for k, v in self.sbatch]}
 
 
 @dataclass(frozen=True)
@@ -42,6 +80,8 @@ class JobRequest:
     # files the command names that the plan checks (read on the submit host by the pipeline):
     # path as written -> (absolute path, text)
     inputs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # the job's own additions (--env-file lines then --env, --setup, ...), added after the site's
+    job: JobSetup = field(default_factory=JobSetup)
 
 
 @dataclass(frozen=True)
@@ -61,6 +101,7 @@ class Resolved:
     qos: str | None
     container: bool             # wanted (the site may still have none)
     preflight_in_job: bool
+    job: JobSetup = field(default_factory=JobSetup)   # site job:, stage job:, then the request's
 
     def with_request(self, **changes: Any) -> Resolved:
         """The same choices for the request with ``changes`` that choose nothing (run_dir, inputs)."""
@@ -94,7 +135,39 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
         account=s.account or sch.account, qos=s.qos or sch.qos,
         container=pick("container", s.container, override, True),
         preflight_in_job=bool(pick("preflight_in_job", s.preflight_in_job, None, site.preflight.in_job)),
+        job=merge_job(site, spec.name, override, request.job),
     )
+
+
+def merge_job(site: Site, stage: str, override: StageOverride | None, own: JobSetup) -> JobSetup:
+    """Site ``job:``, then ``stages.<stage>.job`` (``override``), then the request's ``own``: lists add up in
+    that order, a later ``env`` value of a name wins, ``venv``/``conda`` by the precedence rule."""
+    layers = [_section(site.job, "site job")]
+    if override is not None and override.job is not None:
+        layers.append(_section(override.job, f"site stages.{stage}.job"))
+    layers.append(own)
+    env: dict[str, EnvEntry] = {}
+    for layer in layers:
+        for entry in layer.env:
+            env.pop(entry.name, None)   # the winner takes its place at the end, in given order
+            env[entry.name] = entry
+
+    def joined(name: str) -> tuple[Any, ...]:
+        return tuple(item for layer in layers for item in getattr(layer, name))
+
+    return JobSetup(
+        env=tuple(env.values()), setup=joined("setup"), node_setup=joined("node_setup"),
+        srun_args=joined("srun_args"), launcher_args=joined("launcher_args"),
+        venv=next((x.venv for x in reversed(layers) if x.venv is not None), None),
+        conda=next((x.conda for x in reversed(layers) if x.conda is not None), None),
+        modules=joined("modules"), sbatch=own.sbatch)
+
+
+def _section(sec: JobSection, where: str) -> JobSetup:
+    return JobSetup(env=tuple(EnvEntry(k, str(v), f"{where}.env") for k, v in sec.env.items()),
+                    setup=tuple(sec.setup), node_setup=tuple(sec.node_setup), srun_args=tuple(sec.srun_args),
+                    launcher_args=tuple(sec.launcher_args), venv=sec.venv, conda=sec.conda,
+                    modules=tuple(sec.modules))
 
 
 def job_name(request: JobRequest) -> str:

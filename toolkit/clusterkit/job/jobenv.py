@@ -1,0 +1,72 @@
+"""The job's own environment as given: ``--env KEY=VALUE`` pairs and ``--env-file`` text.
+
+Pure: the API reads an env file (bounded) and hands its text here.  An env file holds
+``KEY=VALUE`` lines, blank lines and ``#`` comment lines; nothing in it is shell (no quotes
+removed, no ``export``, no ``$VAR`` or ``$(...)``), so what is written is what the job gets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from clusterkit.errors import InputError
+from clusterkit.job.request import EnvEntry
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Linux refuses one ``NAME=value`` string longer than this in exec (MAX_ARG_STRLEN, 32 pages).
+MAX_ENV_STRING = 32 * 4096 - 1
+#: An env file larger than this is refused before it is parsed.
+MAX_ENV_FILE_BYTES = 4 * 1024 * 1024
+
+
+def check_entry(name: str, value: str, *, field: str, where: str | None = None) -> None:
+    """A name and value any process can be given, else an :class:`InputError` at ``field``
+    (``where`` names the place, ``vars.env:3``, instead of the value)."""
+    shown = where if where is not None else repr(f"{name}={value}"[:60])
+    if not ENV_NAME.fullmatch(name):
+        raise InputError(f"{name[:60]!r} is not an environment variable name (letters, digits and '_', "
+                         "not starting with a digit)", field=field, value=shown)
+    if "\0" in value:
+        raise InputError("a value cannot hold a NUL byte (no process environment can)", field=field, value=shown)
+    if len(name) + 1 + len(value.encode("utf-8", "surrogateescape")) > MAX_ENV_STRING:
+        raise InputError(f"{name}=...: longer than {MAX_ENV_STRING} bytes, which Linux refuses to pass to a "
+                         "process (MAX_ARG_STRLEN); put large values in a file and pass its path",
+                         field=field, value=shown)
+
+
+def parse_pair(text: str, *, field: str = "env", origin: str = "--env") -> EnvEntry:
+    """``KEY=VALUE`` (the value may hold ``=``; it is taken literally)."""
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise InputError("write KEY=VALUE", field=field, value=repr(text[:60]))
+    check_entry(name, value, field=field)
+    return EnvEntry(name, value, origin)
+
+
+def parse_pairs(pairs: Iterable[str], *, field: str = "env", origin: str = "--env") -> tuple[EnvEntry, ...]:
+    return tuple(parse_pair(p, field=field, origin=origin) for p in pairs)
+
+
+def parse_file(text: str, source: str, *, field: str = "env_file") -> tuple[EnvEntry, ...]:
+    """The entries of an env file's ``text`` (``source`` names it in errors and origins:
+    ``vars.env:3``)."""
+    out: list[EnvEntry] = []
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.removesuffix("\r")
+        where = f"{source}:{number}"
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        if not sep:
+            raise InputError(f"{stripped[:40]!r} is not KEY=VALUE", field=field, value=where)
+        if name.startswith("export "):
+            raise InputError("write KEY=VALUE without 'export': an env file is not a shell script",
+                             field=field, value=where)
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            raise InputError(f"{name}: values are taken literally, quotes included; write the value without "
+                             "the quotes", field=field, value=where)
+        check_entry(name, value, field=field, where=where)
+        out.append(EnvEntry(name, value, f"--env-file {where}"))
+    return tuple(out)
