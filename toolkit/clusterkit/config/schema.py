@@ -41,6 +41,13 @@ OWNED_SBATCH = {
 }
 
 
+def owned_sbatch(key: str) -> str | None:
+    """The option of :data:`OWNED_SBATCH` that sbatch option ``key`` sets, if any: sbatch reads
+    #SBATCH lines with getopt_long, which takes any unambiguous prefix ('--out' is '--output'),
+    so a prefix of an owned option is that option."""
+    return next((name for name in OWNED_SBATCH if name.startswith(key)), None)
+
+
 class _Model(BaseModel):
     # strict: `gpus_per_node: true` is not 1; allow_inf_nan: `.inf` GB of memory is not a size
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
@@ -83,9 +90,7 @@ class Scheduler(_Model):
         for key in v:
             if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
                 raise ValueError(f"sbatch option {key!r} must be a long option name like 'exclusive' or 'mem'")
-            # sbatch reads #SBATCH lines with getopt_long, which takes any unambiguous prefix
-            # ('--out' is '--output'): a prefix of an owned option is that option.
-            owned = next((name for name in OWNED_SBATCH if name.startswith(key)), None)
+            owned = owned_sbatch(key)
             if owned:
                 raise ValueError(f"sbatch option {key!r} sets --{owned}, which clusterkit writes itself; "
                                  f"use {OWNED_SBATCH[owned]}")
@@ -187,6 +192,9 @@ class Container(_Model):
                 raise ValueError(f"{k}: set communication settings in nccl.env (they reach the container too)")
             if "\x00" in str(val):
                 raise ValueError(f"{k}: a value cannot hold a NUL byte")
+            if len(f"{k}={val}".encode()) > 32 * 4096 - 1:
+                raise ValueError(f"{k}: longer than {32 * 4096 - 1} bytes, which Linux refuses to pass to a process "
+                                 "(MAX_ARG_STRLEN)")
         return {k: str(val) for k, val in v.items()}
 
     @field_validator("name")

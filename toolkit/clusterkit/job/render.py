@@ -245,7 +245,13 @@ def srun_options(plan: Plan) -> list[str]:
             opts.append("--container-name=" + shell_quote(c.name))
         if c.mount_home is not None:
             opts.append("--container-mount-home" if c.mount_home else "--no-container-mount-home")
-    return opts
+    return opts + user_srun_args(plan)
+
+
+def user_srun_args(plan: Plan) -> list[str]:
+    """The job's ``--srun-arg`` words (the site's ``job.srun_args`` first), quoted for bash: added
+    after clusterkit's own options on every srun step the job script writes."""
+    return [shell_quote(word) for word in plan.job.srun_args]
 
 
 def _hostfile(plan: Plan) -> str | None:
@@ -262,6 +268,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "launch": plan.launch,
         "body": launch_body(plan),
         "srun_opts": srun_options(plan),
+        "srun_user_args": user_srun_args(plan),
         "command": shell_join(plan.launch.command),
         "dialect_line": plan.launch.dialect.line("${ck_host}", plan.gpus_per_node) if plan.launch.dialect else "",
         "env": plan.env,
