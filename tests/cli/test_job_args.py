@@ -297,3 +297,30 @@ def test_a_command_that_starts_the_launcher_itself_is_refused(ck, site: Path, tm
                 "--", *command)
     program = command[0].rsplit("/", 1)[-1]
     assert_one_line_error(result, 2, f"the command starts {program} itself", "put its options in --launcher-arg")
+
+
+def test_in_job_preflight_step_gets_the_srun_args(ck, site: Path, tmp_path: Path) -> None:
+    from clusterkit.config.load import load_site
+    from clusterkit.nodes.runners import make_runner
+
+    run_dir = render(ck, site, tmp_path / "r", "--stage", "multi-node", "--set", "preflight_in_job=true",
+                     "--srun-arg=--mpi=pmix", "--srun-arg=--comment=a b")
+    line = next(ln for ln in (run_dir / "job.sbatch").read_text().splitlines()
+                if ln.startswith("clusterkit preflight "))
+    words = subprocess.run(["bash", "-c", "printf '%s\\0' " + line.split(" ||")[0].replace('"$SLURM_JOB_NODELIST"',
+                                                                                           "n[1-2]")],
+                           capture_output=True, text=True, check=True).stdout.split("\0")[:-1]
+    assert words[-2:] == ["--srun-arg=--mpi=pmix", "--srun-arg=--comment=a b"]
+    # what that command does with them: the srun step carries them after its own options
+    runner = make_runner(load_site(str(site)), "srun", srun_args=("--mpi=pmix", "--comment=a b"))
+    argv = runner.argv(["n1", "n2"], "true", 10, "M")
+    bash = argv.index("bash")
+    assert argv[bash - 4:bash] == ["--job-name", "clusterkit-preflight", "--mpi=pmix", "--comment=a b"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--transport", "ssh", "--srun-arg=--label"], "--srun-arg '--label': is for the srun transport only"),
+    (["--transport", "srun", "--srun-arg=--ntasks=3"], "srun option --ntasks is clusterkit's"),
+])
+def test_preflight_srun_args_checked(ck, site: Path, args: list[str], needle: str) -> None:
+    assert_one_line_error(ck("preflight", "--site", str(site), *args), 2, needle)
