@@ -207,6 +207,86 @@ def test_apptainer_wraps_a_single_node_once_launcher(ck, tmp_path: Path) -> None
     assert srun_line(run_dir).startswith("srun --nodes=1 ")
 
 
+
+def _step_words(run_dir: Path, cwd: Path) -> list[str]:
+    """The srun options of the launch step as bash hands them to srun (quotes removed, $PWD expanded)."""
+    opts = srun_line(run_dir).split(" \\")[0].removeprefix("srun ")
+    return subprocess.run(["bash", "-c", f"cd {cwd} && printf '%s\\n' {opts}"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+
+
+def _exports(run_dir: Path) -> dict[str, str]:
+    """What the job script's export lines set, as bash reads them."""
+    lines = [ln for ln in (run_dir / "job.sbatch").read_text().splitlines() if ln.startswith("export ")
+             and "$" not in ln.split("=", 1)[0]]
+    script = "\n".join(lines).replace("$CK_JOB_ID", "7") + "\nenv -0"
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={}).stdout
+    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+
+
+CONTAINER_ENV = "{HF_HOME: /lustre/hf cache, WANDB_MODE: offline, NVTE_FLASH_ATTN: 0}"
+
+
+def test_pyxis_container_env_name_and_home(ck, tmp_path: Path) -> None:
+    site = tmp_path / "px.yaml"
+    site.write_text("name: px\nnodes: {nodelist: 'n[1-2]', gpus_per_node: 4}\n"
+                    "software: {container: {runtime: pyxis, image: 'nvcr.io#nvidia/pytorch:24.05-py3', "
+                    f"env: {CONTAINER_ENV}, name: pt2405, mount_home: false}}}}\n")
+    run_dir = render(ck, tmp_path / "r", "--site", str(site))
+    words = _step_words(run_dir, tmp_path)
+    assert "--container-env=HF_HOME,WANDB_MODE,NVTE_FLASH_ATTN" in words
+    assert "--container-name=pt2405" in words and "--no-container-mount-home" in words
+    env = _exports(run_dir)
+    assert (env["HF_HOME"], env["WANDB_MODE"], env["NVTE_FLASH_ATTN"]) == ("/lustre/hf cache", "offline", "0")
+    assert not any(k.startswith("APPTAINERENV_") for k in env)
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert plan["container"]["env"] == {"HF_HOME": "/lustre/hf cache", "WANDB_MODE": "offline", "NVTE_FLASH_ATTN": "0"}
+    assert (plan["container"]["name"], plan["container"]["mount_home"]) == ("pt2405", False)
+    # mount_home: true asks for it; unset leaves the runtime's default, and nothing is added
+    site.write_text(site.read_text().replace("mount_home: false", "mount_home: true"))
+    assert "--container-mount-home" in _step_words(render(ck, tmp_path / "t", "--site", str(site)), tmp_path)
+    words = _step_words(render(ck, tmp_path / "d", "--site", "ib-h100"), tmp_path)
+    assert not [w for w in words if w.startswith(("--container-env", "--container-name")) or "mount-home" in w]
+
+
+@pytest.mark.parametrize("model,gpu_flag", [("H100", ["--nv"]), (None, ["--nv"]), ("MI300X", ["--rocm"]),
+                                            ("Gaudi2", [])])
+def test_apptainer_gpu_flag_home_and_env(ck, tmp_path: Path, model: str | None, gpu_flag: list[str]) -> None:
+    site = tmp_path / "app.yaml"
+    gpu_model = f", gpu_model: {model}" if model else ""
+    site.write_text(f"name: app\nnodes: {{nodelist: 'n[1-2]', gpus_per_node: 4{gpu_model}}}\n"
+                    "software: {container: {runtime: apptainer, image: /img/pt.sif, mount_home: false, "
+                    f"env: {CONTAINER_ENV}}}}}\n")
+    run_dir = render(ck, tmp_path / "r", "--site", str(site), "--launcher", "horovod")
+    text = (run_dir / "job.sbatch").read_text()
+    body = shlex.split(text.split(srun_line(run_dir), 1)[1].split("bash -c ", 1)[1])[0]
+    exec_words = shlex.split(body.split("exec ", 1)[1])
+    assert exec_words[:2 + len(gpu_flag) + 1] == ["apptainer", "exec", *gpu_flag, "--no-home"]
+    assert ("--nv" in exec_words) == (gpu_flag == ["--nv"])
+    env = _exports(run_dir)
+    assert env["APPTAINERENV_HF_HOME"] == env["HF_HOME"] == "/lustre/hf cache"
+    assert env["APPTAINERENV_NVTE_FLASH_ATTN"] == "0"
+
+
+@pytest.mark.parametrize("container,needle", [
+    ("{runtime: pyxis, image: i, env: {CK_RUN_DIR: /x}}", "software.container.env: CK_RUN_DIR: "),
+    ("{runtime: pyxis, image: i, env: {MASTER_ADDR: h}}", "MASTER_ADDR: software.container.env cannot set it"),
+    ("{runtime: pyxis, image: i, env: {LD_PRELOAD: /x.so}}", "LD_PRELOAD: software.container.env cannot set it"),
+    ("{runtime: pyxis, image: i, env: {NCCL_DEBUG: INFO}}", "NCCL_DEBUG: set communication settings in nccl.env"),
+    ("{runtime: pyxis, image: i, env: {'A B': x}}", "'A B' is not an environment variable name"),
+    ("{runtime: pyxis, image: i, env: {A: \"x\\0y\"}}", "A: a value cannot hold a NUL byte"),
+    ("{runtime: pyxis, image: i, name: 'a b'}", "container name 'a b'"),
+    ("{runtime: apptainer, image: i, name: pt}", "apptainer exec has no named containers"),
+    ("{runtime: pyxis, image: i, mount_home: 'no'}", "software.container.mount_home"),
+])
+def test_container_settings_refused_at_their_line(ck, tmp_path: Path, container: str, needle: str) -> None:
+    site = tmp_path / "bad.yaml"
+    site.write_text("name: bad\nnodes: {nodelist: 'n[1-2]', gpus_per_node: 4}\n"
+                    f"software:\n  container: {container}\n")
+    result = ck("render", "--site", str(site), "--out", str(tmp_path / "r"), "--", "python", "train.py")
+    assert_one_line_error(result, 2, f"{site}:4", needle)
+    assert not (tmp_path / "r").exists()
+
 # ---- run directory on shared storage ---------------------------------------------------------
 
 def test_multi_node_run_dir_off_shared_storage_is_refused(ck, tmp_path: Path) -> None:

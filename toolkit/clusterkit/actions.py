@@ -46,7 +46,7 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
     """
     site_obj = load_site(site) if isinstance(site, str) else site
     resolved = resolve(site_obj, request)
-    inputs = read_inputs(resolved.launcher, request).inputs
+    inputs = read_inputs(resolved.launcher, request, resolved.job.launcher_args).inputs
     claim = rundir.resolve_out(out, resolved.job_name)
     run_dir = claim.path
     try:
@@ -64,11 +64,12 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
 _MAX_INPUT_BYTES = 1 << 20
 
 
-def read_inputs(launcher: str, request: JobRequest) -> JobRequest:
-    """Read, on the submit host, the files of the command the launcher checks at render time
-    (a user's own DeepSpeed config, whose batch sizes must match the world before the job is queued)."""
+def read_inputs(launcher: str, request: JobRequest, launcher_args: Sequence[str] = ()) -> JobRequest:
+    """Read, on the submit host, the files of the command (or of the launcher's arguments) the
+    launcher checks at render time (a user's own DeepSpeed or accelerate config, whose batch sizes
+    or counts must match the world before the job is queued)."""
     read: dict[str, tuple[str, str]] = {}
-    for wanted in launchers.inputs(launcher, request.command):
+    for wanted in launchers.inputs(launcher, request.command, launcher_args):
         path = Path(wanted.path)
         try:
             with path.open("rb") as fh:

@@ -165,10 +165,13 @@ class Site:
     def preflight(self, nodes: str | Sequence[str] | None = None, *, stage: str | None = None,
                   transport: str | None = None, accept_new_host_keys: bool = False,
                   on_start: Callable[[list[str]], None] | None = None,
-                  on_result: Callable[[NodeResult], None] | None = None) -> Report:
+                  on_result: Callable[[NodeResult], None] | None = None,
+                  srun_args: Sequence[str] = ()) -> Report:
         """Check ``nodes`` (a Slurm host list or a list of hosts; default: the site's nodelist) for
         ``stage`` over ``transport`` (``ssh``, ``srun`` or ``local``; default ``local`` on a local
         site, else ``ssh``): GPUs and driver, InfiniBand/RoCE ports, GPUDirect RDMA, storage.
+        ``srun_args`` go on the srun step (``transport="srun"`` only; a job's ``--srun-arg``
+        words, checked as a job's are).
 
         Returns the :class:`~clusterkit.preflight.report.Report` (``report.exit_code()``,
         ``report.groups()``, ``report.to_dict()``); bad nodes are in the report, not raised.
@@ -182,9 +185,17 @@ class Site:
         if transport is not None and transport not in TRANSPORTS:
             raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
         transport = transport or ("local" if self.scheduler == "local" else "ssh")
+        srun_args = tuple(srun_args)
+        if srun_args:
+            from clusterkit.job import jobargs
+
+            if transport != "srun":
+                raise InputError("is for the srun transport only (--transport srun)", field="srun_args",
+                                 value=repr(srun_args[0][:60]))
+            jobargs.check_srun(srun_args)
         hosts = nodes if nodes is None or isinstance(nodes, str) else ",".join(nodes)
         return run_preflight(self.config, stage, hosts, transport, accept_new_host_keys=accept_new_host_keys,
-                             on_start=on_start, on_result=on_result)
+                             on_start=on_start, on_result=on_result, srun_args=srun_args)
 
     def size(self, request: SizingRequest) -> Sizing:
         """``clusterkit plan``: the launcher, ZeRO stage and node count for a model on this site's

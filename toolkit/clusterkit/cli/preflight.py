@@ -40,8 +40,10 @@ _STYLE = {"unreachable": "bold magenta", "failed": "bold red", "warn": "yellow",
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 @click.option("--accept-new-host-keys", is_flag=True, help="Store host keys not yet in known_hosts "
               "(changed keys are still refused).")
+@click.option("--srun-arg", "srun_args", multiple=True, metavar="ARG",
+              help="Argument added to the srun step (--transport srun), repeatable (e.g. --srun-arg=--mpi=pmix).")
 def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transport: str | None,
-              as_json: bool, accept_new_host_keys: bool) -> int:
+              as_json: bool, accept_new_host_keys: bool, srun_args: tuple[str, ...]) -> int:
     """Check the nodes a job would run on: GPUs and driver, InfiniBand/RoCE ports,
     GPUDirect RDMA, and the site's storage, in parallel, one connection per node.
 
@@ -59,7 +61,7 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transp
     progress = _Progress(enabled=sys.stderr.isatty())
     try:
         report = site.preflight(nodes, stage=stage, transport=transport, accept_new_host_keys=accept_new_host_keys,
-                                on_start=progress.start, on_result=progress.advance)
+                                on_start=progress.start, on_result=progress.advance, srun_args=srun_args)
     finally:
         progress.stop()
     if as_json:

@@ -94,6 +94,13 @@ OWNED_SBATCH = {
 }
 
 
+def owned_sbatch(key: str) -> str | None:
+    """The option of :data:`OWNED_SBATCH` that sbatch option ``key`` sets, if any: sbatch reads
+    #SBATCH lines with getopt_long, which takes any unambiguous prefix ('--out' is '--output'),
+    so a prefix of an owned option is that option."""
+    return next((name for name in OWNED_SBATCH if name.startswith(key)), None)
+
+
 class _Model(BaseModel):
     # strict: `gpus_per_node: true` is not 1; allow_inf_nan: `.inf` GB of memory is not a size
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
@@ -136,9 +143,7 @@ class Scheduler(_Model):
         for key in v:
             if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
                 raise ValueError(f"sbatch option {key!r} must be a long option name like 'exclusive' or 'mem'")
-            # sbatch reads #SBATCH lines with getopt_long, which takes any unambiguous prefix
-            # ('--out' is '--output'): a prefix of an owned option is that option.
-            owned = next((name for name in OWNED_SBATCH if name.startswith(key)), None)
+            owned = owned_sbatch(key)
             if owned:
                 raise ValueError(f"sbatch option {key!r} sets --{owned}, which clusterkit writes itself; "
                                  f"use {OWNED_SBATCH[owned]}")
@@ -168,6 +173,17 @@ class Nodes(_Model):
     def hosts(self) -> list[str]:
         return hostlist.expand(self.nodelist)
 
+    @property
+    def gpu_vendor(self) -> Literal["nvidia", "amd", "intel"]:
+        """Whose GPUs the nodes have, from ``gpu_model``: AMD Instinct (``MI250X``, ``MI300X``) and
+        Intel (``Max 1550``, ``Gaudi2``) by name, NVIDIA otherwise (preflight reads nvidia-smi)."""
+        model = (self.gpu_model or "").strip().lower()
+        if re.match(r"(amd\b|instinct\b|radeon\b|mi\d)", model):
+            return "amd"
+        if re.match(r"(intel\b|gaudi|max \d|data center gpu max)", model):
+            return "intel"
+        return "nvidia"
+
 
 class SSH(_Model):
     """How preflight reaches the nodes over SSH."""
@@ -182,10 +198,31 @@ class SSH(_Model):
     fanout: int = Field(64, ge=1, le=1024)
 
 
+#: Names a container's ``env`` may not set: clusterkit's own (each rank's place in the job, the
+#: job's paths), Slurm's, NCCL's (``nccl.env`` sets those) and what changes how a shell, the
+#: loader or an interpreter starts (the Security model: a site file runs nothing on its own).
+CONTAINER_ENV_OWNED = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+                       "NODE_RANK", "GROUP_RANK", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PATH", "HOME",
+                       "SHELL", "IFS", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND",
+                       "PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT", "PERL5OPT", "NODE_OPTIONS")
+CONTAINER_ENV_OWNED_PREFIXES = ("CK_", "SLURM_", "SRUN_", "SBATCH_", "PMI", "PYXIS_", "ENROOT_", "APPTAINER",
+                                "SINGULARITY", "LD_", "BASH_FUNC_")
+
+
 class Container(_Model):
+    """The container each launcher runs in (pyxis: ``srun --container-*``; apptainer: ``apptainer exec``)."""
+
     runtime: Literal["pyxis", "apptainer"]
     image: str
     mounts: list[str] = Field(default_factory=list)
+    env: dict[str, str | int] = Field(
+        default_factory=dict, description="variables set inside the container over the image's own "
+        "(pyxis: exported and named in --container-env; apptainer: APPTAINERENV_<NAME>)")
+    name: str | None = Field(
+        None, description="pyxis --container-name: the job's steps share one unpacked container")
+    mount_home: bool | None = Field(
+        None, description="mount the user's home: false adds --no-container-mount-home (pyxis) or --no-home "
+        "(apptainer), true --container-mount-home (pyxis); unset: the runtime's own default")
 
     @field_validator("mounts")
     @classmethod
@@ -194,6 +231,37 @@ class Container(_Model):
             if not m.startswith("/"):
                 raise ValueError(f"mount {m!r} must be an absolute 'src[:dst]' path")
         return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, Any]) -> dict[str, str]:
+        for k, val in v.items():
+            if not _ENV_NAME_RE.fullmatch(k):
+                raise ValueError(f"{k!r} is not an environment variable name")
+            if k in CONTAINER_ENV_OWNED or k.startswith(CONTAINER_ENV_OWNED_PREFIXES):
+                raise ValueError(f"{k}: software.container.env cannot set it: clusterkit sets it per rank or job, "
+                                 "or it changes how shells and interpreters start")
+            if k.startswith(NCCL_ENV_PREFIXES) or k in NCCL_ENV_NAMES:
+                raise ValueError(f"{k}: set communication settings in nccl.env (they reach the container too)")
+            if "\x00" in str(val):
+                raise ValueError(f"{k}: a value cannot hold a NUL byte")
+            if len(f"{k}={val}".encode()) > 32 * 4096 - 1:
+                raise ValueError(f"{k}: longer than {32 * 4096 - 1} bytes, which Linux refuses to pass to a process "
+                                 "(MAX_ARG_STRLEN)")
+        return {k: str(val) for k, val in v.items()}
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", v):
+            raise ValueError(f"container name {v!r}: use 1-64 letters, digits, '.', '_' and '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _runtime_options(self) -> Container:
+        if self.name is not None and self.runtime != "pyxis":
+            raise ValueError("name is pyxis's --container-name; apptainer exec has no named containers")
+        return self
 
 
 class Software(_Model):

@@ -20,9 +20,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from clusterkit import __version__
-from clusterkit.config.schema import ENV_REF, Container, Site
+from clusterkit.config.schema import ENV_REF, OWNED_SBATCH, Container, Site, owned_sbatch
 from clusterkit.errors import PlanError
-from clusterkit.job import launchers, nccl, stages
+from clusterkit.job import jobargs, launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.nccl import EnvVar
@@ -31,6 +31,8 @@ from clusterkit.job.settings import Settings
 from clusterkit.vocab import StageSpec, slurm_seconds
 
 _SBATCH_VALUE = re.compile(r"[^\s\x00-\x1f'\"\\`]+")
+#: The longest per-job #SBATCH option (name and value) clusterkit writes.
+_SBATCH_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,8 @@ def cpu_share(site: Site, s: Settings, gpn: int, launch: Launch) -> tuple[int, i
     return cpus, max(1, cpus // ranks_per_task)
 
 
-def _mem_share(site: Site, gpn: int) -> list[tuple[str, str | None]]:
+def _mem_share(site: Site, gpn: int, job_sbatch: tuple[tuple[str, str | None], ...] = ()
+               ) -> list[tuple[str, str | None]]:
     """``--mem`` for a job on part of a node: its GPUs' share of the node's memory.
 
     ``--mem`` (per node) rather than ``--mem-per-gpu``/``--mem-per-cpu``: it is what Slurm users
@@ -140,6 +143,8 @@ def _mem_share(site: Site, gpn: int) -> list[tuple[str, str | None]]:
     clash with a site's DefMemPerCPU.  A site that sets a memory option itself wins.
     """
     if gpn >= site.nodes.gpus_per_node or any(k in site.scheduler.sbatch for k in _MEM_OPTIONS):
+        return []
+    if any(k in _MEM_OPTIONS for k, _ in job_sbatch):
         return []
     return [("mem", f"{int(site.nodes.mem_gb * 1024 * gpn // site.nodes.gpus_per_node)}M")]
 
@@ -154,7 +159,7 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
         if value:
             out.append((key, value))
     out += [("time", r.time), ("nodes", str(nnodes)), ("ntasks-per-node", str(tasks)),
-            ("gpus-per-node", str(gpn)), ("cpus-per-task", str(cpus)), *_mem_share(site, gpn)]
+            ("gpus-per-node", str(gpn)), ("cpus-per-task", str(cpus)), *_mem_share(site, gpn, r.job.sbatch)]
     if exclude:
         from clusterkit.hostlist import fold
         out.append(("exclude", fold(exclude)))
@@ -164,7 +169,10 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
         out.append(("signal", f"B:USR2@{sch.preempt_signal_s}"))
         out.append(("requeue", None) if r.max_restarts > 0 else ("no-requeue", None))
         out.append(("open-mode", "append"))   # a requeued run appends to the same log
+    own = dict(r.job.sbatch)   # the job's --sbatch options win over the site's of the same name
     for name, extra in sorted(sch.sbatch.items()):
+        if name in own:
+            continue
         if extra is True:
             out.append((name, None))
         elif extra is not False:
@@ -175,6 +183,19 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
             # and sbatch splits values at whitespace.
             raise PlanError(f"sbatch --{option} value {text!r}: whitespace, quotes and control characters "
                             "are not allowed")
+    for option, text in r.job.sbatch:
+        shown = repr(option if text is None else f"{option}={text}"[:80])
+        owner = owned_sbatch(option)
+        if owner is not None:
+            raise PlanError(f"sets --{owner}, which clusterkit writes itself; use {OWNED_SBATCH[owner]}",
+                            field="sbatch", value=shown)
+        if text is not None and not _SBATCH_VALUE.fullmatch(text):
+            raise PlanError("whitespace, quotes and control characters are not allowed in a value "
+                            "(#SBATCH lines are read word by word)", field="sbatch", value=shown)
+        if len(option) + len(text or "") > _SBATCH_MAX:
+            raise PlanError(f"longer than {_SBATCH_MAX} characters: clusterkit writes no longer #SBATCH line",
+                            field="sbatch", value=shown)
+        out.append((option, text))
     return tuple(out)
 
 
@@ -236,7 +257,8 @@ def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool
     request = r.request
     ctx = Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=r.settings,
                   stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(),
-                  run_dir=request.run_dir, container=use_container, inputs=request.inputs)
+                  run_dir=request.run_dir, container=use_container, inputs=request.inputs,
+                  launcher_args=r.job.launcher_args)
     return _with_hosts(ctx, _candidates(site, exclude, nnodes))
 
 
@@ -277,6 +299,42 @@ def _check_job(site: Site, r: Resolved, launch: Launch, nnodes: int, in_containe
     if job.venv and job.conda:
         raise PlanError("give --venv or --conda, not both (each replaces the other's python)", field="venv",
                         value=job.venv)
+def _check_job_args(site: Site, r: Resolved, launcher: str) -> None:
+    """``--srun-arg`` and ``--launcher-arg`` words (the site's job: section's first): none that
+    clusterkit owns, nothing that would end up as the program to run."""
+    job, own = r.job, r.request.job
+    for words, mine, site_key, check_one in (
+            (job.srun_args, own.srun_args, "job.srun_args", jobargs.check_srun),
+            (job.launcher_args, own.launcher_args, "job.launcher_args",
+             lambda w, origin: _check_launcher(launcher, w, origin))):
+        if not words:
+            continue
+        first_own = len(words) - len(mine)
+        if first_own:
+            check_one(words[:first_own], f"the site's {site_key}")
+        check_one(words, "")
+    if job.srun_args and site.scheduler.kind != "slurm":
+        raise PlanError(f"site {site.name} is a local site: no srun steps to add them to", field="srun_args",
+                        value=repr(job.srun_args[0]))
+
+
+def _check_not_launched_twice(launch: Launch, command: tuple[str, ...]) -> None:
+    """A command that starts the launcher itself (``accelerate launch --config_file x train.py``,
+    as scripts write it) would run it inside clusterkit's own."""
+    program = launch.words[0] if launch.words else None
+    if program and command and os.path.basename(command[0]) == program:
+        raise PlanError(f"the command starts {program} itself, which clusterkit already starts for the "
+                        f"{launch.launcher} launcher: put its options in --launcher-arg and the training script "
+                        "after '--'",
+                        field="command", value=repr(" ".join(command[:3])[:80]))
+
+
+def _check_launcher(launcher: str, words: tuple[str, ...], origin: str) -> None:
+    owned = launchers.owned_args(launcher)
+    if owned is None:
+        raise PlanError(f"the {launcher} launcher starts every rank as an srun task, with no launcher process to "
+                        "take arguments: use --srun-arg", field="launcher_args", value=repr(words[0][:60]))
+    jobargs.check(words, owned, what=launcher, field="launcher_args", origin=origin)
 
 
 def _check_run_dir_shared(site: Site, run_dir: str, nnodes: int) -> None:
@@ -311,8 +369,10 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     if s.container and not container_cfg:
         raise PlanError(f"but site {site.name} configures no software.container", field="settings.container",
                         value="true", sep=" ")
+    _check_job_args(site, r, launcher)
     ctx = _context(site, r, nnodes, gpn, use_container, exclude)
     launch = launchers.get(launcher)(ctx)
+    _check_not_launched_twice(launch, request.command)
     _check_preemption(site, launch, spec, time, max_restarts)
     cpus, omp = cpu_share(site, s, gpn, launch)
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
@@ -320,6 +380,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     _check_job(site, r, launch, nnodes, use_container)
     if launch.check_env is not None:
         launch.check_env(env)
+    sbatch = _sbatch(site, r, nnodes, gpn, launch, exclude)
     _check_run_dir_shared(site, request.run_dir, nnodes)  # last: the request is sound, is its place?
     name = r.job_name
     return Plan(
@@ -328,7 +389,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         nnodes=nnodes, gpus_per_node=gpn, world_size=launch.world_size or nnodes * gpn, hosts=ctx.hosts,
         exclude=exclude, command=tuple(request.command), run_dir=request.run_dir,
         launch=launch, env=tuple(env),
-        sbatch=_sbatch(site, r, nnodes, gpn, launch, exclude),
+        sbatch=sbatch,
         modules=(*site.software.modules, *r.job.modules),
         container=container_cfg if use_container else None,
         max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s,

@@ -177,16 +177,35 @@ def container_mounts(plan: Plan) -> list[str]:
     return mounts
 
 
+#: apptainer's flag that binds the host's GPU driver and devices into the container, by vendor
+_APPTAINER_GPU = {"nvidia": ["--nv"], "amd": ["--rocm"], "intel": []}
+
+
 def _launcher_words(plan: Plan) -> list[Word]:
     words: list[Word] = list(plan.launch.words)
     c = plan.container
     if c and c.runtime == "apptainer":
         # apptainer wraps the launcher (a "once" launcher is single-node here: it runs in a step);
-        # --nv binds the host's driver into the container
+        # --nv (NVIDIA) or --rocm (AMD) binds the host's driver into the container
         mounts = container_mounts(plan)
         bind = ["--bind", ",".join(mounts)] if mounts else []
-        words = ["apptainer", "exec", "--nv", *bind, c.image, *words]
+        home = ["--no-home"] if c.mount_home is False else []
+        gpu = _APPTAINER_GPU[plan.basis.site.nodes.gpu_vendor]
+        words = ["apptainer", "exec", *gpu, *home, *bind, c.image, *words]
     return words
+
+
+def container_env(plan: Plan) -> list[tuple[str, str]]:
+    """What the job script exports for ``software.container.env``: each value under its name
+    (pyxis names it in ``--container-env``, so it wins over the image's), and for apptainer
+    under ``APPTAINERENV_<NAME>`` as well, which apptainer sets inside over the image's."""
+    c = plan.container
+    if c is None:
+        return []
+    out = [(name, str(value)) for name, value in c.env.items()]
+    if c.runtime == "apptainer":
+        out += [(f"APPTAINERENV_{name}", value) for name, value in out]
+    return out
 
 
 def launch_body(plan: Plan) -> str:
@@ -256,7 +275,19 @@ def srun_options(plan: Plan) -> list[str]:
         # without a container, so a relative `python train.py` finds the script
         opts.append("--container-mounts=" + shell_quote(",".join(container_mounts(plan))) + ',"$PWD"')
         opts.append('--container-workdir="$PWD"')
-    return opts
+        if c.env:
+            opts.append("--container-env=" + shell_quote(",".join(c.env)))
+        if c.name:
+            opts.append("--container-name=" + shell_quote(c.name))
+        if c.mount_home is not None:
+            opts.append("--container-mount-home" if c.mount_home else "--no-container-mount-home")
+    return opts + user_srun_args(plan)
+
+
+def user_srun_args(plan: Plan) -> list[str]:
+    """The job's ``--srun-arg`` words (the site's ``job.srun_args`` first), quoted for bash: added
+    after clusterkit's own options on every srun step the job script writes."""
+    return [shell_quote(word) for word in plan.job.srun_args]
 
 
 def node_setup_options(plan: Plan) -> list[str]:
@@ -280,9 +311,11 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "launch": plan.launch,
         "body": launch_body(plan),
         "srun_opts": srun_options(plan),
+        "srun_user_args": user_srun_args(plan),
         "command": shell_join(plan.launch.command),
         "dialect_line": plan.launch.dialect.line("${ck_host}", plan.gpus_per_node) if plan.launch.dialect else "",
         "env": plan.env,
+        "container_env": container_env(plan),
         "launch_include": LAUNCH_INCLUDE[in_step(plan)],
         "launch_how": launch_how(plan),
         "job": plan.job,

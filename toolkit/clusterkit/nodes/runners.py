@@ -4,14 +4,17 @@ commands' ``--probe`` both start from (imports paramiko only for ssh)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from clusterkit.errors import InputError
 from clusterkit.vocab import TRANSPORTS
 
 
-def make_runner(site: Any, transport: str, *, accept_new_host_keys: bool = False) -> Any:
-    """The Runner for a transport, configured from the site (imports paramiko only for ssh)."""
+def make_runner(site: Any, transport: str, *, accept_new_host_keys: bool = False,
+                srun_args: Sequence[str] = ()) -> Any:
+    """The Runner for a transport, configured from the site (imports paramiko only for ssh);
+    ``srun_args`` follow the srun step's own options."""
     from clusterkit.nodes import transport as R
 
     ssh = site.ssh
@@ -21,7 +24,7 @@ def make_runner(site: Any, transport: str, *, accept_new_host_keys: bool = False
         return R.LocalRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout))
     if transport == "srun":
         return R.SrunRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout),
-                            extra_args=_srun_args(site))
+                            extra_args=[*_srun_args(site), *srun_args])
     raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
 
 

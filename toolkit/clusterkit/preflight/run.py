@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from clusterkit import hostlist
@@ -82,13 +82,14 @@ def _node_result(check_set: engine.CheckSet, res: NodeOutput) -> NodeResult | No
 def run_preflight(site: Site, stage: str | None = None, nodes: str | None = None, transport: str = "ssh", *,
                   accept_new_host_keys: bool = False, runner: Runner | None = None,
                   on_result: ProgressCallback | None = None,
-                  on_start: Callable[[list[str]], None] | None = None) -> Report:
+                  on_start: Callable[[list[str]], None] | None = None, srun_args: Sequence[str] = ()) -> Report:
     """Check ``nodes`` (default: the site's nodelist) for ``stage`` over ``transport``.
 
     ``stage`` defaults to the stage of a job on that many nodes.  ``runner`` replaces the
     transport's runner (tests, or a caller holding one).  ``on_start(hosts)`` is called once
     before any node is contacted, ``on_result(node_result)`` as each node finishes (from the
     calling thread).  Ctrl-C during the run returns the report so far with ``interrupted``.
+    ``srun_args`` go on the srun transport's step, after its own.
     """
     if transport not in TRANSPORTS:
         raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
@@ -97,7 +98,8 @@ def run_preflight(site: Site, stage: str | None = None, nodes: str | None = None
     hosts = resolve_hosts(site, nodes, transport)
     stage = stage or stage_for_nodes(len(hosts))
     check_set = catalogue.select_checks(catalogue.Expectations.from_site(site, stage))
-    runner = runner if runner is not None else make_runner(site, transport, accept_new_host_keys=accept_new_host_keys)
+    runner = runner if runner is not None else make_runner(site, transport, accept_new_host_keys=accept_new_host_keys,
+                                                           srun_args=srun_args)
     report = Report(site.name, stage, transport, hosts, notes=list(check_set.notes),
                     checks=engine.describe_checks(check_set))
     if on_start is not None:

@@ -22,7 +22,7 @@ import importlib
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Literal
 
@@ -83,6 +83,7 @@ class Context:
     # files the command names that a launcher checks at render time (a user's DeepSpeed config),
     # read by the pipeline on the submit host: path as written -> (absolute path, text)
     inputs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    launcher_args: tuple[str, ...] = ()   # --launcher-arg words (checked by the plan), after the launcher's own
 
     @property
     def world_size(self) -> int:
@@ -177,12 +178,30 @@ def _module(name: str) -> ModuleType:
 
 
 def get(name: str) -> Callable[[Context], Launch]:
-    build: Callable[[Context], Launch] = _module(name).build
-    return build
+    """The launcher's ``build``, with the job's ``--launcher-arg`` words after its own (a module's
+    ``extra_args(ctx)`` says which, where it takes some of them itself)."""
+    module = _module(name)
+    build: Callable[[Context], Launch] = module.build
+    extra: Callable[[Context], tuple[str, ...]] = getattr(module, "extra_args", lambda ctx: ctx.launcher_args)
+
+    def build_with_args(ctx: Context) -> Launch:
+        launch = build(ctx)
+        args = extra(ctx)
+        return replace(launch, words=(*launch.words, *args)) if args else launch
+
+    return build_with_args
 
 
-def inputs(name: str, command: Sequence[str]) -> tuple[Input, ...]:
-    """The files of ``command`` that launcher ``name`` checks at render time (its module's
-    ``inputs(command)``, if it has one); the pipeline reads them into :attr:`Context.inputs`."""
-    find: Callable[[Sequence[str]], tuple[Input, ...]] | None = getattr(_module(name), "inputs", None)
-    return find(command) if find is not None else ()
+def owned_args(name: str) -> Mapping[str, str] | None:
+    """The launcher's own flags that ``--launcher-arg`` may not give, and what sets each; None
+    for a launcher with no process of its own to take arguments (srun)."""
+    owned: Mapping[str, str] | None = getattr(_module(name), "OWNED_ARGS", None)
+    return owned
+
+
+def inputs(name: str, command: Sequence[str], launcher_args: Sequence[str] = ()) -> tuple[Input, ...]:
+    """The files of ``command`` (or of the launcher's own arguments) that launcher ``name`` checks
+    at render time (its module's ``inputs(command, launcher_args)``, if it has one); the pipeline
+    reads them into :attr:`Context.inputs`."""
+    find: Callable[[Sequence[str], Sequence[str]], tuple[Input, ...]] | None = getattr(_module(name), "inputs", None)
+    return find(command, launcher_args) if find is not None else ()

@@ -9,6 +9,14 @@ from __future__ import annotations
 from clusterkit.errors import PlanError
 from clusterkit.job.launchers import BARE, Context, Launch, Sh, Word, split_python
 
+#: colossalai run flags clusterkit writes (``--launcher-arg`` refuses them), and what sets them instead.
+OWNED_ARGS = {
+    "--nproc_per_node": "--gpus-per-node", "--num_nodes": "--nodes (or the stage)",
+    "--hostfile": "clusterkit (the hostfile written from the allocation)", "--include": "--exclude",
+    "--exclude": "--exclude", "--master_addr": "clusterkit (the allocation's first host)",
+    "--master_port": "clusterkit (the job's port)",
+}
+
 
 def build(ctx: Context) -> Launch:
     py = split_python(ctx.command, "colossalai")

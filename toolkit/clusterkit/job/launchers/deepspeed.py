@@ -30,6 +30,18 @@ from clusterkit.job.launchers import SLOTS, Context, Input, Launch, Mode, Sh, Wo
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.settings import Settings
 
+_RDZV = "clusterkit (the allocation's first host, on the job's port)"
+_COUNTS = "--nodes and --gpus-per-node (or the stage)"
+#: deepspeed runner flags clusterkit writes (``--launcher-arg`` refuses them), and what sets them instead.
+OWNED_ARGS = {
+    "--num_gpus": _COUNTS, "--num_nodes": _COUNTS,
+    "--hostfile": "clusterkit (the hostfile written from the allocation)",
+    "--include": "--set include=...", "--exclude": "--set exclude_slots=... (or --exclude for whole nodes)",
+    "--master_addr": _RDZV, "--master_port": _RDZV, "--node_rank": "clusterkit (each node's rank from the allocation)",
+    "--launcher": "--set ds_launcher=no_ssh|pdsh", "--no_ssh": "--set ds_launcher=no_ssh|pdsh",
+    "--force_multi": _COUNTS, "--no_python": "the command after '--' (python or not)",
+    "--module": "the command after '--' (python -m)",
+}
 _SPEC = re.compile(r"[A-Za-z0-9._-]+(:\d+(,\d+)*)?")
 # DeepSpeed's pdsh runner joins one remote shell line: it leaves arguments that start with '-'
 # bare, puts others in single quotes without escaping, and wraps .deepspeed_env values in double
@@ -340,7 +352,7 @@ def build(ctx: Context) -> Launch:
 _TERM: Literal["ignore"] = "ignore"
 
 
-def inputs(command: Sequence[str]) -> tuple[Input, ...]:
+def inputs(command: Sequence[str], launcher_args: Sequence[str] = ()) -> tuple[Input, ...]:
     """The user's own DeepSpeed config, whose batch sizes must match the world before the job is queued."""
     user = user_config(command)
     return (Input(user.path, f"deepspeed: {user.flag} {user.path}", "DeepSpeed config"),) if user else ()

@@ -13,6 +13,14 @@ from __future__ import annotations
 
 from clusterkit.job.launchers import SLOTS, Context, Launch, Sh, Word
 
+#: horovodrun flags clusterkit writes (``--launcher-arg`` refuses them), and what sets them instead.
+OWNED_ARGS = {
+    "-np": "--nodes and --gpus-per-node (or the stage)", "--num-proc": "--nodes and --gpus-per-node (or the stage)",
+    "-H": "clusterkit (the hosts of the allocation)", "--hosts": "clusterkit (the hosts of the allocation)",
+    "-hostfile": "clusterkit (the hosts of the allocation)", "--hostfile": "clusterkit (the hosts of the allocation)",
+    "--host-discovery-script": "clusterkit (the hosts of the allocation)",
+}
+
 
 def build(ctx: Context) -> Launch:
     if not ctx.command:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from clusterkit.errors import PlanError
 from clusterkit.job.launchers import Context, Launch, split_python
+from clusterkit.job.launchers.torchrun import OWNED_ARGS as OWNED_ARGS
 from clusterkit.job.launchers.torchrun import torchrun_words
 from clusterkit.job.nccl import EnvVar
 

@@ -10,6 +10,17 @@ from __future__ import annotations
 
 from clusterkit.job.launchers import Context, Launch, PyCommand, Sh, Word, rendezvous, split_python
 
+_COUNTS = "--nodes and --gpus-per-node (or the stage)"
+_RDZV = "clusterkit (the rendezvous at the allocation's first host, on the job's port)"
+#: torchrun flags clusterkit writes (``--launcher-arg`` refuses them), and what sets them instead.
+OWNED_ARGS = {
+    "--nnodes": _COUNTS, "--nproc-per-node": _COUNTS, "--standalone": _RDZV, "--rdzv-backend": _RDZV,
+    "--rdzv-endpoint": _RDZV, "--rdzv-id": _RDZV, "--master-addr": _RDZV, "--master-port": _RDZV,
+    "--node-rank": "clusterkit (each node's rank comes from the allocation)",
+    "--no-python": "the command after '--' (python or not)", "-m": "the command after '--' (python -m)",
+    "--module": "the command after '--' (python -m)",
+}
+
 
 def torchrun_words(ctx: Context, py: PyCommand) -> list[Word]:
     words: list[Word] = ["torchrun"]
