@@ -41,13 +41,16 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
     The request is resolved against the site once (job name, launcher, every setting); the run
     directory comes next (the plan records it), then the plan, then ``gate`` (submit's
     preflight), which may refuse or return the plan with nodes excluded; only then is anything
-    rendered and written.  On any failure the default run directory (created here, where
-    ``--out`` is only checked), and ``./runs`` if it was made for it, is removed again.
+    rendered and written.  Without ``out`` the run directory goes under ``./runs``, or, on a
+    Slurm site when the current directory is not on its shared storage, under the first shared
+    folder of the user's there (:func:`clusterkit.rundir.default_base`).  On any failure the
+    default run directory (created here, where ``--out`` is only checked), and ``./runs`` if it
+    was made for it, is removed again.
     """
     site_obj = load_site(site) if isinstance(site, str) else site
     resolved = resolve(site_obj, request)
     inputs = read_inputs(resolved.launcher, request).inputs
-    claim = rundir.resolve_out(out, resolved.job_name)
+    claim = rundir.resolve_out(out, resolved.job_name, base=None if out else rundir.default_base(site_obj))
     run_dir = claim.path
     try:
         plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs))
@@ -147,6 +150,9 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
     store.check_writable()
 
     def gate(plan: Plan) -> Plan:
+        off_shared = planning.run_dir_off_shared(site, plan.run_dir, plan.nnodes)
+        if off_shared is not None:  # render shows it as a warning; a job is not queued with it
+            raise PlanError(off_shared)
         decided = preflight_gate(site, plan, skip=skip_preflight)
         if on_gate is not None:
             on_gate(decided)

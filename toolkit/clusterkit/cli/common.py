@@ -37,7 +37,9 @@ def job_options(f: F) -> F:
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Job setting, repeatable: " + ", ".join(settings_mod.valid_keys()) + "."),
         click.option("--out", default=None, metavar="DIR",
-                     help="Run directory to create (default: ./runs/<job>-<time>)."),
+                     help="Run directory to create (default: ./runs/<job>-<time>; on a Slurm site whose shared storage "
+                          "does not hold the current directory, clusterkit-runs/ in your shared home or "
+                          "<shared path>/$USER instead)."),
         click.option("--job-name", default=None, help="Slurm job name (default: ck-<script>)."),
         click.option("--exclude", default=None, metavar="NODESET",
                      help="Nodes to keep out of the job, e.g. gpu[003,017]."),

@@ -8,6 +8,7 @@ from :mod:`clusterkit.vocab`.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal
 
@@ -295,6 +296,13 @@ class Site(_Model):
     @property
     def shared_storage(self) -> list[Storage]:
         return [s for s in self.storage if s.is_shared]
+
+    def on_shared_storage(self, path: str) -> bool:
+        """Whether the absolute ``path`` lies under one of the site's shared storage paths (by name:
+        nothing is looked up on this machine)."""
+        path = os.path.normpath(path)
+        roots = (os.path.normpath(st.path) for st in self.shared_storage)
+        return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
     def stage_override(self, stage: str) -> StageOverride | None:
         """The site's settings for ``stage`` (any stage name; None when the site sets none)."""

@@ -252,18 +252,19 @@ def _check_used(s: Settings, launcher: str, site: Site) -> None:
                             f"{key} applies to Slurm sites only", field=f"settings.{key}")
 
 
-def _check_run_dir_shared(site: Site, run_dir: str, nnodes: int) -> None:
-    """Every node reads the hostfile and launcher configs from the run directory."""
+def run_dir_off_shared(site: Site, run_dir: str, nnodes: int) -> str | None:
+    """Why ``run_dir`` cannot serve a job of ``nnodes`` nodes on ``site`` (every node reads the
+    hostfile and launcher configs from it), or None.  A preview (``render``) shows it as a
+    warning; ``submit`` refuses it (:func:`clusterkit.actions.submit`)."""
     if nnodes < 2 or site.scheduler.kind != "slurm" or not os.path.isabs(run_dir):
-        return
-    path = os.path.normpath(run_dir)
+        return None
+    if site.on_shared_storage(run_dir):
+        return None
     shared = [os.path.normpath(st.path) for st in site.shared_storage]
-    if any(path == root or path.startswith(root.rstrip("/") + "/") for root in shared):
-        return
-    raise PlanError(f"run directory {path} is not on {site.name}'s shared storage "
-                    f"({', '.join(shared) or 'none declared'}), "
-                    f"but all {nnodes} nodes read its hostfile and configs: use --out under a shared path, or declare "
-                    "the filesystem in the site's storage list with shared: true")
+    return (f"run directory {os.path.normpath(run_dir)} is not on {site.name}'s shared storage "
+            f"({', '.join(shared) or 'none declared'}), but all {nnodes} nodes read its hostfile and configs: "
+            "submit from a login node with --out under a shared path, or declare the filesystem in the site's "
+            "storage list with shared: true")
 
 
 def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
@@ -292,7 +293,9 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
                        omp_threads=omp)
     if launch.check_env is not None:
         launch.check_env(env)
-    _check_run_dir_shared(site, request.run_dir, nnodes)  # last: the request is sound, is its place?
+    off_shared = run_dir_off_shared(site, request.run_dir, nnodes)  # a preview may show it; submit refuses it
+    if off_shared is not None:
+        warnings.append(f"{off_shared} (`submit` refuses this run directory)")
     name = r.job_name
     return Plan(
         version=__version__, site=site.name, site_file=site.source, scheduler=site.scheduler.kind,
