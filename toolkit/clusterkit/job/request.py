@@ -93,7 +93,8 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
         partition=pick("partition", s.partition, override, sch.partition),
         account=s.account or sch.account, qos=s.qos or sch.qos,
         container=pick("container", s.container, override, True),
-        preflight_in_job=bool(pick("preflight_in_job", s.preflight_in_job, None, site.preflight.in_job)),
+        preflight_in_job=sch.kind == "slurm"
+        and bool(pick("preflight_in_job", s.preflight_in_job, None, site.preflight.in_job)),
     )
 
 
