@@ -229,7 +229,8 @@ def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | 
     values = chosen.settings()
     if sizing.request.shape is not None:  # the micro batch the activations were sized for
         values["micro_batch"] = sizing.request.shape.micro_batch
-    # keep what the chosen launcher acts on: torchrun's DDP/FSDP choice lives in the script
+    # keep what the chosen launcher takes (torchrun hands strategy to the script as CK_STRATEGY;
+    # an offload it cannot do is the script's choice, as `plan` says)
     values = {k: v for k, v in values.items() if chosen.method.launcher in settings_mod.used_by(k)}
     values.update(settings)
     request = JobRequest(stage=chosen.layout.stage, command=command, launcher=chosen.method.launcher,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import yaml
 
 from clusterkit.errors import PlanError
-from clusterkit.job.launchers import Context, Launch, Sh, Word, split_python
+from clusterkit.job.launchers import Context, Launch, Sh, Word, for_script, split_python
 
 
 def _check_offload(ctx: Context) -> None:
@@ -69,4 +69,5 @@ def build(ctx: Context) -> Launch:
     elif py.module:
         words.append("--module")
     files = {"accelerate.yaml": yaml.safe_dump(config(ctx), sort_keys=True)}
-    return Launch("accelerate", "per_node", tuple(words), py.args, files=files)
+    return Launch("accelerate", "per_node", tuple(words), py.args, files=files,
+                  env=for_script(ctx, "accelerate", "micro_batch"))
