@@ -87,4 +87,5 @@ def test_dry_run_runs_no_preflight_and_prints_the_script(ck, tmp_path: Path, mon
 
 def test_dry_run_says_nothing_about_preflight_where_none_would_run(ck, tmp_path: Path) -> None:
     res = ck("submit", "--site", "testbed", "--dry-run", "--out", str(tmp_path / "run"), "--", "true", cwd=REPO)
-    assert res.code == 0 and "preflight" not in res.err
+    assert res.code == 0 and "dry run: preflight" not in res.err
+    assert "preflight in job no (site)" in res.err   # the choices say the job does not check either

@@ -97,7 +97,7 @@ def test_shipped_slurm_sites_render_the_in_job_check(ck, tmp_path: Path) -> None
     assert result.code == 0, result.err
     script = (out / "job.sbatch").read_text()
     assert "--transport srun --nodes \"$SLURM_JOB_NODELIST\"" in script
-    assert script.index("clusterkit preflight") < script.index("# ---- launch")
+    assert script.index("clusterkit preflight") < script.index("# ---- launch:")
 
 
 def test_a_local_site_has_no_in_job_check(tmp_path: Path) -> None:

@@ -219,7 +219,7 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
 
 
 def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | None, *, job_name: str | None,
-                 settings: Mapping[str, Any]) -> RenderedRun:
+                 settings: Mapping[str, Any], origin: tuple[str, ...] = ()) -> RenderedRun:
     """``clusterkit plan --render``: the recommended setup (launcher, stage, nodes and its
     settings) through the one render path; the user's ``settings`` win over the plan's."""
     chosen = sizing.recommended
@@ -235,5 +235,5 @@ def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | 
     values.update(settings)
     request = JobRequest(stage=chosen.layout.stage, command=command, launcher=chosen.method.launcher,
                          nodes=chosen.layout.nodes, gpus_per_node=chosen.layout.gpus_per_node, job_name=job_name,
-                         settings=values)
+                         settings=values, origin=origin)
     return render_run(site, request, out)

@@ -175,12 +175,14 @@ class Site:
         return est.size_job(est.Hardware.from_site(self.config), request)
 
     def render_sized(self, sizing: Sizing, command: Sequence[str], *, out: StrPath | None = None,
-                     job_name: str | None = None, settings: Mapping[str, Any] | None = None) -> RunDir:
+                     job_name: str | None = None, settings: Mapping[str, Any] | None = None,
+                     origin: Sequence[str] = ()) -> RunDir:
         """``clusterkit plan --render``: render the recommended setup of ``sizing`` (launcher, stage,
-        nodes and its settings) for ``command``; ``settings`` win over the recommendation's."""
+        nodes and its settings) for ``command``; ``settings`` win over the recommendation's.
+        ``origin``: the command line that asked for it, recorded in job.sbatch."""
         request = job_request(command, job_name=job_name, settings=settings)
         run = actions.render_sized(self.config, sizing, request.command, _out(out), job_name=job_name,
-                                   settings=request.settings)
+                                   settings=request.settings, origin=tuple(origin))
         return RunDir._of(run, self)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -62,5 +63,8 @@ def build_request(*, stage: str, command: Sequence[str], launcher: str | None, n
 
     values = dict(extra_settings or {})
     values.update(settings_mod.parse_pairs(sets))
-    return job_request(command, stage=stage, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
-                       settings=values, job_name=job_name, exclude=exclude, debug=debug)
+    request = job_request(command, stage=stage, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
+                          settings=values, job_name=job_name, exclude=exclude, debug=debug)
+    from clusterkit.cli import INVOKED
+
+    return replace(request, origin=tuple(INVOKED))

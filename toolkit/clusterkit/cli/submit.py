@@ -78,6 +78,10 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
                     f"do not know it (run directory {rec.run_dir}): {job.unsaved}")
     if wait is None:
         wait = rec.scheduler != "slurm"
+    if not as_json and job.run is not None:
+        from clusterkit.cli.render import choices_line
+
+        output.info(choices_line(job.run).strip())
     if not wait:
         _show_submitted(rec, as_json)
         return 0
@@ -136,6 +140,9 @@ def _show_dry_run(run: RunDir, as_json: bool) -> int:
     note = override_note(run.site.config)
     if note:
         output.info(f"clusterkit: dry run: {note}")
+    from clusterkit.cli.render import choices_line
+
+    output.info(f"clusterkit: dry run: {choices_line(run).strip()}")
     click.echo(script, nl=False)  # byte for byte what sbatch would get
     output.info(f"clusterkit: dry run: nothing submitted; run directory {run.path}")
     return 0

@@ -21,7 +21,7 @@ from typing import Any
 
 from clusterkit import __version__
 from clusterkit.config.schema import Container, Site
-from clusterkit.errors import PlanError
+from clusterkit.errors import FieldProblem, PlanError
 from clusterkit.job import launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
@@ -115,6 +115,56 @@ class Plan:
         d["sbatch"] = [[k, v] for k, v in self.sbatch]
         d["settings"] = self.settings.model_dump()
         return d
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One choice made for a job, and where it came from (``flag``, ``stage``, ``site``, ``default``)."""
+
+    name: str       # the setting's name (``zero_stage``, ``time``, ``launcher``)
+    label: str      # how it is shown
+    value: str
+    source: str
+
+    def worded(self) -> str:
+        return f"{self.label} {self.value} ({self.source})"
+
+
+# The choices render and submit show, by setting name, in order; a setting only some launchers
+# act on is shown for those.  A new setting joins with its name and label here; where it came
+# from is worked out by name (job.request.Resolved.sources).
+SHOWN: tuple[tuple[str, str], ...] = (
+    ("launcher", "launcher"), ("nodes", "nodes"), ("gpus_per_node", "GPUs per node"),
+    ("strategy", "strategy"), ("zero_stage", "ZeRO stage"), ("offload", "offload"), ("precision", "precision"),
+    ("micro_batch", "micro batch"), ("grad_accum", "grad accum"), ("time", "time limit"),
+    ("max_restarts", "restarts"), ("container", "container"), ("preflight_in_job", "preflight in job"),
+)
+_SLURM_CHOICES = frozenset({"time", "max_restarts", "container", "preflight_in_job"})
+
+
+def choices(plan: Plan) -> list[Choice]:
+    """What was chosen for ``plan`` and where from: what render and submit print, and job.sbatch records."""
+    sources = plan.basis.resolved.sources
+    values: dict[str, Any] = {
+        "launcher": plan.launcher, "nodes": plan.nnodes, "gpus_per_node": plan.gpus_per_node, "time": plan.time,
+        "max_restarts": plan.max_restarts if plan.requeue else "none (no requeue on this stage)",
+        "container": plan.container.image if plan.container else "none",
+        "preflight_in_job": "yes" if plan.preflight_in_job else "no",
+    }
+    out = []
+    for name, label in SHOWN:
+        if name in _SLURM_CHOICES and not plan.slurm:
+            continue
+        if name in settings_mod.Settings.model_fields and plan.launcher not in settings_mod.used_by(name):
+            continue
+        source = sources.get(name, "default")
+        if name == "max_restarts" and not plan.requeue:
+            source = "default"   # the stage's: no requeue whatever the budget
+        value = values.get(name, getattr(plan.settings, name, None))
+        if settings_mod.script_variable(name, plan.launcher) is not None and source == "default":
+            value = "the training script's"
+        out.append(Choice(name, label, str(value), source))
+    return out
 
 
 _MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
@@ -238,18 +288,20 @@ def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool
     return _with_hosts(ctx, _candidates(site, exclude, nnodes))
 
 
-def _check_used(s: Settings, launcher: str, site: Site) -> None:
+def _unused_settings(s: Settings, launcher: str, site: Site) -> list[str]:
+    """The --set keys given (not None), in order; :func:`_check_used_key` refuses each it must."""
+    return [key for key in sorted(s.model_fields_set) if getattr(s, key) is not None]
+
+
+def _check_used_key(s: Settings, key: str, launcher: str, site: Site) -> None:
     """Refuse a --set key the launcher or site would ignore: nothing given is silently dropped."""
-    for key in sorted(s.model_fields_set):
-        if getattr(s, key) is None:
-            continue
-        users = settings_mod.used_by(key)
-        if launcher not in users:
-            raise PlanError(f"the {launcher} launcher does not use it; it is used by {', '.join(users)}",
-                            field=f"settings.{key}")
-        if key in settings_mod.SLURM_ONLY and site.scheduler.kind != "slurm":
-            raise PlanError(f"site {site.name} is a local site (no Slurm); "
-                            f"{key} applies to Slurm sites only", field=f"settings.{key}")
+    users = settings_mod.used_by(key)
+    if launcher not in users:
+        raise PlanError(f"the {launcher} launcher does not use it; it is used by {', '.join(users)}",
+                        field=f"settings.{key}")
+    if key in settings_mod.SLURM_ONLY and site.scheduler.kind != "slurm":
+        raise PlanError(f"site {site.name} is a local site (no Slurm); "
+                        f"{key} applies to Slurm sites only", field=f"settings.{key}")
 
 
 def run_dir_off_shared(site: Site, run_dir: str, nnodes: int) -> str | None:
@@ -267,24 +319,47 @@ def run_dir_off_shared(site: Site, run_dir: str, nnodes: int) -> str | None:
             "storage list with shared: true")
 
 
+def _check_request(site: Site, r: Resolved) -> tuple[int, int, tuple[str, ...]]:
+    """Node count, GPUs per node and exclude list; every independent problem with the request
+    (node range, GPUs, exclude list, settings the launcher or site would ignore, a container the
+    site lacks) reported at once, not one per attempt."""
+    found: list[PlanError] = []
+
+    def attempt(check: Any, *args: Any) -> Any:
+        try:
+            return check(*args)
+        except PlanError as exc:
+            found.append(exc)
+            return None
+
+    request, s = r.request, r.settings
+    nnodes = attempt(stages.node_count, r.spec, site, r.nodes)
+    gpn = request.gpus_per_node or site.nodes.gpus_per_node
+    if gpn < 1 or gpn > site.nodes.gpus_per_node:
+        found.append(PlanError(f"site {site.name} nodes have {site.nodes.gpus_per_node} GPUs", field="gpus_per_node",
+                               value=str(gpn)))
+    exclude = attempt(_exclude_list, site, request.exclude)
+    for key in _unused_settings(s, r.launcher, site):
+        attempt(_check_used_key, s, key, r.launcher, site)
+    if s.container and not site.software.container:
+        found.append(PlanError(f"but site {site.name} configures no software.container", field="settings.container",
+                               value="true", sep=" "))
+    if len(found) == 1:
+        raise found[0]
+    if found:  # the one check without a field of its own is the exclude list's
+        raise PlanError.about([p for exc in found for p in (exc.problems or (FieldProblem("exclude", str(exc)),))])
+    return nnodes, gpn, exclude
+
+
 def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     """Check the request against the site and stage, and build the frozen plan (a request not
     yet resolved is resolved here; a command resolves it first, once)."""
     r = request if isinstance(request, Resolved) else resolve(site, request)
     request, spec, s, launcher, time, max_restarts = r.request, r.spec, r.settings, r.launcher, r.time, r.max_restarts
     warnings = stages.check_site(spec, site)
-    nnodes = stages.node_count(spec, site, r.nodes)
-    gpn = request.gpus_per_node or site.nodes.gpus_per_node
-    if gpn < 1 or gpn > site.nodes.gpus_per_node:
-        raise PlanError(f"site {site.name} nodes have {site.nodes.gpus_per_node} GPUs", field="gpus_per_node",
-                        value=str(gpn))
-    exclude = _exclude_list(site, request.exclude)
-    _check_used(s, launcher, site)
+    nnodes, gpn, exclude = _check_request(site, r)   # every problem with the request at once
     container_cfg = site.software.container
     use_container = bool(container_cfg) and r.container and site.scheduler.kind == "slurm"
-    if s.container and not container_cfg:
-        raise PlanError(f"but site {site.name} configures no software.container", field="settings.container",
-                        value="true", sep=" ")
     ctx = _context(site, r, nnodes, gpn, use_container, exclude)
     launch = launchers.get(launcher)(ctx)
     _check_preemption(site, launch, spec, time, max_restarts)
