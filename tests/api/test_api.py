@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -156,11 +157,18 @@ def test_api_and_cli_render_byte_identical_job_sbatch(ck: CLI, tmp_path: Path, s
     shutil.rmtree(out)
     res = ck("render", "--site", site, *argv, "--out", str(out), "--", *cmd)
     assert res.code == 0, res.err
+    # job.sbatch records the command line that made it: the CLI's words, or the API's note
+    words = ["clusterkit", "render", "--site", site, *argv, "--out", str(out), "--", *cmd]
+    cli_line = f"# made by: {shlex.join(words)}\n"
+    api_line = "# made by: the Python API (clusterkit.Site.plan)\n"
+    assert api_line.encode() in api_files["job.sbatch"]
+    api_files["job.sbatch"] = api_files["job.sbatch"].replace(api_line.encode(), cli_line.encode())
     assert {name: (out / name).read_bytes() for name in via_api.files} == api_files
     shutil.rmtree(out)
     res = ck("submit", "--dry-run", "--site", site, *argv, "--out", str(out), "--", *cmd)
     assert res.code == 0, res.err
-    assert res.out.encode() == api_files["job.sbatch"]
+    made = api_files["job.sbatch"].replace(b"made by: clusterkit render", b"made by: clusterkit submit --dry-run")
+    assert res.out.encode() == made
 
 
 @pytest.mark.torch
@@ -183,7 +191,10 @@ def test_a_job_submitted_through_the_api_and_the_cli_gets_the_same_script(tmp_pa
                           "--out", str(out), "--", "python", str(script)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert cli.returncode == 0, cli.stdout + cli.stderr
-    assert (out / "job.sbatch").read_bytes() == sent_by_api
+    words = ["clusterkit", "submit", "--site", "local", "--gpus-per-node", "1", "--out", str(out), "--", "python",
+             str(script)]
+    assert (out / "job.sbatch").read_bytes() == sent_by_api.replace(  # only the line recording who made it differs
+        b"# made by: the Python API (clusterkit.Site.plan)\n", f"# made by: {shlex.join(words)}\n".encode())
 
 
 # -- imports and types -------------------------------------------------------------------------

@@ -238,13 +238,17 @@ def test_precedence_by_setting_name(sites) -> None:
 
 
 def _fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """sbatch answers as Slurm does; no job runs."""
+    """sbatch (and scontrol) answer as Slurm does; no job runs."""
     import os
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "sbatch").write_text("#!/bin/sh\necho 'Submitted batch job 4242'\n")
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    # the nodes a before-submit preflight may check: scontrol's answer captured on the testbed
+    captured = REPO / "tests" / "data" / "sites" / "slurm-22.05"
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\ncase "$2" in\n  partition) cat "{captured}/show-partition-o.txt";;\n'
+                                      f'  node) cat "{captured}/show-node-o.txt";;\n  *) exit 1;;\nesac\n')
     for tool in bin_dir.iterdir():
         tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")

@@ -95,7 +95,7 @@ def test_human_report(ck, tmp_path: Path) -> None:
     assert first.startswith("gpu-oom: a GPU ran out of memory: torch.OutOfMemoryError: CUDA out of memory.")
     assert "  node gpu003, rank 3, time 2026-12-01T10:00:01Z" in r.out
     assert "  cascade: nccl-timeout x1 (ranks 0)" in r.out
-    assert "  advice: lower --set micro_batch=N" in r.out
+    assert "  advice: lower the micro batch: --set micro_batch=N (deepspeed, megatron: in their config" in r.out
 
 
 # --------------------------------------------------------------------------- line parsers

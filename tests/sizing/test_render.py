@@ -26,8 +26,9 @@ def test_render_7b_fsdp(site_file: SiteFile, ck: CLI, tmp_path: Path) -> None:
     plan = json.loads((out / "plan.json").read_text())
     assert (plan["launcher"], plan["stage"], plan["nnodes"], plan["gpus_per_node"]) == (
         "torchrun", "single-node", 1, 8)
-    # torchrun acts on no strategy setting (the script picks FSDP), so none is passed to it
-    assert plan["settings"]["strategy"] == "ddp" and "recommended: FSDP full shard" in stdout
+    # torchrun hands the strategy to the script (CK_STRATEGY), which builds FSDP
+    assert plan["settings"]["strategy"] == "fsdp" and "recommended: FSDP full shard" in stdout
+    assert "export CK_STRATEGY=fsdp\n" in (out / "job.sbatch").read_text()
     assert "train.py --lr 3e-4" in (out / "job.sbatch").read_text()
     assert f"run directory: {out}" in stdout and "recommended: FSDP full shard" in stdout
 

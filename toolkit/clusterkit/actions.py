@@ -41,13 +41,16 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
     The request is resolved against the site once (job name, launcher, every setting); the run
     directory comes next (the plan records it), then the plan, then ``gate`` (submit's
     preflight), which may refuse or return the plan with nodes excluded; only then is anything
-    rendered and written.  On any failure the default run directory (created here, where
-    ``--out`` is only checked), and ``./runs`` if it was made for it, is removed again.
+    rendered and written.  Without ``out`` the run directory goes under ``./runs``, or, on a
+    Slurm site when the current directory is not on its shared storage, under the first shared
+    folder of the user's there (:func:`clusterkit.rundir.default_base`).  On any failure the
+    default run directory (created here, where ``--out`` is only checked), and ``./runs`` if it
+    was made for it, is removed again.
     """
     site_obj = load_site(site) if isinstance(site, str) else site
     resolved = resolve(site_obj, request)
     inputs = read_inputs(resolved.launcher, request, resolved.job.launcher_args).inputs
-    claim = rundir.resolve_out(out, resolved.job_name)
+    claim = rundir.resolve_out(out, resolved.job_name, base=None if out else rundir.default_base(site_obj))
     run_dir = claim.path
     try:
         plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs))
@@ -90,18 +93,64 @@ class Gate:
     report: Report | None = None               # when preflight ran
     decision: PolicyDecision | None = None     # when preflight ran
     skipped: str | None = None                 # why preflight did not run
+    note: str = ""                             # which nodes it checked, and why those
 
     @property
     def excluded(self) -> list[str]:
         return list(self.decision.exclude) if self.decision is not None else []
 
 
-def preflight_gate(site: Site, plan: Plan, *, skip: bool = False, accept_new_host_keys: bool = False,
-                   on_result: Callable[[NodeResult], None] | None = None) -> Gate:
-    """Check the site's candidate nodes for ``plan`` before a submission; apply the site's policy.
+SlurmCommand = Callable[[Sequence[str]], str]
+# Node states a job can start on now: a node allocated to others is not checked (it may have
+# changed by the time the job gets it), a drained, down or failing one is never given out.
+_FREE_STATES = frozenset({"IDLE", "MIXED"})
 
-    Candidates are the site's nodes minus those the plan already excludes.  Under policy
-    ``exclude`` the failed and unreachable nodes join the plan's exclude list (so ``#SBATCH
+
+def nodes_to_check(site: Site, plan: Plan, slurm: SlurmCommand | None = None) -> tuple[list[str], str]:
+    """The nodes a before-submit preflight checks, and what it says about the choice.
+
+    On a Slurm site: the plan's candidates that are in the job's partition (``--set partition``,
+    the site's, else Slurm's default) and idle or mixed (not drained, down or failing), from two
+    ``scontrol -o`` calls through ``slurm`` (:func:`clusterkit.slurmclient.require` by default; a
+    controller that does not answer is :class:`~clusterkit.errors.SlurmUnreachable`, exit 3).
+    A 1-node job on a 4,096-node site checks the nodes it could get, not the site.
+    """
+    candidates = list(plan.candidates)
+    if site.scheduler.kind != "slurm":
+        return candidates, ""
+    from clusterkit.sites import facts
+    from clusterkit.sites import slurm_text as st
+    from clusterkit.slurmclient import require
+
+    run = slurm or require
+    partitions = st.parse_partitions(run(facts.COMMANDS["partitions"]))
+    nodes = st.parse_nodes(run(facts.COMMANDS["nodes"])).by_name()
+    wanted = dict(plan.sbatch).get("partition")
+    part = partitions.get(wanted) if wanted else next((p for p in partitions.partitions if p.default), None)
+    if part is None:
+        where = f"partition {wanted}" if wanted else "Slurm's default partition"
+        raise PlanError(f"{where} is not among the cluster's partitions "
+                        f"({', '.join(partitions.names) or 'none'})", field="settings.partition", value=wanted)
+    from clusterkit import hostlist
+
+    members = set(hostlist.expand(part.nodes)) if part.nodes else set()
+    free = [h for h in candidates if h in members and h in nodes
+            and nodes[h].usable and nodes[h].state_words & _FREE_STATES]
+    note = (f"checking {len(free)} of {len(candidates)} candidate node(s): those of partition {part.name} "
+            "that are idle or mixed (not drained, down or allocated)")
+    return free, note
+
+
+def preflight_gate(site: Site, plan: Plan, *, skip: bool = False, accept_new_host_keys: bool = False,
+                   transport: str | None = None, slurm: SlurmCommand | None = None,
+                   on_result: Callable[[NodeResult], None] | None = None) -> Gate:
+    """Check the nodes ``plan`` could get before a submission; apply the site's policy.
+
+    Runs where the site sets ``preflight.before_submit: true`` or ``transport`` is given (the
+    command line's choice of transport; the site's ``preflight.transport`` otherwise).  Elsewhere
+    a Slurm job checks its own nodes as its first step (``preflight.in_job``, the default), where
+    no SSH to compute nodes is needed.  The nodes checked are :func:`nodes_to_check`.  Under
+    policy ``exclude`` the failed and unreachable nodes join the plan's exclude list (so ``#SBATCH
     --exclude`` and plan.json show them); under ``refuse``, or when too few good nodes remain,
     the gate raises :class:`PreflightRefused` carrying the report.
     """
@@ -110,31 +159,41 @@ def preflight_gate(site: Site, plan: Plan, *, skip: bool = False, accept_new_hos
     if site.scheduler.kind == "local":
         return Gate(plan, skipped="local site: nothing remote to check "
                                   "(clusterkit preflight --transport local checks this machine)")
-    if not site.preflight.before_submit:
-        return Gate(plan, skipped=f"site {site.name} sets preflight.before_submit: false")
+    if not site.preflight.before_submit and transport is None:
+        in_job = "the job checks its own nodes first" if plan.preflight_in_job else "preflight.in_job is off too"
+        return Gate(plan, skipped=f"site {site.name} does not set preflight.before_submit: true ({in_job})")
     from clusterkit import hostlist
     from clusterkit.preflight.run import decide_for_site, run_preflight
 
-    report = run_preflight(site, stage=plan.stage, nodes=hostlist.fold(plan.candidates),
-                           transport=site.preflight.transport, accept_new_host_keys=accept_new_host_keys,
+    hosts, note = nodes_to_check(site, plan, slurm)
+    if not hosts:
+        return Gate(plan, skipped=f"{note}: none is free now, so there is nothing to check before the job queues",
+                    note=note)
+    report = run_preflight(site, stage=plan.stage, nodes=hostlist.fold(hosts),
+                           transport=transport or site.preflight.transport, accept_new_host_keys=accept_new_host_keys,
                            on_result=on_result)
     decision = decide_for_site(report, site, nodes_needed=plan.nnodes)
     if decision.refuse:
-        raise PreflightRefused(decision.reason, report)
-    return Gate(plan.excluding(decision.exclude), report, decision)
+        raise PreflightRefused(decision.reason, report, note)
+    return Gate(plan.excluding(decision.exclude), report, decision, note=note)
 
 
 class PreflightRefused(PreflightError):
     """Preflight's verdict under the site policy: do not submit.  Carries the report to show."""
 
-    def __init__(self, reason: str, report: Report):
-        super().__init__(f"preflight: not submitting: {reason}")
+    def __init__(self, reason: str, report: Report, note: str = ""):
+        way_out = ("submit anyway with --skip-preflight, or let the job check its own nodes inside its "
+                   "allocation (no SSH to compute nodes needed): preflight.before_submit: false in the site "
+                   "file, or --preflight-transport srun")
+        super().__init__(f"preflight: not submitting: {reason}; {way_out}")
         self.report = report
+        self.note = note  # which nodes were checked, and why those
         if report.unreachable_nodes():
             self.exit_code = ExitCode.UNREACHABLE
 
 
 def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore, *, skip_preflight: bool = False,
+           preflight_transport: str | None = None,
            on_gate: Callable[[Gate], None] | None = None) -> tuple[RenderedRun, Submission]:
     """``clusterkit submit``: plan once, preflight the plan's nodes (site policy), write the run
     directory, hand it to the site's scheduler and record the job.
@@ -148,7 +207,10 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
     store.check_writable()
 
     def gate(plan: Plan) -> Plan:
-        decided = preflight_gate(site, plan, skip=skip_preflight)
+        off_shared = planning.run_dir_off_shared(site, plan.run_dir, plan.nnodes)
+        if off_shared is not None:  # render shows it as a warning; a job is not queued with it
+            raise PlanError(off_shared)
+        decided = preflight_gate(site, plan, skip=skip_preflight, transport=preflight_transport)
         if on_gate is not None:
             on_gate(decided)
         return decided.plan
@@ -158,7 +220,7 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
 
 
 def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | None, *, job_name: str | None,
-                 settings: Mapping[str, Any]) -> RenderedRun:
+                 settings: Mapping[str, Any], origin: tuple[str, ...] = ()) -> RenderedRun:
     """``clusterkit plan --render``: the recommended setup (launcher, stage, nodes and its
     settings) through the one render path; the user's ``settings`` win over the plan's."""
     chosen = sizing.recommended
@@ -168,10 +230,11 @@ def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | 
     values = chosen.settings()
     if sizing.request.shape is not None:  # the micro batch the activations were sized for
         values["micro_batch"] = sizing.request.shape.micro_batch
-    # keep what the chosen launcher acts on: torchrun's DDP/FSDP choice lives in the script
+    # keep what the chosen launcher takes (torchrun hands strategy to the script as CK_STRATEGY;
+    # an offload it cannot do is the script's choice, as `plan` says)
     values = {k: v for k, v in values.items() if chosen.method.launcher in settings_mod.used_by(k)}
     values.update(settings)
     request = JobRequest(stage=chosen.layout.stage, command=command, launcher=chosen.method.launcher,
                          nodes=chosen.layout.nodes, gpus_per_node=chosen.layout.gpus_per_node, job_name=job_name,
-                         settings=values)
+                         settings=values, origin=origin)
     return render_run(site, request, out)

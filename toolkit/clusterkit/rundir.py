@@ -110,9 +110,38 @@ def default_run_dir(job_name: str, base: Path | None = None) -> RunDir:
     raise AssertionError("unreachable")  # itertools.count never ends
 
 
-def resolve_out(out: str | None, job_name: str) -> RunDir:
-    """The absolute run directory for ``--out`` (or the default, created), checked before any rendering."""
-    claim = RunDir(Path(out).expanduser()) if out else default_run_dir(job_name)
+DEFAULT_BASE_NAME = "clusterkit-runs"
+
+
+def default_base(site: Site, cwd: Path | None = None) -> Path | None:
+    """Where run directories go without ``--out`` when ``./runs`` would not do: on a Slurm site
+    whose shared storage does not hold the current directory, ``clusterkit-runs`` in the user's
+    home directory when that is on shared storage, else in ``<shared path>/<user>``, the first
+    that exists and is writable here (a login node).  None: ``./runs`` (the current directory
+    is shared, the site is local, or no shared folder of the user's is here, as on a laptop,
+    where ``render`` previews and ``submit`` refuses a multi-node job)."""
+    if site.scheduler.kind != "slurm":
+        return None
+    cwd = Path(os.path.abspath(cwd or Path.cwd()))
+    if site.on_shared_storage(str(cwd)):
+        return None
+    candidates: list[Path] = []
+    home = Path(os.path.expanduser("~"))
+    if home.is_absolute() and site.on_shared_storage(str(home)):
+        candidates.append(home)
+    user = os.environ.get("USER") or os.environ.get("LOGNAME")
+    if user and re.fullmatch(r"[A-Za-z0-9._-]+", user) and user not in (".", ".."):
+        candidates += [Path(st.path) / user for st in site.shared_storage]
+    for folder in candidates:
+        if folder.is_dir() and os.access(folder, os.W_OK | os.X_OK):
+            return folder / DEFAULT_BASE_NAME
+    return None
+
+
+def resolve_out(out: str | None, job_name: str, *, base: Path | None = None) -> RunDir:
+    """The absolute run directory for ``--out`` (or the default, created under ``base``, else
+    ``./runs``), checked before any rendering."""
+    claim = RunDir(Path(out).expanduser()) if out else default_run_dir(job_name, base)
     path = check_path(Path(os.path.abspath(claim.path)))
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise RunDirError(f"{path} already exists and is not empty; choose a new directory", field="out",

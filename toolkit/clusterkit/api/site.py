@@ -206,12 +206,14 @@ class Site:
         return est.size_job(est.Hardware.from_site(self.config), request)
 
     def render_sized(self, sizing: Sizing, command: Sequence[str], *, out: StrPath | None = None,
-                     job_name: str | None = None, settings: Mapping[str, Any] | None = None) -> RunDir:
+                     job_name: str | None = None, settings: Mapping[str, Any] | None = None,
+                     origin: Sequence[str] = ()) -> RunDir:
         """``clusterkit plan --render``: render the recommended setup of ``sizing`` (launcher, stage,
-        nodes and its settings) for ``command``; ``settings`` win over the recommendation's."""
+        nodes and its settings) for ``command``; ``settings`` win over the recommendation's.
+        ``origin``: the command line that asked for it, recorded in job.sbatch."""
         request = job_request(command, job_name=job_name, settings=settings)
         run = actions.render_sized(self.config, sizing, request.command, _out(out), job_name=job_name,
-                                   settings=request.settings)
+                                   settings=request.settings, origin=tuple(origin))
         return RunDir._of(run, self)
 
 
@@ -431,9 +433,12 @@ class Plan:
         return self.render(out).sbatch
 
     def submit(self, *, out: StrPath | None = None, preflight: bool = True, wait: bool = False,
+               preflight_transport: str | None = None,
                on_gate: Callable[[actions.Gate], None] | None = None) -> Job:
-        """Preflight the job's nodes (unless ``preflight=False``, or the site does not ask for it),
-        render the run directory once and hand it to the site's scheduler; a record is kept.
+        """Preflight the nodes the job could get (unless ``preflight=False``; only where the site
+        sets ``preflight.before_submit: true`` or ``preflight_transport`` (``ssh``, ``srun``) is
+        given: otherwise a Slurm job checks its own nodes as its first step), render the run
+        directory once and hand it to the site's scheduler; a record is kept.
 
         ``on_gate`` sees preflight's verdict before anything is written.  A refusal raises
         :class:`~clusterkit.actions.PreflightRefused` (``.report`` has the nodes).  With
@@ -443,7 +448,8 @@ class Plan:
         """
         store = RecordStore()
         run, submitted = actions.submit(self.site.config, self.request, _out(out), store,
-                                        skip_preflight=not preflight, on_gate=on_gate)
+                                        skip_preflight=not preflight, preflight_transport=preflight_transport,
+                                        on_gate=on_gate)
         job = Job(submitted.record, store, unsaved=submitted.unsaved, run=RunDir._of(run, self.site))
         if wait:
             job.wait()

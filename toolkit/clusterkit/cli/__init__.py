@@ -130,8 +130,13 @@ def report_error(err: ClusterkitError) -> None:
         click.echo(f"clusterkit: error: {printable(line)}", err=True)
 
 
+# The command line being run (set by main): a job's request records it, job.sbatch shows it.
+INVOKED: list[str] = []
+
+
 def main(argv: list[str] | None = None) -> Any:
     """Entry point: run the CLI with one error boundary and documented exit codes."""
+    INVOKED[:] = ["clusterkit", *(sys.argv[1:] if argv is None else argv)]  # job.sbatch records it
     try:
         rv = cli.main(args=argv, prog_name="clusterkit", standalone_mode=False)
     except ClusterkitError as err:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -38,7 +39,9 @@ def job_options(f: F) -> F:
         click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
                      help="Job setting, repeatable: " + ", ".join(settings_mod.valid_keys()) + "."),
         click.option("--out", default=None, metavar="DIR",
-                     help="Run directory to create (default: ./runs/<job>-<time>)."),
+                     help="Run directory to create (default: ./runs/<job>-<time>; on a Slurm site whose shared storage "
+                          "does not hold the current directory, clusterkit-runs/ in your shared home or "
+                          "<shared path>/$USER instead)."),
         click.option("--job-name", default=None, help="Slurm job name (default: ck-<script>)."),
         click.option("--exclude", default=None, metavar="NODESET",
                      help="Nodes to keep out of the job, e.g. gpu[003,017]."),
@@ -99,6 +102,9 @@ def build_request(*, stage: str, command: Sequence[str], launcher: str | None, n
 
     values = dict(extra_settings or {})
     values.update(settings_mod.parse_pairs(sets))
-    return job_request(command, stage=stage, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
-                       settings=values, job_name=job_name, exclude=exclude, debug=debug,
-                       **job_setup_args(job or {}))
+    request = job_request(command, stage=stage, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
+                          settings=values, job_name=job_name, exclude=exclude, debug=debug,
+                          **job_setup_args(job or {}))
+    from clusterkit.cli import INVOKED
+
+    return replace(request, origin=tuple(INVOKED))

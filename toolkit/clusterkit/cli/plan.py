@@ -16,7 +16,7 @@ from clusterkit import sizing as est
 from clusterkit.errors import InputError
 
 if TYPE_CHECKING:
-    pass
+    from clusterkit.sizing.candidates import Candidate
 
 
 # click.ParamType is generic from click 8.4 (one parameter; two from 8.5) and plain before, so no
@@ -131,7 +131,8 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
 
         user = build_request(stage="single-node", command=command, launcher=None, nodes=None, gpus_per_node=None,
                              sets=sets, job_name=job_name, exclude=None, debug=False)
-        run = site.render_sized(result, command, out=out, job_name=job_name, settings=user.settings)
+        run = site.render_sized(result, command, out=out, job_name=job_name, settings=user.settings,
+                                origin=user.origin)
     if as_json:
         from clusterkit.cli import output
         from clusterkit.cli.render import rendered_summary
@@ -177,6 +178,25 @@ def _check_render_options(do_render: bool, command: tuple[str, ...], out: str | 
             raise InputError(f"{', '.join(stray)} only make sense with --render")
 
 
+def render_hint(site_name: str, chosen: Candidate) -> list[str]:
+    """What to type to run the recommendation: every ``--set`` is one its launcher takes; what
+    reaches the training script, and what the launcher leaves to it, is said plainly."""
+    from clusterkit.job.settings import script_variable
+
+    lay, launcher = chosen.layout, chosen.method.launcher
+    taken, script = chosen.set_args()
+    words = ["clusterkit", "render", "--site", site_name, "--stage", lay.stage, "--nodes", str(lay.nodes),
+             "--launcher", launcher, *(w for pair in taken for w in ("--set", pair)), "--", "COMMAND"]
+    lines = [f"render it: {' '.join(words)}  (or: plan ... --render -- COMMAND)"]
+    for pair in taken:
+        variable = script_variable(pair.partition("=")[0], launcher)
+        if variable is not None:
+            lines.append(f"  {launcher} passes {pair} to the training script as ${variable}: the script acts on it")
+    if script:
+        lines.append(f"  the training script chooses (the {launcher} launcher does not act on it): {', '.join(script)}")
+    return lines
+
+
 def print_human(site_name: str, result: est.Sizing) -> None:
     """The table of candidates, the recommendation with its reason, and the cost line."""
     from rich import box
@@ -214,6 +234,8 @@ def print_human(site_name: str, result: est.Sizing) -> None:
     if result.recommended is not None:
         console.print(f"recommended: {result.recommended.method.label} on {result.recommended.describe_size()}, "
                       f"stage {result.recommended.layout.stage}")
+        for line in render_hint(site_name, result.recommended):
+            console.print(line)
     else:
         console.print("recommended: none (nothing fits)")
     console.print(f"why: {result.reason}")

@@ -10,6 +10,7 @@ from clusterkit.cli.common import build_request, job_options
 
 if TYPE_CHECKING:
     from clusterkit.api import RunDir
+    from clusterkit.job.plan import Choice
 
 
 def rendered_summary(run: RunDir) -> dict[str, Any]:
@@ -23,7 +24,19 @@ def rendered_summary(run: RunDir) -> dict[str, Any]:
 def job_json(run: RunDir, *, dry_run: bool) -> dict[str, Any]:
     """What ``render --json`` and ``submit --dry-run --json`` print: the same keys, the job
     script's text among them; ``dry_run`` says which command wrote it."""
-    return {**rendered_summary(run), "scheduler": run.plan.scheduler, "job_sbatch": run.sbatch, "dry_run": dry_run}
+    return {**rendered_summary(run), "scheduler": run.plan.scheduler, "job_sbatch": run.sbatch, "dry_run": dry_run,
+            "choices": {c.name: {"value": c.value, "from": c.source} for c in choices(run)}}
+
+
+def choices(run: RunDir) -> list[Choice]:
+    from clusterkit.job.plan import choices as plan_choices
+
+    return plan_choices(run.plan)
+
+
+def choices_line(run: RunDir) -> str:
+    """The choices made for the job, each with where it came from (flag, stage, site, default)."""
+    return "  choices: " + ", ".join(c.worded() for c in choices(run))
 
 
 def show_rendered(run: RunDir, as_json: bool) -> None:
@@ -37,6 +50,7 @@ def show_rendered(run: RunDir, as_json: bool) -> None:
     p = run.plan
     output.line(f"Rendered {p.job_name}: {p.launcher} on {p.nnodes} node(s) x {p.gpus_per_node} GPU(s) "
                        f"(site {p.site}, stage {p.stage})")
+    output.line(choices_line(run))
     output.line(f"  run directory: {run.path}")
     output.line(f"  files: {', '.join(sorted(run.files))}")
 

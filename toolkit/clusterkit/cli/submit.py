@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from clusterkit.cli.common import build_request, job_options
+from clusterkit.vocab import PROBE_TRANSPORTS
 
 if TYPE_CHECKING:
     from clusterkit.actions import Gate
@@ -26,12 +27,15 @@ if TYPE_CHECKING:
               help="Follow the job to its end and exit with its exit status "
                    "(default: wait on local sites, return at once on Slurm sites).")
 @click.option("--skip-preflight", is_flag=True,
-              help="Submit without checking the nodes first (by default the site's nodes are "
-                   "preflighted, unless the site sets preflight.before_submit: false).")
+              help="Submit without checking nodes before submitting (the job's own first-step check inside its "
+                   "allocation is --set preflight_in_job=false).")
+@click.option("--preflight-transport", type=click.Choice(PROBE_TRANSPORTS), default=None,
+              help="Check the nodes the job could get (its partition's idle and mixed nodes) before submitting, "
+                   "over ssh or srun, even where the site does not set preflight.before_submit: true.")
 def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
            sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
            as_json: bool, command: tuple[str, ...], dry_run: bool, wait: bool | None,
-           skip_preflight: bool, **job_setup: Any) -> int:
+           skip_preflight: bool, preflight_transport: str | None, **job_setup: Any) -> int:
     """Render a job and submit it: sbatch on Slurm sites, submitit's local executor on local ones.
 
     \b
@@ -42,6 +46,11 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     Slurm receives the rendered job.sbatch byte for byte (see it with --dry-run).  Every
     submission leaves a job record; follow it with `clusterkit status`, `logs` and `cancel`.
     With --wait the exit status is the job's own.
+
+    Preflight: on Slurm sites the job checks its own nodes as its first step (srun, inside its
+    allocation: no SSH to compute nodes needed) and starts nothing on bad ones.  Nodes are
+    checked before submitting only where the site sets preflight.before_submit: true, or with
+    --preflight-transport; then only the nodes the job could get are checked.
     """
     from clusterkit.actions import PreflightRefused
     from clusterkit.api import Plan, Site
@@ -56,8 +65,11 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
         _note_preflight_skipped(planned.site.config, skip_preflight)
         return _show_dry_run(run, as_json)
     try:
-        job = planned.submit(out=out, preflight=not skip_preflight, on_gate=_show_gate)
+        job = planned.submit(out=out, preflight=not skip_preflight, preflight_transport=preflight_transport,
+                             on_gate=_show_gate)
     except PreflightRefused as exc:
+        if exc.note:
+            output.info(f"preflight: {exc.note}")
         _show_preflight(exc.report)
         raise
     rec = job.record
@@ -66,6 +78,10 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
                     f"do not know it (run directory {rec.run_dir}): {job.unsaved}")
     if wait is None:
         wait = rec.scheduler != "slurm"
+    if not as_json and job.run is not None:
+        from clusterkit.cli.render import choices_line
+
+        output.info(choices_line(job.run).strip())
     if not wait:
         _show_submitted(rec, as_json)
         return 0
@@ -88,6 +104,10 @@ def _show_gate(gate: Gate) -> None:
     """Preflight's verdict, and the nodes it keeps out of the job, on stderr."""
     from clusterkit.cli import output
 
+    if gate.note:
+        output.info(f"preflight: {gate.note}")
+    if gate.skipped is not None and gate.note:
+        output.info(f"preflight: {gate.skipped}")
     if gate.report is not None:
         _show_preflight(gate.report)
     if gate.excluded:
@@ -120,6 +140,9 @@ def _show_dry_run(run: RunDir, as_json: bool) -> int:
     note = override_note(run.site.config)
     if note:
         output.info(f"clusterkit: dry run: {note}")
+    from clusterkit.cli.render import choices_line
+
+    output.info(f"clusterkit: dry run: {choices_line(run).strip()}")
     click.echo(script, nl=False)  # byte for byte what sbatch would get
     output.info(f"clusterkit: dry run: nothing submitted; run directory {run.path}")
     return 0

@@ -8,6 +8,7 @@ from :mod:`clusterkit.vocab`.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal
 
@@ -386,13 +387,21 @@ class StageOverride(_Model):
 
 
 class Preflight(_Model):
-    """What ``clusterkit submit`` checks before it queues a job, and what it does with bad nodes."""
+    """When a Slurm job's nodes are checked, and what is done with bad ones.
 
-    policy: Literal["exclude", "refuse"] = "exclude"
-    in_job: bool = False
+    By default the job checks its own nodes as its first step (``in_job``: srun inside the
+    allocation, which works where SSH to compute nodes is blocked, ``pam_slurm_adopt``) and
+    starts nothing on bad ones.  ``before_submit: true`` adds a check before ``submit`` queues
+    the job, over ``transport``, of the nodes the job could get (the partition's idle and mixed
+    nodes): for sites where that transport reaches nodes without a job on them.
+    """
+
+    policy: Literal["exclude", "refuse"] = Field(
+        "exclude", description="before submit: keep failed nodes out of the job (#SBATCH --exclude), or refuse")
+    in_job: bool = Field(True, description="Slurm jobs check their allocated nodes (srun) before the launcher starts")
     max_excluded_fraction: float = Field(0.1, ge=0, le=1)
-    before_submit: bool = True
-    transport: ProbeTransport = "ssh"
+    before_submit: bool = Field(False, description="check the nodes the job could get before submitting")
+    transport: ProbeTransport = Field("ssh", description="how the before-submit check reaches nodes")
 
 
 class Cost(_Model):
@@ -441,6 +450,13 @@ class Site(_Model):
     @property
     def shared_storage(self) -> list[Storage]:
         return [s for s in self.storage if s.is_shared]
+
+    def on_shared_storage(self, path: str) -> bool:
+        """Whether the absolute ``path`` lies under one of the site's shared storage paths (by name:
+        nothing is looked up on this machine)."""
+        path = os.path.normpath(path)
+        roots = (os.path.normpath(st.path) for st in self.shared_storage)
+        return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
     def stage_override(self, stage: str) -> StageOverride | None:
         """The site's settings for ``stage`` (any stage name; None when the site sets none)."""

@@ -333,13 +333,15 @@ ADVICE = {
         "check the node for stale launcher processes before reusing it",
     ],
     "gpu-oom": [
-        "lower --set micro_batch=N (raise --set grad_accum to keep the global batch)",
-        "clusterkit plan --model-params SIZE recommends a ZeRO stage and node count that fit",
+        "lower the micro batch: --set micro_batch=N (deepspeed, megatron: in their config, and --set grad_accum=N "
+        "keeps the global batch; torchrun, accelerate, srun: passed to the training script as $CK_MICRO_BATCH, "
+        "which it must read; horovod, colossalai: the training script chooses it)",
+        "clusterkit plan --site SITE --model-params SIZE [--launcher L] recommends a setup and node count that fit",
         "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps when memory is fragmented",
     ],
     "host-oom": [
         "the job went past its host memory: raise the site's scheduler.sbatch mem, or use fewer dataloader workers",
-        "--set offload=none keeps DeepSpeed from staging optimizer state in host memory",
+        "with deepspeed or accelerate, --set offload=none keeps optimizer state out of host memory",
     ],
     "gpu-hardware": [
         "exclude the node and report it to the admins: clusterkit preflight --nodes NODE, then submit --exclude NODE",
@@ -379,3 +381,25 @@ ADVICE = {
         "read the evidence and the logs: clusterkit logs JOB",
     ],
 }
+
+
+def advice(category: str, launcher: str | None = None) -> list[str]:
+    """The advice for ``category``, in words the job's ``launcher`` takes: every ``--set`` named
+    is one that launcher accepts (unknown launcher, as with ``doctor --logs``: the general form)."""
+    lines = list(ADVICE[category])
+    if launcher is None or category not in ("gpu-oom", "host-oom"):
+        return lines
+    from clusterkit.job.settings import script_variable, used_by
+
+    if category == "host-oom":
+        return lines if launcher in used_by("offload") else lines[:1]
+    if launcher in used_by("grad_accum"):  # the launcher acts on the batch math itself
+        batch = "lower --set micro_batch=N (raise --set grad_accum=N to keep the global batch)"
+    elif (variable := script_variable("micro_batch", launcher)) is not None and launcher in used_by("micro_batch"):
+        batch = (f"lower the micro batch: --set micro_batch=N passes it to the training script as ${variable} "
+                 f"({launcher} does not act on it: the script must read it), or lower it in the script")
+    else:
+        batch = (f"lower the micro batch in the training script: {launcher} leaves the batch to it "
+                 "(no --set reaches it)")
+    return [batch, f"clusterkit plan --site SITE --model-params SIZE --launcher {launcher} recommends a setup "
+                   "and node count that fit", lines[2]]

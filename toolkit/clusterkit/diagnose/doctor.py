@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterkit.diagnose import reader, verdict
+from clusterkit.diagnose import catalogue, reader, verdict
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SlurmUnreachable, SubmitError
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.logs import log_files
@@ -81,6 +81,8 @@ def diagnose_job(ref: str, bar: ProgressBar | None = None, store: RecordStore | 
         raise LogsUnreadable(f"job {rec.job_id}: no log files in {rec.run_dir}, and {err}")
     notes = [] if files else [f"job {rec.job_id} has no log files in {rec.run_dir}"]
     report = _scan(files, view, rec.key, bar)
+    for run in report["restarts"]:  # the advice in words the job's launcher takes
+        run["verdict"]["advice"] = catalogue.advice(run["verdict"]["category"], rec.launcher)
     report["slurm"] = slurm
     report["run_dir"] = rec.run_dir
     if err:

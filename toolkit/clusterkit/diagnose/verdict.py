@@ -98,7 +98,7 @@ def _verdict(category: str, lead: Finding | None, evidence: list[str], *, node: 
         "time": iso(time if time is not None else (lead.time if lead else None)),
         "summary": summary or catalogue.SUMMARIES[category],
         "evidence": evidence[:MAX_EVIDENCE],
-        "advice": list(catalogue.ADVICE[category]),
+        "advice": catalogue.advice(category),
     }
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from clusterkit import __version__
 from clusterkit.config.schema import ENV_REF, OWNED_SBATCH, Container, Site, owned_sbatch
-from clusterkit.errors import PlanError
+from clusterkit.errors import FieldProblem, PlanError
 from clusterkit.job import jobargs, launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
@@ -119,6 +119,56 @@ class Plan:
         d["settings"] = self.settings.model_dump()
         d["job"] = self.job.to_dict()
         return d
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One choice made for a job, and where it came from (``flag``, ``stage``, ``site``, ``default``)."""
+
+    name: str       # the setting's name (``zero_stage``, ``time``, ``launcher``)
+    label: str      # how it is shown
+    value: str
+    source: str
+
+    def worded(self) -> str:
+        return f"{self.label} {self.value} ({self.source})"
+
+
+# The choices render and submit show, by setting name, in order; a setting only some launchers
+# act on is shown for those.  A new setting joins with its name and label here; where it came
+# from is worked out by name (job.request.Resolved.sources).
+SHOWN: tuple[tuple[str, str], ...] = (
+    ("launcher", "launcher"), ("nodes", "nodes"), ("gpus_per_node", "GPUs per node"),
+    ("strategy", "strategy"), ("zero_stage", "ZeRO stage"), ("offload", "offload"), ("precision", "precision"),
+    ("micro_batch", "micro batch"), ("grad_accum", "grad accum"), ("time", "time limit"),
+    ("max_restarts", "restarts"), ("container", "container"), ("preflight_in_job", "preflight in job"),
+)
+_SLURM_CHOICES = frozenset({"time", "max_restarts", "container", "preflight_in_job"})
+
+
+def choices(plan: Plan) -> list[Choice]:
+    """What was chosen for ``plan`` and where from: what render and submit print, and job.sbatch records."""
+    sources = plan.basis.resolved.sources
+    values: dict[str, Any] = {
+        "launcher": plan.launcher, "nodes": plan.nnodes, "gpus_per_node": plan.gpus_per_node, "time": plan.time,
+        "max_restarts": plan.max_restarts if plan.requeue else "none (no requeue on this stage)",
+        "container": plan.container.image if plan.container else "none",
+        "preflight_in_job": "yes" if plan.preflight_in_job else "no",
+    }
+    out = []
+    for name, label in SHOWN:
+        if name in _SLURM_CHOICES and not plan.slurm:
+            continue
+        if name in settings_mod.Settings.model_fields and plan.launcher not in settings_mod.used_by(name):
+            continue
+        source = sources.get(name, "default")
+        if name == "max_restarts" and not plan.requeue:
+            source = "default"   # the stage's: no requeue whatever the budget
+        value = values.get(name, getattr(plan.settings, name, None))
+        if settings_mod.script_variable(name, plan.launcher) is not None and source == "default":
+            value = "the training script's"
+        out.append(Choice(name, label, str(value), source))
+    return out
 
 
 _MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
@@ -262,18 +312,20 @@ def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool
     return _with_hosts(ctx, _candidates(site, exclude, nnodes))
 
 
-def _check_used(s: Settings, launcher: str, site: Site) -> None:
+def _unused_settings(s: Settings, launcher: str, site: Site) -> list[str]:
+    """The --set keys given (not None), in order; :func:`_check_used_key` refuses each it must."""
+    return [key for key in sorted(s.model_fields_set) if getattr(s, key) is not None]
+
+
+def _check_used_key(s: Settings, key: str, launcher: str, site: Site) -> None:
     """Refuse a --set key the launcher or site would ignore: nothing given is silently dropped."""
-    for key in sorted(s.model_fields_set):
-        if getattr(s, key) is None:
-            continue
-        users = settings_mod.used_by(key)
-        if launcher not in users:
-            raise PlanError(f"the {launcher} launcher does not use it; it is used by {', '.join(users)}",
-                            field=f"settings.{key}")
-        if key in settings_mod.SLURM_ONLY and site.scheduler.kind != "slurm":
-            raise PlanError(f"site {site.name} is a local site (no Slurm); "
-                            f"{key} applies to Slurm sites only", field=f"settings.{key}")
+    users = settings_mod.used_by(key)
+    if launcher not in users:
+        raise PlanError(f"the {launcher} launcher does not use it; it is used by {', '.join(users)}",
+                        field=f"settings.{key}")
+    if key in settings_mod.SLURM_ONLY and site.scheduler.kind != "slurm":
+        raise PlanError(f"site {site.name} is a local site (no Slurm); "
+                        f"{key} applies to Slurm sites only", field=f"settings.{key}")
 
 
 def _check_job(site: Site, r: Resolved, launch: Launch, nnodes: int, in_container: bool) -> None:
@@ -299,6 +351,8 @@ def _check_job(site: Site, r: Resolved, launch: Launch, nnodes: int, in_containe
     if job.venv and job.conda:
         raise PlanError("give --venv or --conda, not both (each replaces the other's python)", field="venv",
                         value=job.venv)
+
+
 def _check_job_args(site: Site, r: Resolved, launcher: str) -> None:
     """``--srun-arg`` and ``--launcher-arg`` words (the site's job: section's first): none that
     clusterkit owns, nothing that would end up as the program to run."""
@@ -337,18 +391,51 @@ def _check_launcher(launcher: str, words: tuple[str, ...], origin: str) -> None:
     jobargs.check(words, owned, what=launcher, field="launcher_args", origin=origin)
 
 
-def _check_run_dir_shared(site: Site, run_dir: str, nnodes: int) -> None:
-    """Every node reads the hostfile and launcher configs from the run directory."""
+def run_dir_off_shared(site: Site, run_dir: str, nnodes: int) -> str | None:
+    """Why ``run_dir`` cannot serve a job of ``nnodes`` nodes on ``site`` (every node reads the
+    hostfile and launcher configs from it), or None.  A preview (``render``) shows it as a
+    warning; ``submit`` refuses it (:func:`clusterkit.actions.submit`)."""
     if nnodes < 2 or site.scheduler.kind != "slurm" or not os.path.isabs(run_dir):
-        return
-    path = os.path.normpath(run_dir)
+        return None
+    if site.on_shared_storage(run_dir):
+        return None
     shared = [os.path.normpath(st.path) for st in site.shared_storage]
-    if any(path == root or path.startswith(root.rstrip("/") + "/") for root in shared):
-        return
-    raise PlanError(f"run directory {path} is not on {site.name}'s shared storage "
-                    f"({', '.join(shared) or 'none declared'}), "
-                    f"but all {nnodes} nodes read its hostfile and configs: use --out under a shared path, or declare "
-                    "the filesystem in the site's storage list with shared: true")
+    return (f"run directory {os.path.normpath(run_dir)} is not on {site.name}'s shared storage "
+            f"({', '.join(shared) or 'none declared'}), but all {nnodes} nodes read its hostfile and configs: "
+            "submit from a login node with --out under a shared path, or declare the filesystem in the site's "
+            "storage list with shared: true")
+
+
+def _check_request(site: Site, r: Resolved) -> tuple[int, int, tuple[str, ...]]:
+    """Node count, GPUs per node and exclude list; every independent problem with the request
+    (node range, GPUs, exclude list, settings the launcher or site would ignore, a container the
+    site lacks) reported at once, not one per attempt."""
+    found: list[PlanError] = []
+
+    def attempt(check: Any, *args: Any) -> Any:
+        try:
+            return check(*args)
+        except PlanError as exc:
+            found.append(exc)
+            return None
+
+    request, s = r.request, r.settings
+    nnodes = attempt(stages.node_count, r.spec, site, r.nodes)
+    gpn = request.gpus_per_node or site.nodes.gpus_per_node
+    if gpn < 1 or gpn > site.nodes.gpus_per_node:
+        found.append(PlanError(f"site {site.name} nodes have {site.nodes.gpus_per_node} GPUs", field="gpus_per_node",
+                               value=str(gpn)))
+    exclude = attempt(_exclude_list, site, request.exclude)
+    for key in _unused_settings(s, r.launcher, site):
+        attempt(_check_used_key, s, key, r.launcher, site)
+    if s.container and not site.software.container:
+        found.append(PlanError(f"but site {site.name} configures no software.container", field="settings.container",
+                               value="true", sep=" "))
+    if len(found) == 1:
+        raise found[0]
+    if found:  # the one check without a field of its own is the exclude list's
+        raise PlanError.about([p for exc in found for p in (exc.problems or (FieldProblem("exclude", str(exc)),))])
+    return nnodes, gpn, exclude
 
 
 def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
@@ -357,18 +444,9 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     r = request if isinstance(request, Resolved) else resolve(site, request)
     request, spec, s, launcher, time, max_restarts = r.request, r.spec, r.settings, r.launcher, r.time, r.max_restarts
     warnings = stages.check_site(spec, site)
-    nnodes = stages.node_count(spec, site, r.nodes)
-    gpn = request.gpus_per_node or site.nodes.gpus_per_node
-    if gpn < 1 or gpn > site.nodes.gpus_per_node:
-        raise PlanError(f"site {site.name} nodes have {site.nodes.gpus_per_node} GPUs", field="gpus_per_node",
-                        value=str(gpn))
-    exclude = _exclude_list(site, request.exclude)
-    _check_used(s, launcher, site)
+    nnodes, gpn, exclude = _check_request(site, r)   # every problem with the request at once
     container_cfg = site.software.container
     use_container = bool(container_cfg) and r.container and site.scheduler.kind == "slurm"
-    if s.container and not container_cfg:
-        raise PlanError(f"but site {site.name} configures no software.container", field="settings.container",
-                        value="true", sep=" ")
     _check_job_args(site, r, launcher)
     ctx = _context(site, r, nnodes, gpn, use_container, exclude)
     launch = launchers.get(launcher)(ctx)
@@ -381,7 +459,9 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     if launch.check_env is not None:
         launch.check_env(env)
     sbatch = _sbatch(site, r, nnodes, gpn, launch, exclude)
-    _check_run_dir_shared(site, request.run_dir, nnodes)  # last: the request is sound, is its place?
+    off_shared = run_dir_off_shared(site, request.run_dir, nnodes)  # a preview may show it; submit refuses it
+    if off_shared is not None:
+        warnings.append(f"{off_shared} (`submit` refuses this run directory)")
     name = r.job_name
     return Plan(
         version=__version__, site=site.name, site_file=site.source, scheduler=site.scheduler.kind,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import threading
@@ -29,6 +30,7 @@ import jinja2.sandbox
 from clusterkit.config.schema import Site
 from clusterkit.errors import ConfigError, PlanError
 from clusterkit.job import jobenv
+from clusterkit.job import plan as planning
 from clusterkit.job.launchers import Sh, Word, shell_join
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.plan import Plan
@@ -302,6 +304,25 @@ def _hostfile(plan: Plan) -> str | None:
     return d.render(plan.hosts, plan.gpus_per_node) if d else None
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def comment_word(word: str) -> str:
+    """One word of a command line as a shell would need it, with no control character left
+    (bash's ``$'...'`` form for those): the line is recorded in a comment, where a newline
+    would end the comment and start a live line."""
+    if not _CONTROL.search(word):
+        return shlex.quote(word)
+    escaped = "".join(f"\\x{ord(c):02x}" if _CONTROL.match(c) or c in "\\'" else c for c in word)
+    return f"$'{escaped}'"
+
+
+def made_by(plan: Plan) -> str:
+    """The command line that produced the job, quoted safely for job.sbatch's opening comment."""
+    origin = plan.basis.resolved.request.origin
+    return " ".join(comment_word(w) for w in origin) if origin else "the Python API (clusterkit.Site.plan)"
+
+
 def render(site: Site, plan: Plan) -> dict[str, str]:
     """Every artifact of the plan, by file name, in a deterministic order."""
     env = environment(site.templates)
@@ -320,6 +341,9 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "launch_how": launch_how(plan),
         "job": plan.job,
         "node_setup_opts": node_setup_options(plan),
+        "made_by": made_by(plan),
+        "runs": " ".join(comment_word(w) for w in plan.launch.command),
+        "choices": [_CONTROL.sub("?", c.worded()) for c in planning.choices(plan)],
     }
     out: dict[str, str] = {}
     out["job.sbatch"] = draw(ENTRY[plan.slurm], ctx)

@@ -82,6 +82,9 @@ class JobRequest:
     inputs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     # the job's own additions (--env-file lines then --env, --setup, ...), added after the site's
     job: JobSetup = field(default_factory=JobSetup)
+    # the command line that asked for the job (the CLI's words, recorded in job.sbatch as data);
+    # empty when the Python API builds the request
+    origin: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,11 +105,14 @@ class Resolved:
     container: bool             # wanted (the site may still have none)
     preflight_in_job: bool
     job: JobSetup = field(default_factory=JobSetup)   # site job:, stage job:, then the request's
+    # where each choice came from, by setting name: "flag" (the command line), "stage" (the
+    # site's stages.<stage> entry), "site" (the site file), "default"
+    sources: Mapping[str, str] = field(default_factory=dict)
 
     def with_request(self, **changes: Any) -> Resolved:
         """The same choices for the request with ``changes`` that choose nothing (run_dir, inputs)."""
-        if set(changes) - {"run_dir", "inputs"}:
-            raise ValueError(f"{sorted(changes)}: only run_dir and inputs leave the choices as they are")
+        if set(changes) - {"run_dir", "inputs", "origin"}:
+            raise ValueError(f"{sorted(changes)}: only run_dir, inputs and origin leave the choices as they are")
         return replace(self, request=replace(self.request, **changes))
 
 
@@ -119,6 +125,35 @@ def pick(name: str, given: Any, override: StageOverride | None, site_value: Any)
     return staged if staged is not None else site_value
 
 
+def source(name: str, given: Any, override: StageOverride | None, site_set: bool) -> str:
+    """Where :func:`pick` found setting ``name``: ``flag``, ``stage``, ``site`` (``site_set``:
+    the site file gives the value) or ``default``."""
+    if given is not None:
+        return "flag"
+    if override is not None and getattr(override, name, None) is not None:
+        return "stage"
+    return "site" if site_set else "default"
+
+
+def _sources(site: Site, request: JobRequest, s: Settings, override: StageOverride | None) -> dict[str, str]:
+    """Where each choice comes from, by setting name (any setting: new ones join by name)."""
+    sch = site.scheduler
+    out = {key: ("flag" if key in s.model_fields_set and getattr(s, key) is not None else "default")
+           for key in Settings.model_fields}
+    out["launcher"] = source("launcher", request.launcher, override, False)
+    out["nodes"] = source("nodes", request.nodes, override, False)
+    out["gpus_per_node"] = "flag" if request.gpus_per_node is not None else "site"
+    for key in ("time", "max_restarts", "partition"):
+        out[key] = source(key, getattr(s, key), override, key in sch.model_fields_set and bool(getattr(sch, key)))
+    for key in ("account", "qos"):
+        if out[key] != "flag" and getattr(sch, key):
+            out[key] = "site"
+    out["container"] = source("container", s.container, override, site.software.container is not None)
+    if s.preflight_in_job is None:
+        out["preflight_in_job"] = "site" if "in_job" in site.preflight.model_fields_set else "default"
+    return out
+
+
 def resolve(site: Site, request: JobRequest) -> Resolved:
     """Apply the precedence rule to every setting of ``request`` on ``site``, once."""
     spec = stages.get(request.stage)
@@ -126,6 +161,7 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
     override = site.stage_override(spec.name)
     sch = site.scheduler
     return Resolved(
+        sources=_sources(site, request, s, override),
         request=request, spec=spec, settings=s, job_name=job_name(request),
         launcher=pick("launcher", request.launcher, override, spec.default_launcher),
         nodes=pick("nodes", request.nodes, override, None),
@@ -134,7 +170,8 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
         partition=pick("partition", s.partition, override, sch.partition),
         account=s.account or sch.account, qos=s.qos or sch.qos,
         container=pick("container", s.container, override, True),
-        preflight_in_job=bool(pick("preflight_in_job", s.preflight_in_job, None, site.preflight.in_job)),
+        preflight_in_job=sch.kind == "slurm"
+        and bool(pick("preflight_in_job", s.preflight_in_job, None, site.preflight.in_job)),
         job=merge_job(site, spec.name, override, request.job),
     )
 

@@ -24,8 +24,9 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # batch math (deepspeed, megatron, accelerate)
-    micro_batch: int = Field(1, ge=1, description="micro batch size per GPU")
+    # batch math (deepspeed, megatron; torchrun, accelerate, srun pass micro_batch to the script)
+    micro_batch: int = Field(1, ge=1, description="micro batch size per GPU (deepspeed, megatron: in their "
+                             "config; torchrun, accelerate, srun: $CK_MICRO_BATCH for the training script)")
     grad_accum: int = Field(1, ge=1, description="gradient accumulation steps")
     global_batch: int | None = Field(None, ge=1, description="train batch size; checked against micro*accum*dp")
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
@@ -39,8 +40,9 @@ class Settings(BaseModel):
         "PATH; hf: --deepspeed PATH (transformers); none: only $CK_DS_CONFIG. A command naming its own config wins")
     include: str | None = Field(None, description="deepspeed --include, e.g. 'node1@node2:0,1'")
     exclude_slots: str | None = Field(None, description="deepspeed --exclude, e.g. 'node3:7'")
-    # torchrun / accelerate
-    strategy: Literal["ddp", "fsdp"] = "ddp"
+    # accelerate (its config); torchrun passes it to the script as CK_STRATEGY
+    strategy: Literal["ddp", "fsdp"] = Field("ddp", description="ddp or fsdp: accelerate's config; torchrun: "
+                                             "$CK_STRATEGY for the training script")
     # Megatron
     tp: int = Field(1, ge=1, description="tensor model parallel size")
     pp: int = Field(1, ge=1, description="pipeline model parallel size")
@@ -61,10 +63,13 @@ class Settings(BaseModel):
         return None if v is None else check_slurm_time(v)
 
 
-# Which launchers act on each setting (through job.sbatch, a launcher file, or the launcher's
-# argv/env).  A key given for any other launcher is refused, naming these.
+# Which launchers act on each setting (through job.sbatch, a launcher file, the launcher's
+# argv/env, or the training script's: torchrun passes strategy and micro_batch to the script as
+# CK_STRATEGY / CK_MICRO_BATCH, accelerate and srun pass micro_batch so; horovod and colossalai
+# start their workers themselves, so their scripts choose the batch).
+# A key given for any other launcher is refused, naming these; a key not listed is used by all.
 USED_BY: dict[str, tuple[str, ...]] = {
-    "micro_batch": ("deepspeed", "megatron"),
+    "micro_batch": ("deepspeed", "megatron", "torchrun", "accelerate", "srun"),
     "grad_accum": ("deepspeed", "megatron"),
     "global_batch": ("deepspeed", "megatron"),
     "precision": ("deepspeed", "accelerate", "megatron"),
@@ -74,11 +79,25 @@ USED_BY: dict[str, tuple[str, ...]] = {
     "ds_args": ("deepspeed",),
     "include": ("deepspeed",),
     "exclude_slots": ("deepspeed",),
-    "strategy": ("accelerate",),
+    "strategy": ("accelerate", "torchrun"),
     "tp": ("megatron",),
     "pp": ("megatron",),
     "cp": ("megatron",),
 }
+# The settings a launcher passes to the training script instead of acting on them, and the
+# variable the script reads (job/launchers: ``for_script``).
+TO_SCRIPT: dict[str, tuple[str, tuple[str, ...]]] = {
+    "strategy": ("CK_STRATEGY", ("torchrun",)),
+    "micro_batch": ("CK_MICRO_BATCH", ("torchrun", "accelerate", "srun")),
+}
+
+
+def script_variable(key: str, launcher: str) -> str | None:
+    """The variable through which ``launcher`` hands setting ``key`` to the training script, if it does."""
+    variable, launchers = TO_SCRIPT.get(key, ("", ()))
+    return variable if launcher in launchers else None
+
+
 # Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
 SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job")
 

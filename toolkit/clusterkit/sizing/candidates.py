@@ -125,11 +125,25 @@ class Candidate:
             return {"tp": self.layout.tp, "pp": self.layout.pp}
         return {"zero_stage": m.zero_stage, "offload": m.offload}
 
+    def set_args(self) -> tuple[list[str], list[str]]:
+        """This setup as ``render --set`` pairs its launcher takes, and the settings it leaves to
+        the training script (torchrun does not offload: an FSDP script does it itself).  torchrun
+        takes ``strategy`` and hands it to the script as ``$CK_STRATEGY``."""
+        from clusterkit.job.settings import used_by
+
+        taken: list[str] = []
+        script: list[str] = []
+        for key, value in self.settings().items():
+            (taken if self.method.launcher in used_by(key) else script).append(f"{key}={value}")
+        return taken, script
+
     def to_dict(self) -> dict[str, object]:
         """The JSON form (bytes exact, GiB rounded to 2 places for reading)."""
         m, lay = self.method, self.layout
+        taken, script = self.set_args()
         return {
             "key": m.key, "label": m.label, "launcher": m.launcher, "settings": self.settings(),
+            "set": taken, "script_chooses": script,
             "zero_stage": m.zero_stage,
             "offload": m.offload, "nodes": lay.nodes, "gpus_per_node": lay.gpus_per_node,
             "gpus": lay.gpus, "tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "stage": lay.stage,

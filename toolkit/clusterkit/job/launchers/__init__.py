@@ -166,6 +166,24 @@ def split_python(command: Sequence[str], launcher: str) -> PyCommand:
     return PyCommand(True, False, tuple(rest))
 
 
+def for_script(ctx: Context, launcher: str, *names: str) -> tuple[EnvVar, ...]:
+    """The settings ``names`` that ``launcher`` hands to the training script (``CK_STRATEGY``,
+    ``CK_MICRO_BATCH``: :data:`clusterkit.job.settings.TO_SCRIPT`), for those the user gave
+    (``--set``, ``plan --render``); a setting not given is not exported: the script chooses."""
+    from clusterkit.job.settings import script_variable
+
+    given = ctx.settings.model_fields_set
+    out = []
+    for name in names:
+        variable = script_variable(name, launcher)
+        if variable is None:
+            raise AssertionError(f"{launcher} does not hand {name} to the script (job.settings.TO_SCRIPT)")
+        if name in given and getattr(ctx.settings, name) is not None:
+            out.append(EnvVar(variable, str(getattr(ctx.settings, name)), "launcher",
+                              f"--set {name}: {launcher} does not act on it; the training script reads it"))
+    return tuple(out)
+
+
 def rendezvous(ctx: Context) -> Sh:
     """``HEAD:PORT``: the allocation's first host and the port derived from the job id."""
     return Sh('"$CK_HEAD:$CK_PORT"')

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import yaml
 
 from clusterkit.errors import PlanError
-from clusterkit.job.launchers import Context, Input, Launch, Sh, Word, split_python
+from clusterkit.job.launchers import Context, Input, Launch, Sh, Word, for_script, split_python
 
 _COUNTS = "--nodes and --gpus-per-node (or the stage)"
 _RDZV = "clusterkit (the allocation's first host, on the job's port)"
@@ -201,4 +201,5 @@ def build(ctx: Context) -> Launch:
         words.append("--no_python")
     elif py.module:
         words.append("--module")
-    return Launch("accelerate", "per_node", tuple(words), py.args, files=files, notes=notes)
+    return Launch("accelerate", "per_node", tuple(words), py.args, files=files, notes=notes,
+                  env=for_script(ctx, "accelerate", "micro_batch"))

@@ -8,7 +8,7 @@ node, so torch's ``env://`` init works unchanged.
 from __future__ import annotations
 
 from clusterkit.errors import PlanError
-from clusterkit.job.launchers import Context, Launch, split_python
+from clusterkit.job.launchers import Context, Launch, for_script, split_python
 
 
 def build(ctx: Context) -> Launch:
@@ -16,4 +16,5 @@ def build(ctx: Context) -> Launch:
         raise PlanError("the srun launcher needs a Slurm site; on a local site use torchrun")
     split_python(ctx.command, "srun")  # a command is required
     notes = (f"{ctx.gpus_per_node} tasks per node x {ctx.nnodes} nodes = world {ctx.world_size}",)
-    return Launch("srun", "per_gpu", (), tuple(ctx.command), notes=notes)
+    return Launch("srun", "per_gpu", (), tuple(ctx.command), notes=notes,
+                  env=for_script(ctx, "srun", "micro_batch"))

@@ -8,7 +8,7 @@ Never ``localhost`` as the endpoint: every other node would rendezvous with itse
 
 from __future__ import annotations
 
-from clusterkit.job.launchers import Context, Launch, PyCommand, Sh, Word, rendezvous, split_python
+from clusterkit.job.launchers import Context, Launch, PyCommand, Sh, Word, for_script, rendezvous, split_python
 
 _COUNTS = "--nodes and --gpus-per-node (or the stage)"
 _RDZV = "clusterkit (the rendezvous at the allocation's first host, on the job's port)"
@@ -42,6 +42,11 @@ def torchrun_words(ctx: Context, py: PyCommand) -> list[Word]:
 
 def build(ctx: Context) -> Launch:
     py = split_python(ctx.command, "torchrun")
-    notes = (f"strategy {ctx.settings.strategy}: the training script chooses DDP or FSDP; "
-             "the launch is the same",)
-    return Launch("torchrun", "per_node", tuple(torchrun_words(ctx, py)), py.args, notes=notes)
+    env = for_script(ctx, "torchrun", "strategy", "micro_batch")
+    if "strategy" in ctx.settings.model_fields_set:
+        notes = (f"strategy {ctx.settings.strategy}: passed to the training script as CK_STRATEGY, which builds "
+                 "DDP or FSDP; the launch is the same",)
+    else:
+        notes = ("strategy not given: the training script chooses DDP or FSDP (--set strategy=fsdp passes "
+                 "CK_STRATEGY to it); the launch is the same",)
+    return Launch("torchrun", "per_node", tuple(torchrun_words(ctx, py)), py.args, notes=notes, env=env)
