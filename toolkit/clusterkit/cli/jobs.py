@@ -159,7 +159,8 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
                          f"{r['state']} (stale)" if r["stale"] else r["state"],
                          r["exit_code"] if r["exit_code"] is not None
                          else (f"sig {r['signal']}" if r["signal"] else ""),
-                         r["submitted_at"][:19].replace("T", " ")] for r in reversed(rows)])
+                         r["submitted_at"][:19].replace("T", " ")] for r in reversed(rows)],
+                       keys=("JOB", "NODES", "STATE", "EXIT"), right=("NODES", "EXIT"))
     return code
 
 

@@ -123,7 +123,10 @@ def _render(report: Report) -> None:
     console = output.out()
     groups = report.groups()
     if console.is_terminal:
-        table = output.table(None, ["status", "nodes", "result"], [])
+        table = output.table(None, ["status", "nodes", "result"], [], keys=("status", "nodes"))
+        # the key columns (status, nodes) whole at any width; the result lines fold
+        table.columns[0].min_width = max([6, *(len(g.status.value) for g in groups)])
+        table.columns[1].min_width = max([5, *(len(_who(g)) for g in groups)])
         for g in groups:
             style = _STYLE[g.status.value]
             table.add_row(f"[{style}]{g.status.value}[/{style}]", escape(_who(g)), escape("\n".join(g.lines) or "ok"))

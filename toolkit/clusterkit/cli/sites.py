@@ -46,10 +46,18 @@ def list_(as_json: bool) -> None:
     if as_json:
         output.emit_json(rows)
         return
-    output.print_table(None, ["site", "from", "scheduler", "nodes", "gpus/node", "fabric", "description"], [
-        (f"{r['name']}{' (shadowed)' if r['shadowed'] else ''}", r["from"], r.get("scheduler", "INVALID"),
-         r.get("nodes", ""), r.get("gpus_per_node", ""), r.get("fabric", ""), r.get("description", r.get("error", "")))
-        for r in rows if not (r["shadowed"] and r["from"] == "built-in")])
+    shown = [r for r in rows if not (r["shadowed"] and r["from"] == "built-in")]
+    columns = ["site", "from", "scheduler", "nodes", "gpus/node", "fabric", "description"]
+    table = [[f"{r['name']}{' (shadowed)' if r['shadowed'] else ''}", r["from"], r.get("scheduler", "INVALID"),
+              r.get("nodes", ""), r.get("gpus_per_node", ""), r.get("fabric", ""),
+              r.get("description", r.get("error", ""))] for r in shown]
+    origins = {r["from"] for r in shown}
+    title = None
+    if output.is_terminal() and len(origins) == 1:  # on a terminal one origin is a title, not a column
+        title = f"sites from {origins.pop()}"
+        columns.pop(1)
+        table = [row[:1] + row[2:] for row in table]
+    output.print_table(title, columns, table, keys=("site", "nodes"))
 
 
 @sites.command()
