@@ -26,7 +26,7 @@ def site(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     "args,message",
     [
-        ((), "clusterkit: error: preflight needs --site SITE "
+        ((), "clusterkit: error: preflight needs --site SITE or $CLUSTERKIT_SITE "
              "(a site config path or name; see `clusterkit sites list`)"),
         (("--stage", "huge"),
          "clusterkit: error: --stage 'huge': choose one of single-node, multi-node, large-cluster"),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 
 from clusterkit import sizing as est
+from clusterkit.cli.common import site_option_named
 from clusterkit.errors import InputError
 
 if TYPE_CHECKING:
@@ -59,8 +60,7 @@ class _Number(click.ParamType):  # type: ignore[type-arg]  # generic from click 
 
 
 @click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--site", "site_ref", required=True, metavar="SITE",
-              help="Site config: a path or a name on the search path.")
+@site_option_named("site_ref")
 @click.option("--model-params", type=_Size(), required=True, help="Model size: 7B, 70e9, 350M, 1.5T or a plain count.")
 @click.option("--largest-layer-params", type=_Size(), default=None,
               help="Parameters of the largest layer (ZeRO-3 gathers one whole layer per GPU). "

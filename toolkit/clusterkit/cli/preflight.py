@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from clusterkit.cli.common import site_option_named
+
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
@@ -30,7 +32,7 @@ _STYLE = {"unreachable": "bold magenta", "failed": "bold red", "warn": "yellow",
 
 
 @click.command(epilog=EXIT_HELP)
-@click.option("--site", "site_ref", metavar="SITE", help="Site config: a file path or a site name.")
+@site_option_named("site_ref", required=False)
 @click.option("--stage", metavar="STAGE", help="single-node, multi-node or large-cluster "
               "(default: from the number of nodes).")
 @click.option("--nodes", metavar="NODESET",
@@ -52,7 +54,8 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transp
     from clusterkit.vocab import TRANSPORTS
 
     if not site_ref:
-        raise InputError("preflight needs --site SITE (a site config path or name; see `clusterkit sites list`)")
+        raise InputError("preflight needs --site SITE or $CLUSTERKIT_SITE (a site config path or name; "
+                         "see `clusterkit sites list`)")
     if transport is not None and transport not in TRANSPORTS:  # before the site is read
         raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
     site = Site.load(site_ref)
