@@ -31,6 +31,7 @@ class Draft:
     missing: list[str] = field(default_factory=list)
     unverified: list[str] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)  # probed nodes that did not answer
+    companions: dict[str, str] = field(default_factory=dict)  # partial files it extends: name -> text
 
 
 class _Out:
