@@ -58,6 +58,22 @@ def site_option_named(dest: str, required: bool = True) -> Callable[[F], F]:
                         help="Site config: a file path, or a name on the site search path (see `sites list`).")
 
 
+def nodelist_option(nodelist: str | None, old: str | None) -> str | None:
+    """``--nodelist`` names hosts; its old spelling ``--nodes`` (a count in submit, render and
+    plan) still works here, with a warning, until it goes."""
+    from clusterkit.errors import InputError
+
+    if old is None:
+        return nodelist
+    if nodelist is not None:
+        raise InputError("give --nodelist only (--nodes is its old spelling)")
+    from clusterkit.cli import output
+
+    output.warn(f"--nodes {old[:200]} is deprecated here: say --nodelist {old[:200]} "
+                "(--nodes is a number of nodes in submit, render and plan)")
+    return old
+
+
 def site_option(f: F) -> F:
     return site_option_named("site")(f)
 

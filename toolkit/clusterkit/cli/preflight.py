@@ -8,11 +8,13 @@ returns the report's exit code.  Ctrl-C stops the run and prints what was checke
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import click
 
-from clusterkit.cli.common import site_option_named
+from clusterkit.cli.common import nodelist_option, site_option_named
+from clusterkit.errors import ClusterkitError
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -35,15 +37,17 @@ _STYLE = {"unreachable": "bold magenta", "failed": "bold red", "warn": "yellow",
 @site_option_named("site_ref", required=False)
 @click.option("--stage", metavar="STAGE", help="single-node, multi-node or large-cluster "
               "(default: from the number of nodes).")
-@click.option("--nodes", metavar="NODESET",
+@click.option("--nodelist", "nodes", metavar="NODESET",
               help="Nodes to check, Slurm hostlist syntax (default: the site's nodelist).")
+@click.option("--nodes", "old_nodes", metavar="NODESET", hidden=True,
+              help="Deprecated spelling of --nodelist (--nodes is a number of nodes elsewhere).")
 @click.option("--transport", metavar="ssh|srun|local", help="How to reach the nodes "
               "(default: ssh; local for a site whose scheduler is local).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 @click.option("--accept-new-host-keys", is_flag=True, help="Store host keys not yet in known_hosts "
               "(changed keys are still refused).")
-def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transport: str | None,
-              as_json: bool, accept_new_host_keys: bool) -> int:
+def preflight(site_ref: str | None, stage: str | None, nodes: str | None, old_nodes: str | None,
+              transport: str | None, as_json: bool, accept_new_host_keys: bool) -> int:
     """Check the nodes a job would run on: GPUs and driver, InfiniBand/RoCE ports,
     GPUDirect RDMA, and the site's storage, in parallel, one connection per node.
 
@@ -58,11 +62,15 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transp
                          "see `clusterkit sites list`)")
     if transport is not None and transport not in TRANSPORTS:  # before the site is read
         raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
+    nodes = nodelist_option(nodes, old_nodes)
     site = Site.load(site_ref)
     progress = _Progress(enabled=sys.stderr.isatty())
     try:
         report = site.preflight(nodes, stage=stage, transport=transport, accept_new_host_keys=accept_new_host_keys,
                                 on_start=progress.start, on_result=progress.advance)
+    except ClusterkitError as err:  # the API's field "nodes" is this command's --nodelist
+        err.problems = tuple(replace(p, field="nodelist") if p.field == "nodes" else p for p in err.problems)
+        raise
     finally:
         progress.stop()
     if as_json:

@@ -167,14 +167,16 @@ def _complete_example(ctx: click.Context, param: click.Parameter, incomplete: st
               help="Start from a shipped example site (eth-nfs, ib-h100, roce-a100, ...), comments kept; "
                    "no Slurm needed.")
 @click.option("--partition", default=None, help="The partition to describe (default: Slurm's default partition).")
-@click.option("--nodes", default=None, metavar="HOSTLIST",
+@click.option("--nodelist", "nodes", default=None, metavar="HOSTLIST",
               help="Only these nodes (picks one node type of a mixed partition).")
+@click.option("--nodes", "old_nodes", default=None, metavar="HOSTLIST", hidden=True,
+              help="Deprecated spelling of --nodelist (--nodes is a number of nodes elsewhere).")
 @click.option("--probe", "probe_with", type=click.Choice(PROBE_TRANSPORTS), default=None,
               help="Also read GPUs, driver, HCAs, interfaces and mounts on every node.")
 @click.option("--out", default=None, type=click.Path(),
               help="Write the site file here (default: print it); a partial it extends is written beside it.")
 def init(name: str, from_slurm: bool, example: str | None, partition: str | None, nodes: str | None,
-         probe_with: str | None, out: str | None) -> int:
+         old_nodes: str | None, probe_with: str | None, out: str | None) -> int:
     """Write a commented, valid site config NAME: from the live Slurm cluster (--from-slurm),
     or from one of clusterkit's example sites (--from-example), to edit by hand.
 
@@ -186,13 +188,15 @@ def init(name: str, from_slurm: bool, example: str | None, partition: str | None
     from pathlib import Path
 
     from clusterkit.api import Site
+    from clusterkit.cli.common import nodelist_option
     from clusterkit.errors import InputError
     from clusterkit.sites.admin import write_companions, write_new
 
+    nodes = nodelist_option(nodes, old_nodes)
     if from_slurm == (example is not None):
         raise InputError("sites init needs one of --from-slurm or --from-example EXAMPLE")
     if example is not None:
-        stray = [o for o, v in (("--partition", partition), ("--nodes", nodes), ("--probe", probe_with)) if v]
+        stray = [o for o, v in (("--partition", partition), ("--nodelist", nodes), ("--probe", probe_with)) if v]
         if stray:
             raise InputError(f"{', '.join(stray)} only make sense with --from-slurm")
         draft = Site.init_from_example(name, example)

@@ -64,11 +64,11 @@ def pick_nodes(facts: ClusterFacts, partition: T.Partition | None, expr: str | N
         try:
             wanted = set(hostlist.expand(expr))
         except hostlist.HostlistError as exc:
-            raise InputError(f"--nodes: {exc}") from None
+            raise InputError(f"--nodelist: {exc}") from None
         unknown = sorted(wanted - {n.name for n in nodes})
         if unknown:
             where = f"partition {partition.name}" if partition else "the cluster"
-            raise InputError(f"--nodes: {hostlist.fold(unknown)} not in {where}")
+            raise InputError(f"--nodelist: {hostlist.fold(unknown)} not in {where}")
         nodes = [n for n in nodes if n.name in wanted]
     if not nodes:
         raise InputError(f"partition {partition.name if partition else '?'} has no nodes")
@@ -76,7 +76,7 @@ def pick_nodes(facts: ClusterFacts, partition: T.Partition | None, expr: str | N
     if len(types) > 1:
         listing = "; ".join(f"{hostlist.fold(h)}: {t.describe()}" for t, h in types.items())
         raise InputError(f"{'partition ' + partition.name if partition else 'the cluster'} has {len(types)} node types "
-                         f"({listing}); pick one with --nodes")
+                         f"({listing}); pick one with --nodelist")
     return nodes
 
 
