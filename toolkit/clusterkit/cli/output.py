@@ -46,8 +46,22 @@ def err() -> Console:
     return _err
 
 
+#: The version of the shape of every command's ``--json`` output; raised when a key changes
+#: meaning or goes away (a new key does not raise it).
+SCHEMA_VERSION = 1
+
+
+def versioned(data: Any) -> Any:
+    """``schema_version`` in the document: a key of an object, or of each object of a list."""
+    if isinstance(data, dict):
+        return {"schema_version": SCHEMA_VERSION, **data}
+    if isinstance(data, list):
+        return [versioned(item) if isinstance(item, dict) else item for item in data]
+    return data
+
+
 def emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.write(json.dumps(versioned(data), indent=2, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()
 
 
