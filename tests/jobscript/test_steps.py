@@ -77,7 +77,7 @@ def test_failed_in_job_preflight(job) -> None:
     j = job("--set", "preflight_in_job=true", JS_PREFLIGHT_RC="1").start()
     assert_failed(j, 1, "preflight failed on the allocated nodes; not starting the launcher")
     [call] = j.calls("clusterkit")
-    assert call.startswith("preflight --site ") and call.endswith("--transport srun --nodes node[1-2]")
+    assert call.startswith("preflight --site ") and call.endswith("--transport srun --nodelist node[1-2]")
 
 
 def test_deepspeed_filter_naming_a_host_outside_the_allocation(job) -> None:

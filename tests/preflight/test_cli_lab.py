@@ -78,8 +78,9 @@ def test_unreachable_nodes_say_why(mixed_json) -> None:  # type: ignore[no-untyp
 
 def test_json_shape(mixed_json) -> None:  # type: ignore[no-untyped-def]
     _, report = mixed_json
-    assert set(report) == {"version", "site", "stage", "transport", "exit_code", "interrupted", "elapsed_s", "counts",
-                           "failed", "unreachable", "unchecked", "notes", "groups", "checks", "nodes"}
+    assert set(report) == {"schema_version", "version", "site", "stage", "transport", "exit_code", "interrupted",
+                           "elapsed_s", "counts", "failed", "unreachable", "unchecked", "notes", "groups", "checks",
+                           "nodes"}
     assert (report["version"], report["site"], report["stage"], report["transport"]) == (1, "lab", "multi-node", "ssh")
     # in hostlist order (ClusterShell's NodeSet sorts names)
     assert [n["host"] for n in report["nodes"]] == ["dead01"] + [f"node{i:02d}" for i in range(1, 13)] + ["tarpit01"]
@@ -90,7 +91,7 @@ def test_json_shape(mixed_json) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_plain_output_groups_identical_results(lab_ck, lab_site) -> None:  # type: ignore[no-untyped-def]
-    proc = lab_ck("preflight", "--site", str(lab_site), "--nodes", "node[01-04,11-12]")
+    proc = lab_ck("preflight", "--site", str(lab_site), "--nodelist", "node[01-04,11-12]")
     assert proc.code == 1, proc.out + proc.err
     lines = proc.out.splitlines()
     assert "FAILED      node03: gpu.count: 7 GPUs, expected 8" in lines
@@ -103,7 +104,7 @@ def test_plain_output_groups_identical_results(lab_ck, lab_site) -> None:  # typ
 
 
 def test_all_healthy_exit_0(lab_ck, lab_site) -> None:  # type: ignore[no-untyped-def]
-    proc = lab_ck("preflight", "--site", str(lab_site), "--nodes", "node[01-02]", "--json")
+    proc = lab_ck("preflight", "--site", str(lab_site), "--nodelist", "node[01-02]", "--json")
     report = json.loads(proc.out)
     assert proc.code == 0 and report["counts"]["ok"] == 2
 
@@ -111,13 +112,13 @@ def test_all_healthy_exit_0(lab_ck, lab_site) -> None:  # type: ignore[no-untype
 def test_single_node_stage_skips_ib_and_shared_storage(lab_ck, lab_site) -> None:  # type: ignore[no-untyped-def]
     # node04's IB port is down and node06 has no Lustre: neither matters on one node
     for node in ("node04", "node06"):
-        proc = lab_ck("preflight", "--site", str(lab_site), "--nodes", node, "--stage", "single-node")
+        proc = lab_ck("preflight", "--site", str(lab_site), "--nodelist", node, "--stage", "single-node")
         assert proc.code == 0, proc.out
         assert "note: single-node stage: InfiniBand and shared-storage checks skipped" in proc.out
 
 
 def test_large_cluster_warns_on_nfs_without_failing(lab_ck, lab_site) -> None:  # type: ignore[no-untyped-def]
-    proc = lab_ck("preflight", "--site", str(lab_site), "--nodes", "node[01-02]", "--stage", "large-cluster")
+    proc = lab_ck("preflight", "--site", str(lab_site), "--nodelist", "node[01-02]", "--stage", "large-cluster")
     assert proc.code == 0, proc.out
     assert ("WARN        2 nodes (node[01-02]): storage.nfs_at_scale: /home is NFS: at large-cluster scale prefer "
             "Lustre/GPFS") in proc.out.splitlines()

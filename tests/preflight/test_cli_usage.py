@@ -26,14 +26,15 @@ def site(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     "args,message",
     [
-        ((), "clusterkit: error: preflight needs --site SITE "
+        ((), "clusterkit: error: preflight needs --site SITE or $CLUSTERKIT_SITE "
              "(a site config path or name; see `clusterkit sites list`)"),
         (("--stage", "huge"),
          "clusterkit: error: --stage 'huge': choose one of single-node, multi-node, large-cluster"),
         (("--transport", "telnet"), "clusterkit: error: --transport 'telnet': choose one of ssh, srun, local"),
-        (("--nodes", "gpu[01-"), "clusterkit: error: --nodes: bad hostlist 'gpu[01-':"),
-        (("--transport", "local", "--nodes", "a,b"),
-         "clusterkit: error: --nodes 'a,b' names 2 hosts; transport local checks this machine only"),
+        (("--nodelist", "gpu[01-"), "clusterkit: error: --nodelist: bad hostlist 'gpu[01-':"),
+        (("--transport", "local", "--nodelist", "a,b"),
+         "clusterkit: error: --nodelist 'a,b' names 2 hosts; transport local checks this machine only"),
+        (("--nodelist", "a", "--nodes", "a"), "clusterkit: error: give --nodelist only (--nodes is its old spelling)"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(ck: CLI, site: Path, args: tuple[str, ...], message: str) -> None:
@@ -62,7 +63,21 @@ def test_local_transport_on_this_machine_reports_missing_gpus(ck: CLI, site: Pat
     assert node["status"] == "failed"
     assert [c["message"] for c in node["checks"] if c["status"] == "fail"] == [
         "nvidia-smi not found (no NVIDIA driver installed?)"]
-    plain = ck("preflight", "--site", str(site), "--transport", "local", "--nodes", "thisbox")
+    plain = ck("preflight", "--site", str(site), "--transport", "local", "--nodelist", "thisbox")
     assert plain.code == 1
     assert ("FAILED      thisbox: gpu.present: nvidia-smi not found (no NVIDIA driver installed?)"
             in plain.out.splitlines())
+
+
+def test_the_old_nodes_spelling_still_works_with_a_warning(ck: CLI, site: Path) -> None:
+    """--nodes is a number of nodes in submit, render and plan; here it named hosts, so it is
+    --nodelist now, and the old spelling is kept for a while with a warning."""
+    old = ck("preflight", "--site", str(site), "--transport", "local", "--nodes", "thisbox", "--json")
+    new = ck("preflight", "--site", str(site), "--transport", "local", "--nodelist", "thisbox", "--json")
+    assert old.code == new.code == 1
+    assert [n["host"] for n in json.loads(old.out)["nodes"]] == ["thisbox"]
+    assert old.err.splitlines() == ["clusterkit: warning: --nodes thisbox is deprecated here: say --nodelist thisbox "
+                                    "(--nodes is a number of nodes in submit, render and plan)"]
+    assert new.err == ""
+    assert "--nodelist NODESET" in ck("preflight", "--help").out
+    assert "--nodes" not in ck("preflight", "--help").out

@@ -57,7 +57,7 @@ def test_srun_transport_checks_every_node(ck: CLI, testbed: Testbed, tmp_path: P
 
 def test_srun_transport_without_gpus_fails_every_node(ck: CLI, testbed: Testbed, tmp_path: Path) -> None:
     site = _site(tmp_path)
-    proc = ck.proc("preflight", "--site", str(site), "--transport", "srun", "--nodes", "node[1-2]",
+    proc = ck.proc("preflight", "--site", str(site), "--transport", "srun", "--nodelist", "node[1-2]",
                    "--stage", "single-node", env=testbed.env(login=True), timeout=120)
     assert proc.code == 1, proc.out + proc.err
     assert ("FAILED      2 nodes (node[1-2]): gpu.present: nvidia-smi not found (no NVIDIA driver installed?)"

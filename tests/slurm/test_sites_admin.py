@@ -223,9 +223,9 @@ def test_mixed_partition_and_nodes_without_gpus(cli: CK, tmp_path: Path, gpu4_te
     assert mixed.returncode == 2 and not mixed.stdout
     assert mixed.stderr.strip() == ("clusterkit: error: partition debug has 2 node types "
                                     "(node1: 8 CPUs, 64000 MB, 4 x h100; node2: 8 CPUs, 64000 MB, no GPUs); "
-                                    "pick one with --nodes")
+                                    "pick one with --nodelist")
     site = tmp_path / "cpu.yaml"
-    proc = _init(cli, site, "--nodes", "node2", env=env)
+    proc = _init(cli, site, "--nodelist", "node2", env=env)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"gpus_per_node: 1 +# unverified: Slurm has no gpu GRES", site.read_text())
     assert "unverified: nodes.gpus_per_node" in proc.stderr
@@ -282,7 +282,7 @@ def test_probe_ssh_finds_old_driver_and_ib_port_down(cli: CK, tmp_path: Path, la
 def test_init_with_probe_writes_node_facts(cli: CK, tmp_path: Path, lab_env) -> None:
     env, _lab = lab_env
     site = tmp_path / "probed.yaml"
-    proc = _init(cli, site, "--nodes", "node[1,4]", "--probe", "ssh", env=env)
+    proc = _init(cli, site, "--nodelist", "node[1,4]", "--probe", "ssh", env=env)
     assert proc.returncode == 0, proc.stderr
     text = site.read_text()
     assert 'driver_min: "550.54.15"' in text and 'gpu_model: "H100"' in text

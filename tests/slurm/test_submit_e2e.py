@@ -208,6 +208,20 @@ def test_failing_job_is_failed_with_exit_code_and_log_tail(cli: CK) -> None:
     assert f"job {job} FAILED, exit code 3" in human.stdout and "about to fail" in human.stdout
 
 
+def test_submit_follow_prints_every_rank_s_log_and_exits_with_the_job_s_status(cli: CK) -> None:
+    run_dir = cli.runs / "follow"
+    proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
+               "--launcher", "srun", "--out", str(run_dir), "--follow", "--",
+               "bash", "-c", "echo step one on $(hostname); sleep 2; echo step two on $(hostname); exit 5")
+    job = _submitted_id(proc.stdout)
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    for node in ("node1", "node2"):
+        assert f"step one on {node}" in proc.stdout and f"step two on {node}" in proc.stdout
+    assert f"==> {run_dir}/logs/{job}.r0.rank0.out <==" in proc.stdout
+    assert proc.stdout.rstrip().endswith(f"Job {job} FAILED (exit code 5)"), proc.stdout
+    assert cli.status(job)["state"] == "FAILED"
+
+
 def test_status_logs_and_cancel_of_a_running_job(cli: CK) -> None:
     run_dir = cli.runs / "sleeper"
     proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",

@@ -96,6 +96,13 @@ class Job:
         store = _store(store)
         return cls(store.find(ref), store)
 
+    @classmethod
+    def latest(cls, *, store: RecordStore | None = None) -> Job:
+        """The job submitted last (the newest record of this user's records directory).  Raises
+        :class:`~clusterkit.errors.NoJobRecord` when there is none."""
+        store = _store(store)
+        return cls(store.latest(), store)
+
     @property
     def id(self) -> str:
         """The scheduler's job id (Slurm's, or the local executor's)."""

@@ -99,6 +99,15 @@ class Site:
 
         return init_site(name, partition=partition, nodes=nodes, probe_with=probe_with)
 
+    @staticmethod
+    def init_from_example(name: str, example: str) -> Draft:
+        """``clusterkit sites init NAME --from-example EXAMPLE``: a shipped example site as site
+        ``name``, comments kept, without Slurm (``draft.companions``: the partial files it
+        extends, to be written beside it).  Nothing is written."""
+        from clusterkit.sites.admin import init_from_example
+
+        return init_from_example(name, example)
+
     @property
     def source(self) -> str:
         """Where the site was read from (its file, ``extends:`` merged)."""

@@ -13,14 +13,70 @@ from clusterkit.vocab import LAUNCHERS as LAUNCHER_NAMES
 from clusterkit.vocab import STAGE_NAMES
 
 if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
+
     from clusterkit.job.request import JobRequest
 
 F = Callable[..., Any]
 
 
+SITE_ENV = "CLUSTERKIT_SITE"
+
+
+def _complete_site(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Site names on the search path, for shell completion (a path completes as a file)."""
+    from click.shell_completion import CompletionItem
+
+    from clusterkit.config.load import list_sites
+
+    if "/" in incomplete:
+        return [CompletionItem(incomplete, type="file")]
+    return [CompletionItem(e.name) for e in list_sites() if not e.shadowed and e.name.startswith(incomplete)]
+
+
+def _site_from_env(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A site taken from ``$CLUSTERKIT_SITE`` must name one: a bad value names the variable."""
+    from click.core import ParameterSource
+
+    if value is None or param.name is None or ctx.get_parameter_source(param.name) is not ParameterSource.ENVIRONMENT:
+        return value
+    from clusterkit.config.load import find_site
+    from clusterkit.errors import ConfigError, InputError
+
+    try:
+        find_site(value)
+    except ConfigError as exc:
+        why = exc.issues[0].message if exc.issues else str(exc)
+        raise InputError(f"{SITE_ENV}={value[:200]!r} (the default site): {why}; set {SITE_ENV} to a site "
+                         "of `clusterkit sites list`, unset it, or pass --site") from None
+    return value
+
+
+def site_option_named(dest: str, required: bool = True) -> Callable[[F], F]:
+    """``--site SITE``, by default ``$CLUSTERKIT_SITE``; site names complete in the shell."""
+    return click.option("--site", dest, required=required, metavar="SITE", envvar=SITE_ENV, show_envvar=True,
+                        callback=_site_from_env, shell_complete=_complete_site,
+                        help="Site config: a file path, or a name on the site search path (see `sites list`).")
+
+
+def nodelist_option(nodelist: str | None, old: str | None) -> str | None:
+    """``--nodelist`` names hosts; its old spelling ``--nodes`` (a count in submit, render and
+    plan) still works here, with a warning, until it goes."""
+    from clusterkit.errors import InputError
+
+    if old is None:
+        return nodelist
+    if nodelist is not None:
+        raise InputError("give --nodelist only (--nodes is its old spelling)")
+    from clusterkit.cli import output
+
+    output.warn(f"--nodes {old[:200]} is deprecated here: say --nodelist {old[:200]} "
+                "(--nodes is a number of nodes in submit, render and plan)")
+    return old
+
+
 def site_option(f: F) -> F:
-    return click.option("--site", "site", required=True, metavar="SITE",
-                        help="Site config: a file path, or a name on the site search path (see `sites list`).")(f)
+    return site_option_named("site")(f)
 
 
 def job_options(f: F) -> F:

@@ -1,6 +1,7 @@
-"""``clusterkit status [JOB]``, ``logs JOB [--follow]``, ``cancel JOB``: the life of a submitted job.
+"""``clusterkit status [JOB]``, ``logs [JOB] [--follow]``, ``cancel JOB...``: the life of a submitted job.
 
-JOB is a job id as printed by ``submit`` (the newest record with that id), or ``SITE:JOB_ID``.
+JOB is a job id as printed by ``submit`` (the newest record with that id), or ``SITE:JOB_ID``;
+``logs`` without one shows the job submitted last.
 """
 
 from __future__ import annotations
@@ -27,6 +28,18 @@ def _find(ref: str) -> Job:
     from clusterkit.api import Job
 
     return Job.find(ref)
+
+
+def _find_or_latest(ref: str | None) -> Job:
+    """The job named, or without a name the job submitted last (said on stderr)."""
+    from clusterkit.api import Job
+    from clusterkit.cli import output
+
+    if ref:
+        return Job.find(ref)
+    job = Job.latest()
+    output.info(f"clusterkit: job {job.key}, the latest you submitted")
+    return job
 
 
 def _print_tails(tails: list[LogTail]) -> None:
@@ -98,9 +111,24 @@ def follow_to_end(job: Job, as_json: bool) -> int:
         output.emit_json(_final_json(job.record, result.status, result.tails))
     else:
         _print_tails(result.tails)
-        output.line(f"Job {job.id} {result.state}" + (
-            f" (exit code {result.exit_code})" if result.exit_code is not None
-            else f" (signal {result.signal})" if result.signal is not None else ""))
+        output.line(_final_line(job, result.state, result.exit_code, result.signal))
+    return result.exit_status
+
+
+def _final_line(job: Job, state: object, exit_code: int | None, signal: int | None) -> str:
+    return f"Job {job.id} {state}" + (f" (exit code {exit_code})" if exit_code is not None
+                                      else f" (signal {signal})" if signal is not None else "")
+
+
+def stream_to_end(job: Job) -> int:
+    """Print the job's log lines as they are written until it ended (``submit --follow``), then
+    its final state; return its exit status."""
+    _follow(job)
+    result = job.wait()
+    _warn_cache_failures(result.cache_failures)
+    from clusterkit.cli import output
+
+    output.line(_final_line(job, result.state, result.exit_code, result.signal))
     return result.exit_status
 
 
@@ -110,7 +138,8 @@ def follow_to_end(job: Job, as_json: bool) -> int:
               help="How many of the most recent jobs to show (without JOB).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def status(job: str | None, limit: int, as_json: bool) -> int:
-    """Show the state of recent jobs, or of one job (with the tail of its log once it ended).
+    """Show the state of your recent jobs (the latest first), or of one job (with the tail of
+    its log once it ended).
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID.
 
@@ -159,27 +188,29 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
                          f"{r['state']} (stale)" if r["stale"] else r["state"],
                          r["exit_code"] if r["exit_code"] is not None
                          else (f"sig {r['signal']}" if r["signal"] else ""),
-                         r["submitted_at"][:19].replace("T", " ")] for r in reversed(rows)])
+                         r["submitted_at"][:19].replace("T", " ")] for r in reversed(rows)],
+                       keys=("JOB", "NODES", "STATE", "EXIT"), right=("NODES", "EXIT"))
     return code
 
 
 @click.command()
-@click.argument("job")
+@click.argument("job", required=False)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new output until the job ends.")
 @click.option("--tail", "lines", type=click.IntRange(min=0), default=0,
               help="Only the last N lines of each file (0: everything).")
 @click.option("--json", "as_json", is_flag=True, help="Print the logs as JSON (not with --follow).")
-def logs(job: str, follow: bool, lines: int, as_json: bool) -> int:
+def logs(job: str | None, follow: bool, lines: int, as_json: bool) -> int:
     """Show a job's logs: the batch log, then one file per node or rank.
 
-    JOB is a job id as `submit` printed it, or SITE:JOB_ID.
+    JOB is a job id as `submit` printed it, or SITE:JOB_ID; without it, the job you submitted
+    last (the newest of your job records).
     """
     from clusterkit.cli import output
     from clusterkit.errors import InputError
 
     if follow and as_json:
         raise InputError("--follow and --json cannot be combined")
-    found = _find(job)
+    found = _find_or_latest(job)
     rec = found.record
     if follow:
         return _follow(found)
@@ -224,11 +255,15 @@ def _follow(job: Job) -> int:
 
 
 @click.command()
-@click.argument("job")
+@click.argument("refs", metavar="JOB...", nargs=-1, required=True)
 @click.option("--now", is_flag=True, help="Cancel at once: no SIGTERM and grace time for the ranks first.")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def cancel(job: str, now: bool, as_json: bool) -> int:
-    """Cancel a job (running or pending); a job Slurm reports as ended is left alone.
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON (one object; a list of them for several JOBs).")
+def cancel(refs: tuple[str, ...], now: bool, as_json: bool) -> int:
+    """Cancel jobs (running or pending); a job Slurm reports as ended is left alone.
+
+    Every JOB is checked first: if one names no job record, none is cancelled.  The jobs are
+    then cancelled one after another, in the order given.
 
     When the Slurm controller does not answer, the job's state is unknown, not ended, so
     scancel is still tried (it is harmless for a job that has in fact ended).
@@ -239,23 +274,44 @@ def cancel(job: str, now: bool, as_json: bool) -> int:
     JOB is a job id as `submit` printed it, or SITE:JOB_ID.
     """
     from clusterkit.cli import output
+    from clusterkit.errors import RecordError
+
+    found: dict[str, Job] = {}
+    bad: list[RecordError] = []
+    for ref in refs:  # every JOB checked before any is cancelled
+        try:
+            job = _find(ref)
+        except RecordError as exc:
+            bad.append(exc)
+            continue
+        found.setdefault(job.key, job)
+    if bad and len(refs) > 1:
+        more = f" (and {len(bad) - 1} more bad JOB(s))" if len(bad) > 1 else ""
+        raise type(bad[0])(f"{bad[0]}{more}; nothing cancelled")
+    if bad:
+        raise bad[0]
+    results = [_cancel_one(job, now, as_json) for job in found.values()]
+    if as_json:
+        output.emit_json(results[0] if len(refs) == 1 else results)
+    return 0
+
+
+def _cancel_one(found: Job, now: bool, as_json: bool) -> dict[str, object]:
+    from clusterkit.cli import output
 
     def on_grace(grace: float) -> None:
         if not as_json:
-            output.info(f"clusterkit: SIGTERM to the ranks of job {rec_id}; up to {grace:g} s for them to save")
+            output.info(f"clusterkit: SIGTERM to the ranks of job {found.id}; up to {grace:g} s for them to save")
 
-    found = _find(job)
-    rec_id = found.id
     done = found.cancel(now, on_grace=on_grace)
     rec, before, waited = done.record, done.state_before, done.grace_waited_s
     if done.unrecorded is not None:
         output.warn(f"job {rec.job_id} was cancelled, but its record could not be updated: {done.unrecorded}")
-    if as_json:
-        output.emit_json({"job": rec.key, "cancelled": done.cancelled, "state_before": before.value,
-                          "grace_waited_s": None if waited is None else round(waited, 1)})
-    elif done.cancelled:
-        saved = "" if waited is None else f"; the ranks had {waited:.1f} s to save"
-        output.line(f"Cancelled job {rec.job_id} (was {before}){saved}.")
-    else:
-        output.line(f"Job {rec.job_id} already ended ({before}); nothing to cancel.")
-    return 0
+    if not as_json:
+        if done.cancelled:
+            saved = "" if waited is None else f"; the ranks had {waited:.1f} s to save"
+            output.line(f"Cancelled job {rec.job_id} (was {before}){saved}.")
+        else:
+            output.line(f"Job {rec.job_id} already ended ({before}); nothing to cancel.")
+    return {"job": rec.key, "cancelled": done.cancelled, "state_before": before.value,
+            "grace_waited_s": None if waited is None else round(waited, 1)}

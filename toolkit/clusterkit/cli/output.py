@@ -46,8 +46,22 @@ def err() -> Console:
     return _err
 
 
+#: The version of the shape of every command's ``--json`` output; raised when a key changes
+#: meaning or goes away (a new key does not raise it).
+SCHEMA_VERSION = 1
+
+
+def versioned(data: Any) -> Any:
+    """``schema_version`` in the document: a key of an object, or of each object of a list."""
+    if isinstance(data, dict):
+        return {"schema_version": SCHEMA_VERSION, **data}
+    if isinstance(data, list):
+        return [versioned(item) if isinstance(item, dict) else item for item in data]
+    return data
+
+
 def emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.write(json.dumps(versioned(data), indent=2, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()
 
 
@@ -65,16 +79,63 @@ def line(message: str) -> None:
     click.echo(printable_lines(message))
 
 
-def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+FOLDED_MIN = 8  # the narrowest a folded (non-key) column is made before a table goes plain
+
+
+def is_terminal() -> bool:
+    return out().is_terminal
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+          keys: Sequence[str] = (), right: Sequence[str] = ()) -> Table:
+    """A rich table for a terminal: no heavy box, the ``keys`` columns never wrapped or cut
+    (at least as wide as their widest cell), the others folded to fit the terminal's width."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title=title, show_lines=False, header_style="bold")
-    for c in columns:
-        t.add_column(c)
-    for r in rows:
-        t.add_row(*("" if v is None else printable(str(v)) for v in r))
+    cells = [["" if v is None else printable(str(v)) for v in r] for r in rows]
+    t = Table(title=title, show_lines=False, header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+              show_edge=False, padding=(0, 1, 0, 0))  # columns two apart: the padding and the box's blank
+    for i, c in enumerate(columns):
+        widest = max([len(c), *(len(line) for r in cells for line in r[i].splitlines() or [""])])
+        if c in right:  # rich does not justify a column that never wraps: aligned here
+            for r in cells:
+                r[i] = r[i].rjust(widest)
+        if c in keys:
+            t.add_column(c, no_wrap=True, min_width=widest, overflow="ignore")
+        else:  # wrapped at spaces, never narrower than FOLDED_MIN (or its widest cell)
+            t.add_column(c, overflow="fold", min_width=min(widest, FOLDED_MIN))
+    for r in cells:
+        t.add_row(*r)
     return t
 
 
-def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    out().print(table(title, columns, rows))
+def plain_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[str] = ()) -> list[str]:
+    """Plain aligned columns, two spaces apart, nothing cut or wrapped: what a pipe gets (``cut``,
+    ``awk`` and ``grep`` read it; a cell's newlines become "; ")."""
+    cells = [[printable(("" if v is None else str(v)).replace("\n", "; ")) for v in r] for r in rows]
+    all_rows = [list(columns), *cells]
+    widths = [max(len(r[i]) for r in all_rows) for i in range(len(columns))]
+    lines = []
+    for r in all_rows:
+        parts = [v.rjust(widths[i]) if columns[i] in right else v.ljust(widths[i]) for i, v in enumerate(r)]
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
+                keys: Sequence[str] = (), right: Sequence[str] = ()) -> None:
+    """A table on stdout: rich on a terminal (key columns whole, the rest folded to its width;
+    plain columns when even that does not fit), plain aligned columns in a pipe."""
+    rows = list(rows)
+    console = out()
+    if console.is_terminal:
+        shown = table(title, columns, rows, keys, right)
+        needed = sum((c.min_width or 0) + 2 for c in shown.columns)
+        if needed <= console.width:
+            console.print(shown)
+            return
+    if title:
+        click.echo(printable_lines(title))
+    for text in plain_table(columns, rows, right):
+        click.echo(text)

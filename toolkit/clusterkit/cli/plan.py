@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 
 from clusterkit import sizing as est
+from clusterkit.cli.common import site_option_named
 from clusterkit.errors import InputError
 
 if TYPE_CHECKING:
@@ -59,8 +60,7 @@ class _Number(click.ParamType):  # type: ignore[type-arg]  # generic from click 
 
 
 @click.command("plan", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--site", "site_ref", required=True, metavar="SITE",
-              help="Site config: a path or a name on the search path.")
+@site_option_named("site_ref")
 @click.option("--model-params", type=_Size(), required=True, help="Model size: 7B, 70e9, 350M, 1.5T or a plain count.")
 @click.option("--largest-layer-params", type=_Size(), default=None,
               help="Parameters of the largest layer (ZeRO-3 gathers one whole layer per GPU). "
@@ -199,13 +199,9 @@ def render_hint(site_name: str, chosen: Candidate) -> list[str]:
 
 def print_human(site_name: str, result: est.Sizing) -> None:
     """The table of candidates, the recommendation with its reason, and the cost line."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
+    from clusterkit.cli import output
 
-    console = Console(highlight=False)
-    if not console.is_terminal:  # plain columns in a pipe: no wrapping or truncation at 80
-        console = Console(highlight=False, width=400, soft_wrap=True)
+    console = output.out()
     hw, req = result.hardware, result.request
     llp = est.human_count(result.largest_layer_params) + (" (assumed)" if result.largest_layer_assumed else "")
     console.print(f"site {site_name}: {hw.max_nodes} nodes x {hw.gpus_per_node} GPUs, {hw.gpu_mem_gib:g} GiB per GPU, "
@@ -218,19 +214,18 @@ def print_human(site_name: str, result: est.Sizing) -> None:
         guessed = f" (assumed: {', '.join(sh.assumed)})" if sh.assumed else ""
         console.print(f"activations: sequence {sh.seq_len} x micro batch {sh.micro_batch}, hidden {sh.hidden}, "
                       f"{sh.layers} layers, vocabulary {sh.vocab}{guessed}; full recomputation, FlashAttention")
-    table = Table(box=box.SIMPLE if console.is_terminal else None, show_edge=console.is_terminal,
-                  pad_edge=False, header_style="bold" if console.is_terminal else "")
-    columns = ["", "setup", "launcher", "size", "stage", "states GiB/GPU"] + (
-        ["+act GiB/GPU"] if req.shape else []) + ["host GiB/node", "fits"]
-    for col in columns:
-        table.add_column(col, justify="right" if "GiB" in col else "left", no_wrap=True)
+    columns = ["", "setup", "launcher", "size", "stage", "GiB/GPU"] + (
+        ["+act GiB"] if req.shape else []) + ["GiB/node", "fits"]
+    rows = []
     for c in result.candidates:
         mark = "*" if result.recommended is c else ""
         fits = "yes" if c.fits else ("no: GPU" if not c.fits_gpu else "no: host")
         act = [f"{c.act_bytes / est.GIB:.2f}"] if req.shape else []
-        table.add_row(mark, c.method.label, c.method.launcher, c.describe_size(), c.layout.stage,
-                      f"{c.gpu_bytes / est.GIB:.2f}", *act, f"{c.host_bytes / est.GIB:.2f}", fits)
-    console.print(table)
+        rows.append([mark, c.method.label, c.method.launcher, c.describe_size(), c.layout.stage,
+                     f"{c.gpu_bytes / est.GIB:.2f}", *act, f"{c.host_bytes / est.GIB:.2f}", fits])
+    # setup and size fold to fit the terminal; the figures, launcher, stage and verdict stay whole
+    output.print_table(None, columns, rows, keys=[c for c in columns if c not in ("setup", "size")],
+                       right=[c for c in columns if "GiB" in c])
     if result.recommended is not None:
         console.print(f"recommended: {result.recommended.method.label} on {result.recommended.describe_size()}, "
                       f"stage {result.recommended.layout.stage}")

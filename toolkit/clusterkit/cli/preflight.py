@@ -8,9 +8,13 @@ returns the report's exit code.  Ctrl-C stops the run and prints what was checke
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import click
+
+from clusterkit.cli.common import nodelist_option, site_option_named
+from clusterkit.errors import ClusterkitError
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -30,11 +34,13 @@ _STYLE = {"unreachable": "bold magenta", "failed": "bold red", "warn": "yellow",
 
 
 @click.command(epilog=EXIT_HELP)
-@click.option("--site", "site_ref", metavar="SITE", help="Site config: a file path or a site name.")
+@site_option_named("site_ref", required=False)
 @click.option("--stage", metavar="STAGE", help="single-node, multi-node or large-cluster "
               "(default: from the number of nodes).")
-@click.option("--nodes", metavar="NODESET",
+@click.option("--nodelist", "nodes", metavar="NODESET",
               help="Nodes to check, Slurm hostlist syntax (default: the site's nodelist).")
+@click.option("--nodes", "old_nodes", metavar="NODESET", hidden=True,
+              help="Deprecated spelling of --nodelist (--nodes is a number of nodes elsewhere).")
 @click.option("--transport", metavar="ssh|srun|local", help="How to reach the nodes "
               "(default: ssh; local for a site whose scheduler is local).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
@@ -42,8 +48,8 @@ _STYLE = {"unreachable": "bold magenta", "failed": "bold red", "warn": "yellow",
               "(changed keys are still refused).")
 @click.option("--srun-arg", "srun_args", multiple=True, metavar="ARG",
               help="Argument added to the srun step (--transport srun), repeatable (e.g. --srun-arg=--mpi=pmix).")
-def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transport: str | None,
-              as_json: bool, accept_new_host_keys: bool, srun_args: tuple[str, ...]) -> int:
+def preflight(site_ref: str | None, stage: str | None, nodes: str | None, old_nodes: str | None,
+              transport: str | None, as_json: bool, accept_new_host_keys: bool, srun_args: tuple[str, ...]) -> int:
     """Check the nodes a job would run on: GPUs and driver, InfiniBand/RoCE ports,
     GPUDirect RDMA, and the site's storage, in parallel, one connection per node.
 
@@ -54,14 +60,19 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, transp
     from clusterkit.vocab import TRANSPORTS
 
     if not site_ref:
-        raise InputError("preflight needs --site SITE (a site config path or name; see `clusterkit sites list`)")
+        raise InputError("preflight needs --site SITE or $CLUSTERKIT_SITE (a site config path or name; "
+                         "see `clusterkit sites list`)")
     if transport is not None and transport not in TRANSPORTS:  # before the site is read
         raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
+    nodes = nodelist_option(nodes, old_nodes)
     site = Site.load(site_ref)
     progress = _Progress(enabled=sys.stderr.isatty())
     try:
         report = site.preflight(nodes, stage=stage, transport=transport, accept_new_host_keys=accept_new_host_keys,
                                 on_start=progress.start, on_result=progress.advance, srun_args=srun_args)
+    except ClusterkitError as err:  # the API's field "nodes" is this command's --nodelist
+        err.problems = tuple(replace(p, field="nodelist") if p.field == "nodes" else p for p in err.problems)
+        raise
     finally:
         progress.stop()
     if as_json:
@@ -125,7 +136,10 @@ def _render(report: Report) -> None:
     console = output.out()
     groups = report.groups()
     if console.is_terminal:
-        table = output.table(None, ["status", "nodes", "result"], [])
+        table = output.table(None, ["status", "nodes", "result"], [], keys=("status", "nodes"))
+        # the key columns (status, nodes) whole at any width; the result lines fold
+        table.columns[0].min_width = max([6, *(len(g.status.value) for g in groups)])
+        table.columns[1].min_width = max([5, *(len(_who(g)) for g in groups)])
         for g in groups:
             style = _STYLE[g.status.value]
             table.add_row(f"[{style}]{g.status.value}[/{style}]", escape(_who(g)), escape("\n".join(g.lines) or "ok"))

@@ -1,15 +1,19 @@
 """``clusterkit sites``: list, show, validate site configs; print their JSON Schema; write one
-from the live cluster (``init``) and catch drift (``drift``)."""
+from the live cluster or an example site (``init``) and catch drift (``drift``)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from clusterkit.errors import ConfigError
 from clusterkit.vocab import PROBE_TRANSPORTS
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 
 @click.group()
@@ -46,10 +50,18 @@ def list_(as_json: bool) -> None:
     if as_json:
         output.emit_json(rows)
         return
-    output.print_table(None, ["site", "from", "scheduler", "nodes", "gpus/node", "fabric", "description"], [
-        (f"{r['name']}{' (shadowed)' if r['shadowed'] else ''}", r["from"], r.get("scheduler", "INVALID"),
-         r.get("nodes", ""), r.get("gpus_per_node", ""), r.get("fabric", ""), r.get("description", r.get("error", "")))
-        for r in rows if not (r["shadowed"] and r["from"] == "built-in")])
+    shown = [r for r in rows if not (r["shadowed"] and r["from"] == "built-in")]
+    columns = ["site", "from", "scheduler", "nodes", "gpus/node", "fabric", "description"]
+    table = [[f"{r['name']}{' (shadowed)' if r['shadowed'] else ''}", r["from"], r.get("scheduler", "INVALID"),
+              r.get("nodes", ""), r.get("gpus_per_node", ""), r.get("fabric", ""),
+              r.get("description", r.get("error", ""))] for r in shown]
+    origins = {r["from"] for r in shown}
+    title = None
+    if output.is_terminal() and len(origins) == 1:  # on a terminal one origin is a title, not a column
+        title = f"sites from {origins.pop()}"
+        columns.pop(1)
+        table = [row[:1] + row[2:] for row in table]
+    output.print_table(title, columns, table, keys=("site", "nodes"))
 
 
 @sites.command()
@@ -133,35 +145,72 @@ When several apply, 2 wins over 3 over 1.
 INIT_EXIT_HELP = """\b
 Exit codes:
   0  site config written (or printed)
-  2  usage or config error (bad option, unknown partition, several node types)
+  2  usage or config error (bad option, unknown partition or example, several node types)
   3  could not reach the Slurm controller, or --probe could not reach some nodes
 """
 
 
+def _complete_example(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from click.shell_completion import CompletionItem
+
+    from clusterkit.config.load import builtin_sites_dir
+
+    return [CompletionItem(p.stem) for p in sorted(builtin_sites_dir().glob("*.yaml"))
+            if not p.name.startswith("_") and p.stem.startswith(incomplete)]
+
+
 @sites.command("init", epilog=INIT_EXIT_HELP)
 @click.argument("name")
-@click.option("--from-slurm", "from_slurm", is_flag=True, required=True,
+@click.option("--from-slurm", "from_slurm", is_flag=True,
               help="Read the cluster through scontrol (show config, partition, node).")
+@click.option("--from-example", "example", default=None, metavar="EXAMPLE", shell_complete=_complete_example,
+              help="Start from a shipped example site (eth-nfs, ib-h100, roce-a100, ...), comments kept; "
+                   "no Slurm needed.")
 @click.option("--partition", default=None, help="The partition to describe (default: Slurm's default partition).")
-@click.option("--nodes", default=None, metavar="HOSTLIST",
+@click.option("--nodelist", "nodes", default=None, metavar="HOSTLIST",
               help="Only these nodes (picks one node type of a mixed partition).")
+@click.option("--nodes", "old_nodes", default=None, metavar="HOSTLIST", hidden=True,
+              help="Deprecated spelling of --nodelist (--nodes is a number of nodes elsewhere).")
 @click.option("--probe", "probe_with", type=click.Choice(PROBE_TRANSPORTS), default=None,
               help="Also read GPUs, driver, HCAs, interfaces and mounts on every node.")
-@click.option("--out", default=None, type=click.Path(), help="Write the site file here (default: print it).")
-def init(name: str, from_slurm: bool, partition: str | None, nodes: str | None, probe_with: str | None,
-         out: str | None) -> int:
-    """Write a commented, valid site config NAME from the live Slurm cluster."""
+@click.option("--out", default=None, type=click.Path(),
+              help="Write the site file here (default: print it); a partial it extends is written beside it.")
+def init(name: str, from_slurm: bool, example: str | None, partition: str | None, nodes: str | None,
+         old_nodes: str | None, probe_with: str | None, out: str | None) -> int:
+    """Write a commented, valid site config NAME: from the live Slurm cluster (--from-slurm),
+    or from one of clusterkit's example sites (--from-example), to edit by hand.
+
+    \b
+    Examples:
+      clusterkit sites init mycluster --from-slurm --out site_configs/mycluster.yaml
+      clusterkit sites init mycluster --from-example ib-h100 --out site_configs/mycluster.yaml
+    """
     from pathlib import Path
 
     from clusterkit.api import Site
-    from clusterkit.sites.admin import write_new
+    from clusterkit.cli.common import nodelist_option
+    from clusterkit.errors import InputError
+    from clusterkit.sites.admin import write_companions, write_new
 
-    draft = Site.init_from_slurm(name, partition=partition, nodes=nodes, probe_with=probe_with)
+    nodes = nodelist_option(nodes, old_nodes)
+    if from_slurm == (example is not None):
+        raise InputError("sites init needs one of --from-slurm or --from-example EXAMPLE")
+    if example is not None:
+        stray = [o for o, v in (("--partition", partition), ("--nodelist", nodes), ("--probe", probe_with)) if v]
+        if stray:
+            raise InputError(f"{', '.join(stray)} only make sense with --from-slurm")
+        draft = Site.init_from_example(name, example)
+    else:
+        draft = Site.init_from_slurm(name, partition=partition, nodes=nodes, probe_with=probe_with)
     if out:
         write_new(Path(out), draft.text)
         click.echo(f"wrote {out}", err=True)
+        for companion in write_companions(Path(out), draft):
+            click.echo(f"wrote {companion} (the partial config {Path(out).name} extends)", err=True)
     else:
         click.echo(draft.text, nl=False)
+        for file in draft.companions:
+            click.echo(f"clusterkit: note: it extends {file}, a partial config that --out writes beside it", err=True)
     for item in draft.missing:
         click.echo(f"clusterkit: fill in: {item}", err=True)
     for item in draft.unverified:

@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 @click.option("--wait/--no-wait", default=None,
               help="Follow the job to its end and exit with its exit status "
                    "(default: wait on local sites, return at once on Slurm sites).")
+@click.option("--follow", "-f", is_flag=True,
+              help="Print the job's logs as they are written until it ends (as `logs --follow`), "
+                   "then its final state; exit with the job's exit status.")
 @click.option("--skip-preflight", is_flag=True,
               help="Submit without checking nodes before submitting (the job's own first-step check inside its "
                    "allocation is --set preflight_in_job=false).")
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
                    "over ssh or srun, even where the site does not set preflight.before_submit: true.")
 def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
            sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
-           as_json: bool, command: tuple[str, ...], dry_run: bool, wait: bool | None,
+           as_json: bool, command: tuple[str, ...], dry_run: bool, wait: bool | None, follow: bool,
            skip_preflight: bool, preflight_transport: str | None, **job_setup: Any) -> int:
     """Render a job and submit it: sbatch on Slurm sites, submitit's local executor on local ones.
 
@@ -45,7 +48,7 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
 
     Slurm receives the rendered job.sbatch byte for byte (see it with --dry-run).  Every
     submission leaves a job record; follow it with `clusterkit status`, `logs` and `cancel`.
-    With --wait the exit status is the job's own.
+    With --wait or --follow the exit status is the job's own.
 
     Preflight: on Slurm sites the job checks its own nodes as its first step (srun, inside its
     allocation: no SSH to compute nodes needed) and starts nothing on bad ones.  Nodes are
@@ -55,6 +58,11 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     from clusterkit.actions import PreflightRefused
     from clusterkit.api import Plan, Site
     from clusterkit.cli import output
+    from clusterkit.errors import InputError
+
+    for name, given in (("--json", as_json), ("--dry-run", dry_run), ("--no-wait", wait is False)):
+        if follow and given:
+            raise InputError(f"--follow and {name} cannot be combined")
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
@@ -76,6 +84,11 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     if job.unsaved is not None:
         output.warn(f"job {rec.job_id} is submitted, but its record was not saved, so status, logs and cancel "
                     f"do not know it (run directory {rec.run_dir}): {job.unsaved}")
+    if follow:
+        _show_submitted(rec, False)
+        from clusterkit.cli.jobs import stream_to_end
+
+        return stream_to_end(job)
     if wait is None:
         wait = rec.scheduler != "slurm"
     if not as_json and job.run is not None:
@@ -161,4 +174,5 @@ def _show_submitted(rec: JobRecord, as_json: bool) -> None:
                        f"world size {rec.world_size} (site {rec.site}, stage {rec.stage})")
     output.line(f"  run directory: {rec.run_dir}")
     ref = rec.job_id if re.fullmatch(r"\d+", rec.job_id) else rec.key
-    output.line(f"  follow it: clusterkit status {ref} | clusterkit logs {ref} --follow")
+    output.line(f"  its state: clusterkit status {ref}")
+    output.line(f"  its logs:  clusterkit logs {ref} --follow")

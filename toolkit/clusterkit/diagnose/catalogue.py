@@ -315,7 +315,7 @@ SUMMARIES = {
 ADVICE = {
     "ok": [],
     "nccl-network": [
-        "exclude the node and check its links: clusterkit preflight --nodes NODE",
+        "exclude the node and check its links: clusterkit preflight --nodelist NODE",
         "NCCL_IB_TIMEOUT=22 (site nccl.env) gives a flapping link longer before NCCL gives up",
         "resubmit with --exclude NODE; the requeue budget (--set max_restarts=N) covers transient faults",
     ],
@@ -325,7 +325,7 @@ ADVICE = {
         "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 turns a silent hang into this error instead of waiting forever",
     ],
     "rendezvous": [
-        "the rendezvous host is the first node of the allocation: check it with clusterkit preflight --nodes NODE",
+        "the rendezvous host is the first node of the allocation: check it with clusterkit preflight --nodelist NODE",
         "a firewall or a wrong NCCL_SOCKET_IFNAME/network.socket_ifname makes the endpoint unreachable",
     ],
     "port-in-use": [
@@ -344,7 +344,8 @@ ADVICE = {
         "with deepspeed or accelerate, --set offload=none keeps optimizer state out of host memory",
     ],
     "gpu-hardware": [
-        "exclude the node and report it to the admins: clusterkit preflight --nodes NODE, then submit --exclude NODE",
+        "exclude the node and report it to the admins: clusterkit preflight --nodelist NODE, "
+        "then submit --exclude NODE",
         "the requeue budget (--set max_restarts=N) lets Slurm restart the job elsewhere",
     ],
     "shm": [
@@ -355,7 +356,7 @@ ADVICE = {
         "raise --set time=HH:MM:SS, or checkpoint more often and let the job requeue",
     ],
     "slurm-node-failure": [
-        "exclude the node: clusterkit preflight --nodes NODE, then submit --exclude NODE",
+        "exclude the node: clusterkit preflight --nodelist NODE, then submit --exclude NODE",
         "a requeue budget (--set max_restarts=N) lets Slurm restart the job on healthy nodes",
     ],
     "slurm-preempted": [
@@ -368,11 +369,11 @@ ADVICE = {
         "re-render with clusterkit render and compare; check --set values against the launcher's rules",
     ],
     "import-env": [
-        "the environment differs between nodes: clusterkit preflight --nodes NODE, and the site's software.modules",
+        "the environment differs between nodes: clusterkit preflight --nodelist NODE, and the site's software.modules",
         "containers (software.container) give every node the same environment",
     ],
     "filesystem": [
-        "check the mount on that node: clusterkit preflight --nodes NODE (storage checks); exclude it if it is bad",
+        "check the mount on that node: clusterkit preflight --nodelist NODE (storage checks); exclude it if it is bad",
     ],
     "user-code": [
         "fix the exception in the training code; the evidence shows the traceback's last line",

@@ -83,7 +83,9 @@ def diagnose_job(ref: str, bar: ProgressBar | None = None, store: RecordStore | 
     report = _scan(files, view, rec.key, bar)
     for run in report["restarts"]:  # the advice in words the job's launcher takes
         run["verdict"]["advice"] = catalogue.advice(run["verdict"]["category"], rec.launcher)
-    report["slurm"] = slurm
+    # the scheduler's view under its own name; "slurm" only for a Slurm job, never for a local one
+    report["scheduler"] = None if slurm is None else {"kind": rec.scheduler, **slurm}
+    report["slurm"] = slurm if rec.scheduler == "slurm" else None
     report["run_dir"] = rec.run_dir
     if err:
         report["slurm_error"] = err
@@ -111,6 +113,7 @@ def diagnose_files(files: Sequence[Path], view: verdict.SlurmView | None = None,
         "cascade": restarts[0]["cascade"],
         "restarts": restarts,
         "slurm": None,
+        "scheduler": None,
         "files": {"read": sum(1 for s in scans if s.error is None), "bytes": sum(s.bytes_read for s in scans),
                   "unreadable": [s.error for s in scans if s.error],
                   "cut": [s.path for s in scans if s.cut], "max_bytes_per_file": reader.FILE_MAX_BYTES},
@@ -140,7 +143,7 @@ def slurm_view(rec: JobRecord, query: SlurmQuery) -> tuple[verdict.SlurmView, di
     steps = _steps(rec.job_id, query) if rec.scheduler == "slurm" else []
     down = _down_nodes(st, query) if rec.scheduler == "slurm" and st.nodes else []
     view = verdict.SlurmView(state=st.state, reason=st.reason, exit_code=st.exit_code, signal=st.signal,
-                             down_nodes=tuple(down), nodes=st.nodes)
+                             down_nodes=tuple(down), nodes=st.nodes, scheduler=rec.scheduler)
     return view, _slurm_json(st, steps, down)
 
 

@@ -70,7 +70,8 @@ def _epoch(y: int, mo: int, d: int, h: int, mi: int, s: int, frac: str | None) -
 
 
 def line_time(line: str, year: int) -> float | None:
-    """Seconds since the epoch (log times are read as UTC), or None if the line has no time."""
+    """The line's wall-clock time as seconds since the epoch (read as if UTC, only to order and
+    print it: :func:`iso` gives back the time as written, with no zone), or None."""
     m = _GLOG.match(line)
     if m:
         mo, d, h, mi, s, frac = m.groups()
@@ -133,7 +134,8 @@ def strip_prefix(line: str) -> str:
 
 
 def iso(t: float | None) -> str | None:
-    """``2026-12-01T15:28:41Z`` (UTC; fractions dropped) or None."""
+    """``2026-12-01T15:28:41``, the time as the log line wrote it (fractions dropped), or None.
+    Log lines name no zone (node-local wall clock), so none is added: no ``Z``."""
     if t is None:
         return None
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")

@@ -56,6 +56,12 @@ class SlurmView:
     signal: int | None = None
     down_nodes: tuple[tuple[str, str], ...] = ()
     nodes: str | None = None
+    scheduler: str = "slurm"  # whose view it is: "slurm", or "local" (submitit's local executor)
+
+    @property
+    def who(self) -> str:
+        """How evidence names this view: ``slurm``, or ``local executor`` (never "slurm" for it)."""
+        return "slurm" if self.scheduler == "slurm" else "local executor"
 
 
 def attempts(scans: Iterable[FileScan]) -> dict[int, Attempt]:
@@ -123,9 +129,10 @@ def _slurm_fact(att: Attempt, view: SlurmView | None) -> dict[str, Any] | None:
         node = None
         if view and cat == "slurm-node-failure" and view.down_nodes:
             node = None if lead and "Node failure on" in lead.text else view.down_nodes[0][0]
-            evidence.insert(0, "slurm: " + "; ".join(f"node {n} is down: {r}" for n, r in view.down_nodes))
+            evidence.insert(0, f"{view.who}: " + "; ".join(f"node {n} is down: {r}" for n, r in view.down_nodes))
         elif view and state_cat == cat:
-            evidence.insert(0, f"slurm: job state {view.state}" + (f", reason {view.reason}" if view.reason else ""))
+            evidence.insert(0, f"{view.who}: job state {view.state}"
+                            + (f", reason {view.reason}" if view.reason else ""))
         summary = None
         if lead and "DUE TO JOB REQUEUE" in lead.text:
             summary = "Slurm requeued this run (scontrol requeue, or a requeue after a failure)"
@@ -281,8 +288,9 @@ def _fallback(att: Attempt, view: SlurmView | None) -> dict[str, Any]:
     ev = [f"{t.path}:{t.lineno}: srun: task {t.tasks} on {t.node} exited with code {t.code}" for t in att.task_exits]
     ev += [_ev(w) for w in att.worker_exits]
     if view and view.state:
-        ev.insert(0, f"slurm: job state {view.state}" + (f", exit code {view.exit_code}" if view.exit_code is not None
-                                                         else f", signal {view.signal}" if view.signal else ""))
+        ev.insert(0, f"{view.who}: job state {view.state}"
+                  + (f", exit code {view.exit_code}" if view.exit_code is not None
+                     else f", signal {view.signal}" if view.signal else ""))
     first = att.task_exits[0] if att.task_exits else None
     stopped = {f.node for f in att.findings if f.cascade == "srun-terminated" and f.node}
     node = first.node if first else (stopped.pop() if len(stopped) == 1 else None)
@@ -316,7 +324,7 @@ def judge(att: Attempt, view: SlurmView | None, *, completed: bool | None = None
     later restart of the job exists, so this run did not end the job whatever its logs say."""
     done = completed if completed is not None else (view is not None and view.state == "COMPLETED")
     if done:
-        return _verdict("ok", None, [f"slurm: job state {view.state}"] if view and view.state else [])
+        return _verdict("ok", None, [f"{view.who}: job state {view.state}"] if view and view.state else [])
     v = (_slurm_fact(att, view) or _first_failure(att) or _behind(att)
          or (_requeued(att) if superseded else None)
          or (_verdict("ok", None, ["clusterkit: launcher exited with status 0"]) if att.success and view is None

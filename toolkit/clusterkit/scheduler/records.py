@@ -301,6 +301,14 @@ class RecordStore:
                 bad.append(err)
         return good, bad
 
+    def latest(self) -> JobRecord:
+        """The newest record: the job submitted last from this records directory (this user's).
+        An unreadable newest record is an error, never skipped for an older job."""
+        files = self.files()
+        if not files:
+            raise NoJobRecord(f"no job records in {self.root} yet (submit a job, or name one)")
+        return load_record(files[-1])
+
     def find(self, ref: str) -> JobRecord:
         """The record named by ``JOB_ID`` or ``SITE:JOB_ID`` (the newest if an id repeats)."""
         site, _, job_id = ref.rpartition(":")

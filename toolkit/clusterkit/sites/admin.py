@@ -47,8 +47,7 @@ def init_site(name: str, *, partition: str | None, nodes: str | None, probe_with
     """Draft a site config for ``name`` from the live cluster (nothing is written here)."""
     from clusterkit.config.schema import SSH, Scheduler
 
-    if not name or not all(c.isalnum() or c in "._-" for c in name) or not name[0].isalnum():
-        raise InputError(f"site name {name!r}: use letters, digits, '.', '_' and '-'")
+    _check_name(name)
     facts = gather(run)
     part = facts.partition(partition) if partition else facts.default_partition()
     chosen = pick_nodes(facts, part, nodes)
@@ -64,17 +63,64 @@ def init_site(name: str, *, partition: str | None, nodes: str | None, probe_with
     return draft
 
 
+def _check_name(name: str) -> None:
+    if not name or not all(c.isalnum() or c in "._-" for c in name) or not name[0].isalnum():
+        raise InputError(f"site name {name!r}: use letters, digits, '.', '_' and '-'")
+
+
+def init_from_example(name: str, example: str) -> Draft:
+    """Draft a site config ``name`` from a shipped example site, comments kept, without Slurm:
+    the example's text with its ``name:`` set and a header saying what to check.  A partial it
+    ``extends:`` travels with it (``draft.companions``), to be written beside it."""
+    import re
+
+    from clusterkit.config.load import builtin_sites_dir
+
+    _check_name(name)
+    shipped = builtin_sites_dir()
+    examples = sorted(p.stem for p in shipped.glob("*.yaml") if not p.name.startswith("_"))
+    if example not in examples:
+        raise InputError(f"--from-example {example[:80]!r}: not an example site; choose one of {', '.join(examples)}")
+    text = (shipped / f"{example}.yaml").read_text(encoding="utf-8")
+    text, named = re.subn(r"(?m)^name:[ \t]*[^#\n]*?([ \t]*(#.*)?)$", lambda m: f"name: {name}{m.group(1)}", text,
+                          count=1)
+    if not named:
+        raise InputError(f"--from-example {example}: the example has no top-level name:")  # pragma: no cover
+    header = (f"# {name}: drafted from clusterkit's example site {example!r} (sites init --from-example).\n"
+              "# Every value below is the example's: check nodes, partition, account, fabric and storage\n"
+              f"# against your cluster; `clusterkit sites drift {name}` compares them once Slurm is reachable.\n")
+    draft = Draft(header + text)
+    m = re.search(r"(?m)^extends:[ \t]*([^\s#]+)", text)
+    if m and "/" not in m.group(1) and (shipped / m.group(1)).is_file():
+        draft.companions[m.group(1)] = (shipped / m.group(1)).read_text(encoding="utf-8")
+    draft.missing = [f"the example's values ({example}): nodes.nodelist, scheduler.partition/account, "
+                     "network, storage"]
+    _check_draft(draft)
+    return draft
+
+
 def _check_draft(draft: Draft) -> None:
     """A draft that does not validate is a bug of ours: fail loudly, never write it."""
     from clusterkit.config.load import load_file
 
-    fd, tmp = tempfile.mkstemp(suffix=".yaml")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(draft.text)
-        load_file(tmp)
-    finally:
-        os.unlink(tmp)
+    with tempfile.TemporaryDirectory() as tmp:
+        for file, text in draft.companions.items():
+            Path(tmp, file).write_text(text, encoding="utf-8")
+        site = Path(tmp, "draft.yaml")
+        site.write_text(draft.text, encoding="utf-8")
+        load_file(site)
+
+
+def write_companions(site_path: Path, draft: Draft) -> list[str]:
+    """Write the partials a draft extends beside its site file, unless one is there already
+    (an existing one is kept: it may be the site's own).  The names written."""
+    written = []
+    for file, text in draft.companions.items():
+        target = site_path.parent / file
+        if not target.exists():
+            write_new(target, text)
+            written.append(str(target))
+    return written
 
 
 def write_new(path: Path, text: str) -> None:

@@ -32,6 +32,7 @@ class Draft:
     missing: list[str] = field(default_factory=list)
     unverified: list[str] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)  # probed nodes that did not answer
+    companions: dict[str, str] = field(default_factory=dict)  # partial files it extends: name -> text
 
 
 class _Out:
@@ -64,11 +65,11 @@ def pick_nodes(facts: ClusterFacts, partition: T.Partition | None, expr: str | N
         try:
             wanted = set(hostlist.expand(expr))
         except hostlist.HostlistError as exc:
-            raise InputError(f"--nodes: {exc}") from None
+            raise InputError(f"--nodelist: {exc}") from None
         unknown = sorted(wanted - {n.name for n in nodes})
         if unknown:
             where = f"partition {partition.name}" if partition else "the cluster"
-            raise InputError(f"--nodes: {hostlist.fold(unknown)} not in {where}")
+            raise InputError(f"--nodelist: {hostlist.fold(unknown)} not in {where}")
         nodes = [n for n in nodes if n.name in wanted]
     if not nodes:
         raise InputError(f"partition {partition.name if partition else '?'} has no nodes")
@@ -76,7 +77,7 @@ def pick_nodes(facts: ClusterFacts, partition: T.Partition | None, expr: str | N
     if len(types) > 1:
         listing = "; ".join(f"{hostlist.fold(h)}: {t.describe()}" for t, h in types.items())
         raise InputError(f"{'partition ' + partition.name if partition else 'the cluster'} has {len(types)} node types "
-                         f"({listing}); pick one with --nodes")
+                         f"({listing}); pick one with --nodelist")
     return nodes
 
 
