@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterkit.errors import ClusterkitError, ConfigError, InputError, SlurmUnreachable
+from clusterkit.errors import ClusterkitError, ConfigError, InputError, SlurmTextError, SlurmUnreachable
 from clusterkit.nodes.facts import NodeFacts, probe
 from clusterkit.nodes.runners import make_runner
 from clusterkit.sites import drift as D
@@ -65,7 +65,9 @@ def init_site(name: str, *, partition: str | None, nodes: str | None, probe_with
 
 
 def _check_draft(draft: Draft) -> None:
-    """A draft that does not validate is a bug of ours: fail loudly, never write it."""
+    """A draft that does not validate is never written: Slurm reported facts no site can hold
+    (a GPU count past the schema's range, ...).  The error names the draft's line, not the
+    temp file it was checked in."""
     from clusterkit.config.load import load_file
 
     fd, tmp = tempfile.mkstemp(suffix=".yaml")
@@ -73,6 +75,11 @@ def _check_draft(draft: Draft) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(draft.text)
         load_file(tmp)
+    except ConfigError as exc:
+        first = exc.issues[0]
+        where = f"draft line {first.line}: " if first.line else ""
+        raise SlurmTextError(f"what Slurm reports makes no valid site: {where}"
+                             f"{first.loc + ': ' if first.loc else ''}{first.message}") from None
     finally:
         os.unlink(tmp)
 
@@ -197,10 +204,9 @@ def _check_one(site: Site, lines: D.Lines, facts: ClusterFacts, probe_with: str 
                runner_for: RunnerFactory, result: DriftRun) -> None:
     try:
         probed = _probe(site, site.nodes.hosts, probe_with, runner_for)
+        result.reports.append(D.check(site, lines, facts, probed))
     except ClusterkitError as exc:
         result.errors.append(exc)
-        return
-    result.reports.append(D.check(site, lines, facts, probed))
 
 
 def _edit(result: DriftRun, targets: list[tuple[str, Located]], *, apply: bool) -> None:
