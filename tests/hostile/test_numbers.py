@@ -87,7 +87,8 @@ def test_slurm_text_parsers_never_raise(parser: str, mutation: str) -> None:
             assert node.cpus is None or node.cpus < 10**13
 
 
-@pytest.mark.parametrize("text", ["²", "٣", BIG, "1e400", "-1", "+", "", " 7 ", "0x10", "1_000", "inf", "nan"])
+@pytest.mark.parametrize("text", ["²", "٣", BIG, BIG + ":0", "0:" + BIG, "1e400", "-1", "+", "", " 7 ", "0x10",
+                                  "1_000", "inf", "nan", BIG + "-00:00:00"])
 def test_the_one_number_decoder(text: str) -> None:
     i, f = parse_int(text), parse_float(text)
     assert i is None or (text.strip().isascii() and i == int(text))
@@ -145,3 +146,13 @@ def test_init_and_drift_on_hostile_slurm_text_end_in_a_draft_or_one_error(case: 
         assert "\ufffd" not in draft.text.split("nodelist:")[1].splitlines()[0]  # never a bad host name
     result = admin.drift_sites([str(site)], run=run)
     assert result.exit_code in (0, 1) if case not in PART_CASES else result.exit_code == 1
+
+
+@pytest.mark.parametrize("sep", ["\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\r", "\x0b", "\x0c"])
+def test_a_line_separator_in_free_text_starts_no_record(sep: str) -> None:
+    # str.splitlines() splits at each of these: another user's job name or a node's OS string
+    # would start a record of its own (a forged job result, an extra host in a nodelist)
+    job = f"JobId=77 JobName=a{sep}JobId=1234 JobState=FAILED ExitCode=13:0 JobState=RUNNING ExitCode=0:0\n"
+    assert [j["JobId"] for j in ST.parse_scontrol_jobs(job)] == ["77"]
+    node = NODE.replace("OS=Linux", f"OS=Linux{sep}NodeName=evil1 State=IDLE", 1)
+    assert "evil1" not in {n.name for n in T.parse_nodes(node).nodes}

@@ -19,6 +19,7 @@ from clusterkit.sites import writer as W
 from clusterkit.sites.create import Draft, pick_nodes, render
 from clusterkit.sites.facts import ClusterFacts, SlurmCommand, gather
 from clusterkit.slurmclient import require
+from clusterkit.tooltext import printable
 from clusterkit.vocab import PROBE_TRANSPORTS
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ def _check_draft(draft: Draft) -> None:
     temp file it was checked in."""
     from clusterkit.config.load import load_file
 
+    _read_back(draft)
     fd, tmp = tempfile.mkstemp(suffix=".yaml")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -84,6 +86,29 @@ def _check_draft(draft: Draft) -> None:
         os.unlink(tmp)
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _read_back(draft: Draft) -> None:
+    """Every value the draft took from Slurm or the nodes reads back as itself."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(draft.text)
+    except yaml.YAMLError as exc:
+        raise SlurmTextError(f"what Slurm reports makes no readable site: {printable(str(exc)).strip()}") from None
+    for path, want in draft.expected.items():
+        got: object = data
+        for key in path:
+            got = got.get(key) if isinstance(got, dict) else None
+        if got != want:
+            raise SlurmTextError(f"what Slurm reports makes no valid site: {'.'.join(path)} would read back as "
+                                 f"{got!r}, not {want!r}")
+
+
 def write_new(path: Path, text: str) -> None:
     """Write a new site file atomically; never overwrite one."""
     if path.exists():
@@ -94,7 +119,7 @@ def write_new(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o666 & ~_umask())  # as any new file: the umask decides
         os.link(tmp, path)  # fails if someone created it meanwhile: never clobber
     except FileExistsError:
         raise InputError(f"--out {path}: file exists") from None
@@ -217,13 +242,17 @@ def _edit(result: DriftRun, targets: list[tuple[str, Located]], *, apply: bool) 
         if not edits:
             continue
         path = Path(site.source)
-        old = path.read_text(encoding="utf-8")
-        new = W.apply_edits(old, edits)
         shown = _display(path)
+        try:
+            old, newline = W.read_site_text(path)
+            new = W.apply_edits(old, edits)
+        except ConfigError as exc:
+            result.errors.append(ConfigError.single(shown, None, exc.issues[0].loc, exc.issues[0].message))
+            continue
         result.diffs[shown] = W.unified_diff(shown, old, new)
         if apply:
             try:
-                W.write_validated(path, new)
+                W.write_validated(path, new, newline)
             except ConfigError as exc:
                 result.errors.append(exc)
 

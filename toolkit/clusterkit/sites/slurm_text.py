@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 from clusterkit.hostlist import HostlistError, check_host
+from clusterkit.slurmtext import lines as slurm_lines
 from clusterkit.slurmtext import parse_time, split_record
 from clusterkit.tooltext import parse_int
 
@@ -36,7 +37,7 @@ def _records(text: str, key: str) -> tuple[list[dict[str, str]], tuple[str, ...]
 def _join_continuations(text: str) -> list[str]:
     """Records of the multi-line form (indented continuation lines) joined into one line each."""
     records: list[str] = []
-    for line in (text or "").splitlines():
+    for line in slurm_lines(text):
         if not line.strip():
             continue
         if line[:1].isspace() and records:
@@ -132,7 +133,7 @@ class SlurmConfig:
 def parse_config(text: str) -> SlurmConfig:
     """Parse ``scontrol show config``: ``Key = value`` lines; headers and blank lines skipped."""
     values: dict[str, str] = {}
-    for line in (text or "").splitlines():
+    for line in slurm_lines(text):
         key, sep, value = line.partition("=")
         if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key.strip()):
             values.setdefault(key.strip(), value.strip())
