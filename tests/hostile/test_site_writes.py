@@ -252,3 +252,22 @@ def test_init_comments_stay_one_line_whatever_slurm_says(ck: CLI, env: dict[str,
     data = yaml.safe_load(res.out)
     assert data["nodes"]["nodelist"] == "node[1-4]" and "evil" not in data["nodes"]
     assert "# features: ib," in res.out
+
+
+def test_a_site_removed_or_unwritable_at_write_time_is_a_config_error(tmp_path: Path) -> None:
+    from clusterkit.sites.writer import write_validated
+
+    path = stale(tmp_path)
+    text = path.read_text().replace("gpus_per_node: 4", "gpus_per_node: 8")
+    path.unlink()  # removed between the read and the write
+    with pytest.raises(ConfigError, match="nothing written"):
+        write_validated(path, text)
+    assert not list(path.parent.iterdir())
+    if os.geteuid() != 0:  # root writes through permission bits
+        path = stale(tmp_path)
+        path.parent.chmod(0o555)
+        try:
+            with pytest.raises(ConfigError, match="nothing written"):
+                write_validated(path, text)
+        finally:
+            path.parent.chmod(0o755)

@@ -237,9 +237,13 @@ def write_validated(path: Path, text: str, newline: str = "\n") -> None:
     from clusterkit.config.load import load_file
 
     real = path.resolve()  # a symlinked site: its target is edited, the link kept
-    st = os.stat(real)
     data = text.replace("\n", newline).encode("utf-8")
-    fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".ck-tmp", dir=real.parent)
+    try:
+        st = os.stat(real)
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".ck-tmp", dir=real.parent)
+    except OSError as exc:
+        raise ConfigError.single(str(path), None, "", f"cannot write beside the site file: "
+                                                      f"{exc.strerror or exc}; nothing written") from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -259,6 +263,9 @@ def write_validated(path: Path, text: str, newline: str = "\n") -> None:
         else:
             os.replace(tmp, real)
             _sync_dir(real.parent)
+    except OSError as exc:
+        raise ConfigError.single(str(path), None, "", f"cannot write the site file: {exc.strerror or exc}; "
+                                                      "nothing written") from None
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
