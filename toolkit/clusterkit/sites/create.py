@@ -50,7 +50,7 @@ class _Out:
 
     def value(self, indent: int, path: str, value: object, why: str = "") -> None:
         """``key: value`` written by the YAML emitter; the draft is read back against it."""
-        self.put(indent, f"{path.rsplit('.', 1)[-1]}: {emit(value, quoted=True)}", why)
+        self.put(indent, f"{path.rsplit('.', 1)[-1]}: {emit(value, quoted=isinstance(value, str))}", why)
         self.expected[tuple(path.split("."))] = value
 
     def todo(self, indent: int, key_path: str, text: str, why: str) -> None:
