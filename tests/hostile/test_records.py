@@ -131,3 +131,22 @@ def test_job_ids_slurm_prints_are_validated_too() -> None:
     assert set(squeue_statuses(SQUEUE)) == {"4242", "4243_2"}
     assert set(sacct_statuses(SACCT)) == {"4242"}
     assert set(scontrol_statuses(SCONTROL)) == {"77"}
+
+
+@pytest.mark.parametrize(("where", "command"), [("jobs", ("status",)), ("jobs", ("logs", "1")),
+                                               ("jobs", ("cancel", "1")), ("jobs", ("doctor", "1")),
+                                               ("open-index", ("status",))])
+def test_a_flooded_records_directory_is_one_error_line(ck, slurm_bin: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       where: str, command: tuple[str, ...]) -> None:
+    from clusterkit.scheduler import records
+
+    monkeypatch.setattr(records, "MAX_RECORD_FILES", 50)  # the mechanism, at a size a test can make
+    root = slurm_bin / "state" / "jobs"
+    _write(root, "1")
+    flood = root / ".open" if where == "open-index" else root
+    flood.mkdir(parents=True, exist_ok=True)
+    for i in range(60):
+        (flood / f"20250101T000000{i:06d}-x-{i}.json").touch()
+    res = ck(*command)
+    # doctor's exit 1 means "a failure was diagnosed": a records problem is 2 there (its --help)
+    assert_one_line_error(res, 2 if command[0] == "doctor" else 1, "more than 50 files")

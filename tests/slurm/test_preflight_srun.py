@@ -76,3 +76,24 @@ def test_in_job_step_inside_an_allocation(ck: CLI, testbed: Testbed, tmp_path: P
     report = json.loads(proc.stdout)
     assert [n["host"] for n in report["nodes"]] == ["node3", "node4"]
     assert {n["status"] for n in report["nodes"]} == {"ok"}
+
+
+def test_a_node_whose_task_never_answers_fails_the_run(ck: CLI, testbed: Testbed, tmp_path: Path) -> None:
+    """A node that kills its task's wrapper (so srun never hears its exit status) is a failed
+    node: exit 3, never "passed", never left out of the report."""
+    from ..hostile.test_srun import KILL_WRAPPER
+
+    site = _site(tmp_path)
+    env = _fake_node_env(testbed, tmp_path)
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f'#!/bin/bash\nif [ "$SLURMD_NODENAME" = node2 ]; then\n{KILL_WRAPPER}fi\n'
+                   f'exec {PROFILE / "bin" / "nvidia-smi"} "$@"\n')
+    smi.chmod(0o755)
+    env["PATH"] = f"{smi.parent}:{env['PATH']}"
+    proc = ck.proc("preflight", "--site", str(site), "--transport", "srun", "--nodes", "node[1-3]", "--json",
+                   env=env, timeout=120)
+    assert proc.code == 3, proc.out + proc.err
+    report = json.loads(proc.out)
+    assert {n["host"]: n["status"] for n in report["nodes"]} == {"node1": "ok", "node2": "unreachable",
+                                                                "node3": "ok"}, report

@@ -165,6 +165,13 @@ class SlurmUnreachable(SubmitError):
     exit_code = ExitCode.UNREACHABLE
 
 
+class SlurmTextError(ClusterkitError):
+    """Slurm printed something clusterkit cannot use (a partition's node list that is not a
+    plain host list, ...): named, never guessed at."""
+
+    exit_code = ExitCode.FAILURE
+
+
 class RecordError(ClusterkitError):
     """A job record is missing, unreadable, or from an unknown version."""
 

@@ -125,14 +125,21 @@ def parse_time(text: str) -> float | None:
 
 def parse_exit_code(text: str) -> tuple[int | None, int | None]:
     """Slurm's ``EXIT:SIGNAL`` (``3:0``, ``0:15``) -> (3, None) / (None, 15)."""
-    m = re.fullmatch(r"\s*(\d+):(\d+)\s*", text or "")
+    m = re.fullmatch(r"\s*([0-9]{1,9}):([0-9]{1,9})\s*", text or "")
     if not m:
         return None, None
     code, sig = int(m.group(1)), int(m.group(2))
     return (None, sig) if sig else (code, None)
 
 
+def lines(text: str) -> list[str]:
+    """Slurm's output split into its lines: at newlines only (``\\r\\n`` too), never at the
+    characters ``str.splitlines`` also splits at (``\\x1c``, ``\\x85``, U+2028, a lone ``\\r``),
+    which free text (a node's Reason, a job's name) may hold: they would start a record."""
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in (text or "").split("\n")]
+
+
 def last_line(text: str) -> str:
     """The last non-blank line of a client's message (its own verdict), stripped."""
-    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else "(no message)"
+    found = [ln.strip() for ln in lines((text or "").strip()) if ln.strip()]
+    return found[-1] if found else "(no message)"

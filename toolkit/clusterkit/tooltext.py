@@ -1,11 +1,47 @@
 """What every parser of tool output shares (preflight's node tools, Slurm's tables): the
 :class:`ParseFailure` a total parser returns instead of raising, the bound on the raw text
-it keeps (docs/architecture.md §1), and :func:`printable`, the one way such text reaches a terminal."""
+it keeps (docs/architecture.md §1), :func:`printable`, the one way such text reaches a terminal,
+and :func:`parse_int` / :func:`parse_float` / :func:`decode`, the one lenient way numbers and
+bytes from outside become values (never an exception: None for what is not one)."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+
+_ASCII_INT = re.compile(r"[0-9]+")
+_ASCII_SIGNED = re.compile(r"[+-]?[0-9]+")
+# a plain decimal as tools print it: no "inf", "nan", "1_000", hex, or digits other than 0-9
+_ASCII_FLOAT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+NUMBER_MAX_CHARS = 40  # no tool prints a longer number; longer text is not one
+
+
+def decode(raw: bytes | bytearray) -> str:
+    """Bytes from outside as text: invalid UTF-8 becomes U+FFFD, never an exception."""
+    return bytes(raw).decode("utf-8", errors="replace")
+
+
+def parse_int(text: str, *, max_digits: int = 18, signed: bool = False) -> int | None:
+    """``text`` (stripped) as an integer of ASCII digits, at most ``max_digits`` of them; None
+    otherwise.  ``str.isdigit`` accepts ``²`` and ``int`` refuses it; ``int`` of 5,000 digits
+    raises: neither reaches a caller of this."""
+    text = text.strip()
+    if not (_ASCII_SIGNED if signed else _ASCII_INT).fullmatch(text):
+        return None
+    if len(text.lstrip("+-")) > max_digits:
+        return None
+    return int(text)
+
+
+def parse_float(text: str, *, limit: float = 1e18) -> float | None:
+    """``text`` (stripped) as a finite decimal number no larger than ``limit`` in magnitude;
+    None for ``1e400``, ``inf``, ``nan``, non-ASCII digits and anything longer than a number."""
+    text = text.strip()
+    if len(text) > NUMBER_MAX_CHARS or not _ASCII_FLOAT.fullmatch(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) and abs(value) <= limit else None
 
 # CSI and OSC sequences, then any other escape: a node could print "ALL OK" over its own failure
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?")

@@ -166,6 +166,8 @@ def slurm_time_seconds(text: str) -> int | None:
     """The one parser of a Slurm time: seconds in ``text`` exactly as written (zero allowed),
     None when it is not one of Slurm's forms.  :func:`slurm_seconds` validates input with it;
     :func:`clusterkit.slurmtext.parse_time` reads Slurm's output with it."""
+    if len(text) > 32 or not text.isascii():  # no Slurm time is longer; no int() past its digit limit
+        return None
     m = _SLURM_TIME.fullmatch(text)
     if m is None:
         return None

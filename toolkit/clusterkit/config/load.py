@@ -327,7 +327,8 @@ def find_site(ref: str) -> Path:
 
 
 def _site_files(directory: Path) -> list[Path]:
-    files = [p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()]
+    files = [p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file()
+             and not p.name.startswith(".")]  # hidden files (an editor's or a writer's temp) are no sites
     # files named base*.yaml or starting with '_' are partial configs meant for `extends:`
     return sorted(p for p in files if not p.name.startswith("_"))
 

@@ -39,17 +39,18 @@ BLOCK_BYTES = 2048          # torchrun's Root Cause block fits in this
 _BACK_LINES = 64            # how far up to look for the time of a line that has none
 
 # the fields of a Root Cause entry, also as pasted copies mangle them ("rank2 (local rank: 2)exitcode: -9")
-_ROOT_FIELDS = re.compile(r"time\s*:\s*(\S+)|host\s*:\s*(\S+)|\brank\s*:?\s*(\d+)(?: ?\(local[ _]rank: (\d+)\))?"
-                          r"|exitcode\s*:\s*(-?\d+)")
-_SEQ = re.compile(r"SeqNum=(\d+)")
-_PG = re.compile(r"\[PG (?:ID )?(\d+)")
-_RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d+)\]:")
+_ROOT_FIELDS = re.compile(r"time\s*:\s*(\S+)|host\s*:\s*(\S+)"
+                          r"|\brank\s*:?\s*(\d{1,9})(?: ?\(local[ _]rank: (\d{1,9})\))?"
+                          r"|exitcode\s*:\s*(-?\d{1,9})")
+_SEQ = re.compile(r"SeqNum=(\d{1,9})")
+_PG = re.compile(r"\[PG (?:ID )?(\d{1,9})")
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)(\d{1,9})\]:")
 WRAP_WIDTH = 80   # a line this long, followed by one that starts mid-word, was wrapped by a terminal
 _WORKER_EXIT = re.compile(catalogue.WORKER_EXIT)
-_SRUN_EXIT = re.compile(r"srun: error: (\S+): tasks? ([0-9,-]+): Exited with exit code (\d+)")
-_RESTART = re.compile(r"clusterkit: job \d+ on \S+ \(restart (\d+) of at most \d+\)")
+_SRUN_EXIT = re.compile(r"srun: error: (\S+): tasks? ([0-9,-]+): Exited with exit code (\d{1,9})")
+_RESTART = re.compile(r"clusterkit: job \d+ on \S+ \(restart (\d{1,9}) of at most \d+\)")
 # <job>.r<restart>.<node or rankN>.out, as clusterkit's job script names srun's logs
-_NAME = re.compile(r"^(?P<job>\d+)\.r(?P<restart>\d+)\.(?P<who>.+)\.(?:out|err|log)$")
+_NAME = re.compile(r"^(?P<job>\d+)\.r(?P<restart>\d{1,9})\.(?P<who>.+)\.(?:out|err|log)$")
 _OLD_NAME = re.compile(r"^(?P<job>\d+)\.(?P<who>[^.]+)\.(?:out|err|log)$")
 
 
@@ -139,6 +140,18 @@ class FileScan:
     kept: Counter[tuple[int, str]] = field(default_factory=Counter)
 
 
+def _rank(scan: FileScan, f: lines.LineFacts) -> int | None:
+    """What a file is outranks what a line in it claims: in a per-rank file (``123.r0.rank5.out``)
+    every line is that rank's, whatever its prefix says; elsewhere the line's prefix names it."""
+    return scan.rank if scan.rank is not None else f.rank
+
+
+def _node(scan: FileScan, f: lines.LineFacts, slurm: bool) -> str | None:
+    """The node of srun's per-node file (``123.r0.node4.out``), whatever a line in it claims; only
+    Slurm's own messages (``srun: error: Node failure on node4``) name the node they are about."""
+    return (f.node or scan.node) if slurm else (scan.node or f.node)
+
+
 def name_facts(path: Path) -> tuple[int | None, str | None, int | None]:
     """(restart, node, rank) that clusterkit's log names carry: ``123.r1.node4.out``, ``123.r0.rank5.out``."""
     m = _NAME.match(path.name) or _OLD_NAME.match(path.name)
@@ -146,7 +159,7 @@ def name_facts(path: Path) -> tuple[int | None, str | None, int | None]:
         return None, None, None
     restart = int(m.group("restart")) if "restart" in m.groupdict() and m.group("restart") else None
     who = m.group("who")
-    rm = re.fullmatch(r"rank(\d+)", who)
+    rm = re.fullmatch(r"rank(\d{1,9})", who)
     if rm:
         return restart, None, int(rm.group(1))
     return restart, who, None
@@ -315,11 +328,11 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
     if sig is None:
         if _WORKER_EXIT.search(text) and len(scan.worker_exits) < MAX_FINDINGS:
             scan.worker_exits.append(Finding(
-                category="unknown", cascade=None, slurm=False, time=when, node=f.node or scan.node,
-                rank=f.rank if f.rank is not None else scan.rank, local_rank=f.local_rank, path=scan.path,
+                category="unknown", cascade=None, slurm=False, time=when, node=scan.node or f.node,
+                rank=_rank(scan, f), local_rank=f.local_rank, path=scan.path,
                 lineno=lineno, text=text[:MAX_TEXT], restart=cur.restart))
         return
-    rank = f.rank if f.rank is not None else scan.rank
+    rank = _rank(scan, f)
     if sig.cascade:
         key = (cur.restart, sig.cascade)
         scan.cascade[key] += 1
@@ -337,7 +350,7 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
     pg = _PG.search(text)
     finding = Finding(
         category=sig.category, cascade=sig.cascade, slurm=sig.slurm, time=when,
-        node=f.node or scan.node, rank=rank, local_rank=f.local_rank, path=scan.path, lineno=lineno,
+        node=_node(scan, f, sig.slurm), rank=rank, local_rank=f.local_rank, path=scan.path, lineno=lineno,
         text=text[:MAX_TEXT], restart=cur.restart, seq=int(seq.group(1)) if seq else None,
         pg=pg.group(1) if pg else None, task=lines.srun_task(text))
     scan.findings.append(finding)

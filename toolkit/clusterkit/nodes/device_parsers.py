@@ -16,7 +16,7 @@ from enum import Enum
 from typing import TypedDict
 
 from clusterkit.nodes.parsers import version_tuple
-from clusterkit.tooltext import ParseFailure, clip, failure, first_line
+from clusterkit.tooltext import ParseFailure, clip, failure, first_line, parse_float, parse_int
 
 # ---------------------------------------------------------------------------------------------
 # nvidia-smi
@@ -97,13 +97,14 @@ def _na(cell: str) -> bool:
 def _int_cell(cell: str) -> int | None:
     """``"81559 MiB"`` / ``"81559"`` -> 81559; N/A markers -> None."""
     m = re.fullmatch(r"(\d+)(?:\s*MiB)?", cell)
-    return int(m.group(1)) if m else None
+    return parse_int(m.group(1)) if m else None
 
 
 def _gpu_from_row(row: dict[str, str]) -> Gpu | str:
     """Build a Gpu from one CSV row (field -> cell); a string is the reason it is unreadable."""
     index = row.get("index", "")
-    if not index.isdigit():
+    gpu_index = parse_int(index, max_digits=4)
+    if gpu_index is None:
         return f"GPU index {index!r} is not a number"
     name = row.get("name", "")
     if not name or _na(name):
@@ -112,7 +113,8 @@ def _gpu_from_row(row: dict[str, str]) -> Gpu | str:
     if persistence not in ("Enabled", "Disabled") and not _na(persistence):
         return f"GPU {index} persistence mode {persistence!r} is neither Enabled nor Disabled"
     ecc = row.get("ecc.errors.uncorrected.volatile.total", "[N/A]")
-    if not ecc.isdigit() and not _na(ecc):
+    ecc_count = parse_int(ecc)
+    if ecc_count is None and not _na(ecc):
         return f"GPU {index} ECC counter {ecc!r} is not a number"
     driver = row.get("driver_version", "")
     if not _na(driver) and version_tuple(driver) is None:
@@ -120,12 +122,12 @@ def _gpu_from_row(row: dict[str, str]) -> Gpu | str:
     mig = row.get("mig.mode.current", "[N/A]")
     bus = row.get("pci.bus_id", "")
     return Gpu(
-        index=int(index),
+        index=gpu_index,
         name=name,
         driver_version=None if _na(driver) else driver,
         memory_total_mib=_int_cell(row.get("memory.total", "")),
         persistence_mode=None if _na(persistence) else persistence == "Enabled",
-        ecc_uncorrected=int(ecc) if ecc.isdigit() else None,
+        ecc_uncorrected=ecc_count,
         ecc_raw=ecc,
         mig_mode=None if _na(mig) else mig,
         pci_bus_id=None if _na(bus) else bus,
@@ -150,7 +152,11 @@ def parse_gpu_query(text: str, fields: Sequence[str] = GPU_QUERY_FIELDS) -> GpuQ
         return GpuQuery(GpuState.NOT_INSTALLED, message=first_line(stripped), raw=clip(text))
     gpus: list[Gpu] = []
     lines = [ln for ln in stripped.splitlines() if ln.strip()]
-    for lineno, cells in enumerate(csv.reader(lines, skipinitialspace=True), start=1):
+    try:
+        rows = list(csv.reader(lines, skipinitialspace=True))
+    except csv.Error as exc:  # a field past the csv module's limit, a NUL
+        return failure(what, f"not CSV: {exc}", text)
+    for lineno, cells in enumerate(rows, start=1):
         if len(cells) != len(fields):
             return failure(what, f"line {lineno} has {len(cells)} fields, expected {len(fields)}", text)
         gpu = _gpu_from_row({f: c.strip() for f, c in zip(fields, cells, strict=True)})
@@ -248,7 +254,7 @@ class _PortFields(TypedDict, total=False):
 
 def _rate(value: str) -> float | None:
     m = _RATE_RE.match(value)
-    return float(m.group(1)) if m else None
+    return parse_float(m.group(1), limit=1e6) if m else None
 
 
 def _sysfs_field(fields: _PortFields, attr: str, value: str) -> None:
@@ -280,7 +286,10 @@ def parse_ib_sysfs(text: str) -> IbInventory | ParseFailure:
         m = _SYSFS_LINE_RE.fullmatch(line.strip())
         if not m:
             return failure("infiniband sysfs", f"unexpected line {line.strip()[:80]!r}", text)
-        key = (m.group("hca"), int(m.group("port")))
+        port_no = parse_int(m.group("port"), max_digits=4)
+        if port_no is None:
+            return failure("infiniband sysfs", f"port number {m.group('port')[:20]!r} is not one", text)
+        key = (m.group("hca"), port_no)
         _sysfs_field(ports.setdefault(key, _PortFields()), m.group("attr"), m.group("value"))
     found = tuple(IbPort(hca, port, **fields) for (hca, port), fields in sorted(ports.items()))
     return IbInventory(found, "sysfs" if found else "none", clip(text or ""))
@@ -336,7 +345,10 @@ def parse_ibstat(text: str) -> IbInventory | ParseFailure:
             hca, current = ca.group(1), None
         elif port and hca is not None:
             flush()
-            current = (hca, int(port.group(1)), _PortFields())
+            port_no = parse_int(port.group(1), max_digits=4)
+            if port_no is None:
+                return failure("ibstat", f"port number {port.group(1)[:20]!r} is not one", text)
+            current = (hca, port_no, _PortFields())
         elif kv and hca is not None:
             if current is not None:
                 _ibstat_port_attr(current[2], kv.group(1), kv.group(2).strip())

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from clusterkit.tooltext import ParseFailure, clip, failure, first_line
+from clusterkit.tooltext import ParseFailure, clip, failure, first_line, parse_int
 
 
 def _tool_error(what: str, text: str, prefixes: tuple[str, ...]) -> ParseFailure | None:
@@ -28,7 +28,7 @@ def _tool_error(what: str, text: str, prefixes: tuple[str, ...]) -> ParseFailure
 
 def version_tuple(text: str) -> tuple[int, ...] | None:
     """``"535.104.05"`` -> ``(535, 104, 5)``; None if ``text`` is not a dotted number."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)*)\s*", text or "")
+    m = re.fullmatch(r"\s*([0-9]{1,9}(?:\.[0-9]{1,9}){0,7})\s*", text or "")
     return tuple(int(p) for p in m.group(1).split(".")) if m else None
 
 
@@ -129,9 +129,11 @@ def parse_df(text: str) -> DiskSpace | ParseFailure:
     row = _DF_ROW_RE.fullmatch(lines[-1].strip())
     if not row:
         return failure(what, f"unexpected row {lines[-1].strip()[:80]!r}", text)
-    block = int(header.group(1))
-    total, avail = int(row.group("total")) * block, int(row.group("avail")) * block
-    return DiskSpace(row.group("src"), row.group("mnt"), total, avail)
+    block, total, avail = (parse_int(v, max_digits=24) for v in (header.group(1), row.group("total"),
+                                                                 row.group("avail")))
+    if block is None or total is None or avail is None:
+        return failure(what, f"numbers that are not plain sizes in {lines[-1].strip()[:80]!r}", text)
+    return DiskSpace(row.group("src"), row.group("mnt"), total * block, avail * block)
 
 
 # ---------------------------------------------------------------------------------------------

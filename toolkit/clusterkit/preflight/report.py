@@ -4,8 +4,8 @@ Nothing here prints: the CLI (through rich or plain text) and ``--json`` are two
 the same :class:`Report`.
 
 Exit codes (:meth:`Report.exit_code`): 0 when every node passed (warnings do not fail), 3 when
-any node could not be reached (the report is incomplete, so this wins), else 1 when any node
-failed a check.  2 (usage) never comes from a report: bad input is refused before any node is
+any node could not be reached or has no result (the report is incomplete, so this wins), else
+1 when any node failed a check.  2 (usage) never comes from a report: bad input is refused before any node is
 contacted.
 """
 
@@ -160,8 +160,9 @@ class Report:
         return out
 
     def exit_code(self) -> ExitCode:
-        """3 if any node was unreachable, else 1 if any failed, else 0 (warnings pass)."""
-        if self.unreachable_nodes():
+        """3 if any node was unreachable or has no result, else 1 if any failed, else 0
+        (warnings pass): a node nobody heard from never counts as passed."""
+        if self.unreachable_nodes() or self.unchecked():
             return ExitCode.UNREACHABLE
         if self.failed_nodes():
             return ExitCode.FAILURE
@@ -218,6 +219,9 @@ def decide(report: Report, policy: str, max_excluded_fraction: float = 1.0,
     bad = tuple(report.bad_nodes())
     if report.interrupted:
         return PolicyDecision(True, bad, "preflight was interrupted before every node was checked")
+    unchecked = report.unchecked()
+    if unchecked:  # never "all passed" with a node nobody heard from
+        return PolicyDecision(True, bad + tuple(unchecked), f"preflight has no result from {fold(unchecked)}")
     if not bad:
         return PolicyDecision(False, (), "all nodes passed preflight")
     listed = fold(bad)

@@ -117,7 +117,24 @@ def run_preflight(site: Site, stage: str | None = None, nodes: str | None = None
                               fanout=int(site.ssh.fanout), on_result=collect)
     report.interrupted = bool(getattr(results, "interrupted", False))
     report.elapsed_s = time.monotonic() - t0
+    _complete(report, results, collect)
     return report
+
+
+def _complete(report: Report, results: dict[str, NodeOutput], collect: Callable[[NodeOutput], None]) -> None:
+    """Every host has a result unless Ctrl-C cut the run: a runner that returned a result
+    without reporting it, or none at all, still gets the node into the report as failed."""
+    from clusterkit.nodes.transport import ErrorKind, NodeOutput
+
+    reported = {n.host for n in report.nodes}
+    for host in report.hosts:
+        if host in reported:
+            continue
+        res = results.get(host)
+        if res is None and not report.interrupted:
+            res = NodeOutput(host, error=ErrorKind.LAUNCH, reason="the transport gave no result for this node")
+        if res is not None:
+            collect(res)
 
 
 def decide_for_site(report: Report, site: Site, nodes_needed: int | None = None) -> PolicyDecision:

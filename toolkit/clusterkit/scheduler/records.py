@@ -40,6 +40,9 @@ from clusterkit.vocab import JobState, SchedulerKind, is_job_id
 RECORD_VERSION = 1
 OPEN_INDEX = ".open"  # directory of markers: records whose job has not ended
 RECORD_MAX_BYTES = 1 << 20  # a record is a few KB; a bigger file is not one of ours
+# entries read from the records directory (and from its open index): a directory flooded with
+# files is refused in one line, never listed into memory (a record is one file per job)
+MAX_RECORD_FILES = 200_000
 
 
 # --------------------------------------------------------------------------- the record
@@ -221,7 +224,7 @@ class RecordStore:
         """Names of the records not known to have ended (None: no index, and none can be written)."""
         try:
             self._ensure_open_index()
-            return {p.name for p in self._open_dir.iterdir()}
+            return set(_names(self._open_dir))
         except OSError:
             return None
 
@@ -271,8 +274,7 @@ class RecordStore:
     def files(self) -> list[Path]:
         """Record files, oldest first (names start with the submission time)."""
         try:
-            with os.scandir(self.root) as entries:
-                names = [e.name for e in entries if e.name.endswith(".json") and not e.name.startswith(".")]
+            names = [n for n in _names(self.root) if n.endswith(".json") and not n.startswith(".")]
         except (FileNotFoundError, NotADirectoryError):
             return []
         return [self.root / n for n in sorted(names)]
@@ -323,6 +325,18 @@ class RecordStore:
         if not matches:
             raise NoJobRecord(f"no job record for {ref!r} in {self.root} (see `clusterkit status`)")
         return matches[-1]
+
+
+def _names(directory: Path) -> list[str]:
+    """The names in ``directory``, at most MAX_RECORD_FILES of them, else a RecordError."""
+    names: list[str] = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if len(names) >= MAX_RECORD_FILES:
+                raise RecordError(f"{directory}: more than {MAX_RECORD_FILES} files in the job records directory "
+                                  "(the limit); move old records out of it")
+            names.append(entry.name)
+    return names
 
 
 def load_record(path: Path) -> JobRecord:

@@ -31,6 +31,7 @@ from clusterkit import slurmclient
 from clusterkit.errors import SlurmUnreachable
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.slurmtext import last_line, parse_exit_code, split_record
+from clusterkit.slurmtext import lines as slurm_lines
 from clusterkit.tooltext import ParseFailure, clip, failure, first_line
 from clusterkit.vocab import JobState, is_job_id
 
@@ -92,7 +93,7 @@ def parse_sacct(text: str, fields: Sequence[str] | None = None, *,
     wrong number of fields fails the whole table, or is left out with ``skip_bad_rows``.
     """
     what = "sacct --parsable2"
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
+    lines = [ln for ln in slurm_lines(text) if ln.strip()]
     if fields is None:
         if not lines or ("|" not in lines[0] and lines[0].strip() != "JobID"):
             return failure(what, "no header line", text or "")
@@ -141,7 +142,7 @@ def parse_squeue(text: str, fields: Sequence[str] | None = None, sep: str = "|",
     ``squeue --noheader -o '%i|%T|...'`` with those (upper-case) field names, split on ``sep``.
     """
     what = "squeue"
-    lines = [ln for ln in (text or "").splitlines() if ln.strip()]
+    lines = [ln for ln in slurm_lines(text) if ln.strip()]
     rows: list[SqueueRow] = []
     if fields is None:
         if not lines or lines[0].split() != list(_SQUEUE_DEFAULT):
@@ -168,7 +169,7 @@ def parse_squeue(text: str, fields: Sequence[str] | None = None, sep: str = "|",
 
 def parse_scontrol_jobs(text: str) -> list[dict[str, str]]:
     """``scontrol -o show job`` (one job per line, ``Key=Value`` fields): one dict per job."""
-    jobs = [split_record(line) for line in text.splitlines()]
+    jobs = [split_record(line) for line in slurm_lines(text)]
     return [kv for kv in jobs if is_job_id(kv.get("JobId", ""))]
 
 

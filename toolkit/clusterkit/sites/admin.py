@@ -11,7 +11,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterkit.errors import ClusterkitError, ConfigError, InputError, SlurmUnreachable
+from clusterkit.errors import ClusterkitError, ConfigError, InputError, SlurmTextError, SlurmUnreachable
 from clusterkit.nodes.facts import NodeFacts, probe
 from clusterkit.nodes.runners import make_runner
 from clusterkit.sites import drift as D
@@ -19,6 +19,7 @@ from clusterkit.sites import writer as W
 from clusterkit.sites.create import Draft, pick_nodes, render
 from clusterkit.sites.facts import ClusterFacts, SlurmCommand, gather
 from clusterkit.slurmclient import require
+from clusterkit.tooltext import printable
 from clusterkit.vocab import PROBE_TRANSPORTS
 
 if TYPE_CHECKING:
@@ -100,15 +101,24 @@ def init_from_example(name: str, example: str) -> Draft:
 
 
 def _check_draft(draft: Draft) -> None:
-    """A draft that does not validate is a bug of ours: fail loudly, never write it."""
+    """A draft that does not validate is never written: Slurm reported facts no site can hold
+    (a GPU count past the schema's range, ...).  The error names the draft's line, not the
+    temp file it was checked in."""
     from clusterkit.config.load import load_file
 
+    _read_back(draft)
     with tempfile.TemporaryDirectory() as tmp:
         for file, text in draft.companions.items():
             Path(tmp, file).write_text(text, encoding="utf-8")
         site = Path(tmp, "draft.yaml")
         site.write_text(draft.text, encoding="utf-8")
-        load_file(site)
+        try:
+            load_file(site)
+        except ConfigError as exc:
+            first = exc.issues[0]
+            where = f"draft line {first.line}: " if first.line else ""
+            raise SlurmTextError(f"what Slurm reports makes no valid site: {where}"
+                                 f"{first.loc + ': ' if first.loc else ''}{first.message}") from None
 
 
 def write_companions(site_path: Path, draft: Draft) -> list[str]:
@@ -123,6 +133,30 @@ def write_companions(site_path: Path, draft: Draft) -> list[str]:
     return written
 
 
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _read_back(draft: Draft) -> None:
+    """Every value the draft took from Slurm or the nodes reads back as itself."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(draft.text)
+    except yaml.YAMLError as exc:
+        raise SlurmTextError(f"what Slurm reports makes no readable site: {printable(str(exc)).strip()}") from None
+    for path, want in draft.expected.items():
+        got: object = data
+        for key in path:
+            got = got.get(key) if isinstance(got, dict) else None
+        if got != want:
+            raise SlurmTextError(f"what Slurm reports makes no valid site: {'.'.join(path)} would read back as "
+                                 f"{got!r}, not {want!r}")
+
+
 def write_new(path: Path, text: str) -> None:
     """Write a new site file atomically; never overwrite one."""
     if path.exists():
@@ -133,7 +167,7 @@ def write_new(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o666 & ~_umask())  # as any new file: the umask decides
         os.link(tmp, path)  # fails if someone created it meanwhile: never clobber
     except FileExistsError:
         raise InputError(f"--out {path}: file exists") from None
@@ -243,10 +277,9 @@ def _check_one(site: Site, lines: D.Lines, facts: ClusterFacts, probe_with: str 
                runner_for: RunnerFactory, result: DriftRun) -> None:
     try:
         probed = _probe(site, site.nodes.hosts, probe_with, runner_for)
+        result.reports.append(D.check(site, lines, facts, probed))
     except ClusterkitError as exc:
         result.errors.append(exc)
-        return
-    result.reports.append(D.check(site, lines, facts, probed))
 
 
 def _edit(result: DriftRun, targets: list[tuple[str, Located]], *, apply: bool) -> None:
@@ -257,13 +290,17 @@ def _edit(result: DriftRun, targets: list[tuple[str, Located]], *, apply: bool) 
         if not edits:
             continue
         path = Path(site.source)
-        old = path.read_text(encoding="utf-8")
-        new = W.apply_edits(old, edits)
         shown = _display(path)
+        try:
+            old, newline = W.read_site_text(path)
+            new = W.apply_edits(old, edits)
+        except ConfigError as exc:
+            result.errors.append(ConfigError.single(shown, None, exc.issues[0].loc, exc.issues[0].message))
+            continue
         result.diffs[shown] = W.unified_diff(shown, old, new)
         if apply:
             try:
-                W.write_validated(path, new)
+                W.write_validated(path, new, newline)
             except ConfigError as exc:
                 result.errors.append(exc)
 

@@ -7,7 +7,6 @@ needs but nobody reported is written conservatively and marked ``# unverified``.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +18,9 @@ from clusterkit.nodes import sections as S
 from clusterkit.nodes.facts import NodeFacts
 from clusterkit.sites import slurm_text as T
 from clusterkit.sites.facts import ClusterFacts, group_types
+from clusterkit.sites.writer import emit
 from clusterkit.slurmtext import parse_time
+from clusterkit.tooltext import printable
 
 _FSTYPES = {"lustre": "lustre", "nfs": "nfs", "nfs4": "nfs", "gpfs": "gpfs"}
 
@@ -33,6 +34,7 @@ class Draft:
     unverified: list[str] = field(default_factory=list)
     unreachable: dict[str, str] = field(default_factory=dict)  # probed nodes that did not answer
     companions: dict[str, str] = field(default_factory=dict)  # partial files it extends: name -> text
+    expected: dict[tuple[str, ...], object] = field(default_factory=dict)  # key path -> value written
 
 
 class _Out:
@@ -40,10 +42,18 @@ class _Out:
         self.lines: list[str] = []
         self.missing: list[str] = []
         self.unverified: list[str] = []
+        self.expected: dict[tuple[str, ...], object] = {}
 
     def put(self, indent: int, text: str, why: str = "") -> None:
-        pad = "  " * indent + text
-        self.lines.append(f"{pad:<40} # {why}" if why else pad)
+        """One line; text from Slurm or nodes reaches comments only through printable (one line,
+        no control characters), values only through :meth:`value` (the YAML emitter)."""
+        pad = "  " * indent + (printable(text) if text.lstrip().startswith("#") else text)
+        self.lines.append(f"{pad:<40} # {printable(why)}" if why else pad)
+
+    def value(self, indent: int, path: str, value: object, why: str = "") -> None:
+        """``key: value`` written by the YAML emitter; the draft is read back against it."""
+        self.put(indent, f"{path.rsplit('.', 1)[-1]}: {emit(value, quoted=isinstance(value, str))}", why)
+        self.expected[tuple(path.split("."))] = value
 
     def todo(self, indent: int, key_path: str, text: str, why: str) -> None:
         self.put(indent, f"# {text}", why)
@@ -55,7 +65,7 @@ class _Out:
 
 
 def _q(value: str) -> str:
-    return json.dumps(value)
+    return emit(value, quoted=True)
 
 
 def pick_nodes(facts: ClusterFacts, partition: T.Partition | None, expr: str | None) -> list[T.Node]:
@@ -98,30 +108,30 @@ def render(name: str, facts: ClusterFacts, partition: T.Partition | None, nodes:
     _network(out, probed)
     _storage(out, probed)
     out.todo(0, "cost", "cost: {gpu_hour: 2.5, currency: USD}", "GPU-hour price: not known to Slurm")
-    return Draft("\n".join(out.lines) + "\n", out.missing, out.unverified)
+    return Draft("\n".join(out.lines) + "\n", out.missing, out.unverified, expected=out.expected)
 
 
 def _scheduler(out: _Out, facts: ClusterFacts, partition: T.Partition | None) -> None:
     out.put(0, "scheduler:")
     out.put(1, "kind: slurm")
     if facts.cluster:
-        out.put(1, f"cluster: {_q(facts.cluster)}", "ClusterName")
+        out.value(1, "scheduler.cluster", facts.cluster, "ClusterName")
     if partition is not None:
-        out.put(1, f"partition: {_q(partition.name)}")
+        out.value(1, "scheduler.partition", partition.name)
     out.todo(1, "scheduler.account", "account: ACCOUNT", "the account jobs are charged to: not in Slurm's config")
     limit = partition.max_time_s if partition else None
     default = parse_time(partition.default_time) if partition else None
     if partition is not None and default is not None and default != float("inf"):
-        out.put(1, f"time: {_q(partition.default_time)}", "partition DefaultTime")
+        out.value(1, "scheduler.time", partition.default_time, "partition DefaultTime")
     elif partition is not None and limit is not None and limit != float("inf"):
-        out.put(1, f"time: {_q(partition.max_time)}", "partition MaxTime")
+        out.value(1, "scheduler.time", partition.max_time, "partition MaxTime")
     else:
         out.guess(1, "scheduler.time", 'time: "01:00:00"', "the partition sets no time limit")
 
 
 def _nodes(out: _Out, nodes: Sequence[T.Node], first: T.Node, probed: Mapping[str, NodeFacts] | None) -> None:
     out.put(0, "nodes:")
-    out.put(1, f"nodelist: {_q(hostlist.fold(n.name for n in nodes))}", f"{len(nodes)} nodes")
+    out.value(1, "nodes.nodelist", hostlist.fold(n.name for n in nodes), f"{len(nodes)} nodes")
     smi = _probe_gpus(probed)
     if first.gpus:
         out.put(1, f"gpus_per_node: {first.gpus}", f"Gres={','.join(g.raw for g in first.gres)}")
@@ -133,7 +143,7 @@ def _nodes(out: _Out, nodes: Sequence[T.Node], first: T.Node, probed: Mapping[st
     # that name (T.gpu_model_token's rule), unverified: GRES type names are the admin's choice
     token = next((t for t in map(T.gpu_model_token, first.gpu_types) if t), None)
     if smi:
-        out.put(1, f"gpu_model: {_q(smi[1])}", "nvidia-smi")
+        out.value(1, "nodes.gpu_model", smi[1], "nvidia-smi")
     elif token:
         out.guess(1, "nodes.gpu_model", f"gpu_model: {_q(token)}",
                   f"from GRES type {first.gpu_types[0]} (vendor words and sizes dropped)")
@@ -175,7 +185,7 @@ def _software(out: _Out, probed: Mapping[str, NodeFacts] | None) -> None:
     drivers = sorted({v for nf in _reachable(probed) for v in nf.drivers}, key=lambda v: P.version_tuple(v) or ())
     if drivers:
         out.put(0, "software:")
-        out.put(1, f"driver_min: {_q(drivers[0])}", "lowest driver found on the probed nodes")
+        out.value(1, "software.driver_min", drivers[0], "lowest driver found on the probed nodes")
     else:
         out.put(0, "# software:")  # a section of comments only would be null, which the schema refuses
         out.todo(1, "software.driver_min", 'driver_min: "535.104"', "nvidia-smi reported no driver on the probed nodes"
@@ -203,10 +213,10 @@ def _network(out: _Out, probed: Mapping[str, NodeFacts] | None) -> None:
     out.put(1, f"fabric: {fabric}", f"link layer {', '.join(sorted(x or '?' for x in set().union(*layers.values())))}")
     if hcas:
         why = "HCAs present on every probed node" + (f", link layer {S.LINK_LAYERS[fabric]}" if known else "")
-        out.put(1, f"hcas: [{', '.join(hcas)}]", why)
+        out.value(1, "network.hcas", hcas, why)
     else:  # every HCA mixes link layers across ports or nodes: list them all, for the admin to pick
         hcas, others = list(layers), []
-        out.guess(1, "network.hcas", f"hcas: [{', '.join(hcas)}]",
+        out.guess(1, "network.hcas", f"hcas: {emit(hcas, quoted=False)}",
                   f"no HCA has only {S.LINK_LAYERS[fabric]} ports on every probed node")
     if others:
         named = ", ".join(f"{h} ({'/'.join(sorted(x or '?' for x in layers[h]))})" for h in others)
@@ -222,7 +232,7 @@ def _ifname(out: _Out, probed: Mapping[str, NodeFacts] | None, fabric: str) -> N
     names = [i.name for nf in _reachable(probed) for i in (nf.interfaces or ()) if i.kind == want and i.state == "up"]
     if names:
         kind = "IPoIB" if want == "infiniband" else "Ethernet"
-        out.put(1, f"socket_ifname: {_q(sorted(set(names))[0])}", f"an {kind} interface that is up")
+        out.value(1, "network.socket_ifname", sorted(set(names))[0], f"an {kind} interface that is up")
     else:
         out.todo(1, "network.socket_ifname", "socket_ifname: ib0", "NCCL's bootstrap interface: not found by the probe"
                  if probed else "run with --probe to list the interfaces")

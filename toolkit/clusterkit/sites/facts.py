@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from clusterkit import hostlist
-from clusterkit.errors import InputError
+from clusterkit.errors import InputError, SlurmTextError
 from clusterkit.sites import slurm_text as T
 from clusterkit.slurmclient import require
 
@@ -52,7 +52,11 @@ class ClusterFacts:
         """The nodes of a partition (all nodes for None), in Slurm's order."""
         if partition is None:
             return list(self.nodes.nodes)
-        members = set(hostlist.expand(partition.nodes)) if partition.nodes else set()
+        try:
+            members = set(hostlist.expand(partition.nodes)) if partition.nodes else set()
+        except hostlist.HostlistError as exc:
+            raise SlurmTextError(f"Slurm lists the nodes of partition {partition.name!r} as something that is "
+                                 f"not a plain host list: {exc}") from None
         return [n for n in self.nodes.nodes if n.name in members]
 
 

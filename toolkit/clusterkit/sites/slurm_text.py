@@ -13,7 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from clusterkit.hostlist import HostlistError, check_host
+from clusterkit.slurmtext import lines as slurm_lines
 from clusterkit.slurmtext import parse_time, split_record
+from clusterkit.tooltext import parse_int
 
 _NULL = {"(null)", "", "N/A", "none", "None"}
 
@@ -34,7 +37,7 @@ def _records(text: str, key: str) -> tuple[list[dict[str, str]], tuple[str, ...]
 def _join_continuations(text: str) -> list[str]:
     """Records of the multi-line form (indented continuation lines) joined into one line each."""
     records: list[str] = []
-    for line in (text or "").splitlines():
+    for line in slurm_lines(text):
         if not line.strip():
             continue
         if line[:1].isspace() and records:
@@ -89,7 +92,8 @@ def parse_gres(text: str) -> tuple[Gres, ...]:
         bare = re.sub(r"\([^()]*\)$", "", entry)
         parts = bare.split(":")
         m = _COUNT_RE.fullmatch(parts[-1]) if len(parts) > 1 else None
-        count = int(m.group(1)) * _MULT[m.group(2)] if m else None
+        digits = parse_int(m.group(1), max_digits=12) if m else None
+        count = digits * _MULT[m.group(2)] if m and digits is not None else None
         middle = [p for p in (parts[1:-1] if m else parts[1:]) if p not in ("(null)", "no_consume")]
         out.append(Gres(parts[0], middle[0] if middle else None, count, entry))
     return tuple(out)
@@ -129,7 +133,7 @@ class SlurmConfig:
 def parse_config(text: str) -> SlurmConfig:
     """Parse ``scontrol show config``: ``Key = value`` lines; headers and blank lines skipped."""
     values: dict[str, str] = {}
-    for line in (text or "").splitlines():
+    for line in slurm_lines(text):
         key, sep, value = line.partition("=")
         if sep and re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", key.strip()):
             values.setdefault(key.strip(), value.strip())
@@ -254,7 +258,7 @@ class Node:
         if len(whole) < len([g for g in self.gres if g.name == "gpu"]):
             return None  # MIG slices only: CfgTRES's gres/gpu counts the slices too
         tres = self.cfg_tres.get("gres/gpu", "")  # sites that track gres/gpu as a TRES (AccountingStorageTRES)
-        return int(tres) or None if tres.isdigit() else None
+        return parse_int(tres, max_digits=12) or None
 
     @property
     def gpu_types(self) -> tuple[str, ...]:
@@ -282,7 +286,7 @@ class Nodes:
 
 
 def _int(text: str | None) -> int | None:
-    return int(text) if text and text.isdigit() else None
+    return parse_int(text, max_digits=12) if text else None  # ASCII digits, bounded: "²" is no number
 
 
 def _node(kv: dict[str, str]) -> Node:
@@ -302,7 +306,20 @@ def _node(kv: dict[str, str]) -> Node:
 def parse_nodes(text: str) -> Nodes:
     """Parse ``scontrol show node -o`` (the multi-line form is joined first).
 
-    A line that is not a ``NodeName=`` record is kept in ``unparsed``.
+    A line that is not a ``NodeName=`` record, or whose node name is not a host name, is kept in
+    ``unparsed``.
     """
     records, unparsed = _records(text, "NodeName")
-    return Nodes(tuple(_node(kv) for kv in records), unparsed)
+    named = [kv for kv in records if _host_name(kv["NodeName"])]
+    bad = tuple(kv["NodeName"] for kv in records if not _host_name(kv["NodeName"]))
+    return Nodes(tuple(_node(kv) for kv in named), unparsed + bad)
+
+
+def _host_name(name: str) -> bool:
+    """A node name that is a host name: anything else (bytes that were not UTF-8, spaces) is
+    never written into a site's nodelist."""
+    try:
+        check_host(name)
+    except HostlistError:
+        return False
+    return True

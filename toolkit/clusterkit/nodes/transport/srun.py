@@ -10,10 +10,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from clusterkit import slurmclient
+from clusterkit.tooltext import parse_int
 
 from .base import (
     DEFAULT_COMMAND_TIMEOUT_S,
     DEFAULT_FANOUT,
+    MAX_OUTPUT_BYTES,
     ErrorKind,
     NodeOutput,
     ResultCallback,
@@ -22,6 +24,11 @@ from .base import (
     _one_line,
     _unique,
 )
+
+LINE_MAX_BYTES = 1 << 20    # one output line kept whole up to this; longer lines lose their middle
+_LINE_TAIL_BYTES = 4096     # ... but keep their end, where the wrapper's markers are
+_SRUN_MESSAGES = 200        # srun's own (unlabelled) lines kept
+_EVENTS = 1024              # lines in flight between the reader threads and the step
 
 
 class SrunRunner:
@@ -34,7 +41,11 @@ class SrunRunner:
     output line with the task, so the outputs are told apart without a shared filesystem.
     Outside an allocation srun asks Slurm for one, as srun does.  ``fanout`` is ignored
     (Slurm launches all tasks at once).  Output is line based: a missing final newline
-    is kept, but stdout and stderr lose their relative order.
+    is kept, but stdout and stderr lose their relative order.  What a node prints is bounded
+    as over SSH: :data:`MAX_OUTPUT_BYTES` per stream per node (the rest dropped, the result
+    ``truncated``), one line at most :data:`LINE_MAX_BYTES` (its middle dropped).  Every host
+    gets a result, and ``on_result`` is called for each (but those cut off by Ctrl-C): a node
+    whose task never answered is a LAUNCH or COMMAND_TIMEOUT failure, never left out.
     """
 
     name = "srun"
@@ -87,8 +98,13 @@ class SrunRunner:
             interrupted = True
         finally:
             step.stop()
-        return RunResults(((h, step.result(h, timeout, interrupted)) for h in hosts),
-                          interrupted=interrupted, wall_s=time.monotonic() - t0)
+        results = RunResults(((h, step.result(h, timeout, interrupted)) for h in hosts),
+                             interrupted=interrupted, wall_s=time.monotonic() - t0)
+        if on_result is not None:  # nodes that never finished are results too
+            for host, res in results.items():
+                if host not in step.done and res.error is not ErrorKind.INTERRUPTED:
+                    on_result(res)
+        return results
 
 
 class _SrunStep:
@@ -101,12 +117,15 @@ class _SrunStep:
         self.task_host: dict[str, str] = {}           # task label -> node name
         self.out: dict[str, list[str]] = {}           # task label -> stdout lines
         self.err: dict[str, list[str]] = {}           # task label -> stderr lines
+        self.kept: dict[tuple[str, bool], int] = {}   # (label, is_stdout) -> bytes kept
+        self.cut: set[str] = set()                    # labels whose output was cut
         self.status: dict[str, int] = {}              # task label -> exit status
         self.ends: dict[str, set[bool]] = {}          # task label -> streams that ended
         self.srun_err: list[str] = []                 # srun's own messages
         self.t0 = time.monotonic()
         self.done: dict[str, NodeOutput] = {}
-        self.events: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.events: queue.Queue[str] = queue.Queue(maxsize=_EVENTS)  # bounded: readers wait
+        self.closing = threading.Event()
         self.proc: subprocess.Popen[bytes] | None = None
         self.launch_error = ""
         self.timed_out = False
@@ -122,9 +141,32 @@ class _SrunStep:
         threading.Thread(target=self._read, args=(self.proc.stderr, False), daemon=True).start()
 
     def _read(self, stream: Any, is_stdout: bool) -> None:
-        for raw in stream:
-            self.events.put(("o" if is_stdout else "e") + _decode(raw).rstrip("\n"))
-        self.events.put("x")
+        """Hand srun's lines to the step, each at most LINE_MAX_BYTES (head and tail kept)."""
+        tag = "o" if is_stdout else "e"
+        head, tail, cut = bytearray(), b"", False
+        for chunk in iter(lambda: stream.readline(65536), b""):
+            if len(head) < LINE_MAX_BYTES:
+                head += chunk
+            else:
+                cut, tail = True, (tail + chunk)[-_LINE_TAIL_BYTES:]
+            if chunk.endswith(b"\n"):
+                self._put(tag, head, tail, cut)
+                head, tail, cut = bytearray(), b"", False
+        if head:
+            self._put(tag, head, tail, cut)
+        self._put_event("x")
+
+    def _put(self, tag: str, head: bytes | bytearray, tail: bytes, cut: bool) -> None:
+        raw = bytes(head) + (b" [...] " + tail if cut else b"")
+        self._put_event(("C" if cut else "") + tag + _decode(raw).rstrip("\n"))
+
+    def _put_event(self, event: str) -> None:
+        while not self.closing.is_set():
+            try:
+                self.events.put(event, timeout=0.5)
+                return
+            except queue.Full:
+                continue
 
     def wait(self, limit_s: float) -> None:
         """Consume output until srun's streams close or ``limit_s`` passes."""
@@ -143,48 +185,68 @@ class _SrunStep:
                 continue
             if ev == "x":
                 closed += 1
-            else:
-                self._line(ev[0] == "o", ev[1:])
+                continue
+            cut = ev[0] == "C"
+            ev = ev[1:] if cut else ev
+            self._line(ev[0] == "o", ev[1:], cut)
 
-    def _line(self, is_stdout: bool, line: str) -> None:
+    def _line(self, is_stdout: bool, line: str, cut: bool = False) -> None:
         label, sep, text = line.partition(": ")
         label = label.strip()
-        if not sep or not label.isdigit():
-            if line.strip():
-                self.srun_err.append(line)  # srun's own messages are not labelled
+        if not sep or parse_int(label, max_digits=9) is None:
+            if line.strip() and len(self.srun_err) < _SRUN_MESSAGES:
+                self.srun_err.append(line[:1000])  # srun's own messages are not labelled
             return
-        mark = text.find(self.marker + " ")
+        if cut:
+            self.cut.add(label)
+        mark = text.rfind(self.marker + " ")
         if mark < 0:
-            (self.out if is_stdout else self.err).setdefault(label, []).append(text + "\n")
+            self._keep(label, is_stdout, text + "\n")
             return
-        before, _, rest = text[:mark], None, text[mark + len(self.marker) + 1:]
+        before, rest = text[:mark], text[mark + len(self.marker) + 1:]
         word, _, value = rest.partition(" ")
         if before:  # the script's last line had no newline
-            (self.out if is_stdout else self.err).setdefault(label, []).append(before)
+            self._keep(label, is_stdout, before)
         if word == "node":
-            self.task_host[label] = value.strip()
+            self.task_host.setdefault(label, value.strip())  # the wrapper's line comes first
         elif word == "exit":
             ends = self.ends.setdefault(label, set())
             ends.add(is_stdout)
-            self.status[label] = int(value) if value.strip().lstrip("-").isdigit() else -1
+            status = parse_int(value.strip(), max_digits=3, signed=True)
+            self.status[label] = -1 if status is None else status
             if len(ends) == 2 and label in self.task_host:
                 self._finish(self.task_host[label], label)
+
+    def _keep(self, label: str, is_stdout: bool, text: str) -> None:
+        """Keep a node's output within MAX_OUTPUT_BYTES per stream; mark the rest as cut."""
+        key = (label, is_stdout)
+        kept = self.kept.get(key, 0)
+        size = len(text.encode("utf-8", errors="replace"))
+        if kept + size > MAX_OUTPUT_BYTES:
+            self.cut.add(label)
+            return
+        self.kept[key] = kept + size
+        (self.out if is_stdout else self.err).setdefault(label, []).append(text)
 
     def _finish(self, host: str, label: str) -> None:
         rc = self.status[label]
         out, err = "".join(self.out.get(label, [])), "".join(self.err.get(label, []))
         dt = time.monotonic() - self.t0
+        cut = label in self.cut
+        if host in self.done:  # a second task claiming the same node: the first one stands
+            return
         if rc == 124:  # coreutils timeout's "timed out" status
             res = NodeOutput(host, None, out, err, ErrorKind.COMMAND_TIMEOUT,
-                             "command still running at its timeout; killed on the node", dt)
+                             "command still running at its timeout; killed on the node", dt, cut)
         else:
-            res = NodeOutput(host, rc, out, err, duration_s=dt)
+            res = NodeOutput(host, rc, out, err, duration_s=dt, truncated=cut)
         self.done[host] = res
         if self.on_result is not None:
             self.on_result(res)
 
     def stop(self) -> None:
         """End srun if it still runs (TERM ends the step; KILL if it lingers)."""
+        self.closing.set()  # reader threads stop handing lines over
         if self.proc is not None:
             slurmclient.stop(self.proc)
 
