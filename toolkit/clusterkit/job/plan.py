@@ -289,7 +289,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     _check_preemption(site, launch, spec, time, max_restarts)
     cpus, omp = cpu_share(site, s, gpn, launch)
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
-                       omp_threads=omp)
+                       omp_threads=omp, container=use_container)
     if launch.check_env is not None:
         launch.check_env(env)
     _check_run_dir_shared(site, request.run_dir, nnodes)  # last: the request is sound, is its place?

@@ -220,6 +220,11 @@ def srun_options(plan: Plan) -> list[str]:
         # without a container, so a relative `python train.py` finds the script
         opts.append("--container-mounts=" + shell_quote(",".join(container_mounts(plan))) + ',"$PWD"')
         opts.append('--container-workdir="$PWD"')
+        # the image's own environment beats the job's exports of the same name (NGC images set
+        # NCCL_* values): pyxis takes these names from the job's environment instead
+        names = [v.name for v in plan.env]
+        if names:
+            opts.append("--container-env=" + shell_quote(",".join(names)))
     return opts
 
 
@@ -242,6 +247,8 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "env": plan.env,
         "launch_include": LAUNCH_INCLUDE[in_step(plan)],
         "launch_how": launch_how(plan),
+        # RDMA across nodes: the job raises its locked-memory limit (templates/job-limits.j2)
+        "rdma": site.network.fabric != "ethernet" and plan.stage != "single-node",
     }
     out: dict[str, str] = {}
     out["job.sbatch"] = draw(ENTRY[plan.slurm], ctx)
