@@ -13,6 +13,7 @@ committed so the lab needs no generation step.
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -42,6 +43,16 @@ class Node:
     hcas: int = 8
     link_layer: str = "InfiniBand"
     rate: str = "400 Gb/sec (4X NDR)"
+    memlock: tuple[str, str] = ("unlimited", "unlimited")  # soft, hard (bytes)
+    gids: dict[int, dict[int, tuple[str, str]]] = field(default_factory=dict)  # HCA -> index -> (type, gid)
+    ifaces: dict[str, tuple[str, ...]] | None = None  # fake `ip`: interface -> IPv4 addresses
+
+
+# the kernel's GID type names (drivers/infiniband/core/cache.c) and IPv4-mapped GIDs of 10.1.0.17
+V2_GID = ("RoCE v2", "0000:0000:0000:0000:0000:ffff:0a01:0011")
+V1_GID = ("IB/RoCE v1", "0000:0000:0000:0000:0000:ffff:0a01:0011")
+V6_GID = ("RoCE v2", "fe80:0000:0000:0000:0e42:a1ff:fe5e:7c10")
+_ROCE = dict(gpus=4, gpu_name="NVIDIA A100-SXM4-80GB", hcas=2, link_layer="Ethernet", rate="200 Gb/sec (4X HDR)")
 
 
 PROFILE_NODES: dict[str, Node] = {
@@ -55,8 +66,40 @@ PROFILE_NODES: dict[str, Node] = {
     "hung_mount": Node(hung_path="/lustre/scratch"),
     "hung_command": Node(hung_command=True),
     # a RoCE node: two ConnectX-6 Dx ports on Ethernet, 200 Gb/s
-    "roce": Node(gpus=4, gpu_name="NVIDIA A100-SXM4-80GB", hcas=2, link_layer="Ethernet", rate="200 Gb/sec (4X HDR)"),
+    "roce": Node(**_ROCE, gids={0: {3: V2_GID}, 1: {3: V2_GID}}, ifaces={"bond0": ("10.1.0.17",)}),  # type: ignore[arg-type]
+    # index 3 is RoCE v1 on mlx5_0 and an IPv6 GID on mlx5_1: a pinned NCCL_IB_GID_INDEX=3 hangs
+    "roce_bad_gid": Node(**_ROCE, gids={0: {3: V1_GID}, 1: {3: V6_GID}},  # type: ignore[arg-type]
+                         ifaces={"bond0": ("10.1.0.18",)}),
+    # the bond is up but has no IPv4 address; memlock is the distribution's 64 KiB, soft and hard
+    "roce_no_ipv4": Node(**_ROCE, gids={0: {3: V2_GID}, 1: {3: V2_GID}}, ifaces={"bond0": ()},  # type: ignore[arg-type]
+                         memlock=("65536", "65536")),
 }
+
+# /proc/self/limits as captured (tests/data/preflight/proc_self_limits.txt), the locked-memory row per profile
+LIMITS_CAPTURE = Path(__file__).resolve().parents[1] / "data" / "preflight" / "proc_self_limits.txt"
+
+
+def _limits(soft: str, hard: str) -> str:
+    return re.sub(r"(?m)^(Max locked memory\s+)\S+(\s+)\S+(\s+bytes)",
+                  lambda m: f"{m.group(1)}{soft:<21}{hard:<21}bytes", LIMITS_CAPTURE.read_text())
+
+
+def _ip(name: str, ifaces: dict[str, tuple[str, ...]]) -> str:
+    """A fake ``ip`` answering ``ip -o -4 addr show dev IF`` as iproute2 does (captured format)."""
+    cases = []
+    for i, (ifname, addrs) in enumerate(sorted(ifaces.items()), start=3):
+        lines = "".join(f"{i}: {ifname}    inet {a}/16 brd 10.1.255.255 scope global {ifname}\\       "
+                        "valid_lft forever preferred_lft forever\n" for a in addrs)
+        cases.append(f"{ifname}) printf '%s' '{lines}' ;;")
+    return f"""#!/bin/bash
+# fake ip (profile {name}): `ip -o -4 addr show dev IF` for {', '.join(sorted(ifaces))}
+[ "$1 $2 $3 $4 $5" = "-o -4 addr show dev" ] || {{ echo "fake ip: only -o -4 addr show dev IF" >&2; exit 2; }}
+case "$6" in
+{chr(10).join(cases)}
+*) echo 'Device "'"$6"'" does not exist.' >&2; exit 1 ;;
+esac
+"""
+
 
 
 def _query_rows(n: Node) -> str:
@@ -164,6 +207,12 @@ def make_profile(name: str, n: Node, dest: Path = PROFILES) -> None:
         _write(port / "phys_state", "3: Disabled\n" if down else "5: LinkUp\n")
         _write(port / "rate", "10 Gb/sec (4X SDR)\n" if down else f"{n.rate}\n")
         _write(port / "link_layer", f"{n.link_layer}\n")
+        for index, (gid_type, gid) in n.gids.get(i, {}).items():
+            _write(port / "gid_attrs" / "types" / str(index), f"{gid_type}\n")
+            _write(port / "gids" / str(index), f"{gid}\n")
+    _write(root / "proc" / "self" / "limits", _limits(*n.memlock))
+    if n.ifaces is not None:
+        _write(d / "bin" / "ip", _ip(name, n.ifaces), 0o755)
     _write(root / "sys" / "module" / "nvidia_peermem" / "refcnt", "0\n")
     _write(root / "proc" / "mounts", _mounts(n))
     for path in ("lustre/scratch", "home"):

@@ -64,6 +64,14 @@ def _print(report: dict[str, Any]) -> None:
         if i == 0:
             for a in v["advice"]:
                 say(f"  advice: {a}")
+    fr = report.get("flight_recorder") or {}
+    for f in fr.get("findings", []):
+        head = f"restart {f['restart']}: " if len(report["restarts"]) > 1 else ""
+        say(f"  {head}flight recorder: {f['summary']}")
+    if fr.get("dumps"):
+        say(f"  flight recorder: {fr['dumps']} dump(s) read" + ("" if fr.get("findings") else ", every rank in step"))
+    for e in fr.get("unreadable", []):
+        say(f"  flight recorder: could not read {e}")
     files = report["files"]
     say(f"read {files['read']} file(s), {files['bytes']} bytes"
         + (f"; {len(files['cut'])} cut at {files['max_bytes_per_file'] >> 20} MiB" if files["cut"] else ""))

@@ -20,7 +20,7 @@ from clusterkit.vocab import Launcher, ProbeTransport, SchedulerKind, Stage, che
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 #: ``nccl.env`` takes communication settings only: names with these prefixes ...
-NCCL_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "FI_", "GLOO_")
+NCCL_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "FI_", "GLOO_", "TORCH_FR_", "OFI_NCCL_")
 #: ... and these names (what NCCL's performance depends on outside its own namespace).
 NCCL_ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "TORCH_DISTRIBUTED_DEBUG")
 
@@ -288,19 +288,22 @@ class RoCE(_Model):
 class Network(_Model):
     """The fabric NCCL runs over, and the interfaces that carry it."""
 
-    fabric: Literal["infiniband", "roce", "ethernet"] = "ethernet"
+    fabric: Literal["infiniband", "roce", "ethernet", "efa"] = "ethernet"
     hcas: list[str] = Field(default_factory=list, validate_default=True)
     port_rate_gbps: int | None = Field(None, gt=0)
     socket_ifname: str | None = None
     rail_optimized: bool = False
+    spine_oversubscribed: bool = Field(False, description="rails joined by an oversubscribed spine: NCCL rings "
+                                       "stay on their rail (NCCL_CROSS_NIC=0)")
     roce: RoCE | None = None
 
     @field_validator("hcas")
     @classmethod
     def _hcas(cls, v: list[str], info: ValidationInfo) -> list[str]:
         fabric = info.data.get("fabric")
-        if fabric == "ethernet" and v:
-            raise ValueError("HCAs listed but fabric is ethernet: HCAs are for infiniband or roce fabrics")
+        if fabric in ("ethernet", "efa") and v:
+            raise ValueError(f"HCAs listed but fabric is {fabric}: HCAs are for infiniband or roce fabrics"
+                             + (" (the aws-ofi-nccl plugin finds the EFA devices itself)" if fabric == "efa" else ""))
         if fabric in ("infiniband", "roce") and not v:
             raise ValueError(f"fabric {fabric} needs at least one HCA (e.g. [mlx5_0, mlx5_1])")
         return v

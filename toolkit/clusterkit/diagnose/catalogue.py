@@ -322,7 +322,8 @@ ADVICE = {
     "nccl-timeout": [
         "look at the rank that is behind: its own log holds the real cause (a hang, a slow disk, a dataloader)",
         "NCCL_DEBUG=INFO (submit --debug) shows which collective each rank reached",
-        "TORCH_NCCL_ASYNC_ERROR_HANDLING=1 turns a silent hang into this error instead of waiting forever",
+        "the flight recorder's dumps (logs/fr-<job>.r<restart>.rank<N>, read by doctor) name the collective "
+        "each rank reached; TORCH_NCCL_ASYNC_ERROR_HANDLING needs no setting (torch's default, 3, ends the ranks)",
     ],
     "rendezvous": [
         "the rendezvous host is the first node of the allocation: check it with clusterkit preflight --nodelist NODE",

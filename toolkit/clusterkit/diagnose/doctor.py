@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterkit.diagnose import catalogue, reader, verdict
+from clusterkit.diagnose import catalogue, flight, reader, verdict
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SlurmUnreachable, SubmitError
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.logs import log_files
@@ -58,8 +58,9 @@ def diagnose_logs(paths: Sequence[Path], bar: ProgressBar | None = None) -> Diag
     if not files:
         raise LogsUnreadable(f"no log files to read in {', '.join(map(str, paths))}")
     report = _scan(files, None, None, bar)
-    if report["files"]["read"] == 0:
-        raise LogsUnreadable("; ".join(report["files"]["unreadable"]))
+    fr = report["flight_recorder"]
+    if report["files"]["read"] == 0 and not fr["dumps"]:
+        raise LogsUnreadable("; ".join(report["files"]["unreadable"] + fr["unreadable"]))
     return Diagnosis(report, list(missing))
 
 
@@ -71,7 +72,7 @@ def diagnose_job(ref: str, bar: ProgressBar | None = None, store: RecordStore | 
         rec = store.find(ref)
     except RecordError as exc:  # for doctor, exit 1 means "a failure was diagnosed": a bad JOB is usage
         raise InputError(str(exc)) from exc
-    files = log_files(rec)
+    files = log_files(rec) + flight.job_dumps(Path(rec.run_dir), rec.job_id)
     view, slurm, err = None, None, None
     try:
         view, slurm = slurm_view(rec, SlurmQuery())
@@ -96,7 +97,10 @@ def diagnose_job(ref: str, bar: ProgressBar | None = None, store: RecordStore | 
 
 def diagnose_files(files: Sequence[Path], view: verdict.SlurmView | None = None, *, job: str | None = None,
                    progress: Progress | None = None) -> dict[str, Any]:
-    """The doctor report over ``files`` (and Slurm's view of the newest run, if known)."""
+    """The doctor report over ``files`` (and Slurm's view of the newest run, if known); the
+    flight-recorder dumps among them are read apart (:mod:`~clusterkit.diagnose.flight`)."""
+    dumps = [f for f in files if flight.is_dump(f)]
+    files = [f for f in files if not flight.is_dump(f)]
     scans = reader.scan_files(files, progress)
     atts = verdict.attempts(s for s in scans if s.error is None)
     if not atts:
@@ -118,6 +122,7 @@ def diagnose_files(files: Sequence[Path], view: verdict.SlurmView | None = None,
                   "unreadable": [s.error for s in scans if s.error],
                   "cut": [s.path for s in scans if s.cut], "max_bytes_per_file": reader.FILE_MAX_BYTES},
         "engine": reader.ENGINE,
+        "flight_recorder": flight.read(dumps),
     }
 
 

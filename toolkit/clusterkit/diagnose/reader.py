@@ -52,6 +52,8 @@ _RESTART = re.compile(r"clusterkit: job \d+ on \S+ \(restart (\d{1,9}) of at mos
 # <job>.r<restart>.<node or rankN>.out, as clusterkit's job script names srun's logs
 _NAME = re.compile(r"^(?P<job>\d+)\.r(?P<restart>\d{1,9})\.(?P<who>.+)\.(?:out|err|log)$")
 _OLD_NAME = re.compile(r"^(?P<job>\d+)\.(?P<who>[^.]+)\.(?:out|err|log)$")
+# nccl-<job>.r<restart>.<host>.<pid>.log: NCCL_DEBUG_FILE as clusterkit's --debug names it
+_NCCL_NAME = re.compile(r"^nccl-(?P<job>\d+)\.r(?P<restart>\d+)\.(?P<who>.+)\.\d+\.log$")
 
 
 def _compile_trigger() -> Any:
@@ -153,8 +155,9 @@ def _node(scan: FileScan, f: lines.LineFacts, slurm: bool) -> str | None:
 
 
 def name_facts(path: Path) -> tuple[int | None, str | None, int | None]:
-    """(restart, node, rank) that clusterkit's log names carry: ``123.r1.node4.out``, ``123.r0.rank5.out``."""
-    m = _NAME.match(path.name) or _OLD_NAME.match(path.name)
+    """(restart, node, rank) that clusterkit's log names carry: ``123.r1.node4.out``, ``123.r0.rank5.out``,
+    ``nccl-123.r0.node4.5678.log`` (``--debug``'s NCCL log of one process)."""
+    m = _NCCL_NAME.match(path.name) or _NAME.match(path.name) or _OLD_NAME.match(path.name)
     if not m:
         return None, None, None
     restart = int(m.group("restart")) if "restart" in m.groupdict() and m.group("restart") else None

@@ -454,7 +454,8 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     _check_preemption(site, launch, spec, time, max_restarts)
     cpus, omp = cpu_share(site, s, gpn, launch)
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
-                       omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env])
+                       omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],
+                       container=use_container)
     _check_job(site, r, launch, nnodes, use_container)
     if launch.check_env is not None:
         launch.check_env(env)

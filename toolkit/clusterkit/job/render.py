@@ -123,6 +123,8 @@ def environment(override_dir: str | None) -> jinja2.Environment:
 def env_word(var: EnvVar) -> str:
     """An environment value as one shell word: a job's own value keeps its ``${SLURM_*}``/``${CK_*}``
     references for the shell that exports it; every other value is literal."""
+    if var.shell is not None:   # a policy value that expands at run time (per-job log names)
+        return var.shell
     return jobenv.shell_word(var.value) if var.source == "job" else shell_quote(var.value)
 
 
@@ -277,8 +279,11 @@ def srun_options(plan: Plan) -> list[str]:
         # without a container, so a relative `python train.py` finds the script
         opts.append("--container-mounts=" + shell_quote(",".join(container_mounts(plan))) + ',"$PWD"')
         opts.append('--container-workdir="$PWD"')
-        if c.env:
-            opts.append("--container-env=" + shell_quote(",".join(c.env)))
+        # the image's own environment beats the job's exports of the same name (NGC images set
+        # NCCL_* values): pyxis takes these names from the job's environment instead
+        names = list(dict.fromkeys([v.name for v in plan.env] + list(c.env)))
+        if names:
+            opts.append("--container-env=" + shell_quote(",".join(names)))
         if c.name:
             opts.append("--container-name=" + shell_quote(c.name))
         if c.mount_home is not None:
@@ -344,6 +349,8 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "made_by": made_by(plan),
         "runs": " ".join(comment_word(w) for w in plan.launch.command),
         "choices": [_CONTROL.sub("?", c.worded()) for c in planning.choices(plan)],
+        # RDMA across nodes: the job raises its locked-memory limit (templates/job-limits.j2)
+        "rdma": site.network.fabric != "ethernet" and plan.stage != "single-node",
     }
     out: dict[str, str] = {}
     out["job.sbatch"] = draw(ENTRY[plan.slurm], ctx)

@@ -163,13 +163,108 @@ def parse_modules(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
+# ---------------------------------------------------------------------------------------------
+# locked memory, interface addresses, RoCE GIDs
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One ``/proc/<pid>/limits`` row: soft and hard, None meaning unlimited."""
+
+    soft: int | None
+    hard: int | None
+
+
+def parse_memlock(text: str) -> Limit | ParseFailure:
+    """The ``Max locked memory`` row of ``/proc/self/limits`` (bytes, or ``unlimited``)."""
+    for line in (text or "").splitlines():
+        m = re.match(r"^Max locked memory\s+(\S+)\s+(\S+)\s+bytes\s*$", line)
+        if m:
+            vals = [None if v == "unlimited" else int(v) if v.isdigit() else -1 for v in m.groups()]
+            if -1 in vals:
+                return failure("/proc/self/limits", f"unreadable locked-memory limit: {line.strip()}", text)
+            return Limit(vals[0], vals[1])
+    return _tool_error("/proc/self/limits", text, ("cat:",)) or failure(
+        "/proc/self/limits", "no 'Max locked memory' row", text)
+
+
+@dataclass(frozen=True)
+class IfAddr:
+    """What ``ip -o -4 addr show dev IF`` says of one interface."""
+
+    exists: bool
+    addrs: tuple[str, ...]
+
+
+def parse_ipv4(text: str) -> IfAddr | ParseFailure:
+    """The IPv4 addresses of ``ip -o -4 addr show dev IF`` (``3: ib0    inet 10.0.0.17/16 ...``):
+    none when the interface has none; ``exists=False`` on iproute2's ``Device "X" does not exist.``"""
+    addrs: list[str] = []
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        if re.match(r'^Device ".*" does not exist\.\s*$', line):
+            return IfAddr(False, ())
+        m = re.match(r"^\d+:\s+\S+\s+inet\s+(\d{1,3}(?:\.\d{1,3}){3})(?:/\d+)?\s", line)
+        if m:
+            addrs.append(m.group(1))
+        else:
+            return failure("ip -o -4 addr show", first_line(line)[:200], text)
+    return IfAddr(True, tuple(addrs))
+
+
+@dataclass(frozen=True)
+class Gid:
+    """One GID table entry of a port: its type (``RoCE v2``, ``IB/RoCE v1``) and value."""
+
+    hca: str
+    port: int
+    index: int
+    type: str | None
+    gid: str | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.hca} port {self.port} GID {self.index}"
+
+    @property
+    def ipv4_mapped(self) -> bool:
+        return bool(self.gid and self.gid.lower().startswith("0000:0000:0000:0000:0000:ffff:"))
+
+
+_GID_LINE = re.compile(r"^.*?/sys/class/infiniband/([^/]+)/ports/(\d+)/(gid_attrs/types|gids)/(\d+):(.*)$")
+
+
+def parse_gids(text: str) -> tuple[Gid, ...] | ParseFailure:
+    """``grep -H`` over ``gid_attrs/types/N`` and ``gids/N`` of every port (the sysfs the
+    kernel's ``show_gids`` reads); an unset entry has no type (the kernel refuses the read)."""
+    found: dict[tuple[str, int, int], dict[str, str]] = {}
+    for line in (text or "").splitlines():
+        if not line.strip():
+            continue
+        m = _GID_LINE.match(line)
+        if not m:
+            return failure("GID sysfs", f"unexpected line: {line.strip()[:120]}", text)
+        hca, port, kind, index, value = m.groups()
+        found.setdefault((hca, int(port), int(index)), {})["type" if kind.startswith("gid_attrs") else "gid"] = \
+            value.strip()
+    return tuple(Gid(h, p, i, v.get("type"), v.get("gid")) for (h, p, i), v in sorted(found.items()))
+
+
 __all__ = [
     "DiskSpace",
+    "Gid",
+    "IfAddr",
+    "Limit",
     "Mount",
     "ParseFailure",
     "find_mount",
     "first_line",
     "parse_df",
+    "parse_gids",
+    "parse_ipv4",
+    "parse_memlock",
     "parse_modules",
     "parse_mounts",
     "version_at_least",

@@ -121,3 +121,21 @@ _NET = ('for d in "$CK_ROOT"/sys/class/net/*; do [ -r "$d/type" ] && '
 def net_section() -> Section:
     """The network interfaces: ``name type operstate`` lines (:func:`~clusterkit.nodes.facts.parse_interfaces`)."""
     return Section("net", _NET, _READ_TIMEOUT_S)
+
+
+def limits_section() -> Section:
+    """The shell's resource limits (:func:`~clusterkit.nodes.parsers.parse_memlock` reads the
+    locked-memory row): what a process started from here, as a rank is, inherits."""
+    return Section("limits", 'cat "$CK_ROOT/proc/self/limits"', _READ_TIMEOUT_S)
+
+
+def gid_section(index: int) -> Section:
+    """GID type and value at ``index`` on every RDMA port (:func:`~clusterkit.nodes.parsers.parse_gids`)."""
+    n = int(index)   # a site's network.roce.gid_index: 0-255, never text
+    globs = " ".join(f'"$CK_ROOT"/sys/class/infiniband/*/ports/*/{kind}/{n}' for kind in ("gid_attrs/types", "gids"))
+    return Section("gid", f"grep -H '' {globs} 2>/dev/null; true", _READ_TIMEOUT_S)
+
+
+def ipv4_section(ifname: str) -> Section:
+    """The IPv4 addresses of one interface (:func:`~clusterkit.nodes.parsers.parse_ipv4`)."""
+    return Section("ifaddr", f"ip -o -4 addr show dev {shlex.quote(ifname)} 2>&1", _READ_TIMEOUT_S)

@@ -63,6 +63,8 @@ class Expectations:
     port_rate_gbps: float | None = None
     storage: tuple[StorageExpect, ...] = ()
     command_timeout_s: float = 30.0
+    socket_ifname: str | None = None
+    gid_index: int | None = None  # network.roce.gid_index, when pinned
 
     @classmethod
     def from_site(cls, site: Site, stage: str) -> Expectations:
@@ -79,6 +81,8 @@ class Expectations:
             port_rate_gbps=site.network.port_rate_gbps,
             storage=storage,
             command_timeout_s=float(site.ssh.command_timeout_s),
+            socket_ifname=site.network.socket_ifname,
+            gid_index=site.network.roce.gid_index if site.network.roce else None,
         )
 
 
@@ -246,6 +250,58 @@ def _ib_checks(e: Expectations) -> list[Check]:
     return checks
 
 
+def _judge_memlock(lim: P.Limit, _: SectionOutput) -> Verdict:
+    # ibv_reg_mr pins every buffer NCCL registers; under a low memlock limit it fails (or NCCL
+    # falls back to slower paths).  The job raises the soft limit to the hard one itself.
+    def kib(v: int) -> str:
+        return f"{v // 1024:,} KiB"
+
+    if lim.hard is not None:
+        return Verdict(False, f"locked memory limited to {kib(lim.hard)} (hard limit): RDMA cannot register "
+                              "large buffers; set memlock unlimited (limits.conf, slurmd's LimitMEMLOCK)")
+    if lim.soft is not None:
+        return Verdict(True, f"locked memory {kib(lim.soft)}, hard limit unlimited: the job raises it")
+    return Verdict(True, "locked memory unlimited")
+
+
+def _gid_checks(e: Expectations) -> list[Check]:
+    index = e.gid_index
+
+    def gid(entries: tuple[P.Gid, ...], _: SectionOutput) -> Verdict:
+        bad: list[str] = []
+        for spec in e.hcas:
+            hca, _sep, port = spec.partition(":")
+            mine = [g for g in entries if g.hca == hca and (not port or str(g.port) == port)]
+            if not mine:
+                bad.append(f"{spec} GID {index} unset")
+            for g in mine:
+                if g.type is None or g.gid is None:
+                    bad.append(f"{g.label} unset")
+                elif g.type != "RoCE v2":
+                    bad.append(f"{g.label} is {g.type}, not RoCE v2")
+                elif not g.ipv4_mapped:
+                    bad.append(f"{g.label} is {g.gid}, not IPv4-mapped")
+        return Verdict(not bad, f"GID {index} is RoCE v2, IPv4-mapped on {', '.join(e.hcas)}" if not bad
+                       else ", ".join(bad) + " (NCCL_IB_GID_INDEX would hang or fail with RETRY_EXC_ERR)")
+
+    return [Check("roce.gid", "gid", P.parse_gids, gid, requires="ib.hcas",
+                  describe="network.roce.gid_index is RoCE v2 and IPv4-mapped on every HCA port")]
+
+
+def _ifname_check(e: Expectations) -> Check:
+    name = e.socket_ifname or ""
+
+    def judge(a: P.IfAddr, _: SectionOutput) -> Verdict:
+        if not a.exists:
+            return Verdict(False, f"interface {name} does not exist (network.socket_ifname; NCCL_SOCKET_IFNAME)")
+        if not a.addrs:
+            return Verdict(False, f"interface {name} has no IPv4 address: NCCL cannot bootstrap over it")
+        return Verdict(True, f"{name} {', '.join(a.addrs)}")
+
+    return Check("net.socket_ifname", "ifaddr", P.parse_ipv4, judge,
+                 describe="network.socket_ifname exists with an IPv4 address")
+
+
 def _storage_sections(items: list[tuple[int, StorageExpect]]) -> list[Section]:
     sections = [S.mounts_section()]
     for i, s in items:
@@ -314,9 +370,21 @@ def select_checks(expect: Expectations) -> CheckSet:
         notes.append("single-node stage: InfiniBand and shared-storage checks skipped")
     elif expect.fabric == "ethernet":
         notes.append("network.fabric is ethernet: InfiniBand checks skipped (NCCL will use TCP sockets)")
+    elif expect.fabric == "efa":
+        notes.append("network.fabric is efa: InfiniBand checks skipped (the aws-ofi-nccl plugin finds the devices)")
     else:
         sections += [S.ib_section(), S.modules_section()]
         checks += _ib_checks(expect)
+        if expect.fabric == "roce" and expect.gid_index is not None:
+            sections.append(S.gid_section(expect.gid_index))
+            checks += _gid_checks(expect)
+    if expect.stage != SINGLE and expect.fabric != "ethernet":
+        sections.append(S.limits_section())
+        checks.append(Check("limits.memlock", "limits", P.parse_memlock, _judge_memlock, Severity.WARN,
+                            describe="locked memory unlimited, or raisable to it (RDMA registers buffers)"))
+    if expect.stage != SINGLE and expect.socket_ifname:
+        sections.append(S.ipv4_section(expect.socket_ifname))
+        checks.append(_ifname_check(expect))
     items = [(i, s) for i, s in enumerate(expect.storage) if expect.stage != SINGLE or not s.shared]
     if items:
         sections += _storage_sections(items)

@@ -61,7 +61,8 @@ def check_pdsh_safe(value: str, what: str) -> str:
 def check_pdsh_env(env: Iterable[Any]) -> None:
     """``.deepspeed_env`` is read back line by line and exported unquoted on every node."""
     for var in env:
-        check_pdsh_safe(str(var.value), f"environment value {var.name}=")
+        if getattr(var, "shell", None) is None:   # expanded at run time: not in .deepspeed_env
+            check_pdsh_safe(str(var.value), f"environment value {var.name}=")
 
 
 @dataclass(frozen=True)
