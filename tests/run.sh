@@ -2,6 +2,9 @@
 # Set up everything clusterkit's test suite needs on a fresh Debian/Ubuntu machine, then run it.
 #
 #   bash tests/run.sh [pytest args...]
+#   bash tests/run.sh --slurm 24.11 [pytest args...]   the Slurm tests' testbed runs Slurm 24.11, built
+#                                                      once from Debian 13's slurm-wlm source into
+#                                                      build/slurm-24.11 (tests/slurm/testbed.sh)
 #
 # Installs (as root, only what is missing): Slurm (slurmctld, slurmd, slurmdbd, client) + munge +
 # MariaDB for the local Slurm test cluster, OpenSSH server for the SSH test nodes, shellcheck for
@@ -14,7 +17,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
-PKGS=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server openssh-server openssh-client shellcheck pdsh clustershell iproute2 procps util-linux)
+PKGS=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server openssh-server openssh-client shellcheck pdsh clustershell iproute2 procps util-linux
+      # to build the testbed's second Slurm (--slurm 24.11) from source
+      gcc make pkg-config libmunge-dev libjson-c-dev libyaml-dev libmariadb-dev libhwloc-dev liblz4-dev libcurl4-openssl-dev debian-archive-keyring)
+if [ "${1:-}" = "--slurm" ]; then
+  case "${2:-}" in
+    22.05|24.11) export SLURMLAB_SLURM=$2 ;;
+    *) echo "tests/run.sh: --slurm takes 22.05 or 24.11" >&2; exit 2 ;;
+  esac
+  shift 2
+fi
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()

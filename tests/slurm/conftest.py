@@ -32,6 +32,14 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 TESTBED = HERE / "testbed.sh"
 NODES = 4
+# SLURMLAB_SLURM=24.11: the testbed runs Slurm 24.11, built once by testbed.sh into a git-ignored
+# cache (build/slurm-24.11, or SLURMLAB_SLURM_CACHE); its commands come first on this process's
+# PATH, so every client a test runs (and srun on the login node) is that version's.  Unset or
+# 22.05: the system's Slurm.  Tests where the two behave differently name the version.
+SLURM_VERSION = os.environ.get("SLURMLAB_SLURM") or "22.05"
+if SLURM_VERSION != "22.05":
+    _prefix = Path(os.environ.get("SLURMLAB_SLURM_CACHE") or REPO / "build" / f"slurm-{SLURM_VERSION}") / "prefix"
+    os.environ["PATH"] = os.pathsep.join([str(_prefix / "bin"), str(_prefix / "sbin"), os.environ.get("PATH", "")])
 NEEDED = ("munged", "slurmctld", "slurmd", "slurmdbd", "sbatch", "squeue", "scontrol", "scancel", "srun", "sacct",
           "sacctmgr", "mariadbd", "mariadb-install-db", "unshare", "nsenter", "ip")
 
@@ -40,6 +48,51 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.slurm)
+
+
+# The testbed's supervisor (testbed.sh) restarts a slurmctld, slurmdbd or slurmd that died and
+# writes one line per death to log/supervise.log.  A test that fails while a daemon died has
+# those lines in its report (and in the one-line summary), so the failure names the dead daemon
+# instead of showing only a timeout.
+_SUPERVISED: list[Path] = []  # the supervise.log of every testbed started in this session
+
+
+def _supervise_offsets() -> dict[Path, int]:
+    return {p: (p.stat().st_size if p.exists() else 0) for p in _SUPERVISED}
+
+
+def daemon_deaths(since: dict[Path, int]) -> list[str]:
+    """The supervisor's lines about dead daemons written after the offsets ``since``."""
+    out: list[str] = []
+    for path in _SUPERVISED:
+        try:
+            with path.open("rb") as f:
+                f.seek(since.get(path, 0))
+                text = f.read(64 * 1024).decode("utf-8", "replace")
+        except OSError:
+            continue
+        out += [f"{path.parent.parent.name}: {line}" for line in text.splitlines() if " died" in line]
+    return out
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    if call.when == "setup":
+        item.stash[_OFFSETS] = _supervise_offsets()
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if not report.failed:
+        return
+    deaths = daemon_deaths(item.stash.get(_OFFSETS, {}))
+    if not deaths:
+        return
+    report.sections.append(("Slurm testbed: daemons that died during this test", "\n".join(deaths)))
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        crash.message = f"[testbed: {'; '.join(d.split(' died', 1)[0] for d in deaths)} died] {crash.message}"
+
+
+_OFFSETS = pytest.StashKey[dict[Path, int]]()
 
 
 def _skip_reason() -> str | None:
@@ -194,6 +247,7 @@ class Testbed:
     def stop_controller(self) -> None:
         """Stop slurmctld only (slurmd and munge keep running), as when the controller dies."""
         pid = int((self.lab / "run" / "slurmctld.pid").read_text().strip())
+        (self.lab / "run" / "slurmctld.held").touch()  # the supervisor leaves it down (--ctld lifts that)
         os.kill(pid, 15)
         deadline = time.monotonic() + 15
         while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
@@ -259,10 +313,15 @@ def testbed() -> Iterator[Testbed]:
         SLURMLAB_FIRST_JOB_ID=str(random.randrange(1000, 60000) * 1000),
     )
     env.pop("SLURM_CONF", None)
+    if SLURM_VERSION != "22.05":  # built once (minutes) when the cache is empty; a no-op after that
+        built = subprocess.run(["bash", str(TESTBED), "--build"], env=env, capture_output=True, text=True, timeout=3600)
+        if built.returncode != 0:
+            pytest.fail(f"Slurm {SLURM_VERSION} for the testbed could not be built:\n{built.stderr[-3000:]}")
     proc = subprocess.run(["bash", str(TESTBED)], env=env, capture_output=True, text=True, timeout=180)
     if proc.returncode != 0:
         pytest.fail(f"Slurm testbed did not start (rc={proc.returncode}):\n{proc.stderr[-3000:]}")
     bed = Testbed(lab=lab, slurm_conf=lab / "etc" / "slurm.conf", exports=read_env_file(lab / "testbed.env"))
+    _SUPERVISED.append(lab / "log" / "supervise.log")
     try:
         yield bed
     finally:

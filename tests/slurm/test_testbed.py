@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
+from pathlib import Path
 
-from .conftest import Testbed
+from .conftest import Testbed, _supervise_offsets, daemon_deaths
 
 
 def _wait_done(bed: Testbed, job_id: str, timeout: float = 30) -> str:
@@ -45,3 +48,28 @@ def test_sbatch_refuses_impossible_requests(testbed: Testbed, tmp_path) -> None:
     too_many_gpus = testbed.run("sbatch", "--gpus-per-node=9", str(script), check=False)
     assert too_many_nodes.returncode == 1 and "Node count specification invalid" in too_many_nodes.stderr
     assert too_many_gpus.returncode == 1 and "Requested node configuration is not available" in too_many_gpus.stderr
+
+
+def test_a_slurmd_that_dies_is_restarted_logged_and_named(testbed: Testbed, tmp_path) -> None:
+    """A slurmd that aborts (as the 22.05 one once did, on a double free in libmunge) is started
+    again by the testbed's supervisor, logged, and named by the report of a test failing then."""
+    testbed.wait_idle()
+    before = _supervise_offsets()
+    pid_file = testbed.lab / "run" / "slurmd-node2.pid"
+    pid = int(pid_file.read_text().strip())
+    os.kill(pid, signal.SIGABRT)
+    deadline = time.monotonic() + 30
+    deaths: list[str] = []
+    while time.monotonic() < deadline and not deaths:
+        time.sleep(0.3)
+        deaths = daemon_deaths(before)
+    assert len(deaths) == 1 and f"slurmd on node2 (pid {pid}) died" in deaths[0], deaths
+    new_pid = int(deaths[0].rsplit("restarted as pid ", 1)[1])
+    assert new_pid != pid and Path(f"/proc/{new_pid}").exists()
+    testbed.wait_idle()
+    # the restarted slurmd runs jobs again: one step on every node, node2 included
+    tmp_path.chmod(0o755)
+    job = testbed.run("sbatch", "--parsable", "-N4", "--ntasks-per-node=1", f"--output={tmp_path}/o-%j",
+                      "--wrap", "srun hostname").stdout.strip()
+    assert _wait_done(testbed, job) == "COMPLETED"
+    assert sorted((tmp_path / f"o-{job}").read_text().split()) == [f"node{i}" for i in range(1, 5)]

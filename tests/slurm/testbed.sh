@@ -12,6 +12,7 @@
 #                                           its namespaces and cgroups
 #   tests/slurm/testbed.sh --stop --purge   ... and delete its state/logs/config
 #   tests/slurm/testbed.sh --ctld           start slurmctld alone again (after a test stopped it)
+#   tests/slurm/testbed.sh --build          build the Slurm SLURMLAB_SLURM names if not cached, nothing else
 #
 # Layout (H = 8 hex digits of sha1($SLURMLAB_DIR), so two testbeds never share a name):
 #   network namespace ck$H-ctl  the controller and login node: bridge br0 with 10.77.0.254/24,
@@ -44,6 +45,10 @@
 #   SLURMLAB_TIMEOUT (60 s to wait for all nodes idle)
 #   SLURMLAB_GRACE_S (10: GraceTime of the low partition `debug`; `high` preempts it, see below)
 #   SLURMLAB_MIN_JOB_AGE (3600: seconds slurmctld keeps a finished job)
+#   SLURMLAB_SLURM ("" = 22.05: the system's Slurm; 24.11: built from Debian 13's slurm-wlm source
+#     into SLURMLAB_SLURM_CACHE (build/slurm-24.11) when that is empty, first on PATH; the build
+#     needs libmunge-dev libjson-c-dev libyaml-dev libmariadb-dev libhwloc-dev liblz4-dev
+#     libcurl4-openssl-dev pkg-config).  tests/slurm/testbed.sh --build only builds it.
 set -euo pipefail
 
 LAB=${SLURMLAB_DIR:-/tmp/slurmlab}
@@ -58,6 +63,7 @@ FIRST_JOB_ID=${SLURMLAB_FIRST_JOB_ID:-1}
 TIMEOUT=${SLURMLAB_TIMEOUT:-60}
 GRACE=${SLURMLAB_GRACE_S:-10}
 MIN_JOB_AGE=${SLURMLAB_MIN_JOB_AGE:-3600}
+SLURM_VER=${SLURMLAB_SLURM:-}                     # "" or 22.05: the system's Slurm; 24.11: built (below)
 CONF=$LAB/etc/slurm.conf
 NODE_CONF=$LAB/etc/slurm-nodes.conf
 MSOCK=$LAB/munge/munge.socket
@@ -112,6 +118,7 @@ kill_wait() { # comm pid... : SIGTERM the ones that are ours, wait up to 10 s, t
 our_netns() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^ck$H-(ctl|n[0-9]+)$" || true; }
 stop_testbed() {
   local p pids=()
+  kill_wait bash "$(pid_from "$LAB/run/supervise.pid")"   # first: it would restart what is stopped below
   if [ -f "$CONF" ] && ours "$(pid_from "$LAB/run/slurmctld.pid")" slurmctld; then
     # cancel every job so slurmstepd and the job's tasks exit cleanly (KillWait=5 below)
     local joblist; joblist=$(SLURM_CONF=$CONF timeout 10 squeue -h -o %A 2>/dev/null | tr '\n' ' ' || true)
@@ -139,7 +146,7 @@ stop_testbed() {
   kill_wait mariadbd "$(pid_from "$LAB/run/mariadbd.pid")"
   kill_wait slurmlab-fwd "$(pid_from "$LAB/run/forward.pid")"
   kill_wait munged "$(pid_from "$LAB/munge/munged.pid")"
-  rm -f "$LAB"/run/*.pid "$LAB/munge/munged.pid"
+  rm -f "$LAB"/run/*.pid "$LAB"/run/*.held "$LAB"/run/*.dead "$LAB/munge/munged.pid"
   # the namespaces go last; a process still inside one (a job's task that outlived its
   # slurmstepd) carries our marker too and is stopped first
   local ns
@@ -161,6 +168,134 @@ start_ctld() {
   scontrol ping 2>/dev/null | grep -q 'is UP' || { tail -20 "$LAB/log/slurmctld.log" >&2; die "slurmctld not up"; }
 }
 
+# ---------------------------------------------------------------- which Slurm
+# SLURMLAB_SLURM=24.11: Slurm 24.11 built from the upstream source Debian 13 (trixie) ships
+# (source package slurm-wlm), once, into $SLURMLAB_SLURM_CACHE (default build/slurm-24.11 in this
+# checkout, git-ignored); its bin/ and sbin/ go first on PATH for the daemons, the clients here and
+# testbed.env.  The tarball comes through apt from a deb-src entry of its own (the system's
+# sources are not touched): apt checks the Release file's signature against Debian's archive
+# keyring and the tarball's hash against the signed Sources index; the hash is checked again here.
+SLURM_PREFIX=""
+build_slurm() { # version -> $SLURM_PREFIX built (a no-op when the cache holds it)
+  local ver=$1 cache=${SLURMLAB_SLURM_CACHE:-$(cd "$HERE/../.." && pwd)/build/slurm-$1}
+  SLURM_PREFIX=$cache/prefix
+  if [ "$(cat "$SLURM_PREFIX/.built" 2>/dev/null)" = "$ver" ] && [ -x "$SLURM_PREFIX/sbin/slurmctld" ]; then return 0; fi
+  mkdir -p "$cache"
+  exec 9>"$cache/.lock"; flock 9                 # two testbeds starting at once build it once
+  if [ "$(cat "$SLURM_PREFIX/.built" 2>/dev/null)" = "$ver" ] && [ -x "$SLURM_PREFIX/sbin/slurmctld" ]; then exec 9>&-; return 0; fi
+  local t0; t0=$(date +%s)
+  local pc; for pc in munge json-c yaml-0.1 hwloc liblz4 libcurl mariadb; do
+    pkg-config --exists "$pc" 2>/dev/null \
+      || die "building Slurm $ver needs pkg-config module $pc (apt-get install libmunge-dev libjson-c-dev libyaml-dev libmariadb-dev libhwloc-dev liblz4-dev libcurl4-openssl-dev pkg-config)"
+  done
+  local apt=$cache/apt dl=$cache/dl keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  [ -r "$keyring" ] || die "no Debian archive keyring at $keyring (apt-get install debian-archive-keyring)"
+  mkdir -p "$apt/sources.d" "$apt/lists/partial" "$dl"
+  printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: trixie\nComponents: main\nSigned-By: %s\n' \
+    "$keyring" > "$apt/sources.d/trixie-src.sources"
+  local aptopts=(-o Dir::Etc::sourcelist=/dev/null -o "Dir::Etc::sourceparts=$apt/sources.d"
+                 -o "Dir::State::Lists=$apt/lists" -o Debug::NoLocking=1)
+  apt-get "${aptopts[@]}" -qq update >"$cache/apt.log" 2>&1 || { tail -5 "$cache/apt.log" >&2; die "apt-get update (trixie deb-src) failed"; }
+  # the .dsc may be missing from the archive (a 404): the orig tarball still comes, and is all a build needs
+  (cd "$dl" && apt-get "${aptopts[@]}" -qq source --download-only slurm-wlm >>"$cache/apt.log" 2>&1) || true
+  local tarball; tarball=$(find "$dl" -maxdepth 1 -name "slurm-wlm_$ver.*.orig.tar.gz" | sort | tail -1)
+  [ -n "$tarball" ] || { tail -5 "$cache/apt.log" >&2; die "no slurm-wlm $ver orig tarball from trixie's deb-src"; }
+  local base want="" got; base=$(basename "$tarball")
+  local f; for f in "$apt"/lists/*_source_Sources*; do          # lists may be kept compressed
+    want=$( { /usr/lib/apt/apt-helper cat-file "$f" 2>/dev/null || true; } | awk -v f="$base" '
+      /^Checksums-Sha256:/ {c=1; next} /^[^ ]/ {c=0} c && $3 == f {print $1; exit}')
+    [ -n "$want" ] && break
+  done
+  got=$(sha256sum "$tarball" | cut -d' ' -f1)
+  if [ -z "$want" ] || [ "$want" != "$got" ]; then
+    rm -f "$tarball"; die "$base: sha256 $got is not the signed Sources index's (${want:-none})"
+  fi
+  log "$base: sha256 matches trixie's signed Sources index; building Slurm into $SLURM_PREFIX"
+  rm -rf "$cache/src" "$SLURM_PREFIX"; mkdir -p "$cache/src"
+  tar -xzf "$tarball" -C "$cache/src" --strip-components=1
+  (cd "$cache/src" \
+     && ./configure --prefix="$SLURM_PREFIX" --sysconfdir="$SLURM_PREFIX/etc" --disable-debug --without-rpath \
+          --enable-multiple-slurmd >"$cache/build.log" 2>&1 \
+     && make -j"$(nproc)" >>"$cache/build.log" 2>&1 && make install >>"$cache/build.log" 2>&1) \
+    || { tail -30 "$cache/build.log" >&2; die "building Slurm $ver failed (log: $cache/build.log)"; }
+  rm -rf "$cache/src"
+  echo "$ver" > "$SLURM_PREFIX/.built"
+  log "Slurm $ver built in $(( $(date +%s) - t0 )) s"
+  exec 9>&-
+}
+case "$SLURM_VER" in
+  ""|22.05) ;;
+  24.11) build_slurm "$SLURM_VER"; export PATH=$SLURM_PREFIX/bin:$SLURM_PREFIX/sbin:$PATH ;;
+  *) die "SLURMLAB_SLURM=$SLURM_VER: only 22.05 (the system's) or 24.11" ;;
+esac
+if [ "${1:-}" = "--build" ]; then exit 0; fi
+
+start_slurmd() { # I
+  # the subshell joins node I's cgroup: slurmd and everything it starts inherit it.  nsenter, not
+  # `ip netns exec`, which remounts /sys and so hides the cgroup tree slurmd wants to see
+  local i=$1
+  (
+    if [ -n "$CG_ROOT" ]; then echo "$BASHPID" > "$CG_ROOT/node$i/cgroup.procs"; fi
+    exec nsenter --net="/run/netns/$(node_ns "$i")" unshare --uts --mount sh -c "
+      mount --bind '$LAB/etc/hosts' /etc/hosts && mount --bind '$NODE_CONF' '$CONF' &&
+      hostname node$i && exec slurmd -N node$i"
+  )
+}
+
+# ---------------------------------------------------------------- supervisor
+# A daemon that dies under a test (the 22.05 slurmd once aborted on a double free in libmunge
+# when two job launches overlapped) is noticed within a second, logged to $LAB/log/supervise.log
+# (one line: when, which daemon, its pid, the last lines of its own log) and started again;
+# tests/slurm/conftest.py names such a death in the report of a test that failed meanwhile.
+# A daemon stopped on purpose is not restarted: $LAB/run/NAME.held (written by whoever stops it,
+# removed by --ctld) holds it.  slurmctld, slurmdbd and every slurmd are restarted; munged and
+# mariadbd are only logged.
+sv_log() { printf '%s %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >> "$LAB/log/supervise.log"; }
+sv_tail() { # log file: its last 3 lines, on one line
+  tail -n 3 "$1" 2>/dev/null | tr -d '\000-\010\013-\037' | tr '\n' '|' | cut -c1-600 || true
+}
+sv_dead() { # pid file: true when the pid it names is gone or a zombie (sets SVP); builtins only
+  SVP=""; read -r SVP 2>/dev/null < "$1" || true
+  [[ $SVP =~ ^[0-9]+$ ]] || return 1
+  local st=""; read -r st 2>/dev/null < "/proc/$SVP/stat" || return 0
+  st=${st##*) }; [ "${st%% *}" = Z ]
+}
+supervise() {
+  local n i gone
+  sv_log "supervisor up (pid $$): slurmctld slurmdbd slurmd node1..node$NODES munged mariadbd"
+  while :; do
+    sleep 1
+    for n in slurmctld slurmdbd; do
+      [ -e "$LAB/run/$n.held" ] && continue
+      if sv_dead "$LAB/run/$n.pid"; then
+        gone="$n (pid $SVP) died; its log ends: $(sv_tail "$LAB/log/$n.log")"
+        rm -f "$LAB/run/$n.pid"
+        ip netns exec "$CTL_NS" "$n" 2>/dev/null || true
+        sleep 1; sv_log "$gone; restarted as pid $(pid_from "$LAB/run/$n.pid")"
+      fi
+    done
+    for ((i = 1; i <= NODES; i++)); do
+      [ -e "$LAB/run/slurmd-node$i.held" ] && continue
+      if sv_dead "$LAB/run/slurmd-node$i.pid"; then
+        gone="slurmd on node$i (pid $SVP) died; its log ends: $(sv_tail "$LAB/log/slurmd-node$i.log")"
+        rm -f "$LAB/run/slurmd-node$i.pid"
+        start_slurmd "$i" 2>/dev/null || true
+        sleep 1; sv_log "$gone; restarted as pid $(pid_from "$LAB/run/slurmd-node$i.pid")"
+      fi
+    done
+    for n in munged:munge/munged.pid mariadbd:run/mariadbd.pid; do
+      if [ ! -e "$LAB/run/${n%%:*}.dead" ] && sv_dead "$LAB/${n#*:}"; then
+        touch "$LAB/run/${n%%:*}.dead"; sv_log "${n%%:*} (pid $SVP) died; not restarted"
+      fi
+    done
+  done
+}
+
+if [ "${1:-}" = "--supervise" ]; then
+  export SLURMLAB_DIR=$LAB SLURM_CONF=$CONF
+  echo $$ > "$LAB/run/supervise.pid"
+  supervise
+fi
 if [ "${1:-}" = "--stop" ]; then
   stop_testbed
   if [ "${2:-}" = "--purge" ]; then rm -rf "${LAB:?}"/{etc,state,log,run,munge,dev,bin,db,testbed.env}; fi
@@ -169,6 +304,7 @@ fi
 if [ "${1:-}" = "--ctld" ]; then
   export SLURMLAB_DIR=$LAB SLURM_CONF=$CONF
   start_ctld
+  rm -f "$LAB/run/slurmctld.held"
   exit 0
 fi
 
@@ -382,16 +518,7 @@ start_ctld
 log "slurmctld up on port $PORT"
 
 # ---------------------------------------------------------------- slurmd per fake node
-for i in $(seq 1 "$NODES"); do
-  # the subshell joins node I's cgroup: slurmd and everything it starts inherit it.  nsenter, not
-  # `ip netns exec`, which remounts /sys and so hides the cgroup tree slurmd wants to see
-  (
-    if [ -n "$CG_ROOT" ]; then echo "$BASHPID" > "$CG_ROOT/node$i/cgroup.procs"; fi
-    exec nsenter --net="/run/netns/$(node_ns "$i")" unshare --uts --mount sh -c "
-      mount --bind '$LAB/etc/hosts' /etc/hosts && mount --bind '$NODE_CONF' '$CONF' &&
-      hostname node$i && exec slurmd -N node$i"
-  )
-done
+for i in $(seq 1 "$NODES"); do start_slurmd "$i"; done
 
 # ---------------------------------------------------------------- wait for all nodes idle
 deadline=$(( $(date +%s) + TIMEOUT ))
@@ -420,9 +547,16 @@ done
 scontrol show job "$wj" | grep -q 'JobState=COMPLETED' || { cat "$LAB/run/warmup-$wj.out" >&2; die "warm-up job $wj failed"; }
 log "warm-up job $wj ran on: $(sort "$LAB/run/warmup-$wj.out" | tr '\n' ' ')"
 
+setsid bash "$HERE/testbed.sh" --supervise </dev/null >>"$LAB/log/supervise.log" 2>&1 &
+for _ in $(seq 50); do [ -s "$LAB/run/supervise.pid" ] && break; sleep 0.1; done
+[ -s "$LAB/run/supervise.pid" ] || die "supervisor did not start"
+log "supervisor up: a dead slurmctld/slurmdbd/slurmd is restarted and logged in $LAB/log/supervise.log"
+
 trap - EXIT
 {
   echo "export SLURM_CONF=$CONF"
+  # shellcheck disable=SC2016  # $PATH: expanded by whoever sources the file
+  if [ -n "$SLURM_PREFIX" ]; then echo "export PATH=$SLURM_PREFIX/bin:$SLURM_PREFIX/sbin:"'$PATH'; fi
   echo "export SLURMLAB_NETNS_CTL=$CTL_NS"
   for i in $(seq 1 "$NODES"); do
     echo "export SLURMLAB_NETNS_node$i=$(node_ns "$i") SLURMLAB_IF_node$i=eth0 SLURMLAB_ADDR_node$i=$NET.$i${CG_ROOT:+ SLURMLAB_CGROUP_node$i=$CG_ROOT/node$i}"
