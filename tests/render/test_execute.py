@@ -33,7 +33,11 @@ HOSTILE = ["a'; echo x", "$(touch pwned)", "sp ace", "`touch pwned2`", "new\nlin
 def render(ck, tmp_path: Path, *args: str, command: list[str] | None = None, out: str = "run") -> Path:
     run_dir = tmp_path / out
     cmd = command or ["python", "train.py", *HOSTILE]
-    result = ck("render", *args, "--out", str(run_dir), "--", *cmd)
+    # these jobs run on fakebin's srun stand-in, which runs launch steps, not the in-job preflight
+    # (tests/slurm runs that on real Slurm)
+    slurm_site = "local" not in args
+    result = ck("render", *args, *(["--set", "preflight_in_job=false"] if slurm_site else []), "--out", str(run_dir),
+                "--", *cmd)
     assert result.code == 0, result.err
     return run_dir
 
