@@ -57,7 +57,7 @@ def _complete(ck, words: str) -> list[str]:  # type: ignore[no-untyped-def]
 def test_shell_completion_offers_site_names(ck) -> None:
     # what `eval "$(_CLUSTERKIT_COMPLETE=bash_source clusterkit)"` has bash ask for
     assert _complete(ck, "clusterkit submit --site ") == [
-        "plain,eth-nfs", "plain,ib-h100", "plain,local", "plain,roce-a100", "plain,testbed"]
+        "plain,efa-p5", "plain,eth-nfs", "plain,ib-h100", "plain,local", "plain,roce-a100", "plain,testbed"]
     assert _complete(ck, "clusterkit plan --site ro") == ["plain,roce-a100"]
     assert _complete(ck, "clusterkit preflight --site ./site_configs/") == ["file,./site_configs/"]
     assert "plain,submit" in _complete(ck, "clusterkit sub")

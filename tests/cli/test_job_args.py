@@ -305,8 +305,8 @@ def test_in_job_preflight_step_gets_the_srun_args(ck, site: Path, tmp_path: Path
 
     run_dir = render(ck, site, tmp_path / "r", "--stage", "multi-node", "--set", "preflight_in_job=true",
                      "--srun-arg=--mpi=pmix", "--srun-arg=--comment=a b")
-    line = next(ln for ln in (run_dir / "job.sbatch").read_text().splitlines()
-                if ln.startswith("clusterkit preflight "))
+    line = next(ln.strip() for ln in (run_dir / "job.sbatch").read_text().splitlines()
+                if ln.strip().startswith("clusterkit preflight "))
     words = subprocess.run(["bash", "-c", "printf '%s\\0' " + line.split(" ||")[0].replace('"$SLURM_JOB_NODELIST"',
                                                                                            "n[1-2]")],
                            capture_output=True, text=True, check=True).stdout.split("\0")[:-1]

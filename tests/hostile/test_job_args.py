@@ -81,12 +81,12 @@ def test_launcher_arg_arrives_byte_for_byte(ck, tmp_path: Path, value: str) -> N
 
 @pytest.mark.parametrize("field", ["srun_args", "launcher_args"])
 @pytest.mark.parametrize("value,needle", [
-    ("--comment=a\0b", "an argument cannot hold a NUL byte"),
+    ("--comment=a\0b", "NUL byte"),
     ("--comment=" + "x" * (1 << 20), "longer than 131071 bytes"),
 ])
 def test_nul_and_oversized_arguments_are_refused(tmp_path: Path, field: str, value: str, needle: str) -> None:
-    plan = Site.load(str(_site(tmp_path))).plan(["python", "train.py"], stage="multi-node", **{field: [value]})
     with pytest.raises(ClusterkitError, match=needle):
+        plan = Site.load(str(_site(tmp_path))).plan(["python", "train.py"], stage="multi-node", **{field: [value]})
         plan.render(tmp_path / "r")
     assert not (tmp_path / "r").exists()
 

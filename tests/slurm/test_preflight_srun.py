@@ -91,7 +91,7 @@ def test_a_node_whose_task_never_answers_fails_the_run(ck: CLI, testbed: Testbed
                    f'exec {PROFILE / "bin" / "nvidia-smi"} "$@"\n')
     smi.chmod(0o755)
     env["PATH"] = f"{smi.parent}:{env['PATH']}"
-    proc = ck.proc("preflight", "--site", str(site), "--transport", "srun", "--nodes", "node[1-3]", "--json",
+    proc = ck.proc("preflight", "--site", str(site), "--transport", "srun", "--nodelist", "node[1-3]", "--json",
                    env=env, timeout=120)
     assert proc.code == 3, proc.out + proc.err
     report = json.loads(proc.out)

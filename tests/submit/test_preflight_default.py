@@ -96,7 +96,7 @@ def test_shipped_slurm_sites_render_the_in_job_check(ck, tmp_path: Path) -> None
     result = ck("render", "--site", "eth-nfs", "--out", str(out), "--", "python", "t.py")
     assert result.code == 0, result.err
     script = (out / "job.sbatch").read_text()
-    assert "--transport srun --nodes \"$SLURM_JOB_NODELIST\"" in script
+    assert "--transport srun --nodelist \"$SLURM_JOB_NODELIST\"" in script
     assert script.index("clusterkit preflight") < script.index("# ---- launch:")
 
 
