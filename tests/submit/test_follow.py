@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import queue
-import re
 import threading
 import time
 from pathlib import Path
@@ -14,19 +13,8 @@ from typing import IO
 
 import pytest
 
-from tests.conftest import CLI, REPO, assert_one_line_error
-
-
-@pytest.fixture
-def local_ck(ck: CLI, tmp_path: Path) -> CLI:
-    """``ck`` as a process, from the checkout, with its job records under tmp_path/state."""
-    return ck.bind(process=True, cwd=REPO, timeout=180, env={"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")})
-
-
-def _job_id(out: str) -> str:
-    m = re.search(r"Submitted job (\d+)", out)
-    assert m, out
-    return m.group(1)
+from tests.conftest import CLI, assert_one_line_error
+from tests.submit.conftest import submitted_job_id
 
 
 class _Lines:
@@ -76,7 +64,7 @@ def test_submit_follow_streams_the_logs_while_the_job_runs_and_exits_with_its_st
         head = lines.until("epoch 0: waiting for data")
         # streamed while the job still runs: it cannot end before the file below exists
         assert proc.poll() is None
-        job = _job_id(head)
+        job = submitted_job_id(head)
         assert "its state: clusterkit status " in head and " | " not in head
         go.write_text("")
         out = lines.rest()
@@ -142,7 +130,7 @@ def test_cancel_several_checks_every_job_before_cancelling_any(local_ck: CLI, tm
     proc = local_ck("submit", "--site", "local", "--gpus-per-node", "1", "--no-wait",
                     "--out", str(run), "--", "python", str(script))
     assert proc.code == 0, proc.err
-    job = _job_id(proc.out)
+    job = submitted_job_id(proc.out)
     assert f"its logs:  clusterkit logs {job} --follow" in proc.out
     deadline = time.monotonic() + 60
     while json.loads(local_ck("status", job, "--json").out)["state"] != "RUNNING":

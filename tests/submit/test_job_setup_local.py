@@ -5,25 +5,16 @@ export reaches the rank, and ``${CK_*}`` is expanded in the job."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import CLI, REPO
+from tests.conftest import CLI
+from tests.submit.conftest import submitted_job_id
 
 pytest.importorskip("torch")  # torchrun is the local site's launcher
 
 
-@pytest.fixture
-def local_ck(ck: CLI, tmp_path: Path) -> CLI:
-    return ck.bind(process=True, cwd=REPO, timeout=180, env={"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")})
-
-
-def _job_id(out: str) -> str:
-    m = re.search(r"Submitted job (\d+)", out)
-    assert m, out
-    return m.group(1)
 
 
 RANK = ("import os, pathlib\n"
@@ -39,7 +30,7 @@ def test_failing_setup_step_ends_the_job_before_any_rank(local_ck: CLI, tmp_path
                     "--env", f"MARK_DIR={tmp_path}", "--setup", f"touch {tmp_path}/step1",
                     "--setup", "echo preparing; exit 3", "--setup", f"touch {tmp_path}/step3",
                     "--", "python", str(script))
-    job = _job_id(proc.out)
+    job = submitted_job_id(proc.out)
     assert proc.code == 3 and f"Job {job} FAILED (exit code 3)" in proc.out, proc.out + proc.err
     assert (run / f"{job}.reason").read_text() == "setup step 2 failed (exit 3)\n"
     assert (run / f"{job}.result").read_text() == "3\n"
@@ -60,7 +51,7 @@ def test_setup_exports_and_job_env_reach_the_rank(local_ck: CLI, tmp_path: Path)
                     "--setup", "export FROM_SETUP=yes", "--node-setup", f"echo once >> {tmp_path}/node-setup",
                     "--", "python", str(script))
     assert proc.code == 0, proc.out + proc.err
-    job = _job_id(proc.out)
+    job = submitted_job_id(proc.out)
     env = json.loads((tmp_path / "rank0.json").read_text())
     assert env["FROM_FILE"] == "$(not run) `nor this`" and env["WANDB_MODE"] == "offline"
     assert env["PER_JOB"] == f"/tmp/cache_{job}" and env["NCCL_DEBUG"] == "INFO"

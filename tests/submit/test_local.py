@@ -4,25 +4,13 @@ local executor; and ``submit --dry-run`` prints exactly the script sbatch would 
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import CLI, REPO
-
-
-@pytest.fixture
-def local_ck(ck: CLI, tmp_path: Path) -> CLI:
-    """``ck`` as a process, from the checkout, with its job records under tmp_path/state."""
-    return ck.bind(process=True, cwd=REPO, timeout=180, env={"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")})
-
-
-def _job_id(out: str) -> str:
-    m = re.search(r"Submitted job (\d+)", out)
-    assert m, out
-    return m.group(1)
+from tests.conftest import CLI
+from tests.submit.conftest import submitted_job_id
 
 
 def test_dry_run_prints_exactly_job_sbatch_and_submits_nothing(local_ck: CLI, tmp_path: Path) -> None:
@@ -41,7 +29,7 @@ def test_local_site_runs_allreduce_and_prints_the_result(local_ck: CLI, tmp_path
     proc = local_ck("submit", "--site", "local", "--out", str(tmp_path / "run"), "--",
                     "python", "examples/allreduce.py")
     assert proc.code == 0, proc.out + proc.err
-    job = _job_id(proc.out)
+    job = submitted_job_id(proc.out)
     assert "allreduce rank 0/2" in proc.out and "allreduce rank 1/2" in proc.out
     assert "allreduce OK: world_size=2 sum=3 expected=3 ranks_ok=2/2" in proc.out
     assert f"Job {job} COMPLETED (exit code 0)" in proc.out
@@ -57,7 +45,7 @@ def test_local_failure_is_reported_with_the_log_tail(local_ck: CLI, tmp_path: Pa
     script.write_text("import sys\nprint('about to fail', flush=True)\nsys.exit(3)\n")
     proc = local_ck("submit", "--site", "local", "--gpus-per-node", "1", "--out", str(tmp_path / "run"),
                     "--", "python", str(script))
-    job = _job_id(proc.out)
+    job = submitted_job_id(proc.out)
     assert proc.code != 0 and f"Job {job} FAILED (exit code {proc.code})" in proc.out
     assert "about to fail" in proc.out
     human = local_ck("status", job)
@@ -72,7 +60,7 @@ def test_local_job_status_and_cancel(local_ck: CLI, tmp_path: Path) -> None:
     proc = local_ck("submit", "--site", "local", "--gpus-per-node", "1", "--no-wait",
                     "--out", str(tmp_path / "run"), "--", "python", str(script))
     assert proc.code == 0, proc.err
-    job = _job_id(proc.out)
+    job = submitted_job_id(proc.out)
     deadline = time.monotonic() + 30
     while "sleeping" not in (tmp_path / "run" / f"{job}_0_log.out").read_text(errors="replace") if (
             tmp_path / "run" / f"{job}_0_log.out").exists() else True:
