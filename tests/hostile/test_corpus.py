@@ -197,7 +197,7 @@ def test_pdsh_deepspeed_env_with_safe_values_renders(ck, tmp_path: Path) -> None
     assert "NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7" in lines
     assert all(len(line.split("=", 1)) == 2 and " " not in line for line in lines)
     script = (tmp_path / "run" / "job.sbatch").read_text()
-    assert 'export DS_ENV_FILE="$CK_RUN_DIR/.deepspeed_env"' in script     # the launcher's setup line
+    assert 'export DS_ENV_FILE="$ck_ds_env"' in script     # the launcher's setup line: its per-attempt copy
     assert "\n  srun " not in script and "exec deepspeed" in script          # once, on the batch host
 
 

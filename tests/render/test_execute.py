@@ -277,3 +277,54 @@ def test_a_preempted_run_whose_requeue_slurm_refuses_writes_no_result(ck, tmp_pa
         assert p.wait(timeout=30) == -signal.SIGTERM  # untrapped: the TERM ends it, as Slurm means it to
     assert "scontrol requeue 4321" in (logs / "scontrol.log").read_text()
     assert not list(run_dir.glob("*.result")), "a preempted run wrote a final result"
+
+
+# Per rank, the environment a worker started over pdsh sees (its shell is clean: only what the
+# pdsh line exports arrives); written into the working directory the runner cd's to.
+PDSH_RECORDER = """import json, os
+keys = ("RANK", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "NCCL_DEBUG_FILE", "NCCL_DEBUG")
+with open("pdsh-rank." + os.environ["RANK"] + ".json", "w") as fh:
+    json.dump({k: os.environ.get(k) for k in keys}, fh)
+"""
+
+
+@pytest.mark.parametrize("out", ["run", "run dir"])
+def test_deepspeed_pdsh_carries_the_per_job_dump_path(ck, tmp_path: Path, out: str) -> None:
+    """The real deepspeed runner with --launcher pdsh, over the pdsh and ssh stand-ins of fakebin-pdsh
+    (pdsh: the remote line in a clean bash per host; ssh: DeepSpeed's reachability probe): the
+    workers see the flight-recorder prefix the batch shell expanded for this job; a run directory
+    with a space cannot be carried, so it is left out with one line, and nothing breaks."""
+    (tmp_path / "train.py").write_text(PDSH_RECORDER)
+    (tmp_path / "ds.json").write_text('{"train_micro_batch_size_per_gpu": 1}\n')
+    site = shared_site(tmp_path / "sites", "ib-h100", tmp_path)
+    run_dir = render(ck, tmp_path, "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
+                     "--launcher", "deepspeed", "--set", "ds_launcher=pdsh", "--set", "container=false",
+                     "--set", "max_restarts=0", "--debug",
+                     command=["python", "train.py", "--deepspeed_config", str(tmp_path / "ds.json")], out=out)
+    env = dict(os.environ, PATH=f"{FAKEBIN}-pdsh:{FAKEBIN}:{os.environ['PATH']}", FAKE_LOG_DIR=str(tmp_path),
+               SLURM_JOB_ID="4321", SLURM_JOB_NODELIST="h100-[01-02]", SLURM_NNODES="2")
+    p = subprocess.run(["bash", str(run_dir / "job.sbatch")], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    ranks = {f.name: json.loads(f.read_text()) for f in tmp_path.glob("pdsh-rank.*.json")}
+    assert sorted(ranks) == ["pdsh-rank.0.json", "pdsh-rank.1.json"], p.stderr
+    copy = run_dir / ".deepspeed_env.4321.r0"
+    lines = copy.read_text().splitlines()
+    assert lines[:len((run_dir / ".deepspeed_env").read_text().splitlines())] == \
+        (run_dir / ".deepspeed_env").read_text().splitlines()          # the rendered file, then the run-time values
+    left_out = [ln for ln in p.stderr.splitlines() if "ds_launcher=pdsh:" in ln and "left out" in ln]
+    # NCCL_DEBUG_FILE's %h and %p are pdsh's own substitutions: never carried in the file
+    assert any("NCCL_DEBUG_FILE left out" in ln for ln in left_out)
+    if out == "run":
+        prefix = f"{run_dir}/logs/fr-4321.r0.rank"
+        assert f"TORCH_FR_DUMP_TEMP_FILE={prefix}" in lines and f"TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}" in lines
+        for got in ranks.values():
+            assert got["TORCH_FR_DUMP_TEMP_FILE"] == prefix and got["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == prefix
+            assert got["NCCL_DEBUG"] == "INFO"
+        assert len(left_out) == 1
+    else:
+        assert not any(ln.startswith(("TORCH_FR_DUMP_TEMP_FILE=", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=")) for ln in lines)
+        assert sorted(ln.split(" left out")[0].rsplit(" ", 1)[1] for ln in left_out) == \
+            ["NCCL_DEBUG_FILE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]
+        for got in ranks.values():   # torch's default then; the rest of the file still arrives whole
+            assert got["TORCH_FR_DUMP_TEMP_FILE"] is None and got["NCCL_DEBUG"] == "INFO"

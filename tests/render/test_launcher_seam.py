@@ -40,7 +40,7 @@ def test_pdsh_deepspeed_carries_its_env_file_and_its_checks() -> None:
     pdsh = launchers.get("deepspeed")(ctx(ds_launcher="pdsh", max_restarts=0))
     assert pdsh.mode == "once" and pdsh.name == "deepspeed ds_launcher=pdsh"
     assert pdsh.templated == {".deepspeed_env": "deepspeed_env.j2"}
-    assert 'export DS_ENV_FILE="$CK_RUN_DIR/.deepspeed_env"' in pdsh.setup
+    assert 'export DS_ENV_FILE="$ck_ds_env"' in pdsh.setup     # the per-attempt copy with the run-time values
     assert pdsh.check_env is not None
     no_ssh = launchers.get("deepspeed")(ctx())
     assert no_ssh.templated == {} and no_ssh.setup == () and no_ssh.check_env is None and no_ssh.name == "deepspeed"

@@ -3,7 +3,8 @@
 Default on Slurm (``ds_launcher=no_ssh``): one ``deepspeed --no_ssh --node_rank $SLURM_NODEID`` per
 node through srun, all reading the hostfile written from the allocation: no SSH between nodes
 and no pdsh.  ``ds_launcher=pdsh``: one ``deepspeed`` on the batch host that reaches the others
-over pdsh/SSH; env it must carry goes into ``.deepspeed_env`` (pdsh starts a clean shell).
+over pdsh/SSH; env it must carry goes into ``.deepspeed_env`` (pdsh starts a clean shell), and the
+job script copies it per attempt with the values only known at run time (per-job log names).
 
 The config: a user's own ``--deepspeed PATH`` (transformers' TrainingArguments) or
 ``--deepspeed_config PATH`` (``deepspeed.add_config_arguments``) always wins, and no flag is added;
@@ -61,8 +62,34 @@ def check_pdsh_safe(value: str, what: str) -> str:
 def check_pdsh_env(env: Iterable[Any]) -> None:
     """``.deepspeed_env`` is read back line by line and exported unquoted on every node."""
     for var in env:
-        if getattr(var, "shell", None) is None:   # expanded at run time: not in .deepspeed_env
+        if getattr(var, "shell", None) is None:   # run-time values: the job script checks them (pdsh_env_setup)
             check_pdsh_safe(str(var.value), f"environment value {var.name}=")
+
+
+#: Values that expand at run time (job id, restart), so .deepspeed_env cannot hold them when rendered.
+RUN_TIME_ENV = ("NCCL_DEBUG_FILE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+
+
+def pdsh_env_setup() -> tuple[str, ...]:
+    """Job-script lines: a per-attempt copy of ``.deepspeed_env`` with the run-time values the batch
+    shell expanded (DeepSpeed 0.19's runner reads ``DS_ENV_FILE`` as KEY=VALUE lines and pastes them
+    into ``export KEY=VALUE;`` on the pdsh line).  A value pdsh cannot carry is left out, and said."""
+    why = ("ds_launcher=pdsh: $ck_ds_name left out of $ck_ds_env: its value has characters outside "
+           "[A-Za-z0-9_./=:,@+-] that DeepSpeed's pdsh runner cannot carry to the other nodes")
+    return (
+        'ck_ds_env="$CK_RUN_DIR/.deepspeed_env.$CK_JOB_ID.r${SLURM_RESTART_COUNT:-0}"',
+        'cp -- "$CK_RUN_DIR/.deepspeed_env" "$ck_ds_env" || ck_fail 1 "cannot write $ck_ds_env"',
+        "ck_ds_safe='^[A-Za-z0-9_./=:,@+-]*$'",
+        f"for ck_ds_name in {' '.join(RUN_TIME_ENV)}; do",
+        '  [ -n "${!ck_ds_name+x}" ] || continue',
+        '  if [[ ${!ck_ds_name} =~ $ck_ds_safe ]]; then',
+        '    printf \'%s=%s\\n\' "$ck_ds_name" "${!ck_ds_name}" >> "$ck_ds_env" || ck_fail 1 "cannot write $ck_ds_env"',
+        "  else",
+        f'    ck_log "{why}"',
+        "  fi",
+        "done",
+        'export DS_ENV_FILE="$ck_ds_env"',
+    )
 
 
 @dataclass(frozen=True)
@@ -336,7 +363,7 @@ def build(ctx: Context) -> Launch:
     templated: dict[str, str] = {}
     if mode == "once":
         # pdsh starts clean shells on the other nodes: the runner carries the env in .deepspeed_env
-        setup += ('export DS_ENV_FILE="$CK_RUN_DIR/.deepspeed_env"',)
+        setup += pdsh_env_setup()
         templated[".deepspeed_env"] = "deepspeed_env.j2"
     return Launch("deepspeed", mode, tuple(words), args, dialect=SLOTS if ctx.multi else None,
                   files=files, env=env, notes=notes, world_size=world if f else None, setup=setup,
