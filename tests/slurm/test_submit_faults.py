@@ -167,7 +167,8 @@ def test_record_store_failing_after_sbatch_is_a_warning_not_a_failure(cli: CK, t
     assert res.code == 0, res.err
     job = re.search(r"Submitted job (\d+)", res.out).group(1)  # type: ignore[union-attr]
     assert _testbed_jobs(cli, "ck-late-store") == [job]
-    (warning,) = res.err.splitlines()
+    # stderr also carries submit's "choices:" line; the one warning is the record's
+    (warning,) = [line for line in res.err.splitlines() if line.startswith("clusterkit: warning:")]
     assert warning.startswith(f"clusterkit: warning: job {job} is submitted, but its record was not saved")
     assert f"run directory {out}" in warning and "Read-only file system" in warning
     assert cli.records() == []
