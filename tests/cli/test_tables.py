@@ -156,17 +156,11 @@ def test_preflight_keeps_node_names_whole() -> None:
 
 
 def test_drift_lines_are_never_cut(tmp_path: Path) -> None:
-    # the captured Slurm 22.05.8 listings through a stand-in scontrol (no live controller here)
-    for name, file in {"config": "show-config.txt", "node": "show-node-o-down-drain.txt",
-                       "partition": "show-partition-o.txt"}.items():
-        (tmp_path / f"{name}.txt").write_text((DATA / file).read_text())
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(f'#!/bin/sh\n# stand-in for scontrol: captured output\ncat "{tmp_path}/$2.txt"\n')
-    (bin_dir / "scontrol").chmod(0o755)
+    # the captured Slurm 22.05.8 listings through the scontrol stand-in (no live controller here)
     site = tmp_path / "tb.yaml"
     site.write_text((REPO / "site_configs" / "testbed.yaml").read_text())
-    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env = {"PATH": f"{REPO / 'tests' / 'hostile' / 'standin'}{os.pathsep}{os.environ['PATH']}",
+           "CK_STANDIN_DATA": str(DATA), "CK_STANDIN_NODES": str(DATA / "show-node-o-down-drain.txt")}
     piped = _in_pipe(["sites", "drift", str(site)], env)
     shown = _on_terminal(["sites", "drift", str(site)], env)
     assert not BOX & set(piped) and "node3: IDLE+DRAIN (bad gpu" in piped

@@ -83,16 +83,13 @@ def test_drift_prints_a_node_reason_without_escapes(ck, tmp_path: Path) -> None:
     # admin or a compromised health check could set it (scontrol update ... Reason=...)
     nodes = (DATA / "show-node-o-down-drain.txt").read_text().replace("Reason=bad gpu", f"Reason=bad gpu {ATTACK}")
     assert ATTACK in nodes
-    for name, text in {"config": (DATA / "show-config.txt").read_text(), "node": nodes,
-                       "partition": (DATA / "show-partition-o.txt").read_text()}.items():
-        (tmp_path / f"{name}.txt").write_text(text)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text(f'#!/bin/sh\n# stand-in for scontrol: captured output\ncat "{tmp_path}/$2.txt"\n')
-    (bin_dir / "scontrol").chmod(0o755)
+    (tmp_path / "node.txt").write_text(nodes)
     site = tmp_path / "tb.yaml"
     site.write_text((REPO / "site_configs" / "testbed.yaml").read_text())
-    res = ck.proc("sites", "drift", str(site), env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    # the scontrol stand-in prints the captures, the node listing from node.txt
+    res = ck.proc("sites", "drift", str(site), env={
+        "PATH": f"{REPO / 'tests' / 'hostile' / 'standin'}{os.pathsep}{os.environ['PATH']}",
+        "CK_STANDIN_DATA": str(DATA), "CK_STANDIN_NODES": str(tmp_path / "node.txt")})
     assert "node3: IDLE+DRAIN (bad gpu" in res.out, res  # the words before the attack stay
     _clean(res.out)
     _clean(res.err)
