@@ -109,3 +109,25 @@ def test_plan_errors_are_reported_all_at_once(ck, tmp_path: Path) -> None:
         "clusterkit: error: --set zero_stage: the torchrun launcher does not use it; it is used by deepspeed",
     ]
     assert not (tmp_path / "r").exists()
+
+
+def test_plan_render_says_which_choices_the_plan_made(ck, tmp_path: Path) -> None:
+    out = tmp_path / "p"
+    result = ck("plan", "--site", "ib-h100", "--model-params", "70B", "--nodes", "4", "--set", "micro_batch=2",
+                "--render", "--out", str(out), "--", "python", "train.py", cwd=tmp_path)
+    assert result.code == 0, result.err
+    line = next(x for x in result.out.splitlines() if x.startswith("  choices: "))
+    for piece in ("launcher deepspeed (plan)", "nodes 4 (flag)", "GPUs per node 8 (plan)", "ZeRO stage 3 (plan)",
+                  "micro batch 2 (flag)", "precision bf16 (default)", "time limit 12:00:00 (site)"):
+        assert piece in line, (piece, line)
+    assert "(plan)" in (out / "job.sbatch").read_text()
+
+
+def test_plan_render_of_a_torchrun_recommendation_says_plan(ck, tmp_path: Path) -> None:
+    result = ck("plan", "--site", "ib-h100", "--model-params", "7B", "--render", "--json", "--out",
+                str(tmp_path / "q"), "--", "python", "train.py", cwd=tmp_path)
+    assert result.code == 0, result.err
+    doc = json.loads(result.out)["rendered"]["choices"]
+    assert doc["launcher"] == {"value": "torchrun", "from": "plan"}
+    assert doc["strategy"] == {"value": "fsdp", "from": "plan"}
+    assert doc["nodes"] == {"value": "1", "from": "plan"}

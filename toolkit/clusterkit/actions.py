@@ -233,8 +233,16 @@ def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | 
     # keep what the chosen launcher takes (torchrun hands strategy to the script as CK_STRATEGY;
     # an offload it cannot do is the script's choice, as `plan` says)
     values = {k: v for k, v in values.items() if chosen.method.launcher in settings_mod.used_by(k)}
+    # what the recommendation chose shows as "plan"; what the user fixed (plan --nodes/--gpus/
+    # --launcher/--offload, --set) as "flag"
+    fixed = set(settings) | {name for name, given in (
+        ("nodes", sizing.request.nodes is not None or sizing.request.gpus is not None),
+        ("gpus_per_node", sizing.request.gpus is not None),
+        ("launcher", sizing.request.launcher is not None),
+        ("offload", sizing.request.offload is not None)) if given}
+    planned = frozenset({"launcher", "nodes", "gpus_per_node", *values} - fixed)
     values.update(settings)
     request = JobRequest(stage=chosen.layout.stage, command=command, launcher=chosen.method.launcher,
                          nodes=chosen.layout.nodes, gpus_per_node=chosen.layout.gpus_per_node, job_name=job_name,
-                         settings=values, origin=origin)
+                         settings=values, origin=origin, planned=planned)
     return render_run(site, request, out)

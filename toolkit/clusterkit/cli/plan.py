@@ -135,11 +135,12 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
                                 origin=user.origin)
     if as_json:
         from clusterkit.cli import output
-        from clusterkit.cli.render import rendered_summary
+        from clusterkit.cli.render import job_json
 
         doc = result.to_dict()
         doc["site"] = {"name": site.name, **cast("dict[str, object]", doc["site"])}
-        doc["rendered"] = rendered_summary(run) if run is not None else None
+        # the same document as `render --json` (its choices among it)
+        doc["rendered"] = job_json(run, dry_run=False) if run is not None else None
         output.emit_json(doc)
         return
     print_human(site.name, result)

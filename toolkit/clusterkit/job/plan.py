@@ -123,7 +123,7 @@ class Plan:
 
 @dataclass(frozen=True)
 class Choice:
-    """One choice made for a job, and where it came from (``flag``, ``stage``, ``site``, ``default``)."""
+    """One choice made for a job, and where it came from (``flag``, ``plan``, ``stage``, ``site``, ``default``)."""
 
     name: str       # the setting's name (``zero_stage``, ``time``, ``launcher``)
     label: str      # how it is shown

@@ -85,6 +85,9 @@ class JobRequest:
     # the command line that asked for the job (the CLI's words, recorded in job.sbatch as data);
     # empty when the Python API builds the request
     origin: tuple[str, ...] = ()
+    # the choices among launcher, nodes, gpus_per_node and settings that `plan --render` made
+    # (not the user): their source is "plan"
+    planned: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -105,8 +108,9 @@ class Resolved:
     container: bool             # wanted (the site may still have none)
     preflight_in_job: bool
     job: JobSetup = field(default_factory=JobSetup)   # site job:, stage job:, then the request's
-    # where each choice came from, by setting name: "flag" (the command line), "stage" (the
-    # site's stages.<stage> entry), "site" (the site file), "default"
+    # where each choice came from, by setting name: "flag" (the command line), "plan" (the
+    # recommendation of `plan --render`), "stage" (the site's stages.<stage> entry), "site" (the
+    # site file), "default"
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def with_request(self, **changes: Any) -> Resolved:
@@ -151,6 +155,9 @@ def _sources(site: Site, request: JobRequest, s: Settings, override: StageOverri
     out["container"] = source("container", s.container, override, site.software.container is not None)
     if s.preflight_in_job is None:
         out["preflight_in_job"] = "site" if "in_job" in site.preflight.model_fields_set else "default"
+    for key in request.planned:  # given by `plan --render`'s recommendation, not typed by the user
+        if out.get(key) == "flag":
+            out[key] = "plan"
     return out
 
 
