@@ -36,6 +36,7 @@ COMMANDS = [
     ("sites", "show", "local", "--json"),
     ("sites", "validate", "site_configs/local.yaml", "site_configs/_slurm-defaults.yaml", "--json"),
     ("status", "--json"),
+    ("status", "--all", "--json"),
     ("status", "6100", "--json"),
     ("logs", "6100", "--json"),
     ("cancel", "6100", "--json"),

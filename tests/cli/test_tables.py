@@ -96,12 +96,12 @@ def jobs_env(tmp_path: Path) -> dict[str, str]:
 
 
 def test_status_keeps_job_ids_and_states_whole(jobs_env: dict[str, str]) -> None:
-    piped = _in_pipe(["status"], jobs_env)
+    piped = _in_pipe(["status", "--all"], jobs_env)
     rows = _assert_plain_aligned(piped, ["JOB", "SITE", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE",
                                          "EXIT", "SUBMITTED"])
     assert [(r[0], r[6]) for r in rows] == [("4242422", "CANCELLED"), ("4242421", "FAILED"), ("4242420", "COMPLETED")]
     assert all(r[2] == "ck-a-rather-long-training-job-name" for r in rows)
-    shown = _on_terminal(["status"], jobs_env)
+    shown = _on_terminal(["status", "--all"], jobs_env)
     _assert_fits(shown)
     assert "…" not in shown
     for job, state in (("4242420", "COMPLETED"), ("4242421", "FAILED"), ("4242422", "CANCELLED")):

@@ -71,7 +71,7 @@ def test_status_prints_a_cached_reason_and_diagnosis_without_escapes(ck, tmp_pat
     _clean(one.out)
     _clean(one.err)
     assert "doctor: gpu-oom: CUDA out of memory ALL OK" in one.out
-    table = ck.proc("status", env=env)
+    table = ck.proc("status", "--all", env=env)
     assert table.code == 0 and "FAILED" in table.out, table
     _clean(table.out)
     as_json = ck.proc("status", "7", "--json", env=env)

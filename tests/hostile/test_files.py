@@ -103,7 +103,7 @@ def test_status_is_not_hung_by_fifos_in_the_records_directory_or_result_file(ck,
     os.mkfifo(tmp_path / "state" / "jobs" / "20260101T000000000001-local-8.json")
     giant = tmp_path / "state" / "jobs" / "20260101T000000000002-local-9.json"
     giant.write_text('{"version": 1, "nnodes": ' + "9" * 5000 + "}")
-    res = ck.proc("status", env=env, timeout=60)
+    res = ck.proc("status", "--all", env=env, timeout=60)
     assert res.code == 0 and "Traceback" not in res.err, res
     assert "local-8.json: not a job record (a FIFO)" in res.err
     assert "local-9.json: not a job record" in res.err

@@ -74,7 +74,7 @@ def test_status_writes_nothing_outside_the_records_directory(ck, slurm_bin: Path
     root = slurm_bin / "state" / "jobs"
     bad = _write(root, "1/../../../victim/owned", run_dir=slurm_bin / "run")
     before = sorted(str(p) for p in slurm_bin.rglob("*"))
-    for args in (("status",), ("status", "--json")):
+    for args in (("status", "--all"), ("status", "--all", "--json")):
         res = ck(*args)
         assert res.code == 0, res
         assert f"clusterkit: warning: skipping unreadable record: {bad}: job record version 1: job_id" in res.err
@@ -133,9 +133,9 @@ def test_job_ids_slurm_prints_are_validated_too() -> None:
     assert set(scontrol_statuses(SCONTROL)) == {"77"}
 
 
-@pytest.mark.parametrize(("where", "command"), [("jobs", ("status",)), ("jobs", ("logs", "1")),
+@pytest.mark.parametrize(("where", "command"), [("jobs", ("status", "--all")), ("jobs", ("logs", "1")),
                                                ("jobs", ("cancel", "1")), ("jobs", ("doctor", "1")),
-                                               ("open-index", ("status",))])
+                                               ("open-index", ("status", "--all"))])
 def test_a_flooded_records_directory_is_one_error_line(ck, slurm_bin: Path, monkeypatch: pytest.MonkeyPatch,
                                                        where: str, command: tuple[str, ...]) -> None:
     from clusterkit.scheduler import records

@@ -75,7 +75,7 @@ def test_status_under_query_faults_is_unknown_never_lost(cli: CK, tmp_path: Path
     before = path.read_bytes()
     for fault in FAULTS:
         env = _faulty_env(cli, tmp_path, fault)
-        res = cli("status", "--json", env=env, timeout=120)
+        res = cli("status", "--all", "--json", env=env, timeout=120)
         assert res.returncode == 3, (fault, res.stderr)
         (row,) = json.loads(res.stdout)["jobs"]
         assert (row["job_id"], row["state"], row["stale"]) == (running_job, "UNKNOWN", True), fault

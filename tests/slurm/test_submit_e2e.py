@@ -232,7 +232,7 @@ def test_status_logs_and_cancel_of_a_running_job(cli: CK) -> None:
     follower = cli.popen("logs", job, "--follow")
     st = cli.wait_for(job, lambda s: s["state"] == "RUNNING")
     assert st["node_list"] == "node[1-2]" and st["exit_code"] is None
-    table = cli("status")
+    table = cli("status", "--all")
     assert re.search(rf"^.*{job} .*RUNNING.*$", table.stdout, re.M), table.stdout
     cli.wait_for(job, lambda s: len(list((run_dir / "logs").glob(f"{job}.r0.rank*.out"))) == 2
                  and all("started" in p.read_text() for p in (run_dir / "logs").glob(f"{job}.r0.rank*.out")),

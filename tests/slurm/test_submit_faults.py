@@ -189,7 +189,7 @@ def test_slurmctld_down_is_a_clear_error_and_records_stay(cli: CK) -> None:
         lines = proc.stderr.splitlines()
         assert len(lines) == 1 and lines[0].startswith("clusterkit: error: cannot reach Slurm controller"), lines
         # status still answers, from what is known here, and says so
-        listing = cli("status", "--json", timeout=120)
+        listing = cli("status", "--all", "--json", timeout=120)
         assert listing.returncode == 3, listing.stderr
         (row,) = json.loads(listing.stdout)["jobs"]
         # a job that had ended stays ended: its state is known, never shown stale

@@ -208,7 +208,7 @@ def test_status_cli_lists_jobs_and_warns_about_bad_records(ck, tmp_path: Path, m
     _local_done_record(tmp_path, store, "1001", 0)
     _local_done_record(tmp_path, store, "1002", 7)
     (store.root / "20990101T000000000000-local-1003.json").write_text('{"version": 9, "job_id": "1003"}')
-    res = ck("status")
+    res = ck("status", "--all")
     assert res.code == 0
     assert re.search(r"1002 .*FAILED.* 7 ", res.out) and re.search(r"1001 .*COMPLETED.* 0 ", res.out), res.out
     assert "skipping unreadable record" in res.err and "written by a newer clusterkit" in res.err

@@ -187,7 +187,7 @@ def outage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RecordStore:
 
 def test_status_shows_local_jobs_and_stale_slurm_states(ck, outage: RecordStore, tmp_path: Path) -> None:
     before = {p.name: p.read_bytes() for p in outage.files()}
-    res = ck("status")
+    res = ck("status", "--all")
     assert res.code == 3, res
     assert res.lines == ["clusterkit: warning: cannot reach Slurm controller: slurm_load_jobs error: Socket timed "
                          "out on send/recv operation; Slurm jobs show their last known state, marked stale"]
@@ -196,7 +196,7 @@ def test_status_shows_local_jobs_and_stale_slurm_states(ck, outage: RecordStore,
     # a terminal state stays terminal: the cached end of 103 is not marked stale
     assert (rows["101"][6], rows["102"][6], rows["103"][6]) == ("COMPLETED", "UNKNOWN (stale)", "COMPLETED")
     assert "LOST" not in res.out
-    as_json = ck("status", "--json")
+    as_json = ck("status", "--all", "--json")
     jobs = {j["job_id"]: j for j in json.loads(as_json.out)["jobs"]}
     assert as_json.code == 3 and (jobs["102"]["state"], jobs["102"]["stale"]) == ("UNKNOWN", True)
     after = {p.name: p.read_bytes() for p in outage.files()}
@@ -220,7 +220,7 @@ def test_cancel_reaches_scancel_when_slurm_does_not_answer(ck, outage: RecordSto
 def test_non_utf8_record_does_not_break_status(ck, outage: RecordStore) -> None:
     bad = outage.root / "20260101T000000000000-testbed-9.json"
     bad.write_bytes(b"\x80\x81 not text")
-    res = ck("status", "--json")
+    res = ck("status", "--all", "--json")
     assert res.code == 3 and {j["job_id"] for j in json.loads(res.out)["jobs"]} == {"101", "102", "103"}
     assert f"skipping unreadable record: {bad}: not a job record (not UTF-8 text at byte 0)" in res.err
     assert_one_line_error(ck("status", "9"), 1, f"{bad}: not a job record (not UTF-8 text at byte 0)")

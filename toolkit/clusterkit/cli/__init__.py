@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "sites": ("clusterkit.cli.sites", "sites", "List, show, validate site configs; print the JSON Schema."),
     "render": ("clusterkit.cli.render", "render", "Render the job script, hostfiles and configs into a run directory."),
     "submit": ("clusterkit.cli.submit", "submit", "Render, preflight and submit a job (Slurm or the local site)."),
-    "status": ("clusterkit.cli.jobs", "status", "Show the state of recent jobs, or of one job."),
+    "status": ("clusterkit.cli.jobs", "status", "Show the state of your latest job, of one job, or (--all) of your recent jobs."),
     "logs": ("clusterkit.cli.jobs", "logs", "Show (or follow) a job's logs, per node and rank."),
     "cancel": ("clusterkit.cli.jobs", "cancel", "Cancel a job."),
     "preflight": ("clusterkit.cli.preflight", "preflight", "Check GPUs, drivers, IB links and mounts on the nodes."),

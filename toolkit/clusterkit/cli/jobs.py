@@ -1,7 +1,7 @@
-"""``clusterkit status [JOB]``, ``logs [JOB] [--follow]``, ``cancel JOB...``: the life of a submitted job.
+"""``clusterkit status [JOB|--all]``, ``logs [JOB] [--follow]``, ``cancel JOB...``: the life of a submitted job.
 
 JOB is a job id as printed by ``submit`` (the newest record with that id), or ``SITE:JOB_ID``;
-``logs`` without one shows the job submitted last.
+``status`` and ``logs`` without one show the job submitted last; ``status --all`` the table.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ def _find(ref: str) -> Job:
     return Job.find(ref)
 
 
-def _find_or_latest(ref: str | None) -> Job:
+def _find_or_latest(ref: str | None, store: RecordStore | None = None) -> Job:
     """The job named, or without a name the job submitted last (said on stderr)."""
     from clusterkit.api import Job
     from clusterkit.cli import output
 
     if ref:
-        return Job.find(ref)
-    job = Job.latest()
+        return Job.find(ref, store=store)
+    job = Job.latest(store=store)
     output.info(f"clusterkit: job {job.key}, the latest you submitted")
     return job
 
@@ -134,44 +134,70 @@ def stream_to_end(job: Job) -> int:
 
 @click.command()
 @click.argument("job", required=False)
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
-              help="How many of the most recent jobs to show (without JOB).")
+@click.option("--all", "-a", "show_all", is_flag=True,
+              help="Show your recent jobs as a table (the latest first) instead of one job.")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="With the table: how many of the most recent jobs to show (default 20; implies --all).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def status(job: str | None, limit: int, as_json: bool) -> int:
-    """Show the state of your recent jobs (the latest first), or of one job (with the tail of
-    its log once it ended).
+def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) -> int:
+    """Show the state of one job (with the tail of its log unless it completed), by default
+    the job you submitted last; with --all, a table of your recent jobs.
 
-    JOB is a job id as `submit` printed it, or SITE:JOB_ID.
+    \b
+    Examples:
+      clusterkit status              # the job you submitted last
+      clusterkit status 4242         # that job
+      clusterkit status --all        # your 20 most recent jobs, the latest first
+      clusterkit status --limit 50   # your 50 most recent jobs
 
-    All jobs are refreshed with one squeue and one sacct call (scontrol when sacct is
+    JOB is a job id as `submit` printed it, or SITE:JOB_ID; without it, the job you submitted
+    last (the newest of your job records), as for `logs`.
+
+    The table's jobs are refreshed with one squeue and one sacct call (scontrol when sacct is
     unavailable), not one call per job.
 
     When the Slurm controller does not answer, local jobs are shown as usual and Slurm jobs
     with their last known state marked stale (UNKNOWN when none is known), with a warning;
     the exit code is then 3.
     """
+    from clusterkit.cli import output
+    from clusterkit.errors import InputError
+
+    store = _store()
+    if job and (show_all or limit is not None):
+        raise InputError("give JOB, or --all/--limit for the table of recent jobs, not both")
+    if show_all or limit is not None:
+        return _status_table(store, limit or 20, as_json)
+    if not job and not store.files():
+        if as_json:
+            output.emit_json({"job": None, "records": str(store.root)})
+        else:
+            output.line(f"No jobs recorded in {store.root} yet (submit one first).")
+        return 0
+    seen = _find_or_latest(job, store).look()
+    rec, st = seen.record, seen.status
+    code = _warn_status_problems(seen.unreachable, seen.cache_failures)
+    if as_json:
+        output.emit_json(_final_json(rec, st, seen.tails))
+        return code
+    output.line(_describe(rec, st))
+    output.line(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
+                f"world size {rec.world_size}; nodes: {st.nodes or '-'}")
+    output.line(f"  run directory: {rec.run_dir}")
+    if st.terminal and st.state != "COMPLETED":
+        # the verdict doctor cached; status itself never scans logs
+        output.line(f"  doctor: {rec.diagnosis}" if rec.diagnosis
+                    else f"  why it ended: clusterkit doctor {rec.key}")
+    if st.state != "COMPLETED":
+        _print_tails(seen.tails)
+    return code
+
+
+def _status_table(store: RecordStore, limit: int, as_json: bool) -> int:
+    """``status --all``: the ``limit`` most recent jobs, the latest first."""
     from clusterkit.api import jobs
     from clusterkit.cli import output
 
-    store = _store()
-    if job:
-        seen = _find(job).look()
-        rec, st = seen.record, seen.status
-        code = _warn_status_problems(seen.unreachable, seen.cache_failures)
-        if as_json:
-            output.emit_json(_final_json(rec, st, seen.tails))
-            return code
-        output.line(_describe(rec, st))
-        output.line(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
-                           f"world size {rec.world_size}; nodes: {st.nodes or '-'}")
-        output.line(f"  run directory: {rec.run_dir}")
-        if st.terminal and st.state != "COMPLETED":
-            # the verdict doctor cached; status itself never scans logs
-            output.line(f"  doctor: {rec.diagnosis}" if rec.diagnosis
-                               else f"  why it ended: clusterkit doctor {rec.key}")
-        if st.state != "COMPLETED":
-            _print_tails(seen.tails)
-        return code
     view = jobs(limit, store=store)
     for err in view.unreadable:
         output.warn(f"skipping unreadable record: {err}")
