@@ -104,6 +104,11 @@ def test_status_keeps_job_ids_and_states_whole(jobs_env: dict[str, str]) -> None
     shown = _on_terminal(["status", "--all"], jobs_env)
     _assert_fits(shown)
     assert "…" not in shown
+    # the name is one word: never split; too wide for all columns, the least useful are left out
+    assert shown.count("ck-a-rather-long-training-job-name") == 3
+    assert "(left out: LAUNCHER, STAGE, SITE; --json has them)" in shown.splitlines()
+    wide = _on_terminal(["status", "--all"], jobs_env, columns=140)
+    assert "left out" not in wide and re.search(r"^JOB\s+SITE\s+NAME\s+STAGE\s+LAUNCHER", wide, re.M), wide
     for job, state in (("4242420", "COMPLETED"), ("4242421", "FAILED"), ("4242422", "CANCELLED")):
         assert re.search(rf"^{job}\b.*\b{state}\b", shown, re.M), shown
 
@@ -119,10 +124,17 @@ def test_plan_keeps_its_figures_whole() -> None:
     table = [line for line in shown.splitlines() if re.search(r"\b(yes|no: GPU|no: host)\s*$", line)]
     assert len(table) == len(rows)
     _assert_fits("\n".join(table))
-    # each row's figures, launcher, stage and verdict as the pipe printed them, uncut
+    # at 80 columns the stage is left out (said below the table); the rest stays
+    assert "(left out: stage; --json has them)" in shown.splitlines()
+    # each row's figures, launcher and verdict as the pipe printed them, uncut
     for line, row in zip(table, rows, strict=True):
-        for cell in (row[1], row[3], row[4], row[5], row[6]):
+        for cell in (row[1], row[4], row[5], row[6]):
             assert f" {cell}" in f" {line}", (cell, line)
+    # setup and size wrap at spaces: every word of theirs is whole on some line
+    words = {w for r in rows for w in (r[0] + " " + r[2]).split()}
+    start = shown.index("setup")
+    shown_words = set(shown[start:].split())
+    assert words <= shown_words, words - shown_words
 
 
 def test_sites_list_keeps_names_and_node_lists_whole() -> None:

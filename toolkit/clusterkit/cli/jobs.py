@@ -215,7 +215,8 @@ def _status_table(store: RecordStore, limit: int, as_json: bool) -> int:
                          r["exit_code"] if r["exit_code"] is not None
                          else (f"sig {r['signal']}" if r["signal"] else ""),
                          r["submitted_at"][:19].replace("T", " ")] for r in reversed(rows)],
-                       keys=("JOB", "NODES", "STATE", "EXIT"), right=("NODES", "EXIT"))
+                       keys=("JOB", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE", "EXIT"), right=("NODES", "EXIT"),
+                       drop=("LAUNCHER", "STAGE", "SITE", "SUBMITTED"))
     return code
 
 

@@ -79,17 +79,22 @@ def line(message: str) -> None:
     click.echo(printable_lines(message))
 
 
-FOLDED_MIN = 8  # the narrowest a folded (non-key) column is made before a table goes plain
+FOLDED_MIN = 8  # the narrowest a folded (non-key) column is made, unless a word in it is wider
 
 
 def is_terminal() -> bool:
     return out().is_terminal
 
 
+def _widest_word(cells: Iterable[str]) -> int:
+    return max((len(word) for cell in cells for word in cell.split()), default=0)
+
+
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
           keys: Sequence[str] = (), right: Sequence[str] = ()) -> Table:
     """A rich table for a terminal: no heavy box, the ``keys`` columns never wrapped or cut
-    (at least as wide as their widest cell), the others folded to fit the terminal's width."""
+    (at least as wide as their widest cell), the others wrapped at spaces to fit the terminal's
+    width, never narrower than their widest word: no word is ever split."""
     from rich import box
     from rich.table import Table
 
@@ -103,8 +108,9 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
                 r[i] = r[i].rjust(widest)
         if c in keys:
             t.add_column(c, no_wrap=True, min_width=widest, overflow="ignore")
-        else:  # wrapped at spaces, never narrower than FOLDED_MIN (or its widest cell)
-            t.add_column(c, overflow="fold", min_width=min(widest, FOLDED_MIN))
+        else:  # wrapped at spaces, never narrower than its widest word (nor FOLDED_MIN, where wider)
+            least = max(len(c), _widest_word(r[i] for r in cells), min(widest, FOLDED_MIN))
+            t.add_column(c, overflow="fold", min_width=least)
     for r in cells:
         t.add_row(*r)
     return t
@@ -123,19 +129,50 @@ def plain_table(columns: Sequence[str], rows: Iterable[Sequence[Any]], right: Se
     return lines
 
 
+def _layout_width(shown: Table, width: int) -> int | None:
+    """The width to lay ``shown`` out at so that it fits ``width`` with every column at least at
+    its least (keys whole, no word split), or None where it cannot.  The least: the columns'
+    widths two apart (the padding and the box's blank); rich may still lay a table out a column
+    wider than asked, so the layout is tried, uncropped, at ``width`` and one less."""
+    import io
+
+    from rich.console import Console
+
+    if sum(max(c.min_width or 0, 1) for c in shown.columns) + 2 * (len(shown.columns) - 1) > width:
+        return None
+    for target in (width, width - 1):
+        text = io.StringIO()
+        Console(file=text, width=target, color_system=None, highlight=False, emoji=False).print(shown, crop=False)
+        if max(map(len, text.getvalue().splitlines()), default=0) <= width:
+            return target
+    return None
+
+
 def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]],
-                keys: Sequence[str] = (), right: Sequence[str] = ()) -> None:
-    """A table on stdout: rich on a terminal (key columns whole, the rest folded to its width;
-    plain columns when even that does not fit), plain aligned columns in a pipe."""
+                keys: Sequence[str] = (), right: Sequence[str] = (), drop: Sequence[str] = ()) -> None:
+    """A table on stdout.  On a terminal: rich, key columns whole, the rest wrapped at spaces to
+    its width; where even that does not fit, the ``drop`` columns are left out, in that order,
+    as few as needed (a last line names them); failing that, plain columns.  In a pipe: plain
+    aligned columns, every column, nothing cut or wrapped."""
     rows = list(rows)
     console = out()
     if console.is_terminal:
-        shown = table(title, columns, rows, keys, right)
-        needed = sum((c.min_width or 0) + 2 for c in shown.columns)
-        if needed <= console.width:
-            console.print(shown)
-            return
-    if title:
+        cols, kept = list(columns), [list(r) for r in rows]
+        left_out: list[str] = []
+        for name in [None, *(d for d in drop if d in columns)]:
+            if name is not None:
+                i = cols.index(name)
+                cols.pop(i)
+                kept = [r[:i] + r[i + 1:] for r in kept]
+                left_out.append(name)
+            shown = table(title, cols, kept, keys, right)
+            target = _layout_width(shown, console.width)
+            if target is not None:
+                console.print(shown, width=target, soft_wrap=False, crop=False)  # as probed
+                if left_out:
+                    click.echo(f"(left out: {', '.join(left_out)}; --json has them)")
+                return
+    if title:  # every column, plain: the terminal wraps the long lines, nothing is cut
         click.echo(printable_lines(title))
     for text in plain_table(columns, rows, right):
         click.echo(text)

@@ -226,7 +226,7 @@ def print_human(site_name: str, result: est.Sizing) -> None:
                      f"{c.gpu_bytes / est.GIB:.2f}", *act, f"{c.host_bytes / est.GIB:.2f}", fits])
     # setup and size fold to fit the terminal; the figures, launcher, stage and verdict stay whole
     output.print_table(None, columns, rows, keys=[c for c in columns if c not in ("setup", "size")],
-                       right=[c for c in columns if "GiB" in c])
+                       right=[c for c in columns if "GiB" in c], drop=("stage", "launcher"))
     if result.recommended is not None:
         console.print(f"recommended: {result.recommended.method.label} on {result.recommended.describe_size()}, "
                       f"stage {result.recommended.layout.stage}")
