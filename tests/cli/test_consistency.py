@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
@@ -85,3 +86,29 @@ def test_render_json_and_submit_dry_run_json_have_the_same_keys(ck, tmp_path: Pa
     assert r["job_sbatch"] == Path(r["script"]).read_text() and d["job_sbatch"] == Path(d["script"]).read_text()
     assert {k: v for k, v in r.items() if k not in ("run_dir", "script", "job_sbatch", "dry_run")} == \
         {k: v for k, v in d.items() if k not in ("run_dir", "script", "job_sbatch", "dry_run")}
+
+
+@pytest.mark.parametrize("words", _help_pages()[1:], ids=lambda w: " ".join(w))
+def test_each_command_lists_its_own_exit_codes_within_80_columns(ck, words: tuple[str, ...]) -> None:
+    """A command's page lists the codes it returns (not the generic list of the top page), each
+    line within 80 columns."""
+    res = ck(*words, "--help")
+    lines = res.out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "Exit codes:")
+    block = lines[start:]
+    assert all(len(line) <= 80 for line in block), block
+    assert "preflight could not reach some nodes; the Slurm controller could not be" not in res.out or \
+        words == ("preflight",), res.out
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (("render", "--site", "nosuchsite", "--", "python", "t.py"), 2),
+    (("sites", "show", "nosuchsite"), 2),
+    (("sites", "list", "--bogus"), 2),
+    (("status", "--bogus"), 2),
+])
+def test_the_listed_codes_are_the_ones_returned(ck, tmp_path: Path, args: tuple[str, ...], code: int) -> None:
+    res = ck(*args, cwd=tmp_path)
+    assert res.code == code, res
+    page = ck(*args[:2] if args[0] == "sites" else args[:1], "--help").out
+    assert re.search(rf"^\s+{code}\s+\S", page, re.M), page

@@ -27,6 +27,69 @@ Exit codes:
      reached (status still shows every job, Slurm ones with their last known state)
 """
 
+_NO_RECORD = """\
+  1  a job record could not be read (e.g. written by a newer clusterkit)
+  2  usage error (bad option), or no job record for the JOB given
+"""
+
+# The exit codes of each command's --help, by command path, where the command gives none of
+# its own (doctor, preflight, sites init and sites drift do): each lists the codes it returns.
+COMMAND_EXIT_CODES: dict[str, str] = {
+    "render": """\
+  0  rendered
+  2  usage or config error (bad option, invalid site config, impossible plan,
+     unusable run directory)
+""",
+    "plan": """\
+  0  planned (and rendered, with --render)
+  2  usage or config error (bad option, invalid site config, impossible
+     request; with --render: nothing to render, unusable run directory)
+""",
+    "submit": """\
+  0  submitted; with --wait or --follow: the job completed
+  1  preflight found bad nodes, or the scheduler refused the job
+  2  usage or config error (bad option, invalid site config, impossible plan,
+     unusable run directory)
+  3  the Slurm controller could not be reached, or preflight could not reach
+     some nodes
+  N  with --wait or --follow: the job's own exit status (128+N: killed by
+     signal N)
+""",
+    "status": "  0  ok\n" + _NO_RECORD + """\
+  3  the Slurm controller could not be reached (Slurm jobs shown with their
+     last known state, marked stale)
+""",
+    "logs": "  0  ok\n" + _NO_RECORD.replace("for the JOB given", "for the JOB given, or none yet"),
+    "cancel": """\
+  0  cancelled, or already ended
+  1  a job record could not be read, or scancel failed
+  2  usage error (bad option), or no job record for a JOB given (then none
+     is cancelled)
+  3  the Slurm controller could not be reached
+""",
+    "sites": """\
+  0  ok
+  2  usage or config error (bad option, unknown or invalid site)
+""",
+    "sites list": """\
+  0  ok (a site that does not validate is listed as INVALID)
+  2  usage error (bad option)
+""",
+    "sites show": """\
+  0  ok
+  2  usage or config error (bad option, unknown or invalid site)
+""",
+    "sites validate": """\
+  0  every file is valid
+  2  usage error, or some file is invalid (one line per problem:
+     file:line: key)
+""",
+    "sites schema": """\
+  0  ok
+  2  usage error (bad option)
+""",
+}
+
 # name -> (module, attribute, one-line help shown by `clusterkit --help` without importing)
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "sites": ("clusterkit.cli.sites", "sites", "List, show, validate site configs; print the JSON Schema."),
@@ -57,18 +120,21 @@ def load_command(name: str, module: str, attr: str) -> click.Command:
     command = getattr(mod, attr, None)
     if not isinstance(command, click.Command):
         raise CommandLoadError(f"command '{name}': {module} has no click command {attr!r}")
-    with_exit_codes(command)
+    with_exit_codes(command, name)
     return command
 
 
-def with_exit_codes(command: click.Command) -> None:
-    """Give ``command`` and its subcommands the shared exit-code epilog where they list none
-    of their own: every ``--help`` page lists its exit codes."""
+def with_exit_codes(command: click.Command, path: str) -> None:
+    """Give ``command`` (``path``: its words after ``clusterkit``) and its subcommands their
+    exit codes (:data:`COMMAND_EXIT_CODES`, else the shared list) where they list none of
+    their own: every ``--help`` page lists its exit codes."""
     if "Exit codes:" not in (command.epilog or ""):
-        command.epilog = EXIT_CODES_HELP + ("\n" + command.epilog if command.epilog else "")
+        codes = COMMAND_EXIT_CODES.get(path)
+        text = "\b\nExit codes:\n" + codes if codes else EXIT_CODES_HELP
+        command.epilog = text + ("\n" + command.epilog if command.epilog else "")
     if isinstance(command, click.Group):
-        for sub in command.commands.values():
-            with_exit_codes(sub)
+        for name, sub in command.commands.items():
+            with_exit_codes(sub, f"{path} {name}")
 
 
 class LazyGroup(click.Group):

@@ -145,8 +145,10 @@ When several apply, 2 wins over 3 over 1.
 INIT_EXIT_HELP = """\b
 Exit codes:
   0  site config written (or printed)
-  2  usage or config error (bad option, unknown partition or example, several node types)
-  3  could not reach the Slurm controller, or --probe could not reach some nodes
+  2  usage or config error (bad option, unknown partition or example, several
+     node types)
+  3  could not reach the Slurm controller, or --probe could not reach some
+     nodes
 """
 
 
