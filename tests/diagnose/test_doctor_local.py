@@ -37,3 +37,7 @@ def test_doctor_on_a_local_job_cites_no_slurm_and_adds_no_zone(ck: CLI, tmp_path
     assert written, logs
     assert verdict["time"] == f"{written.group(1)}T{written.group(2)}" and verdict["rank"] == 0, verdict
     assert f"time {verdict['time']}\n" in human.out or f"time {verdict['time']}" in human.out
+    # without JOB: the job submitted last, said on stderr as status and logs say it
+    latest = local("doctor")
+    assert latest.code == 1 and latest.out == human.out, latest
+    assert f"clusterkit: job local:{job}, the latest you submitted" in latest.err

@@ -100,7 +100,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "cancel": ("clusterkit.cli.jobs", "cancel", "Cancel jobs (one or several)."),
     "preflight": ("clusterkit.cli.preflight", "preflight", "Check GPUs, drivers, IB links and mounts on the nodes."),
     "plan": ("clusterkit.cli.plan", "plan", "Choose framework, ZeRO stage and node count from model size."),
-    "doctor": ("clusterkit.cli.doctor", "doctor", "Find why a job died: root cause, node, rank, what to do."),
+    "doctor": ("clusterkit.cli.doctor", "doctor", "Find why a job died (by default your latest): cause, node, rank."),
 }
 
 

@@ -78,15 +78,16 @@ def _print(report: dict[str, Any]) -> None:
 
 
 @click.command(epilog=DOCTOR_EXIT_HELP)
-@click.argument("targets", nargs=-1, metavar="JOB | PATH...")
+@click.argument("targets", nargs=-1, metavar="[JOB] | PATH...")
 @click.option("--logs", "from_logs", is_flag=True,
               help="Diagnose log files or directories (any job, a kernel log) instead of a submitted JOB.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
     """Find why a job died: the root cause, its node and rank, and what to do now.
 
-    JOB is a job id as `submit` printed it, or SITE:JOB_ID: doctor reads its run directory's
-    logs and asks Slurm for its state.  With --logs, PATH... are files or directories.
+    JOB is a job id as `submit` printed it, or SITE:JOB_ID (without it, the job you submitted
+    last): doctor reads its run directory's logs and, for a Slurm job, asks Slurm for its
+    state.  With --logs, PATH... are files or directories.
     Cascade symptoms (watchdog timeouts, connection resets, killed peers) are counted under
     the verdict, never reported as its cause.
     """
@@ -98,9 +99,14 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
     if from_logs:
         found = diagnose_logs([Path(t) for t in targets], _progress)
     else:
-        if len(targets) != 1:
-            raise InputError("give one JOB, or --logs PATH...")
-        found = doctor_job(targets[0], _progress)
+        if len(targets) > 1:
+            raise InputError("give one JOB (or none: the job you submitted last), or --logs PATH...")
+        if targets:
+            found = doctor_job(targets[0], _progress)
+        else:  # the job submitted last, said on stderr as `status` and `logs` say it
+            from clusterkit.cli.jobs import latest_job
+
+            found = doctor_job(latest_job().key, _progress)
     for note in found.notes:
         output.warn(note)
     report = found.report

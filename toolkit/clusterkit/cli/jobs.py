@@ -33,10 +33,18 @@ def _find(ref: str) -> Job:
 def _find_or_latest(ref: str | None, store: RecordStore | None = None) -> Job:
     """The job named, or without a name the job submitted last (said on stderr)."""
     from clusterkit.api import Job
-    from clusterkit.cli import output
 
     if ref:
         return Job.find(ref, store=store)
+    return latest_job(store)
+
+
+def latest_job(store: RecordStore | None = None) -> Job:
+    """The job submitted last, said on stderr: what ``status``, ``logs`` and ``doctor`` without
+    JOB act on."""
+    from clusterkit.api import Job
+    from clusterkit.cli import output
+
     job = Job.latest(store=store)
     output.info(f"clusterkit: job {job.key}, the latest you submitted")
     return job
