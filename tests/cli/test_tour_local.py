@@ -47,6 +47,8 @@ def test_readme_local_tour_runs_as_written(checkout_elsewhere: Path) -> None:  #
             m = re.search(r"Submitted job (\d+)", p.stdout)
             assert m and p.stdout.rstrip().endswith(f"Job {m.group(1)} COMPLETED (exit code 0)"), p.stdout
             job = m.group(1)
+        elif args == ["status"]:  # the latest job, in detail
+            assert p.returncode == 0 and p.stdout.startswith(f"job {job} COMPLETED, exit code 0\n"), p.stdout
         elif args[0] == "status":
             assert p.returncode == 0 and re.search(rf"^{job}\s+local\s.*\bCOMPLETED\b", p.stdout, re.M), p.stdout
         elif args[0] == "doctor":
