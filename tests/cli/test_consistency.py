@@ -112,3 +112,16 @@ def test_the_listed_codes_are_the_ones_returned(ck, tmp_path: Path, args: tuple[
     assert res.code == code, res
     page = ck(*args[:2] if args[0] == "sites" else args[:1], "--help").out
     assert re.search(rf"^\s+{code}\s+\S", page, re.M), page
+
+
+def test_plan_render_json_carries_render_json_s_document(ck, tmp_path: Path) -> None:
+    import json
+
+    planned = ck("plan", "--site", "local", "--model-params", "10M", "--render", "--json", "--out", str(tmp_path / "p"),
+                 "--", "python", "train.py", cwd=tmp_path)
+    rendered = ck("render", "--site", "local", "--json", "--out", str(tmp_path / "r"), "--", "python", "train.py",
+                  cwd=tmp_path)
+    assert planned.code == 0 and rendered.code == 0, planned.err + rendered.err
+    inner = json.loads(planned.out)["rendered"]
+    assert sorted(inner) == sorted(set(json.loads(rendered.out)) - {"schema_version"}) and inner["dry_run"] is False
+    assert inner["job_sbatch"] == (tmp_path / "p" / "job.sbatch").read_text()
