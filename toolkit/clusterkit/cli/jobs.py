@@ -144,9 +144,10 @@ def stream_to_end(job: Job) -> int:
 @click.argument("job", required=False)
 @click.option("--all", "-a", "show_all", is_flag=True,
               help="Show your recent jobs as a table (the latest first) instead of one job.")
-@click.option("--limit", type=click.IntRange(min=1), default=None,
+@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
               help="With the table: how many of the most recent jobs to show (default 20; implies --all).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print the result as JSON: the job\'s document; with --all, {"jobs": [...]}.')
 def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) -> int:
     """Show the state of one job (with the tail of its log unless it completed), by default
     the job you submitted last; with --all, a table of your recent jobs.
