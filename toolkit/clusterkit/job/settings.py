@@ -56,6 +56,13 @@ class Settings(BaseModel):
     cpus_per_task: int | None = Field(None, ge=1)
     container: bool | None = Field(None, description="use the site's container (default: yes if the site has one)")
     preflight_in_job: bool | None = Field(None, description="run preflight checks on the allocated nodes first")
+    # long runs (docs/architecture.md: chains, run names, stop signal)
+    stop_signal: Literal["TERM", "USR1", "USR2", "INT"] = Field(
+        "TERM", description="the signal the ranks get on the time-limit warning, a preemption Slurm announces, "
+        "and cancel (USR1 for PyTorch Lightning's SLURMEnvironment)")
+    requeue_by: Literal["clusterkit", "framework"] = Field(
+        "clusterkit", description="who calls scontrol requeue after the time-limit warning: clusterkit, or the "
+        "training framework on the stop signal (clusterkit then only delivers it and keeps the restart budget)")
 
     @field_validator("time")
     @classmethod
@@ -99,7 +106,7 @@ def script_variable(key: str, launcher: str) -> str | None:
 
 
 # Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
-SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job")
+SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "stop_signal", "requeue_by")
 
 
 def valid_keys() -> list[str]:
