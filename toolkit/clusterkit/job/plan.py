@@ -289,7 +289,7 @@ def _check_long_run(site: Site, r: Resolved, launch: Launch, spec: StageSpec) ->
                         "use a multi-node or large-cluster stage", field="settings.requeue_by", value="framework")
     if (request.dependency or request.chain) and site.scheduler.kind != "slurm":
         raise PlanError(f"site {site.name} is a local site: no Slurm to hold a job until another ends",
-                        field="chain" if request.chain else "after", value=request.dependency)
+                        field="chain" if request.chain else "after")
 
 
 def checkpoint_base(site: Site, run_dir: str) -> str:
