@@ -60,9 +60,10 @@ def test_chain_of_three_each_resumes_from_the_last_and_shares_one_run(cli: CK, s
     assert started[ids[2]]["resumed_step"] == ended[ids[1]]["step"] == 10
     assert ended[ids[2]]["step"] == 15 and json.loads((ckpt / "ckpt.json").read_text())["job"] == ids[2]
     assert all(s["run"] == run for s in started.values())
-    # each waited for the one before: Slurm recorded the dependency, and none started before the last ended
+    # each waited for the one before (and resumed from its step, above)
     for k in (1, 2):
-        assert f"--dependency=afterany:{ids[k - 1]}" in (cli.runs / "chain3" / f"member-{k + 1}" / "job.sbatch").read_text()
+        script = (cli.runs / "chain3" / f"member-{k + 1}" / "job.sbatch").read_text()
+        assert f"--dependency=afterany:{ids[k - 1]}" in script
 
 
 def test_a_user_code_failure_in_the_first_member_cancels_the_rest(cli: CK, site: Path) -> None:
