@@ -66,10 +66,10 @@ def test_after_defaults_to_ok(ck, tmp_path: Path) -> None:
     (("--after", "12"), "local", "--after: site local is a local site"),
     (("--set", "stop_signal=HUP"), "testbed", "--set stop_signal='HUP': Input should be 'TERM', 'USR1', 'USR2' or"),
     (("--stage", "multi-node", "--nodes", "2", "--launcher", "torchrun", "--set", "stop_signal=USR1"), "testbed",
-     "--set stop_signal=USR1: SIGUSR1 goes to every process of the job step, the torchrun launcher's own process"),
+     "--set stop_signal: the torchrun launcher does not use it; it is used by srun"),
     (("--set", "requeue_by=framework"), "testbed",
      "--set requeue_by=framework: the single-node stage does not requeue"),
-    (("--set", "stop_signal=USR1"), "local", "--set stop_signal: site local is a local site (no Slurm)"),
+    (("--set", "requeue_by=framework"), "local", "--set requeue_by: site local is a local site (no Slurm)"),
     (("--sbatch", "dependency=afterok:12"), "testbed",
      "sets --dependency, which clusterkit writes itself; use submit --after JOB or --chain N"),
 ])

@@ -275,15 +275,10 @@ def _check_preemption(site: Site, launch: Launch, spec: StageSpec, time: str, ma
                         "use --set max_restarts=0 (no requeue) or a launcher that runs through srun")
 
 
-def _check_long_run(site: Site, r: Resolved, launch: Launch, spec: StageSpec) -> None:
-    """The stop signal reaches the ranks, a framework's requeue has a requeue to do, a dependency
-    has a Slurm to wait in (docs/architecture.md: long runs)."""
+def _check_long_run(site: Site, r: Resolved, spec: StageSpec) -> None:
+    """A framework's requeue has a requeue to do, a dependency has a Slurm to wait in (the stop
+    signal's launchers are settings.USED_BY's; docs/architecture.md: long runs)."""
     s, request = r.settings, r.request
-    if s.stop_signal != "TERM" and launch.mode != "per_gpu":
-        raise PlanError(f"SIG{s.stop_signal} goes to every process of the job step, the {launch.launcher} launcher's "
-                        "own process too, which it would end (launchers pass on TERM and INT only): use "
-                        "--launcher srun (every rank a Slurm task), or stop_signal=TERM",
-                        field="settings.stop_signal", value=s.stop_signal)
     if s.requeue_by == "framework" and not spec.requeue:
         raise PlanError(f"the {spec.name} stage does not requeue (no time-limit warning, no requeue): "
                         "use a multi-node or large-cluster stage", field="settings.requeue_by", value="framework")
@@ -478,7 +473,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     launch = launchers.get(launcher)(ctx)
     _check_not_launched_twice(launch, request.command)
     _check_preemption(site, launch, spec, time, max_restarts)
-    _check_long_run(site, r, launch, spec)
+    _check_long_run(site, r, spec)
     cpus, omp = cpu_share(site, s, gpn, launch)
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
                        omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],

@@ -90,6 +90,11 @@ USED_BY: dict[str, tuple[str, ...]] = {
     "tp": ("megatron",),
     "pp": ("megatron",),
     "cp": ("megatron",),
+    # a stop signal other than TERM goes to every process of the job step; torchrun, accelerate and
+    # deepspeed would die of it: only srun's tasks (every rank a Slurm task) can take it
+    "stop_signal": ("srun",),
+    # the framework requeues from a rank: the ranks run in Slurm job steps (not over SSH)
+    "requeue_by": ("torchrun", "deepspeed", "accelerate", "megatron", "srun"),
 }
 # The settings a launcher passes to the training script instead of acting on them, and the
 # variable the script reads (job/launchers: ``for_script``).
