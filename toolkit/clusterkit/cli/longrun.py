@@ -35,7 +35,7 @@ def long_run_options(f: F) -> F:
     return f
 
 
-def dry_run_plan(planned: Plan, out: str | None, after: str | None, chain: int | None) -> Plan:
+def dry_run_plan(planned: Plan, after: str | None, chain: int | None) -> Plan:
     """What ``--dry-run`` renders: the job (the first member of a chain) with its dependency."""
     from clusterkit.api import Plan as ApiPlan
     from clusterkit.diagnose.catalogue import NOT_FIXED_BY_RESTART

@@ -80,7 +80,7 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
                             exclude=exclude, debug=debug, job={**job_setup, "run_name": run_name})
     planned = Plan(Site.load(site), request)
     if dry_run:  # contacts no node: preflight's exclusions are the one thing a dry run cannot show
-        run = longrun_cli.dry_run_plan(planned, out, after, chain).render(out)
+        run = longrun_cli.dry_run_plan(planned, after, chain).render(out)
         _note_preflight_skipped(planned.site.config, skip_preflight)
         return _show_dry_run(run, as_json, longrun_cli.dry_run_note(chain))
     try:
