@@ -168,11 +168,11 @@ def test_sbatch_options_per_job_win_over_the_sites(ck, site: Path, tmp_path: Pat
     site.write_text(SITE.replace("name: args\n", "name: args\nscheduler: {sbatch: {constraint: a100, "
                                  "exclusive: true}}\n"))
     run_dir = render(ck, site, tmp_path / "r", "--sbatch", "constraint=h100&ib", "--sbatch", "mail-type=END,FAIL",
-                     "--sbatch", "dependency=afterok:41", "--sbatch", "reservation=big", "--sbatch", "hold",
+                     "--sbatch", "begin=now+60", "--sbatch", "reservation=big", "--sbatch", "hold",
                      "--sbatch", "mem=20G")
     lines = sbatch_lines(run_dir)
     assert "#SBATCH --constraint=h100&ib" in lines and "#SBATCH --constraint=a100" not in lines
-    assert {"#SBATCH --exclusive", "#SBATCH --mail-type=END,FAIL", "#SBATCH --dependency=afterok:41",
+    assert {"#SBATCH --exclusive", "#SBATCH --mail-type=END,FAIL", "#SBATCH --begin=now+60",
             "#SBATCH --reservation=big", "#SBATCH --hold", "#SBATCH --mem=20G"} <= set(lines)
     # the job's own memory option replaces clusterkit's share of a partial node's
     assert [ln for ln in lines if ln.startswith("#SBATCH --mem")] == ["#SBATCH --mem=20G"]

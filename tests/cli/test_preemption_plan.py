@@ -77,9 +77,11 @@ def test_checkpoint_dir_is_on_shared_checkpoint_storage(ck, tmp_path: Path) -> N
                 "--out", str(tmp_path / "run"), "--", "python", "train.py")
     assert result.code == 0, result.err
     plan = json.loads((tmp_path / "run" / "plan.json").read_text())
-    assert plan["checkpoint_dir"] == "/lustre/scratch/checkpoints/llm" and plan["grace_s"] == 60
+    assert plan["checkpoint_dir"] == "/lustre/scratch/checkpoints" and plan["grace_s"] == 60
     script = (tmp_path / "run" / "job.sbatch").read_text()
-    assert 'export CK_CHECKPOINT_DIR=/lustre/scratch/checkpoints/llm/"$CK_JOB_ID"' in script
+    # no --run-name: the run is the job name and its first job id, so unrelated runs never share one
+    assert 'export CK_RUN_NAME=llm-"$CK_JOB_ID"' in script
+    assert 'export CK_CHECKPOINT_DIR=/lustre/scratch/checkpoints/"$CK_RUN_NAME"' in script
     assert 'export CK_RESTART_COUNT="$ck_restarts"' in script
 
 

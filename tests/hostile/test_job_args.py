@@ -113,10 +113,10 @@ def test_nul_in_an_sbatch_value_is_refused(tmp_path: Path) -> None:
 def test_safe_sbatch_value_is_one_word_of_its_line(ck, tmp_path: Path) -> None:
     run_dir = tmp_path / "r"
     value = "afterok:1?2&3|4;5<6>7*[8]{9}%10#11"
-    result = ck("render", "--site", str(_site(tmp_path)), "--out", str(run_dir), "--sbatch", f"dependency={value}",
+    result = ck("render", "--site", str(_site(tmp_path)), "--out", str(run_dir), "--sbatch", f"comment={value}",
                 "--", "python", "train.py")
     assert result.code == 0, result.err
-    assert f"#SBATCH --dependency={value}\n" in (run_dir / "job.sbatch").read_text()
+    assert f"#SBATCH --comment={value}\n" in (run_dir / "job.sbatch").read_text()
     # a comment line to bash: it runs nothing
     assert subprocess.run(["bash", "-n", str(run_dir / "job.sbatch")]).returncode == 0
 

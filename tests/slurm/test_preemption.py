@@ -62,7 +62,8 @@ class Jobs:
                        "--json", "--", "python", STANDIN, *script)
             assert proc.returncode == 0, proc.stdout + proc.stderr
             self.ids[name] = json.loads(proc.stdout)["job_id"]
-        self.dirs = {n: site.parent / "shared" / "checkpoints" / f"{event}-{n}" / j for n, j in self.ids.items()}
+        # no --run-name: each job's run is its name and job id
+        self.dirs = {n: site.parent / "shared" / "checkpoints" / f"{event}-{n}-{j}" for n, j in self.ids.items()}
 
     def markers(self, kind: str, restart: int | None = None) -> dict[str, list[dict[str, Any]]]:
         pattern = f"{kind}.r*.n{restart}.json" if restart is not None else f"{kind}.r*.json"

@@ -44,6 +44,7 @@ class JobArgs(TypedDict, total=False):
     conda: str | None
     modules: Sequence[str] | None
     sbatch: Mapping[str, str | bool | None] | Sequence[str] | None
+    run_name: str | None
 
 
 class Site:
@@ -253,7 +254,8 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
                 setup: Sequence[str] | None = None, node_setup: Sequence[str] | None = None,
                 srun_args: Sequence[str] | None = None, launcher_args: Sequence[str] | None = None,
                 venv: str | None = None, conda: str | None = None, modules: Sequence[str] | None = None,
-                sbatch: Mapping[str, str | bool | None] | Sequence[str] | None = None) -> JobRequest:
+                sbatch: Mapping[str, str | bool | None] | Sequence[str] | None = None,
+                run_name: str | None = None) -> JobRequest:
     """The :class:`~clusterkit.job.plan.JobRequest` for :meth:`Site.plan`'s arguments (the CLI's
     job options build theirs here too), every input checked and named by its field.
 
@@ -262,7 +264,9 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
     ``env``'s value), ``setup`` and ``node_setup`` (shell commands in the job before the
     launcher: once in the batch shell, once per node), ``srun_args``, ``launcher_args``,
     ``venv``/``conda`` (activated in the job), ``modules`` (loaded after the site's) and
-    ``sbatch`` (per-job Slurm options: ``{"constraint": "a100"}`` or ``["constraint=a100"]``)."""
+    ``sbatch`` (per-job Slurm options: ``{"constraint": "a100"}`` or ``["constraint=a100"]``).
+    ``run_name`` names the training run across jobs: ``CK_CHECKPOINT_DIR`` is
+    ``<checkpoint storage>/checkpoints/<run_name>`` (default: the job name and its first job id)."""
     from clusterkit import hostlist
     from clusterkit.vocab import LAUNCHERS, STAGE_NAMES
 
@@ -295,8 +299,14 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
                    node_setup=_words("node_setup", node_setup), srun_args=_words("srun_args", srun_args),
                    launcher_args=_words("launcher_args", launcher_args), venv=_text("venv", venv),
                    conda=_text("conda", conda), modules=_words("modules", modules), sbatch=_sbatch(sbatch))
+    if run_name is not None:
+        from clusterkit.job.longrun import RUN_NAME, RUN_NAME_RULE
+
+        if not isinstance(run_name, str) or not RUN_NAME.fullmatch(run_name):
+            raise InputError(RUN_NAME_RULE, field="run_name", value=repr(str(run_name)[:80]))
     return JobRequest(stage=stage, command=words, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
-                      job_name=job_name, settings=values, debug=debug, exclude=excluded, job=job)
+                      job_name=job_name, settings=values, debug=debug, exclude=excluded, job=job,
+                      run_name=run_name)
 
 
 def _words(name: str, given: Sequence[str] | None) -> tuple[str, ...]:
@@ -443,7 +453,7 @@ class Plan:
 
     def submit(self, *, out: StrPath | None = None, preflight: bool = True, wait: bool = False,
                preflight_transport: str | None = None,
-               on_gate: Callable[[actions.Gate], None] | None = None) -> Job:
+               on_gate: Callable[[actions.Gate], None] | None = None, after: str | None = None) -> Job:
         """Preflight the nodes the job could get (unless ``preflight=False``; only where the site
         sets ``preflight.before_submit: true`` or ``preflight_transport`` (``ssh``, ``srun``) is
         given: otherwise a Slurm job checks its own nodes as its first step), render the run
@@ -454,15 +464,40 @@ class Plan:
         ``wait=True`` the call returns once the job ended (see :meth:`Job.wait`).  A record that
         could not be saved after the scheduler took the job is not raised: the job runs and
         :attr:`Job.unsaved` says why ``Job.find`` will not know it.
+
+        ``after`` (``"JOB[:ok|any]"``, JOB a Slurm job id or ``SITE:JOB_ID``) holds the job until
+        that one ended successfully (``ok``, the default) or at all (``any``).  A ``run_name``
+        that another live job writes is refused (:class:`~clusterkit.errors.PlanError`, field
+        ``run_name``) unless the job waits for that one.
         """
-        store = RecordStore()
-        run, submitted = actions.submit(self.site.config, self.request, _out(out), store,
-                                        skip_preflight=not preflight, preflight_transport=preflight_transport,
-                                        on_gate=on_gate)
-        job = Job(submitted.record, store, unsaved=submitted.unsaved, run=RunDir._of(run, self.site))
+        job, = self._submit(out=out, preflight=preflight, preflight_transport=preflight_transport,
+                            on_gate=on_gate, after=after, chain=None)
         if wait:
             job.wait()
         return job
+
+    def submit_chain(self, n: int, *, out: StrPath | None = None, preflight: bool = True,
+                     preflight_transport: str | None = None, on_gate: Callable[[actions.Gate], None] | None = None,
+                     after: str | None = None) -> list[Job]:
+        """Submit ``n`` jobs of this plan, each ``afterany`` the one before, sharing the first
+        one's run name (so each resumes from its checkpoints); a member that fails for a reason
+        a restart cannot fix (doctor's verdict: user code, launcher config, imports) cancels the
+        rest.  With ``out``, member K's run directory is ``<out>/member-K``.  Slurm sites only."""
+        return self._submit(out=out, preflight=preflight, preflight_transport=preflight_transport,
+                            on_gate=on_gate, after=after, chain=n)
+
+    def _submit(self, *, out: StrPath | None, preflight: bool, preflight_transport: str | None,
+                on_gate: Callable[[actions.Gate], None] | None, after: str | None, chain: int | None) -> list[Job]:
+        from clusterkit import chain as chain_mod
+        from clusterkit.job.longrun import parse_after
+
+        store = RecordStore()
+        queued = chain_mod.submit(self.site.config, self.request, _out(out), store,
+                                  after=None if after is None else parse_after(after), chain=chain,
+                                  skip_preflight=not preflight, preflight_transport=preflight_transport,
+                                  on_gate=on_gate)
+        return [Job(q.submission.record, store, unsaved=q.submission.unsaved, run=RunDir._of(q.run, self.site))
+                for q in queued]
 
 
 def _out(out: StrPath | None) -> str | None:

@@ -144,7 +144,7 @@ def job_setup_options() -> list[Callable[[F], F]]:
 def job_setup_args(given: dict[str, Any]) -> dict[str, Any]:
     """The job setup options among a command's keyword arguments, empty ones dropped."""
     names = ("env", "env_file", "setup", "node_setup", "venv", "conda", "modules", "srun_args",
-             "launcher_args", "sbatch")
+             "launcher_args", "sbatch", "run_name")
     return {k: given[k] for k in names if given.get(k) not in (None, ())}
 
 

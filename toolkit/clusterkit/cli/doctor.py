@@ -82,7 +82,10 @@ def _print(report: dict[str, Any]) -> None:
 @click.option("--logs", "from_logs", is_flag=True,
               help="Diagnose log files or directories (any job, a kernel log) instead of a submitted JOB.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
+@click.option("--category", "category_only", is_flag=True,
+              help="Print only the verdict's category (one word, e.g. user-code), for scripts: a chained job "
+                   "asks it whether a restart can fix its failure.")
+def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool, category_only: bool) -> int:
     """Find why a job died: the root cause, its node and rank, and what to do now.
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID (without it, the job you submitted
@@ -96,6 +99,8 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
     from clusterkit.diagnose import LogsUnreadable
     from clusterkit.errors import InputError
 
+    if as_json and category_only:
+        raise InputError("give --json or --category, not both")
     if from_logs:
         found = diagnose_logs([Path(t) for t in targets], _progress)
     else:
@@ -110,7 +115,9 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool) -> int:
     for note in found.notes:
         output.warn(note)
     report = found.report
-    if as_json:
+    if category_only:
+        click.echo(report["verdict"]["category"])
+    elif as_json:
         output.emit_json(report)
     else:
         _print(report)

@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from clusterkit.cli import longrun as longrun_cli
 from clusterkit.cli.common import build_request, job_options
+from clusterkit.cli.longrun import long_run_options
 from clusterkit.vocab import PROBE_TRANSPORTS
 
 if TYPE_CHECKING:
@@ -35,10 +37,12 @@ if TYPE_CHECKING:
 @click.option("--preflight-transport", type=click.Choice(PROBE_TRANSPORTS), default=None,
               help="Check the nodes the job could get (its partition's idle and mixed nodes) before submitting, "
                    "over ssh or srun, even where the site does not set preflight.before_submit: true.")
+@long_run_options
 def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
            sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
            as_json: bool, command: tuple[str, ...], dry_run: bool, wait: bool | None, follow: bool,
-           skip_preflight: bool, preflight_transport: str | None, **job_setup: Any) -> int:
+           skip_preflight: bool, preflight_transport: str | None, after: str | None, chain: int | None,
+           run_name: str | None, **job_setup: Any) -> int:
     """Render a job and submit it: sbatch on Slurm sites, submitit's local executor on local ones.
 
     \b
@@ -49,6 +53,10 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     Slurm receives the rendered job.sbatch byte for byte (see it with --dry-run).  Every
     submission leaves a job record; follow it with `clusterkit status`, `logs` and `cancel`.
     With --wait or --follow the exit status is the job's own.
+
+    Long runs: --after JOB[:ok|any] waits for an earlier job; --chain N queues N jobs, each after
+    the one before, resuming from one checkpoint directory; --run-name NAME names the run whose
+    checkpoints CK_CHECKPOINT_DIR holds (<checkpoint storage>/checkpoints/NAME).
 
     Preflight: on Slurm sites the job checks its own nodes as its first step (srun, inside its
     allocation: no SSH to compute nodes needed) and starts nothing on bad ones.  Nodes are
@@ -64,17 +72,24 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
         if follow and given:
             raise InputError(f"--follow and {name} cannot be combined")
 
+    if chain is not None and (follow or wait):
+        raise InputError("--chain queues its jobs and returns: follow them with `clusterkit status` "
+                         "(not with --wait or --follow)")
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
-                            exclude=exclude, debug=debug, job=job_setup)
+                            exclude=exclude, debug=debug, job={**job_setup, "run_name": run_name})
     planned = Plan(Site.load(site), request)
     if dry_run:  # contacts no node: preflight's exclusions are the one thing a dry run cannot show
-        run = planned.render(out)
+        run = longrun_cli.dry_run_plan(planned, after, chain).render(out)
         _note_preflight_skipped(planned.site.config, skip_preflight)
-        return _show_dry_run(run, as_json)
+        return _show_dry_run(run, as_json, longrun_cli.dry_run_note(chain))
     try:
+        if chain is not None:
+            jobs = planned.submit_chain(chain, out=out, preflight=not skip_preflight,
+                                        preflight_transport=preflight_transport, on_gate=_show_gate, after=after)
+            return longrun_cli.show_chain(jobs, as_json, _show_submitted)
         job = planned.submit(out=out, preflight=not skip_preflight, preflight_transport=preflight_transport,
-                             on_gate=_show_gate)
+                             on_gate=_show_gate, after=after)
     except PreflightRefused as exc:
         if exc.note:
             output.info(f"preflight: {exc.note}")
@@ -137,7 +152,7 @@ def _show_preflight(report: Report) -> None:
         output.info(f"preflight: {g.status.value.upper():<11} {g.summary()}")
 
 
-def _show_dry_run(run: RunDir, as_json: bool) -> int:
+def _show_dry_run(run: RunDir, as_json: bool, chain_note: str | None = None) -> int:
     from clusterkit.cli import output
 
     script = run.sbatch
@@ -157,6 +172,8 @@ def _show_dry_run(run: RunDir, as_json: bool) -> int:
 
     output.info(f"clusterkit: dry run: {choices_line(run).strip()}")
     click.echo(script, nl=False)  # byte for byte what sbatch would get
+    if chain_note:
+        output.info(f"clusterkit: dry run: {chain_note}")
     output.info(f"clusterkit: dry run: nothing submitted; run directory {run.path}")
     return 0
 

@@ -92,6 +92,7 @@ OWNED_SBATCH = {
     "export-file": "nccl.env", "get-user-env": "nccl.env", "wrap": "the command after '--'",
     "exclude": "--exclude", "parsable": "submit --json (clusterkit reads sbatch's answer itself)",
     "wait": "submit --wait", "test-only": "submit --dry-run", "array": "one clusterkit submit per job",
+    "dependency": "submit --after JOB or --chain N", "kill-on-invalid-dep": "submit --after JOB (set with it)",
 }
 
 

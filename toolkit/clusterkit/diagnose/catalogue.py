@@ -25,6 +25,8 @@ CATEGORIES = (
 )
 CASCADE_KINDS = ("nccl-timeout", "connection-reset", "child-failed", "peer-killed", "srun-terminated",
                  "exit-barrier")
+# Failures a restart of the same job cannot fix: a chain stops at them (clusterkit.chain).
+NOT_FIXED_BY_RESTART = ("user-code", "launcher-config", "import-env")
 SLURM_CATEGORIES = frozenset({"slurm-time-limit", "slurm-node-failure", "slurm-preempted", "slurm-cancelled"})
 
 

@@ -25,6 +25,7 @@ from clusterkit.errors import FieldProblem, PlanError
 from clusterkit.job import jobargs, launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
+from clusterkit.job.longrun import ChainLink, check_run_name
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.request import JobRequest, JobSetup, Resolved, resolve
 from clusterkit.job.settings import Settings
@@ -69,7 +70,7 @@ class Plan:
     preempt_signal_s: int
     grace_s: int                        # seconds the ranks get to save after SIGTERM
     requeue: bool
-    checkpoint_dir: str                 # on shared storage; the script appends the job id (CK_CHECKPOINT_DIR)
+    checkpoint_dir: str                 # on shared storage; the script appends the run name (CK_CHECKPOINT_DIR)
     time: str
     settings: Settings
     preflight_in_job: bool
@@ -77,6 +78,9 @@ class Plan:
     cpus_per_task: int = 1              # every srun step asks for it: since Slurm 22.05 srun need not take sbatch's
     warnings: tuple[str, ...] = ()
     job: JobSetup = field(default_factory=JobSetup)   # the job's env, setup steps, args, activation
+    run_name: str | None = None         # --run-name; None: the job name and its first job id (job/longrun.py)
+    dependency: str | None = None       # #SBATCH --dependency (--after, --chain)
+    chain: ChainLink | None = None      # this job's place in a --chain
 
     @property
     def slurm(self) -> bool:
@@ -118,6 +122,7 @@ class Plan:
         d["sbatch"] = [[k, v] for k, v in self.sbatch]
         d["settings"] = self.settings.model_dump()
         d["job"] = self.job.to_dict()
+        d["chain"] = asdict(self.chain) if self.chain is not None else None
         return d
 
 
@@ -219,6 +224,9 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
         out.append(("signal", f"B:USR2@{sch.preempt_signal_s}"))
         out.append(("requeue", None) if r.max_restarts > 0 else ("no-requeue", None))
         out.append(("open-mode", "append"))   # a requeued run appends to the same log
+    if r.request.dependency:
+        # a dependency that can never be met (afterok on a job that failed) ends the job, not a forever-pending one
+        out += [("dependency", r.request.dependency), ("kill-on-invalid-dep", "yes")]
     own = dict(r.job.sbatch)   # the job's --sbatch options win over the site's of the same name
     for name, extra in sorted(sch.sbatch.items()):
         if name in own:
@@ -267,14 +275,27 @@ def _check_preemption(site: Site, launch: Launch, spec: StageSpec, time: str, ma
                         "use --set max_restarts=0 (no requeue) or a launcher that runs through srun")
 
 
-def checkpoint_base(site: Site, run_dir: str, job_name: str) -> str:
-    """Where CK_CHECKPOINT_DIR lives: the site's shared checkpoint storage, else any shared storage."""
+def _check_long_run(site: Site, r: Resolved, spec: StageSpec) -> None:
+    """A framework's requeue has a requeue to do, a dependency has a Slurm to wait in (the stop
+    signal's launchers are settings.USED_BY's; docs/architecture.md: long runs)."""
+    s, request = r.settings, r.request
+    if s.requeue_by == "framework" and not spec.requeue:
+        raise PlanError(f"the {spec.name} stage does not requeue (no time-limit warning, no requeue): "
+                        "use a multi-node or large-cluster stage", field="settings.requeue_by", value="framework")
+    if (request.dependency or request.chain) and site.scheduler.kind != "slurm":
+        raise PlanError(f"site {site.name} is a local site: no Slurm to hold a job until another ends",
+                        field="chain" if request.chain else "after")
+
+
+def checkpoint_base(site: Site, run_dir: str) -> str:
+    """Where CK_CHECKPOINT_DIR lives (the job appends its run name): the site's shared checkpoint
+    storage, else any shared storage, else (one machine without storage entries) beside the run."""
     shared = site.shared_storage
     pick = next((s for s in shared if "checkpoints" in s.use), None) or (shared[0] if shared else None)
     pick = pick or next((s for s in site.storage if "checkpoints" in s.use), None)
-    if pick is None:  # one machine without storage entries: beside the run
+    if pick is None:
         return f"{run_dir.rstrip('/')}/checkpoints"
-    return f"{pick.path.rstrip('/')}/checkpoints/{job_name}"
+    return f"{pick.path.rstrip('/')}/checkpoints"
 
 
 def _exclude_list(site: Site, exclude: Iterable[str]) -> tuple[str, ...]:
@@ -452,6 +473,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     launch = launchers.get(launcher)(ctx)
     _check_not_launched_twice(launch, request.command)
     _check_preemption(site, launch, spec, time, max_restarts)
+    _check_long_run(site, r, spec)
     cpus, omp = cpu_share(site, s, gpn, launch)
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
                        omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],
@@ -475,7 +497,9 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         container=container_cfg if use_container else None,
         max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s,
         grace_s=site.scheduler.grace_s, requeue=spec.requeue,
-        checkpoint_dir=checkpoint_base(site, request.run_dir, name),
+        checkpoint_dir=checkpoint_base(site, request.run_dir),
         time=time, settings=s, cpus_per_task=cpus,
         preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings), job=r.job,
+        run_name=None if request.run_name is None else check_run_name(request.run_name),
+        dependency=request.dependency, chain=request.chain,
     )

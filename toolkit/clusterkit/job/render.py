@@ -359,6 +359,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         raise ConfigError.single(site.templates or "templates", None, "templates",
                                  "the site's job script template does not include job-setup.j2, so the job's "
                                  "setup steps would not run: add {% include \"job-setup.j2\" %} before the launch")
+    _check_long_run_parts(site, plan, out["job.sbatch"])
     out["nccl.env"] = draw("nccl.env.j2", ctx)
     hostfile = _hostfile(plan)
     if hostfile is not None:
@@ -369,6 +370,21 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         out[name] = draw(template, ctx)
     out["plan.json"] = json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n"
     return out
+
+
+def _check_long_run_parts(site: Site, plan: Plan, script: str) -> None:
+    """A site's own copy of the entry or end-game template from before chains and framework
+    requeue: refuse the job rather than drop what was asked."""
+    missing = None
+    if plan.chain is not None and "ck_chain_ids=" not in script:
+        missing = ("job-chain.sbatch.j2", "a chain member would neither stop the chain nor see it stopped",
+                   'add {% include "job-chain.sbatch.j2" %} after the end-game include')
+    elif plan.settings.requeue_by == "framework" and "ck_requeue_pending" not in script:
+        missing = ("the framework branch of job-endgame.sh.j2", "the job would requeue itself as well as the "
+                   "framework", "update the site's job-endgame.sh.j2 from clusterkit's")
+    if missing is not None:
+        raise ConfigError.single(site.templates or "templates", None, "templates",
+                                 f"the site's job script template lacks {missing[0]}, so {missing[1]}: {missing[2]}")
 
 
 def _renderer(env: jinja2.Environment, override_dir: str | None) -> Any:

@@ -24,6 +24,7 @@ from clusterkit.config.schema import JobSection, Site, StageOverride
 from clusterkit.errors import PlanError
 from clusterkit.job import settings as settings_mod
 from clusterkit.job import stages
+from clusterkit.job.longrun import ChainLink
 from clusterkit.job.settings import Settings
 from clusterkit.vocab import StageSpec
 
@@ -88,6 +89,11 @@ class JobRequest:
     # the choices among launcher, nodes, gpus_per_node and settings that `plan --render` made
     # (not the user): their source is "plan"
     planned: frozenset[str] = frozenset()
+    # the training run across jobs (CK_CHECKPOINT_DIR's last part); None: the job name and its first job id
+    run_name: str | None = None
+    # what this job waits for (#SBATCH --dependency, from --after and --chain; clusterkit.job.longrun)
+    dependency: str | None = None
+    chain: ChainLink | None = None   # this job's place in a --chain
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,13 @@ class Settings(BaseModel):
     cpus_per_task: int | None = Field(None, ge=1)
     container: bool | None = Field(None, description="use the site's container (default: yes if the site has one)")
     preflight_in_job: bool | None = Field(None, description="run preflight checks on the allocated nodes first")
+    # long runs (docs/architecture.md: chains, run names, stop signal)
+    stop_signal: Literal["TERM", "USR1", "USR2", "INT"] = Field(
+        "TERM", description="the signal the ranks get on the time-limit warning, a preemption Slurm announces, "
+        "and cancel (USR1 for PyTorch Lightning's SLURMEnvironment)")
+    requeue_by: Literal["clusterkit", "framework"] = Field(
+        "clusterkit", description="who calls scontrol requeue after the time-limit warning: clusterkit, or the "
+        "training framework on the stop signal (clusterkit then only delivers it and keeps the restart budget)")
 
     @field_validator("time")
     @classmethod
@@ -83,6 +90,11 @@ USED_BY: dict[str, tuple[str, ...]] = {
     "tp": ("megatron",),
     "pp": ("megatron",),
     "cp": ("megatron",),
+    # a stop signal other than TERM goes to every process of the job step; torchrun, accelerate and
+    # deepspeed would die of it: only srun's tasks (every rank a Slurm task) can take it
+    "stop_signal": ("srun",),
+    # the framework requeues from a rank: the ranks run in Slurm job steps (not over SSH)
+    "requeue_by": ("torchrun", "deepspeed", "accelerate", "megatron", "srun"),
 }
 # The settings a launcher passes to the training script instead of acting on them, and the
 # variable the script reads (job/launchers: ``for_script``).
@@ -99,7 +111,7 @@ def script_variable(key: str, launcher: str) -> str | None:
 
 
 # Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
-SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job")
+SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "stop_signal", "requeue_by")
 
 
 def valid_keys() -> list[str]:

@@ -78,7 +78,7 @@ class SlurmScheduler:
             grace = float(rec.plan.get("grace_s", 60))
             if on_grace is not None:
                 on_grace(grace)
-            return CancelOutcome(True, stop_slurm(rec.job_id, grace))
+            return CancelOutcome(True, stop_slurm(rec.job_id, grace, stop_signal(rec)))
         cancel_slurm(rec.job_id)
         return CancelOutcome(True)
 
@@ -227,17 +227,29 @@ def _ranks_running(job_id: str) -> bool:
     return bool(steps)
 
 
-def stop_slurm(job_id: str, grace_s: float, poll_s: float = 0.5) -> float:
-    """Let the ranks save, then cancel: SIGTERM to the job's steps, up to ``grace_s`` for them
-    to end, then ``scancel``.  Returns the seconds waited.
+_STOP_SIGNALS = ("TERM", "USR1", "USR2", "INT")
+
+
+def stop_signal(rec: JobRecord) -> str:
+    """The signal the job's ranks get to save (``--set stop_signal``, recorded in its plan)."""
+    settings = rec.plan.get("settings")
+    given = settings.get("stop_signal") if isinstance(settings, dict) else None
+    return given if given in _STOP_SIGNALS else "TERM"
+
+
+def stop_slurm(job_id: str, grace_s: float, signal: str = "TERM", poll_s: float = 0.5) -> float:
+    """Let the ranks save, then cancel: ``signal`` (the job's stop signal) to the job's steps, up
+    to ``grace_s`` for them to end, then ``scancel``.  Returns the seconds waited.
 
     The batch shell is told first (``--batch``: the shell only, never srun, which would answer
     TERM by killing every task): then it neither writes a result nor requeues the job when the
-    ranks exit.  ``--signal=TERM`` without ``--batch`` reaches every task of the running steps
-    and their children (torchrun's and deepspeed's workers), not the batch shell.
+    ranks exit.  ``--signal`` without ``--batch`` reaches every task of the running steps
+    and their children (torchrun's and deepspeed's workers), not the batch shell.  A framework
+    that requeues on its signal (``requeue_by=framework``) is overruled by the final scancel,
+    which cancels a requeued job too.
     """
     _scancel(["--batch", "--signal=TERM", "--", job_id], tolerate_ended=True)
-    _scancel(["--signal=TERM", "--", job_id], tolerate_ended=True)
+    _scancel([f"--signal={signal}", "--", job_id], tolerate_ended=True)
     start = time.monotonic()
     while time.monotonic() - start < grace_s and _ranks_running(job_id):
         time.sleep(poll_s)
