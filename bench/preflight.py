@@ -254,7 +254,7 @@ def _cli_files(work: Path, lab: Any, hosts: list[str]) -> dict[str, str]:
     from ClusterShell.NodeSet import NodeSet
 
     from clusterkit.config.load import load_site
-    from clusterkit.preflight import catalogue, engine
+    from clusterkit.preflight import catalogue
     from clusterkit.vocab import stage_for_nodes
 
     site_path = work / "lab.yaml"
@@ -263,7 +263,7 @@ def _cli_files(work: Path, lab: Any, hosts: list[str]) -> dict[str, str]:
     site = load_site(str(site_path))
     checks = catalogue.select_checks(catalogue.Expectations.from_site(site, stage_for_nodes(len(hosts))))
     script = work / "checks.sh"
-    script.write_text(engine.build_script(checks))
+    script.write_text(checks.script())
     return {"site": str(site_path), "check_script": str(script)}
 
 
