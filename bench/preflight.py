@@ -343,7 +343,7 @@ def print_verdict(rows: list[dict[str, Any]]) -> None:
             if pool in by:
                 own = 1000 * (ck["cpu_s"] - by[pool]["cpu_s"]) / size
                 print(f"    of which the bare pool ({pool}) spends {1000 * by[pool]['cpu_s'] / size:.1f} ms: "
-                      f"clusterkit's own (start-up, judging, report) {own:.1f} ms")
+                      f"the CLI's CPU minus the pool's {own:.1f} ms")
                 break
         if "paramiko" in by and "paramiko-checks" in by:
             light, full = by["paramiko"]["server_cpu_s"], by["paramiko-checks"]["server_cpu_s"]
