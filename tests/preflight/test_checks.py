@@ -375,3 +375,33 @@ def test_probe_facts_keep_the_ports_and_name_the_unread_device() -> None:
     assert nf.ib is not None and nf.ib.hcas == ["mlx5_7"]
     assert "ib: ibstat could not read mlx5_8 (ibpanic: main: stat of IB device 'mlx5_8' failed: " \
            "No such file or directory)" in nf.problems
+
+
+def test_inline_sections_run_without_timeout_and_stay_apart(tmp_path: Path) -> None:
+    """Sections that only read kernel tables run in a subshell of the script (no timeout(1),
+    no sh): their exit status, output and variables stay theirs, and timed sections around
+    them still run under timeout(1).  The proof that timeout(1) ran: a PATH whose first
+    ``timeout`` is a wrapper (named as a stand-in) that logs its call, then runs the real one."""
+    from clusterkit.nodes.script import Section, build_script
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "timeout.log"
+    real = shutil.which("timeout")
+    assert real is not None
+    wrapper = bindir / "timeout"  # stand-in wrapper: logs, then execs the real timeout(1)
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    sections = [Section("a", "ck_leak=1; echo one; exit 3", 5.0, inline=True),
+                Section("b", 'echo "two ${ck_leak:-unset}"', 5.0),
+                Section("c", 'cat "$CK_ROOT/proc/self/limits" >/dev/null && echo three', 5.0, inline=True)]
+    script = build_script(sections, "t0k3n")
+    assert "ck_section a 0 " in script and "ck_section b 5 " in script
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "CLUSTERKIT_SYSROOT": ""}
+    out = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60).stdout
+    got = split_sections(out, "t0k3n")
+    assert (got["a"].text.strip(), got["a"].rc) == ("one", "3")
+    assert (got["b"].text.strip(), got["b"].rc) == ("two unset", "0")
+    assert (got["c"].text.strip(), got["c"].rc) == ("three", "0")
+    calls = log.read_text().splitlines()
+    assert len(calls) == 1 and calls[0].startswith("-k 2 5 sh -c echo"), calls

@@ -69,12 +69,14 @@ def _load(path: Path, text: str) -> KnownHosts:
 # (entries, hashed, lookups prepared as the runner does, file in host order)
 CASES = [(N, False, False, False), (N, False, True, False),
          (N, True, True, True),     # known_hosts grows in contact order; ssh-keygen -H keeps it
+         (N, True, True, False),    # shuffled: each entry is tried against the unmatched hosts
          (512, True, False, False), (512, True, True, False)]  # any order: every HMAC is tried
 
 
 @pytest.mark.parametrize(("n", "hashed", "prepared", "in_order"), CASES,
                          ids=["4096-plain", "4096-plain-prepared", "4096-hashed-prepared",
-                              "512-hashed-shuffled", "512-hashed-shuffled-prepared"])
+                              "4096-hashed-shuffled-prepared", "512-hashed-shuffled",
+                              "512-hashed-shuffled-prepared"])
 def test_every_host_finds_its_own_key(tmp_path: Path, keys: list[paramiko.PKey], n: int,
                                       hashed: bool, prepared: bool, in_order: bool) -> None:
     names = _names(n)
@@ -92,6 +94,40 @@ def test_every_host_finds_its_own_key(tmp_path: Path, keys: list[paramiko.PKey],
         assert db.lookup(names[i]) == {"ssh-ed25519": keys[i % 8]}, names[i]
     for absent in (f"gpu{n:04d}.cluster", "[gpu0001.cluster]:2222", "gpu0001.cluster.", "gpu000"):
         assert db.lookup(absent) is None, absent
+
+
+@pytest.mark.parametrize("grouped", [True, False], ids=["key-types-together", "shuffled"])
+def test_prepared_hashed_entries_with_several_key_types_and_strangers(
+        tmp_path: Path, keys: list[paramiko.PKey], grouped: bool) -> None:
+    """Hosts with one, two or no hashed entries (ssh writes one line per key type), entries of
+    hosts outside the run, a host listed twice with one type: prepare() answers as the
+    per-entry scan does, the first entry of a type winning."""
+    names = [f"n{i:03d}" for i in range(96)]
+    ecdsa = [_ecdsa() for _ in range(3)]
+    lines: list[tuple[int, str, str, paramiko.PKey]] = []  # (host index, name, ...) in host order
+    for i, name in enumerate(names):
+        if i % 5 == 4:
+            continue                                                 # not in the file
+        lines.append((i, name, _hash(name), keys[i % 8]))
+        if i % 3 == 0:
+            lines.append((i, name, _hash(name), ecdsa[i % 3]))       # a second key type
+        if i % 7 == 0:
+            lines.append((i, name, _hash(name), keys[(i + 1) % 8]))  # same type again: shadowed
+        if i % 4 == 0:
+            lines.append((-1, f"other{i}", _hash(f"other{i}"), keys[0]))  # not in the run
+    if not grouped:
+        random.Random(3).shuffle(lines)
+    text = "".join(_line(pattern, key) for _, _, pattern, key in lines)
+    expected: dict[str, dict[str, paramiko.PKey]] = {}
+    for i, name, _, key in lines:
+        if i >= 0:
+            expected.setdefault(name, {}).setdefault(key.get_name(), key)
+    scanned = _load(tmp_path / "kh", text)
+    prepared = _load(tmp_path / "kh", text)
+    prepared.prepare(list(reversed(names)))
+    for name in names:
+        assert prepared.lookup(name) == scanned.lookup(name) == expected.get(name), name
+    assert prepared.lookup("other0") == {"ssh-ed25519": keys[0]}  # not prepared: scanned
 
 
 def test_hashed_lookups_match_paramiko_s_own_hash(tmp_path: Path, keys: list[paramiko.PKey]) -> None:

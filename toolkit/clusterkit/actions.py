@@ -21,7 +21,6 @@ from clusterkit.config.schema import Site
 from clusterkit.errors import ExitCode, PlanError, PreflightError
 from clusterkit.job import launchers
 from clusterkit.job import plan as planning
-from clusterkit.job import render as render_mod
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.plan import Plan
 from clusterkit.job.request import JobRequest, resolve
@@ -56,6 +55,8 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
         plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs))
         if gate is not None:
             plan = gate(plan)
+        from clusterkit.job import render as render_mod  # jinja2: not on preflight's path
+
         artifacts = render_mod.render(site_obj, plan)
         rundir.write_run_dir(run_dir, artifacts)
     except BaseException:

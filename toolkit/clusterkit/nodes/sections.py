@@ -51,7 +51,7 @@ def modules_section() -> Section:
     """The GPUDirect RDMA kernel modules (:func:`~clusterkit.nodes.parsers.parse_modules`)."""
     modules = ('if [ -d "$CK_ROOT/sys/module" ]; then for m in nvidia_peermem nv_peer_mem; do '
                '[ -d "$CK_ROOT/sys/module/$m" ] && echo "/sys/module/$m"; done; else lsmod; fi; true')
-    return Section("modules", modules, _READ_TIMEOUT_S)
+    return Section("modules", modules, _READ_TIMEOUT_S, inline=True)
 
 
 def hca_ports(inv: D.IbInventory, spec: str) -> list[D.IbPort]:
@@ -97,7 +97,7 @@ def mounted_as(m: P.Mount | None, storage_type: str) -> bool:
 
 def mounts_section() -> Section:
     """The mount table (:func:`~clusterkit.nodes.parsers.parse_mounts`)."""
-    return Section("mounts", 'cat "$CK_ROOT/proc/mounts"', _READ_TIMEOUT_S)
+    return Section("mounts", 'cat "$CK_ROOT/proc/mounts"', _READ_TIMEOUT_S, inline=True)
 
 
 def df_section(i: int, path: str, timeout_s: float) -> Section:
@@ -126,7 +126,7 @@ def net_section() -> Section:
 def limits_section() -> Section:
     """The shell's resource limits (:func:`~clusterkit.nodes.parsers.parse_memlock` reads the
     locked-memory row): what a process started from here, as a rank is, inherits."""
-    return Section("limits", 'cat "$CK_ROOT/proc/self/limits"', _READ_TIMEOUT_S)
+    return Section("limits", 'cat "$CK_ROOT/proc/self/limits"', _READ_TIMEOUT_S, inline=True)
 
 
 def gid_section(index: int) -> Section:

@@ -12,6 +12,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import operator
 import os
 import re
 import threading
@@ -96,8 +97,8 @@ _OPAD = bytes(x ^ 0x5C for x in range(256))
 
 class _Hashed:
     """One ``|1|salt|hash`` pattern: HMAC-SHA1 keyed by the salt, its two pad states
-    precomputed (one HMAC then costs two C hash copies, ~0.9 us against ~2.5 us for
-    ``hmac.digest``, which looks the digest up again on every call)."""
+    precomputed (one HMAC then costs two C hash copies: measured 0.9-1.1 us, against 2.8 us
+    for ``hmac.digest``, which sets the digest up again on every call)."""
 
     __slots__ = ("digest", "inner", "outer")
 
@@ -107,12 +108,23 @@ class _Hashed:
         self.outer = hashlib.sha1(key.translate(_OPAD))
         self.digest = digest
 
-    def matches(self, name: bytes) -> bool:
+    def hmac_of(self, name: bytes) -> bytes:
         inner = self.inner.copy()
         inner.update(name)
         outer = self.outer.copy()
         outer.update(inner.digest())
-        return hmac.compare_digest(outer.digest(), self.digest)
+        return outer.digest()
+
+    def matches(self, name: bytes) -> bool:
+        return hmac.compare_digest(self.hmac_of(name), self.digest)
+
+    def first_match(self, names: Sequence[bytes]) -> int | None:
+        """The index of the first of ``names`` this entry hashes, or None.  The loop runs in
+        C (``map`` and ``operator.indexOf``), stopping at the match."""
+        try:
+            return operator.indexOf(map(self.hmac_of, names), self.digest)
+        except ValueError:
+            return None
 
 
 @dataclass
@@ -207,25 +219,39 @@ class KnownHosts:
     def prepare(self, names: Iterable[str]) -> None:
         """Match every hashed entry against ``names`` once, ahead of their lookups.
 
-        A hashed entry names exactly one host, so each entry stops at its first match; the
-        search starts after the name the previous entry matched (known_hosts grows in the
-        order hosts were contacted), which makes a file written in host order linear."""
+        A hashed entry names exactly one host, so each entry stops at its first match.  Each
+        entry is tried first against the host the previous entry matched (ssh writes one line
+        per key type of a host, one after another), then against the hosts no entry has
+        matched yet, starting after the previous match (known_hosts grows in the order hosts
+        were contacted, which makes a file written in host order linear), then against the
+        rest.  In a shuffled file an entry finds its host, on average, halfway through the
+        hosts still unmatched: n * n / 4 HMACs for n hosts of one entry each."""
         todo = [n for n in dict.fromkeys(names) if n not in self._prepared]
         if not todo:
             return
-        found: dict[str, list[tuple[int, Any]]] = {n: [] for n in todo}
-        raw = [n.encode() for n in todo]
-        at = 0
+        found: dict[bytes, list[tuple[int, Any]]] = {}
+        pending = [n.encode() for n in todo]   # no entry has matched these yet
+        matched: list[bytes] = []              # most recently matched last
+        at = 0                                 # where the search of ``pending`` starts
         for number, key, hashed in self._hashed:
-            for step in range(len(todo)):
-                i = (at + step) % len(todo)
-                if hashed.matches(raw[i]):
-                    found[todo[i]].append((number, key))
-                    at = i + 1
-                    break
+            if matched and hashed.matches(matched[-1]):
+                found[matched[-1]].append((number, key))
+                continue
+            order = pending[at:] + pending[:at] if at else pending
+            i = hashed.first_match(order) if order else None
+            if i is not None:
+                i = (i + at) % len(pending)
+                raw = pending.pop(i)
+                matched.append(raw)
+                found[raw] = [(number, key)]
+                at = i if i < len(pending) else 0
+                continue
+            i = hashed.first_match(matched[-2::-1]) if len(matched) > 1 else None
+            if i is not None:
+                found[matched[-2 - i]].append((number, key))
         for name in todo:
             self._cache.pop(name, None)
-        self._prepared.update(found)
+            self._prepared[name] = found.get(name.encode(), [])
 
     def lookup(self, name: str) -> dict[str, Any] | None:
         """The keys known for ``name`` by key type (None when there are none)."""
