@@ -156,6 +156,11 @@ def _show_dry_run(run: RunDir, as_json: bool) -> int:
     from clusterkit.cli.render import choices_line
 
     output.info(f"clusterkit: dry run: {choices_line(run).strip()}")
+    if run.plan.array is not None:
+        from clusterkit.cli.arrays import task_lines
+
+        for line in task_lines(run.plan.array):
+            output.info(f"clusterkit: dry run: {line}")
     click.echo(script, nl=False)  # byte for byte what sbatch would get
     output.info(f"clusterkit: dry run: nothing submitted; run directory {run.path}")
     return 0

@@ -22,6 +22,7 @@ from typing import Any
 from clusterkit import __version__
 from clusterkit.config.schema import ENV_REF, OWNED_SBATCH, Container, Site, owned_sbatch
 from clusterkit.errors import FieldProblem, PlanError
+from clusterkit.job import array as arrays
 from clusterkit.job import jobargs, launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
@@ -77,6 +78,7 @@ class Plan:
     cpus_per_task: int = 1              # every srun step asks for it: since Slurm 22.05 srun need not take sbatch's
     warnings: tuple[str, ...] = ()
     job: JobSetup = field(default_factory=JobSetup)   # the job's env, setup steps, args, activation
+    array: arrays.ArrayPlan | None = None             # --array / --sweep: a task per index
 
     @property
     def slurm(self) -> bool:
@@ -118,6 +120,9 @@ class Plan:
         d["sbatch"] = [[k, v] for k, v in self.sbatch]
         d["settings"] = self.settings.model_dump()
         d["job"] = self.job.to_dict()
+        d.pop("array")
+        if self.array is not None:   # only a job array's plan has the key
+            d["array"] = self.array.to_dict()
         return d
 
 
@@ -219,6 +224,9 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
         out.append(("signal", f"B:USR2@{sch.preempt_signal_s}"))
         out.append(("requeue", None) if r.max_restarts > 0 else ("no-requeue", None))
         out.append(("open-mode", "append"))   # a requeued run appends to the same log
+    arr = array_plan(site, r.request)
+    if arr is not None:
+        out.append(("array", arr.spec))
     own = dict(r.job.sbatch)   # the job's --sbatch options win over the site's of the same name
     for name, extra in sorted(sch.sbatch.items()):
         if name in own:
@@ -247,6 +255,14 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
                             field="sbatch", value=shown)
         out.append((option, text))
     return tuple(out)
+
+
+def array_plan(site: Site, request: JobRequest) -> arrays.ArrayPlan | None:
+    """The request's job array on ``site`` (None: an ordinary job); see :mod:`clusterkit.job.array`."""
+    if request.array is None:
+        return None
+    return arrays.plan(request.array, slurm=site.scheduler.kind == "slurm", site=site.name,
+                       max_array_size=site.scheduler.max_array_size)
 
 
 def _check_preemption(site: Site, launch: Launch, spec: StageSpec, time: str, max_restarts: int) -> None:
@@ -459,6 +475,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     _check_job(site, r, launch, nnodes, use_container)
     if launch.check_env is not None:
         launch.check_env(env)
+    arr = array_plan(site, request)
     sbatch = _sbatch(site, r, nnodes, gpn, launch, exclude)
     off_shared = run_dir_off_shared(site, request.run_dir, nnodes)  # a preview may show it; submit refuses it
     if off_shared is not None:
@@ -478,4 +495,5 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         checkpoint_dir=checkpoint_base(site, request.run_dir, name),
         time=time, settings=s, cpus_per_task=cpus,
         preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings), job=r.job,
+        array=arr,
     )

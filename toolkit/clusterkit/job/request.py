@@ -24,6 +24,7 @@ from clusterkit.config.schema import JobSection, Site, StageOverride
 from clusterkit.errors import PlanError
 from clusterkit.job import settings as settings_mod
 from clusterkit.job import stages
+from clusterkit.job.array import ArrayRequest
 from clusterkit.job.settings import Settings
 from clusterkit.vocab import StageSpec
 
@@ -85,6 +86,8 @@ class JobRequest:
     # the command line that asked for the job (the CLI's words, recorded in job.sbatch as data);
     # empty when the Python API builds the request
     origin: tuple[str, ...] = ()
+    # --array / --sweep: one sbatch, a task per index (clusterkit.job.array)
+    array: ArrayRequest | None = None
 
 
 @dataclass(frozen=True)
