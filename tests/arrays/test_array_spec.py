@@ -80,8 +80,9 @@ def test_sweep_values_reach_env_and_argv_as_data(tmp_path) -> None:
     script = ("case \"$CK_ARRAY_INDEX\" in\n" + "\n".join(arrays.case_lines(arr)) + "\nesac\n"
               f"ck_cmd=({' '.join(words)})\n" 'printf "%s\\0" "$CK_SWEEP_V" "${ck_cmd[@]}"\n')
     for index, value in enumerate(HOSTILE):
-        out = subprocess.run(["bash", "-c", script], cwd=tmp_path, env={"CK_ARRAY_INDEX": str(index), "PATH": "/usr/bin:/bin"},
-                             capture_output=True, text=True, check=True).stdout
+        env = {"CK_ARRAY_INDEX": str(index), "PATH": "/usr/bin:/bin"}
+        out = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             check=True).stdout
         assert out.split("\0")[:-1] == [value, "train.py", "--v", value, "--tag", f"x-{value}-{{unswept}}",
                                         value + value], (value, out)
     assert list(tmp_path.iterdir()) == []
