@@ -7,6 +7,7 @@ It does what one task of a sweep does, so the tests can fail:
   ``{KEY}`` was replaced by the value);
 - resumes from ``$CK_CHECKPOINT_DIR/ckpt.json`` and writes it after every step (``--steps``
   steps of ``--step-s`` seconds each); SIGTERM ends the loop after saving;
+- with ``--mode crash`` fails at its second step (a Python exception, as a diverged run does);
 - writes ``$CK_TASK_DIR/seen.json``: the index, values, argv, port, job id, checkpoint directory
   and when it started and ended (wall clock), which the tests compare across tasks.
 """
@@ -48,6 +49,7 @@ def main() -> int:
     ckpt = ckpt_dir / "ckpt.json"
     step = json.loads(ckpt.read_text())["step"] if ckpt.exists() else 0
     steps, step_s = int(_opt("--steps", 10)), _opt("--step-s", 0.5)
+    crash = "--mode" in sys.argv and sys.argv[sys.argv.index("--mode") + 1] == "crash"
     # the port is this task's: nothing else on the node may hold it while the task runs
     with socket.socket() as s:
         s.bind(("127.0.0.1", int(os.environ["CK_PORT"])))
@@ -55,6 +57,8 @@ def main() -> int:
         while step < steps and not STOP:
             time.sleep(step_s)   # one "training step"
             step += 1
+            if crash and step == 2:   # the user's code fails the same way in every task swept into it
+                raise FloatingPointError(f"loss is nan at step {step}")
             _write(ckpt, {"step": step})
     _write(task_dir / "seen.json", {
         "index": os.environ["CK_ARRAY_INDEX"], "job_id": os.environ["CK_JOB_ID"],

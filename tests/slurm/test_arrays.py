@@ -132,3 +132,26 @@ def test_preempting_one_array_task_requeues_that_task_only(cli: CK, tmp_path: Pa
     st = cli.wait_for(job, lambda s: s["state"] in ("CANCELLED", "FAILED", "COMPLETED"), timeout=90, what="the end")
     assert sorted(st["tasks"].split(", ")) == ["1 CANCELLED", "1 COMPLETED"], st
     assert (ckpt[0] / "saved.r0.n0.json").exists()
+
+
+def test_doctor_diagnoses_each_failed_task_and_groups_equal_verdicts(cli: CK) -> None:
+    cli.bed.wait_idle()
+    run_dir = cli.runs / "doctor"
+    job = _submit(cli, run_dir, "--launcher", "srun", "--gpus-per-node", "1", "--set", "cpus_per_task=1",
+                  "--sweep", "lr=0.1,0.2", "--sweep", "mode=ok,crash", "--",
+                  "python", TASK, "--steps", "3", "--lr", "{lr}", "--mode", "{mode}")
+    st = cli.wait_for(job, lambda s: s["state"] not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING"),
+                      timeout=240, what="every task ended")
+    assert st["state"] == "FAILED" and sorted(st["tasks"].split(", ")) == ["2 COMPLETED", "2 FAILED"], st
+    failed = sorted(t["job_id"] for t in st["task_list"] if t["state"] == "FAILED")
+    assert failed == [f"{job}_1", f"{job}_3"], st
+    out = cli("doctor", job, "--json", timeout=120)
+    assert out.returncode == 1, out.stderr
+    report = json.loads(out.stdout)
+    (group,) = report["array"]["groups"]
+    assert group["tasks"] == failed and report["array"]["failed"] == 2, report["array"]
+    assert "FloatingPointError" in json.dumps(report["verdict"]) or "nan" in json.dumps(report["verdict"]), report
+    human = cli("doctor", job, timeout=120)
+    assert f"2 task(s) ({job}_1, {job}_3): {group['category']}" in human.stdout, human.stdout
+    one = cli("doctor", f"{job}_2", "--json", timeout=120)
+    assert one.returncode == 0 and json.loads(one.stdout)["verdict"]["category"] == "ok", one.stdout + one.stderr
