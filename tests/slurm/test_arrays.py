@@ -73,6 +73,7 @@ def test_array_throttle_runs_at_most_two_tasks_each_with_its_folder_port_and_che
     names = [Path(f["path"]).name for f in json.loads(one.stdout)["files"]]
     assert f"slurm-{job}_2.out" in names and all(f"{job}_2" in n for n in names), names
     human = cli("status", job)
+    print(f"[output] clusterkit status {job}\n{human.stdout}[output] clusterkit status\n{cli('status').stdout}")
     assert all(f"task {job}_{i} " in human.stdout for i in range(4)), human.stdout
 
 
@@ -152,6 +153,25 @@ def test_doctor_diagnoses_each_failed_task_and_groups_equal_verdicts(cli: CK) ->
     assert group["tasks"] == failed and report["array"]["failed"] == 2, report["array"]
     assert "FloatingPointError" in json.dumps(report["verdict"]) or "nan" in json.dumps(report["verdict"]), report
     human = cli("doctor", job, timeout=120)
+    print(f"[output] clusterkit doctor {job}\n{human.stdout}")
     assert f"2 task(s) ({job}_1, {job}_3): {group['category']}" in human.stdout, human.stdout
     one = cli("doctor", f"{job}_2", "--json", timeout=120)
     assert one.returncode == 0 and json.loads(one.stdout)["verdict"]["category"] == "ok", one.stdout + one.stderr
+
+
+def test_cancel_of_the_array_lets_every_running_task_save_then_cancels_them_all(cli: CK) -> None:
+    cli.bed.wait_idle()
+    run_dir = cli.runs / "cancel"
+    job = _submit(cli, run_dir, "--launcher", "srun", "--gpus-per-node", "1", "--set", "cpus_per_task=1",
+                  "--array", "0-2", "--", "python", TASK, "--steps", "600")
+    cli.wait_for(job, lambda s: s["tasks"] == "3 RUNNING" and len(
+        list((Path("/tmp/checkpoints") / "ck-array_task").glob(f"{job}_*/ckpt.json"))) == 3,
+        timeout=240, what="3 tasks training")
+    out = cli("cancel", job, "--json", timeout=120)
+    assert out.returncode == 0, out.stderr
+    done = json.loads(out.stdout)
+    assert done["cancelled"] is True and done["state_before"] == "RUNNING", done
+    st = cli.wait_for(job, lambda s: s["state"] == "CANCELLED", timeout=90, what="CANCELLED")
+    assert st["tasks"] == "3 CANCELLED", st
+    seen = _seen(run_dir, 3)    # each task's handler ran: it saved and wrote what it saw
+    assert all(s["stopped"] and 0 < s["step"] < 600 for s in seen), seen
