@@ -13,7 +13,7 @@ import pytest
 from clusterkit.actions import check_array_size
 from clusterkit.api import job_request
 from clusterkit.config.load import load_site
-from clusterkit.errors import PlanError
+from clusterkit.errors import InputError, PlanError
 from clusterkit.job import array as arrays
 from clusterkit.job.plan import make_plan
 from tests.conftest import REPO, assert_one_line_error
@@ -104,3 +104,16 @@ def test_submit_asks_slurm_for_max_array_size(capture: Path, limit: int) -> None
         else:
             check_array_size(site, plan, runner)
     assert asked == [["scontrol", "show", "config"]] * 2
+
+
+def test_the_python_api_takes_array_and_sweep(tmp_path: Path) -> None:
+    from clusterkit.api import Site
+
+    planned = Site.load("testbed").plan(["python", "t.py", "--seed", "{seed}"], sweep=["seed=1,2,3"], array="%1")
+    assert planned.request.array is not None and planned.request.array.throttle_only == 1
+    run = planned.render(tmp_path / "run")
+    assert run.plan.array is not None and run.plan.array.spec == "0-2%1"
+    assert 'ck_cmd=(t.py --seed "${CK_SWEEP_SEED}")' in run.sbatch and "#SBATCH --array=0-2%1\n" in run.sbatch
+    with pytest.raises(InputError) as err:
+        Site.load("testbed").plan(["python", "t.py"], array="0-")
+    assert err.value.problems[0].field == "array"

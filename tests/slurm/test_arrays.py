@@ -102,18 +102,29 @@ def test_preempting_one_array_task_requeues_that_task_only(cli: CK, tmp_path: Pa
     run_dir = cli.runs / "preempt"
     proc = cli("submit", "--site", str(site), "--out", str(run_dir), "--json", "--stage", "multi-node", "--nodes", "2",
                "--gpus-per-node", "1", "--launcher", "srun", "--set", "cpus_per_task=1", "--job-name", "arr",
-               "--array", "0-1", "--", "python", STANDIN)
+               # whole nodes: each task on 2 of the 4, so a preemption of one task's nodes reaches it alone
+               "--sbatch", "exclusive", "--array", "0-1", "--", "python", STANDIN)
     assert proc.returncode == 0, proc.stderr
     job = json.loads(proc.stdout)["job_id"]
+    try:
+        _preempt_one_task(cli, job, shared)
+    finally:
+        cli.bed.run("scancel", job, check=False)
+
+
+def _preempt_one_task(cli: CK, job: str, shared: Path) -> None:
     ckpt = {i: shared / "checkpoints" / "arr" / f"{job}_{i}" for i in (0, 1)}
     started = {i: ckpt[i] / "started.r1.n0.json" for i in (0, 1)}
     cli.wait_for(job, lambda s: all(p.exists() for p in started.values()), timeout=420, what="both tasks training")
     # the last task keeps the array's own job id in Slurm: a requeue by that id would take every task along
     nodes = cli.status(f"{job}_1")["node_list"]
+    assert nodes != cli.status(f"{job}_0")["node_list"]
+    raw = cli.bed.run("squeue", "-h", "-r", "-j", job, "-o", "%i=%A").stdout.split()
+    print(f"[figures] array task -> Slurm's own job id: {raw}")
     cli.bed.run("sbatch", "--parsable", "-p", "high", "-N", "2", "-w", nodes, "--exclusive", "-o", "/dev/null",
                 "--wrap", "sleep 1")
     cli.wait_for(f"{job}_1", lambda s: s["state"] == "PENDING" and s["restarts"] == 1, timeout=90,
-                       what="task 1 requeued")
+                 what="task 1 requeued")
     saved = json.loads((ckpt[1] / "saved.r1.n0.json").read_text())
     assert saved["restart"] == 0, saved
     other = cli.status(f"{job}_0")

@@ -44,6 +44,8 @@ class JobArgs(TypedDict, total=False):
     conda: str | None
     modules: Sequence[str] | None
     sbatch: Mapping[str, str | bool | None] | Sequence[str] | None
+    array: str | None                 # a job array: Slurm's --array syntax
+    sweep: Sequence[str] | None       # a sweep: KEY=V1,V2 items, their product the array
 
 
 class Site:
@@ -253,7 +255,8 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
                 setup: Sequence[str] | None = None, node_setup: Sequence[str] | None = None,
                 srun_args: Sequence[str] | None = None, launcher_args: Sequence[str] | None = None,
                 venv: str | None = None, conda: str | None = None, modules: Sequence[str] | None = None,
-                sbatch: Mapping[str, str | bool | None] | Sequence[str] | None = None) -> JobRequest:
+                sbatch: Mapping[str, str | bool | None] | Sequence[str] | None = None,
+                array: str | None = None, sweep: Sequence[str] | None = None) -> JobRequest:
     """The :class:`~clusterkit.job.plan.JobRequest` for :meth:`Site.plan`'s arguments (the CLI's
     job options build theirs here too), every input checked and named by its field.
 
@@ -262,7 +265,9 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
     ``env``'s value), ``setup`` and ``node_setup`` (shell commands in the job before the
     launcher: once in the batch shell, once per node), ``srun_args``, ``launcher_args``,
     ``venv``/``conda`` (activated in the job), ``modules`` (loaded after the site's) and
-    ``sbatch`` (per-job Slurm options: ``{"constraint": "a100"}`` or ``["constraint=a100"]``)."""
+    ``sbatch`` (per-job Slurm options: ``{"constraint": "a100"}`` or ``["constraint=a100"]``).
+    ``array`` (Slurm's ``--array`` syntax, ``"0-15%4"``) and ``sweep`` (``["lr=0.1,0.01", "seed=1,2"]``:
+    the cartesian product is the array) make a job array (:mod:`clusterkit.job.array`)."""
     from clusterkit import hostlist
     from clusterkit.vocab import LAUNCHERS, STAGE_NAMES
 
@@ -295,8 +300,13 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
                    node_setup=_words("node_setup", node_setup), srun_args=_words("srun_args", srun_args),
                    launcher_args=_words("launcher_args", launcher_args), venv=_text("venv", venv),
                    conda=_text("conda", conda), modules=_words("modules", modules), sbatch=_sbatch(sbatch))
+    from clusterkit.job import array as arrays
+
+    if array is not None and not isinstance(array, str):
+        raise InputError("give the array as Slurm's text, e.g. '0-15%4'", field="array")
     return JobRequest(stage=stage, command=words, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
-                      job_name=job_name, settings=values, debug=debug, exclude=excluded, job=job)
+                      job_name=job_name, settings=values, debug=debug, exclude=excluded, job=job,
+                      array=arrays.request(array, _words("sweep", sweep)))
 
 
 def _words(name: str, given: Sequence[str] | None) -> tuple[str, ...]:

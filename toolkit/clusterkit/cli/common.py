@@ -172,12 +172,10 @@ def build_request(*, stage: str, command: Sequence[str], launcher: str | None, n
 
     values = dict(extra_settings or {})
     values.update(settings_mod.parse_pairs(sets))
+    given = job or {}
     request = job_request(command, stage=stage, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
                           settings=values, job_name=job_name, exclude=exclude, debug=debug,
-                          **job_setup_args(job or {}))
+                          array=given.get("array"), sweep=given.get("sweep") or None, **job_setup_args(given))
     from clusterkit.cli import INVOKED
-    from clusterkit.job import array as arrays
 
-    given = job or {}
-    return replace(request, origin=tuple(INVOKED),
-                   array=arrays.request(given.get("array"), tuple(given.get("sweep") or ())))
+    return replace(request, origin=tuple(INVOKED))

@@ -176,10 +176,10 @@ def status(job: str | None, limit: int, as_json: bool) -> int:
             output.emit_json(_final_json(rec, st, seen.tails))
             return code
         output.line(_describe(rec, st))
-        _show_tasks(st)
         output.line(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
                            f"world size {rec.world_size}; nodes: {st.nodes or '-'}")
         output.line(f"  run directory: {rec.run_dir}")
+        _show_tasks(st)
         if st.terminal and st.state != "COMPLETED":
             # the verdict doctor cached; status itself never scans logs
             output.line(f"  doctor: {rec.diagnosis}" if rec.diagnosis
