@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterkit import rundir
+from clusterkit import rundir, slurmclient
 from clusterkit.config.load import load_site
 from clusterkit.config.schema import Site
 from clusterkit.errors import ExitCode, PlanError, PreflightError
@@ -211,6 +211,7 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
         off_shared = planning.run_dir_off_shared(site, plan.run_dir, plan.nnodes)
         if off_shared is not None:  # render shows it as a warning; a job is not queued with it
             raise PlanError(off_shared)
+        check_array_size(site, plan)   # before preflight: an array Slurm refuses is not worth a check
         decided = preflight_gate(site, plan, skip=skip_preflight, transport=preflight_transport)
         if on_gate is not None:
             on_gate(decided)
@@ -218,6 +219,24 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
 
     run = render_run(site, request, out, gate=gate)
     return run, submit_run(run, store)
+
+
+def check_array_size(site: Site, plan: Plan, runner: slurmclient.Run | None = None) -> None:
+    """Refuse, before queueing, an array whose largest index reaches the cluster's MaxArraySize:
+    the site's ``scheduler.max_array_size`` (checked when planning), else Slurm's own
+    (``scontrol show config``).  An array that fits, or no answer from Slurm, passes: sbatch
+    has the last word."""
+    if plan.array is None or site.scheduler.max_array_size is not None:
+        return
+    from clusterkit.job.array import check_size
+    from clusterkit.sites.slurm_text import parse_config
+
+    answer = (runner or slurmclient.run)(["scontrol", "show", "config"], 30)
+    if answer.returncode != 0:
+        return
+    value = parse_config(answer.stdout).values.get("MaxArraySize", "")
+    if value.isdigit():
+        check_size(plan.array, int(value), "Slurm's scontrol show config")
 
 
 def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | None, *, job_name: str | None,

@@ -45,6 +45,8 @@ class JobArgs(TypedDict, total=False):
     modules: Sequence[str] | None
     sbatch: Mapping[str, str | bool | None] | Sequence[str] | None
     run_name: str | None
+    array: str | None                 # a job array: Slurm's --array syntax
+    sweep: Sequence[str] | None       # a sweep: KEY=V1,V2 items, their product the array
 
 
 class Site:
@@ -255,7 +257,8 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
                 srun_args: Sequence[str] | None = None, launcher_args: Sequence[str] | None = None,
                 venv: str | None = None, conda: str | None = None, modules: Sequence[str] | None = None,
                 sbatch: Mapping[str, str | bool | None] | Sequence[str] | None = None,
-                run_name: str | None = None) -> JobRequest:
+                run_name: str | None = None, array: str | None = None,
+                sweep: Sequence[str] | None = None) -> JobRequest:
     """The :class:`~clusterkit.job.plan.JobRequest` for :meth:`Site.plan`'s arguments (the CLI's
     job options build theirs here too), every input checked and named by its field.
 
@@ -266,7 +269,9 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
     ``venv``/``conda`` (activated in the job), ``modules`` (loaded after the site's) and
     ``sbatch`` (per-job Slurm options: ``{"constraint": "a100"}`` or ``["constraint=a100"]``).
     ``run_name`` names the training run across jobs: ``CK_CHECKPOINT_DIR`` is
-    ``<checkpoint storage>/checkpoints/<run_name>`` (default: the job name and its first job id)."""
+    ``<checkpoint storage>/checkpoints/<run_name>`` (default: the job name and its first job id).
+    ``array`` (Slurm's ``--array`` syntax, ``"0-15%4"``) and ``sweep`` (``["lr=0.1,0.01", "seed=1,2"]``:
+    the cartesian product is the array) make a job array (:mod:`clusterkit.job.array`)."""
     from clusterkit import hostlist
     from clusterkit.vocab import LAUNCHERS, STAGE_NAMES
 
@@ -299,6 +304,10 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
                    node_setup=_words("node_setup", node_setup), srun_args=_words("srun_args", srun_args),
                    launcher_args=_words("launcher_args", launcher_args), venv=_text("venv", venv),
                    conda=_text("conda", conda), modules=_words("modules", modules), sbatch=_sbatch(sbatch))
+    from clusterkit.job import array as arrays
+
+    if array is not None and not isinstance(array, str):
+        raise InputError("give the array as Slurm's text, e.g. '0-15%4'", field="array")
     if run_name is not None:
         from clusterkit.job.longrun import RUN_NAME, RUN_NAME_RULE
 
@@ -306,7 +315,7 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
             raise InputError(RUN_NAME_RULE, field="run_name", value=repr(str(run_name)[:80]))
     return JobRequest(stage=stage, command=words, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
                       job_name=job_name, settings=values, debug=debug, exclude=excluded, job=job,
-                      run_name=run_name)
+                      run_name=run_name, array=arrays.request(array, _words("sweep", sweep)))
 
 
 def _words(name: str, given: Sequence[str] | None) -> tuple[str, ...]:

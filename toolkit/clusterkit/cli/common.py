@@ -82,7 +82,7 @@ def site_option(f: F) -> F:
 def job_options(f: F) -> F:
     """--site --stage --launcher --nodes --gpus-per-node --set --out --job-name --exclude --debug --json, the
     job setup options (:func:`job_setup_options`) + COMMAND."""
-    decorators = [
+    decorators: list[Callable[[F], F]] = [
         site_option,
         click.option("--stage", type=click.Choice(STAGE_NAMES), default="single-node", show_default=True,
                      help="Deployment stage: single-node (1), multi-node (2-8), large-cluster (9+ nodes)."),
@@ -105,6 +105,7 @@ def job_options(f: F) -> F:
                      help="NCCL debug logging (INFO, INIT/NET subsystems, one file per host)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
         *job_setup_options(),
+        *array_options(),
         click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True),
     ]
     for d in reversed(decorators):
@@ -141,6 +142,19 @@ def job_setup_options() -> list[Callable[[F], F]]:
     ]
 
 
+def array_options() -> list[Callable[[F], F]]:
+    """``--array`` and ``--sweep``: one sbatch, a task per index (clusterkit.job.array)."""
+    return [
+        click.option("--array", "array", default=None, metavar="SPEC",
+                     help="Job array in Slurm's syntax (0-15, 1,3,5, 0-30:10; %N: at most N tasks at once): "
+                          "one sbatch, one task per index, each with its own folder, logs, port and checkpoints."),
+        click.option("--sweep", "sweep", multiple=True, metavar="KEY=V1,V2,...",
+                     help="Sweep, repeatable: the product of the values is the array; each task gets "
+                          "CK_SWEEP_<KEY> and {KEY} in the command replaced by its value (with --array %N: "
+                          "at most N at once)."),
+    ]
+
+
 def job_setup_args(given: dict[str, Any]) -> dict[str, Any]:
     """The job setup options among a command's keyword arguments, empty ones dropped."""
     names = ("env", "env_file", "setup", "node_setup", "venv", "conda", "modules", "srun_args",
@@ -158,9 +172,10 @@ def build_request(*, stage: str, command: Sequence[str], launcher: str | None, n
 
     values = dict(extra_settings or {})
     values.update(settings_mod.parse_pairs(sets))
+    given = job or {}
     request = job_request(command, stage=stage, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
                           settings=values, job_name=job_name, exclude=exclude, debug=debug,
-                          **job_setup_args(job or {}))
+                          array=given.get("array"), sweep=given.get("sweep") or None, **job_setup_args(given))
     from clusterkit.cli import INVOKED
 
     return replace(request, origin=tuple(INVOKED))

@@ -48,6 +48,11 @@ def _print(report: dict[str, Any]) -> None:
     def say(text: str) -> None:  # the lines quote the job's logs and Slurm: no escape sequence gets through
         con.print(printable(text), markup=False, highlight=False)
 
+    if report.get("array"):
+        from clusterkit.diagnose.arrays import group_lines
+
+        for line in group_lines(report):
+            say(line)
     for i, r in enumerate(report["restarts"]):
         v = r["verdict"]
         head = f"restart {r['restart']}: " if len(report["restarts"]) > 1 else ""

@@ -100,9 +100,23 @@ def _warn_status_problems(unreachable: str | None, failures: list[str]) -> int:
 
 
 def _final_json(rec: JobRecord, st: JobStatus, tails: list[LogTail]) -> dict[str, object]:
+    from clusterkit.scheduler.arrays import task_rows
     from clusterkit.scheduler.status import summarize
 
-    return {**summarize(rec, st), "logs": tails}
+    return {**summarize(rec, st), **({"task_list": task_rows(st)} if st.tasks else {}), "logs": tails}
+
+
+def _show_tasks(st: JobStatus) -> None:
+    """A job array's tasks, one line each (``status ARRAYJOB``)."""
+    from clusterkit.cli import output
+
+    for jid, t in st.tasks:
+        detail = [f"exit code {t.exit_code}"] if t.exit_code is not None else []
+        detail += [f"signal {t.signal}"] if t.signal is not None else []
+        detail += [f"{t.restarts} restart(s)"] if t.restarts else []
+        detail += [f"nodes {t.nodes}"] if t.nodes else []
+        detail += [f"reason: {t.reason}"] if t.reason else []
+        output.line(f"  task {jid:<14} {t.state.value:<11} {', '.join(detail)}".rstrip())
 
 
 def follow_to_end(job: Job, as_json: bool) -> int:
@@ -193,6 +207,7 @@ def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) ->
     output.line(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
                 f"world size {rec.world_size}; nodes: {st.nodes or '-'}")
     output.line(f"  run directory: {rec.run_dir}")
+    _show_tasks(st)
     if st.terminal and st.state != "COMPLETED":
         # the verdict doctor cached; status itself never scans logs
         output.line(f"  doctor: {rec.diagnosis}" if rec.diagnosis
@@ -220,7 +235,7 @@ def _status_table(store: RecordStore, limit: int, as_json: bool) -> int:
         return code
     output.print_table(None, ["JOB", "SITE", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE", "EXIT", "SUBMITTED"],
                        [[r["job_id"], r["site"], r["name"], r["stage"], r["launcher"], r["nodes"],
-                         f"{r['state']} (stale)" if r["stale"] else r["state"],
+                         r.get("tasks") or (f"{r['state']} (stale)" if r["stale"] else r["state"]),
                          r["exit_code"] if r["exit_code"] is not None
                          else (f"sig {r['signal']}" if r["signal"] else ""),
                          r["submitted_at"][:19].replace("T", " ")] for r in reversed(rows)],

@@ -24,8 +24,11 @@ def rendered_summary(run: RunDir) -> dict[str, Any]:
 def job_json(run: RunDir, *, dry_run: bool) -> dict[str, Any]:
     """What ``render --json`` and ``submit --dry-run --json`` print: the same keys, the job
     script's text among them; ``dry_run`` says which command wrote it."""
+    from clusterkit.cli.arrays import tasks_json
+
     return {**rendered_summary(run), "scheduler": run.plan.scheduler, "job_sbatch": run.sbatch, "dry_run": dry_run,
-            "choices": {c.name: {"value": c.value, "from": c.source} for c in choices(run)}}
+            "choices": {c.name: {"value": c.value, "from": c.source} for c in choices(run)},
+            **tasks_json(run.plan.array)}
 
 
 def choices(run: RunDir) -> list[Choice]:
@@ -53,6 +56,11 @@ def show_rendered(run: RunDir, as_json: bool) -> None:
     output.line(choices_line(run))
     output.line(f"  run directory: {run.path}")
     output.line(f"  files: {', '.join(sorted(run.files))}")
+    if p.array is not None:
+        from clusterkit.cli.arrays import task_lines
+
+        for line in task_lines(p.array):
+            output.line(f"  {line}")
 
 
 @click.command()

@@ -171,6 +171,11 @@ def _show_dry_run(run: RunDir, as_json: bool, chain_note: str | None = None) -> 
     from clusterkit.cli.render import choices_line
 
     output.info(f"clusterkit: dry run: {choices_line(run).strip()}")
+    if run.plan.array is not None:
+        from clusterkit.cli.arrays import task_lines
+
+        for line in task_lines(run.plan.array):
+            output.info(f"clusterkit: dry run: {line}")
     click.echo(script, nl=False)  # byte for byte what sbatch would get
     if chain_note:
         output.info(f"clusterkit: dry run: {chain_note}")
@@ -190,6 +195,10 @@ def _show_submitted(rec: JobRecord, as_json: bool) -> None:
     output.line(f"Submitted job {rec.job_id} to {where}: {rec.launcher} on {rec.nnodes} node(s), "
                        f"world size {rec.world_size} (site {rec.site}, stage {rec.stage})")
     output.line(f"  run directory: {rec.run_dir}")
+    arr = rec.plan.get("array")
+    if isinstance(arr, dict):   # a job array: its tasks are named JOB_INDEX
+        output.line(f"  array: {len(arr['indices'])} task(s) (#SBATCH --array={arr['spec']}); "
+                    f"one task: clusterkit status {rec.job_id}_<index>")
     ref = rec.job_id if re.fullmatch(r"\d+", rec.job_id) else rec.key
     output.line(f"  its state: clusterkit status {ref}")
     output.line(f"  its logs:  clusterkit logs {ref} --follow")

@@ -91,7 +91,7 @@ OWNED_SBATCH = {
     "chdir": "--out (jobs run in their run directory)", "export": "nccl.env",
     "export-file": "nccl.env", "get-user-env": "nccl.env", "wrap": "the command after '--'",
     "exclude": "--exclude", "parsable": "submit --json (clusterkit reads sbatch's answer itself)",
-    "wait": "submit --wait", "test-only": "submit --dry-run", "array": "one clusterkit submit per job",
+    "wait": "submit --wait", "test-only": "submit --dry-run", "array": "submit --array or --sweep",
     "dependency": "submit --after JOB or --chain N", "kill-on-invalid-dep": "submit --after JOB (set with it)",
 }
 
@@ -123,6 +123,10 @@ class Scheduler(_Model):
     preempt_signal_s: int = Field(120, ge=10, le=3600)
     grace_s: int = Field(60, ge=1, le=3600, validate_default=True,
                          description="seconds the ranks get to save after SIGTERM (time-limit warning, cancel)")
+    max_array_size: int | None = Field(
+        None, ge=1, le=4_000_001,
+        description="Slurm's MaxArraySize (scontrol show config): array indices must stay below it; "
+                    "unset: submit asks Slurm")
 
     @field_validator("grace_s")
     @classmethod

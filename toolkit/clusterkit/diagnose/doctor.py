@@ -11,6 +11,7 @@ from typing import Any
 
 from clusterkit.diagnose import catalogue, flight, reader, verdict
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SlurmUnreachable, SubmitError
+from clusterkit.scheduler import arrays
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.records import JobRecord, RecordStore
@@ -72,6 +73,15 @@ def diagnose_job(ref: str, bar: ProgressBar | None = None, store: RecordStore | 
         rec = store.find(ref)
     except RecordError as exc:  # for doctor, exit 1 means "a failure was diagnosed": a bad JOB is usage
         raise InputError(str(exc)) from exc
+    if arrays.is_array(rec):
+        from clusterkit.diagnose.arrays import diagnose_array
+
+        return diagnose_array(rec, lambda task: _diagnose_record(task, bar, store), SlurmQuery())
+    return _diagnose_record(rec, bar, store)
+
+
+def _diagnose_record(rec: JobRecord, bar: ProgressBar | None, store: RecordStore) -> Diagnosis:
+    """``doctor JOB`` for one job (or one array task: its verdict is not cached, its array's record is)."""
     files = log_files(rec) + flight.job_dumps(Path(rec.run_dir), rec.job_id)
     view, slurm, err = None, None, None
     try:
@@ -90,7 +100,7 @@ def diagnose_job(ref: str, bar: ProgressBar | None = None, store: RecordStore | 
     report["run_dir"] = rec.run_dir
     if err:
         report["slurm_error"] = err
-    elif view is not None and JobState.parse(view.state or "").is_terminal:
+    elif view is not None and JobState.parse(view.state or "").is_terminal and not arrays.is_task(rec):
         store.save(rec.model_copy(update={"diagnosis": one_line(report)}))
     return Diagnosis(report, notes)
 

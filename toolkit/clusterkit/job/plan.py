@@ -22,6 +22,7 @@ from typing import Any
 from clusterkit import __version__
 from clusterkit.config.schema import ENV_REF, OWNED_SBATCH, Container, Site, owned_sbatch
 from clusterkit.errors import FieldProblem, PlanError
+from clusterkit.job import array as arrays
 from clusterkit.job import jobargs, launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
@@ -81,6 +82,7 @@ class Plan:
     run_name: str | None = None         # --run-name; None: the job name and its first job id (job/longrun.py)
     dependency: str | None = None       # #SBATCH --dependency (--after, --chain)
     chain: ChainLink | None = None      # this job's place in a --chain
+    array: arrays.ArrayPlan | None = None             # --array / --sweep: a task per index
 
     @property
     def slurm(self) -> bool:
@@ -123,6 +125,9 @@ class Plan:
         d["settings"] = self.settings.model_dump()
         d["job"] = self.job.to_dict()
         d["chain"] = asdict(self.chain) if self.chain is not None else None
+        d.pop("array")
+        if self.array is not None:   # only a job array's plan has the key
+            d["array"] = self.array.to_dict()
         return d
 
 
@@ -227,6 +232,9 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
     if r.request.dependency:
         # a dependency that can never be met (afterok on a job that failed) ends the job, not a forever-pending one
         out += [("dependency", r.request.dependency), ("kill-on-invalid-dep", "yes")]
+    arr = array_plan(site, r.request)
+    if arr is not None:
+        out.append(("array", arr.spec))
     own = dict(r.job.sbatch)   # the job's --sbatch options win over the site's of the same name
     for name, extra in sorted(sch.sbatch.items()):
         if name in own:
@@ -255,6 +263,14 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
                             field="sbatch", value=shown)
         out.append((option, text))
     return tuple(out)
+
+
+def array_plan(site: Site, request: JobRequest) -> arrays.ArrayPlan | None:
+    """The request's job array on ``site`` (None: an ordinary job); see :mod:`clusterkit.job.array`."""
+    if request.array is None:
+        return None
+    return arrays.plan(request.array, slurm=site.scheduler.kind == "slurm", site=site.name,
+                       max_array_size=site.scheduler.max_array_size)
 
 
 def _check_preemption(site: Site, launch: Launch, spec: StageSpec, time: str, max_restarts: int) -> None:
@@ -481,6 +497,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     _check_job(site, r, launch, nnodes, use_container)
     if launch.check_env is not None:
         launch.check_env(env)
+    arr = array_plan(site, request)
     sbatch = _sbatch(site, r, nnodes, gpn, launch, exclude)
     off_shared = run_dir_off_shared(site, request.run_dir, nnodes)  # a preview may show it; submit refuses it
     if off_shared is not None:
@@ -502,4 +519,5 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings), job=r.job,
         run_name=None if request.run_name is None else check_run_name(request.run_name),
         dependency=request.dependency, chain=request.chain,
+        array=arr,
     )

@@ -29,6 +29,7 @@ import jinja2.sandbox
 
 from clusterkit.config.schema import Site
 from clusterkit.errors import ConfigError, PlanError
+from clusterkit.job import array as arrays
 from clusterkit.job import jobenv
 from clusterkit.job import plan as planning
 from clusterkit.job.launchers import Sh, Word, shell_join
@@ -257,7 +258,8 @@ def _restart_log(plan: Plan, who: str) -> str:
     the batch shell splices ``$SLURM_RESTART_COUNT`` in; a requeued run then never truncates
     the logs of the run before it (``clusterkit doctor`` reads each attempt apart).
     """
-    return ("--output=" + shell_quote(f"{slurm_pattern(plan.run_dir)}/logs/%j.r")
+    job = "%A_%a" if plan.array else "%j"   # an array task's logs carry ARRAYJOB_TASK, as its name
+    return ("--output=" + shell_quote(f"{slurm_pattern(plan.run_dir)}/logs/{job}.r")
             + '"${SLURM_RESTART_COUNT:-0}"' + shell_quote(f".{who}.out"))
 
 
@@ -322,6 +324,15 @@ def comment_word(word: str) -> str:
     return f"$'{escaped}'"
 
 
+def training_command(plan: Plan) -> str:
+    """The training command as shell words; in a sweep each ``{KEY}`` of a swept key is the
+    task's value, expanded from ``CK_SWEEP_<KEY>`` (:func:`clusterkit.job.array.command_words`)."""
+    if plan.array is None or not plan.array.keys:
+        return shell_join(plan.launch.command)
+    return " ".join(w if isinstance(w, Sh) else " ".join(arrays.command_words([w], plan.array.keys))
+                    for w in plan.launch.command)
+
+
 def made_by(plan: Plan) -> str:
     """The command line that produced the job, quoted safely for job.sbatch's opening comment."""
     origin = plan.basis.resolved.request.origin
@@ -338,7 +349,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "body": launch_body(plan),
         "srun_opts": srun_options(plan),
         "srun_user_args": user_srun_args(plan),
-        "command": shell_join(plan.launch.command),
+        "command": training_command(plan),
         "dialect_line": plan.launch.dialect.line("${ck_host}", plan.gpus_per_node) if plan.launch.dialect else "",
         "env": plan.env,
         "container_env": container_env(plan),
@@ -347,6 +358,8 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "job": plan.job,
         "node_setup_opts": node_setup_options(plan),
         "made_by": made_by(plan),
+        "sweep_cases": arrays.case_lines(plan.array) if plan.array else [],
+        "sweep_names": [arrays.env_name(k) for k in plan.array.keys] if plan.array else [],
         "runs": " ".join(comment_word(w) for w in plan.launch.command),
         "choices": [_CONTROL.sub("?", c.worded()) for c in planning.choices(plan)],
         # RDMA across nodes: the job raises its locked-memory limit (templates/job-limits.j2)

@@ -25,6 +25,7 @@ from clusterkit.errors import PlanError
 from clusterkit.job import settings as settings_mod
 from clusterkit.job import stages
 from clusterkit.job.longrun import ChainLink
+from clusterkit.job.array import ArrayRequest
 from clusterkit.job.settings import Settings
 from clusterkit.vocab import StageSpec
 
@@ -94,6 +95,8 @@ class JobRequest:
     # what this job waits for (#SBATCH --dependency, from --after and --chain; clusterkit.job.longrun)
     dependency: str | None = None
     chain: ChainLink | None = None   # this job's place in a --chain
+    # --array / --sweep: one sbatch, a task per index (clusterkit.job.array)
+    array: ArrayRequest | None = None
 
 
 @dataclass(frozen=True)

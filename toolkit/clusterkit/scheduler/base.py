@@ -35,6 +35,8 @@ class JobStatus:
     raw: str | None = None
     # Slurm did not answer: this is the last state known here, not what Slurm says now
     stale: bool = False
+    # a job array's tasks (ARRAYJOB_TASK, status), in index order; empty for any other job
+    tasks: tuple[tuple[str, JobStatus], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.state, JobState):  # Slurm's text (or a test's string): its state

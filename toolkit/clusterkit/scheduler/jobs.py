@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import RecordError
 from clusterkit.scheduler import get
+from clusterkit.scheduler.arrays import is_task
 from clusterkit.scheduler.logs import LogTail, tails
 from clusterkit.scheduler.records import JobRecord, now_utc
 from clusterkit.scheduler.slurm_tables import SlurmQuery
@@ -171,6 +172,8 @@ def cancel_job(store: RecordStore, ref: str, *, now: bool, on_grace: OnGrace | N
     if not may_still_run(st):
         return Cancellation(rec, st.state)
     done: CancelOutcome = get(rec.scheduler).cancel(rec, st, now=now, on_grace=on_grace)
+    if is_task(rec):   # one task of an array: the array's record stays as it is
+        return Cancellation(rec, st.state, done.cancelled, done.grace_waited_s)
     try:
         rec = store.update(rec, cancel_requested=True)
     except RecordError as err:

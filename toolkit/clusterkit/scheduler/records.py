@@ -322,6 +322,11 @@ class RecordStore:
             rec = load_record(path)  # a bad record named like the job: say so, never skip it
             if rec.job_id == job_id and (not site or rec.site == site):
                 matches.append(rec)
+        if not matches and "_" in job_id:   # ARRAYJOB_TASK: a task of an array's record
+            from clusterkit.scheduler.arrays import task_view
+
+            base, index = job_id.split("_")
+            return task_view(self.find(f"{site}:{base}" if site else base), int(index))
         if not matches:
             raise NoJobRecord(f"no job record for {ref!r} in {self.root} (see `clusterkit status`)")
         return matches[-1]

@@ -66,12 +66,19 @@ class SlurmScheduler:
         requeued after it ended (``scontrol requeue``, node failure), and slurmctld briefly shows
         odd states while it requeues.  The cached state answers only for jobs Slurm has forgotten.
         """
+        from clusterkit.scheduler import arrays
+
+        picked = [i for i, r in enumerate(records) if arrays.indices(r) is not None]   # arrays and their tasks
+        plain = [r for i, r in enumerate(records) if i not in picked]
         try:
-            known = self.query.states(r.job_id for r in records)
+            known = self.query.states(r.job_id for r in plain)
+            tasks = arrays.slurm_array_statuses(self.query, [records[i] for i in picked])
         except SlurmUnreachable as exc:
             self.query.unreachable = str(exc)
             return [_stale_status(rec, str(exc)) for rec in records]
-        return [_with_reason(rec, _slurm_status(rec, known.get(rec.job_id))) for rec in records]
+        found = dict(zip(picked, tasks, strict=True))
+        return [found[i] if i in found else _with_reason(rec, _slurm_status(rec, known.get(rec.job_id)))
+                for i, rec in enumerate(records)]
 
     def cancel(self, rec: JobRecord, st: JobStatus, *, now: bool, on_grace: OnGrace | None = None) -> CancelOutcome:
         if st.state == JobState.RUNNING and not now:

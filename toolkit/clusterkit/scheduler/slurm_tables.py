@@ -195,7 +195,7 @@ def squeue_statuses(text: str) -> dict[str, JobStatus]:
     return out
 
 
-def sacct_statuses(text: str) -> dict[str, JobStatus]:
+def sacct_statuses(text: str, fields: Sequence[str] = SACCT_FIELDS) -> dict[str, JobStatus]:
     """``sacct -X -D -P -o JobIDRaw,State,ExitCode,NodeList`` (header line optional) -> job id -> status.
 
     Job steps (``123.batch``) are skipped.  With ``-D`` (``--duplicates``) a requeued job has
@@ -203,7 +203,7 @@ def sacct_statuses(text: str) -> dict[str, JobStatus]:
     runs before it the restart count.  A last run that ended ``REQUEUED`` counts as a restart
     too: its successor is pending but not recorded yet.
     """
-    table = parse_sacct(text, SACCT_FIELDS, skip_bad_rows=True)
+    table = parse_sacct(text, fields, skip_bad_rows=True)
     out: dict[str, JobStatus] = {}
     runs: dict[str, int] = {}
     for r in table.rows if isinstance(table, SacctTable) else ():

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from clusterkit.scheduler.arrays import is_task
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.records import read_result_file
 from clusterkit.scheduler.slurm_tables import SlurmQuery
@@ -62,8 +63,8 @@ def remember(store: RecordStore, rec: JobRecord, st: JobStatus) -> JobRecord:
 
     A stale status is never cached: it is what we knew, not what Slurm says.
     """
-    if not st.terminal or st.stale or rec.state == st.state:
-        return rec
+    if not st.terminal or st.stale or rec.state == st.state or is_task(rec):
+        return rec   # (an array task's view is not a record of its own: its array's is)
     return store.update(rec, state=st.state, exit_code=st.exit_code, signal=st.signal, reason=st.reason)
 
 
@@ -117,4 +118,5 @@ def summarize(rec: JobRecord, st: JobStatus) -> Mapping[str, Any]:
         "state": st.state.value, "exit_code": st.exit_code, "signal": st.signal, "reason": st.reason,
         "node_list": st.nodes, "restarts": st.restarts, "source": st.source, "stale": shown_stale(st),
         "submitted_at": rec.submitted_at, "run_dir": rec.run_dir, "diagnosis": rec.diagnosis,
+        **({"tasks": st.reason} if st.tasks else {}),   # a job array: its tasks by state
     }

@@ -1,0 +1,193 @@
+"""Job arrays after submission: one record for the array (its job id, ``ARRAYJOB``), a view of
+it for each task (``ARRAYJOB_TASK``), and their status from Slurm.
+
+The array's record holds the plan, whose ``array`` entry lists the task indices.  A task is
+named on the command line as ``ARRAYJOB_TASK`` (``status 4242_3``, ``logs 4242_3``, ``cancel
+4242_3``): :func:`task_view` is the array's record with that job id, never saved on its own
+(the array's record is the one on disk).  A task's result file is ``<run dir>/ARRAYJOB_TASK.result``
+and its logs carry ``ARRAYJOB_TASK`` in their names, so the record's own lookups serve it.
+
+Status for any number of arrays costs two calls: one ``squeue -r`` (one line per task, pending
+ones too) and one ``sacct -X -D`` keyed by ``JobID`` (``4242_3``, one line per run); a task
+neither knows is taken from its result file, else it is pending while the array is known to
+Slurm.  The array's own status is the tasks' counted by state (``3 COMPLETED, 1 RUNNING``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clusterkit.errors import NoJobRecord, SlurmUnreachable
+from clusterkit.scheduler.base import JobStatus, cached_status, status_from_result
+from clusterkit.scheduler.records import read_result_file, result_file
+from clusterkit.scheduler.slurm_tables import SQUEUE_FORMAT, sacct_statuses, squeue_statuses
+from clusterkit.slurmtext import last_line
+from clusterkit.vocab import JobState
+
+if TYPE_CHECKING:
+    from clusterkit.scheduler.records import JobRecord
+    from clusterkit.scheduler.slurm_tables import SlurmQuery
+
+ARRAY_SACCT_FIELDS = ("JobID", "State", "ExitCode", "NodeList")
+_TASK = re.compile(r"([0-9]{1,20})_([0-9]{1,10})")
+# which state names the array as a whole, when its tasks differ: the first found in this order
+_ORDER = (JobState.RUNNING, JobState.COMPLETING, JobState.CONFIGURING, JobState.REQUEUED, JobState.PENDING,
+          JobState.SUBMITTED, JobState.UNKNOWN, JobState.FAILED, JobState.NODE_FAIL, JobState.OUT_OF_MEMORY,
+          JobState.TIMEOUT, JobState.CANCELLED, JobState.PREEMPTED, JobState.LOST)
+
+
+def indices(rec: JobRecord) -> tuple[int, ...] | None:
+    """The task indices of the array ``rec`` records (None: not an array job)."""
+    arr = rec.plan.get("array")
+    if not isinstance(arr, dict):
+        return None
+    got = arr.get("indices")
+    if not isinstance(got, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in got):
+        return None
+    return tuple(got)
+
+
+def is_array(rec: JobRecord) -> bool:
+    """Whether ``rec`` is a whole array (the array's own record)."""
+    return indices(rec) is not None and "_" not in rec.job_id
+
+
+def is_task(rec: JobRecord) -> bool:
+    """Whether ``rec`` is the view of one array task (:func:`task_view`): never saved."""
+    return indices(rec) is not None and "_" in rec.job_id
+
+
+def split_task(job_id: str) -> tuple[str, int] | None:
+    """``"4242_3"`` -> ``("4242", 3)``; None for a plain job id."""
+    m = _TASK.fullmatch(job_id)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def task_view(rec: JobRecord, index: int) -> JobRecord:
+    """Task ``index`` of the array ``rec``, as a record of its own (``ARRAYJOB_TASK``); refused
+    with NoJobRecord when the array has no such task."""
+    known = indices(rec)
+    if known is None or index not in known:
+        raise NoJobRecord(f"job {rec.job_id} has no array task {index}"
+                          + (f" (its tasks: {_fold(known)})" if known else " (it is not a job array)"))
+    st = rec.state if rec.state is not None and rec.state.is_terminal and rec.state == JobState.COMPLETED else None
+    return rec.model_copy(update={"job_id": f"{rec.job_id}_{index}", "state": st, "exit_code": None,
+                                  "signal": None, "reason": None, "diagnosis": None})
+
+
+def _fold(idx: Sequence[int]) -> str:
+    """``0,1,2,5`` -> ``0-2,5`` (Slurm's array syntax)."""
+    out: list[str] = []
+    start = prev = idx[0]
+    for i in (*idx[1:], None):
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ",".join(out)
+
+
+def task_statuses(query: SlurmQuery, arrays: Sequence[JobRecord]) -> dict[str, dict[int, JobStatus]]:
+    """Array job id -> task index -> status, for every array in ``arrays`` (two Slurm calls)."""
+    ids = sorted({rec.job_id.split("_")[0] for rec in arrays}, key=lambda j: (len(j), j))
+    if not ids:
+        return {}
+    joined = ",".join(ids)
+    sq = query._call(["squeue", "-h", "-r", "--states=all", "-j", joined, "-o", SQUEUE_FORMAT])
+    if sq.returncode != 0 and "Invalid job id" not in sq.stderr:
+        raise SlurmUnreachable(f"cannot reach Slurm controller: {last_line(sq.stderr)}")
+    live = squeue_statuses(sq.stdout) if sq.returncode == 0 else {}
+    acct = query._call(["sacct", "-X", "-D", "-P", "-n", "-j", joined, "-o", ",".join(ARRAY_SACCT_FIELDS)])
+    done = sacct_statuses(acct.stdout, ARRAY_SACCT_FIELDS) if acct.returncode == 0 else {}
+    out: dict[str, dict[int, JobStatus]] = {jid: {} for jid in ids}
+    for table in (done, live):      # squeue's word on a live task wins, sacct's fills its gaps
+        for key, st in table.items():
+            task = split_task(key)
+            if task is None or task[0] not in out:
+                continue
+            seen = out[task[0]].get(task[1])
+            out[task[0]][task[1]] = st.merged(seen) if seen is not None and table is live else st
+    return out
+
+
+def task_status(rec: JobRecord, index: int, seen: dict[int, JobStatus]) -> JobStatus:
+    """Task ``index`` of the array ``rec`` from what Slurm said (``seen``), its result file and reason."""
+    jid = f"{rec.job_id.split('_')[0]}_{index}"
+    code = read_result_file(result_file(Path(rec.run_dir), jid))
+    st = seen.get(index)
+    if st is None:
+        if code is not None:
+            st = status_from_result(code, rec)
+        elif seen:   # Slurm knows the array: a task it does not list has not started
+            st = JobStatus(state=JobState.PENDING, source="squeue")
+        elif rec.state is not None and rec.state.is_terminal:
+            st = replace(cached_status(rec), reason=None)
+        else:
+            st = JobStatus(state=JobState.LOST, reason="unknown to Slurm and no result file", source="none")
+    elif st.terminal and st.exit_code is None and st.signal is None and code is not None:
+        st = replace(st, exit_code=code)
+    elif not st.terminal:
+        st = replace(st, exit_code=None, signal=None)
+    if st.terminal:
+        try:
+            text = (Path(rec.run_dir) / f"{jid}.reason").read_text(encoding="utf-8", errors="replace")
+            reason = text.strip().splitlines()[0][:300] if text.strip() else ""
+            if reason:
+                st = replace(st, reason=reason)
+        except OSError:
+            pass
+    return st
+
+
+def counts(tasks: Sequence[tuple[str, JobStatus]]) -> str:
+    """``12 COMPLETED, 3 RUNNING, 1 FAILED``: the tasks by state, the most first."""
+    c = Counter(st.state.value for _, st in tasks)
+    return ", ".join(f"{n} {state}" for state, n in sorted(c.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def array_status(rec: JobRecord, seen: dict[int, JobStatus]) -> JobStatus:
+    """The whole array: its state (RUNNING while any task runs, COMPLETED once all did, else the
+    worst end), the first failed task's exit code, and the tasks' counts as its reason."""
+    known = indices(rec) or ()
+    tasks = tuple((f"{rec.job_id}_{i}", task_status(rec, i, seen)) for i in known)
+    states = {st.state for _, st in tasks}
+    if len(states) == 1:
+        state = next(iter(states))
+    elif any(not s.is_terminal for s in states):
+        state = next((s for s in _ORDER if s in states and not s.is_terminal), JobState.RUNNING)
+    else:
+        state = next((s for s in _ORDER if s in states), JobState.FAILED)
+    bad = next((st for _, st in tasks if st.terminal and st.state != JobState.COMPLETED), None)
+    restarts = sum(st.restarts or 0 for _, st in tasks)
+    return JobStatus(state=state, exit_code=None if bad is None and not all(s.terminal for _, s in tasks)
+                     else (bad.exit_code if bad is not None else 0),
+                     signal=bad.signal if bad is not None else None, reason=counts(tasks),
+                     restarts=restarts, source="squeue+sacct", tasks=tasks)
+
+
+def slurm_array_statuses(query: SlurmQuery, records: Sequence[JobRecord]) -> list[JobStatus]:
+    """The status of each array or array task in ``records``."""
+    seen = task_statuses(query, records)
+    out = []
+    for rec in records:
+        base = rec.job_id.split("_")[0]
+        if is_task(rec):
+            task = split_task(rec.job_id)
+            assert task is not None
+            out.append(task_status(rec, task[1], seen.get(base, {})))
+        else:
+            out.append(array_status(rec, seen.get(base, {})))
+    return out
+
+
+def task_rows(st: JobStatus) -> list[dict[str, Any]]:
+    """``status JOB --json``'s ``tasks``: one row per task."""
+    return [{"job_id": jid, "state": t.state.value, "exit_code": t.exit_code, "signal": t.signal,
+             "reason": t.reason, "node_list": t.nodes, "restarts": t.restarts} for jid, t in st.tasks]
