@@ -70,6 +70,8 @@ def test_after_defaults_to_ok(ck, tmp_path: Path) -> None:
     (("--set", "requeue_by=framework"), "testbed",
      "--set requeue_by=framework: the single-node stage does not requeue"),
     (("--set", "requeue_by=framework"), "local", "--set requeue_by: site local is a local site (no Slurm)"),
+    (("--chain", "2", "--array", "0-3"), "testbed", "--chain with --array or --sweep: a chain of job arrays is not"),
+    (("--chain", "2", "--sweep", "lr=0.1,0.2"), "testbed", "--chain with --array or --sweep"),
     (("--sbatch", "dependency=afterok:12"), "testbed",
      "sets --dependency, which clusterkit writes itself; use submit --after JOB or --chain N"),
 ])

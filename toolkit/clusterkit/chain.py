@@ -94,6 +94,14 @@ class Queued:
     submission: Submission
 
 
+def check_not_array(request: JobRequest) -> None:
+    """A chain of job arrays is refused: each member would be a whole array, and which task of the
+    next member resumes which task's checkpoints is not defined."""
+    if request.array is not None:
+        raise InputError("--chain with --array or --sweep: a chain of job arrays is not supported; "
+                         "queue each array with --after ARRAYJOB:any and the same --run-name instead")
+
+
 def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore, *, after: After | None = None,
            chain: int | None = None, skip_preflight: bool = False, preflight_transport: str | None = None,
            on_gate: Callable[[actions.Gate], None] | None = None,
@@ -113,6 +121,7 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
                                   preflight_transport=preflight_transport, on_gate=on_gate)
         return [Queued(run, sub)]
     n = check_chain(chain)
+    check_not_array(request)
     if out is not None:
         out = os.path.abspath(os.path.expanduser(out))
     first_req = replace(request, chain=ChainLink(1, n, ids_file="", unfixable=NOT_FIXED_BY_RESTART))

@@ -78,6 +78,10 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
                             exclude=exclude, debug=debug, job={**job_setup, "run_name": run_name})
+    if chain is not None:
+        from clusterkit.chain import check_not_array
+
+        check_not_array(request)
     planned = Plan(Site.load(site), request)
     if dry_run:  # contacts no node: preflight's exclusions are the one thing a dry run cannot show
         run = longrun_cli.dry_run_plan(planned, after, chain).render(out)

@@ -24,8 +24,8 @@ from clusterkit.config.schema import JobSection, Site, StageOverride
 from clusterkit.errors import PlanError
 from clusterkit.job import settings as settings_mod
 from clusterkit.job import stages
-from clusterkit.job.longrun import ChainLink
 from clusterkit.job.array import ArrayRequest
+from clusterkit.job.longrun import ChainLink
 from clusterkit.job.settings import Settings
 from clusterkit.vocab import StageSpec
 
