@@ -15,6 +15,7 @@ parser, and that hostile values arrive as plain data.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -310,16 +311,23 @@ def test_deepspeed_pdsh_carries_the_per_job_dump_path(ck, tmp_path: Path, out: s
     assert sorted(ranks) == ["pdsh-rank.0.json", "pdsh-rank.1.json"], p.stderr
     copy = run_dir / ".deepspeed_env.4321.r0"
     lines = copy.read_text().splitlines()
-    assert lines[:len((run_dir / ".deepspeed_env").read_text().splitlines())] == \
-        (run_dir / ".deepspeed_env").read_text().splitlines()          # the rendered file, then the run-time values
+    # the job's probe keeps the flight-recorder names this torch reads (2.7+: TORCH_FR_*), in the copy too
+    torch_v = tuple(int(x) for x in importlib.metadata.version("torch").split(".")[:2])
+    new = torch_v >= (2, 7)
+    dropped = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE") if new else \
+        ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE")
+    kept_dump = "TORCH_FR_DUMP_TEMP_FILE" if new else "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+    rendered = [ln for ln in (run_dir / ".deepspeed_env").read_text().splitlines() if not ln.startswith(dropped)]
+    assert lines[:len(rendered)] == rendered          # the rendered file, then the run-time values
+    assert not [ln for ln in lines if ln.startswith(dropped)]
     left_out = [ln for ln in p.stderr.splitlines() if "ds_launcher=pdsh:" in ln and "left out" in ln]
     # NCCL_DEBUG_FILE's %h and %p are pdsh's own substitutions: never carried in the file
     assert any("NCCL_DEBUG_FILE left out" in ln for ln in left_out)
     if out == "run":
         prefix = f"{run_dir}/logs/fr-4321.r0.rank"
-        assert f"TORCH_FR_DUMP_TEMP_FILE={prefix}" in lines and f"TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}" in lines
+        assert f"{kept_dump}={prefix}" in lines
         for got in ranks.values():
-            assert got["TORCH_FR_DUMP_TEMP_FILE"] == prefix and got["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == prefix
+            assert got[kept_dump] == prefix and all(got.get(n) is None for n in dropped)
             assert got["NCCL_DEBUG"] == "INFO"
         assert len(left_out) == 1
     else:

@@ -77,6 +77,8 @@ class Plan:
     cpus_per_task: int = 1              # every srun step asks for it: since Slurm 22.05 srun need not take sbatch's
     warnings: tuple[str, ...] = ()
     job: JobSetup = field(default_factory=JobSetup)   # the job's env, setup steps, args, activation
+    # what the NCCL rules assume about NCCL's version, checked by the job against the one it finds
+    nccl_checks: tuple[nccl.VersionCheck, ...] = ()
 
     @property
     def slurm(self) -> bool:
@@ -118,6 +120,7 @@ class Plan:
         d["sbatch"] = [[k, v] for k, v in self.sbatch]
         d["settings"] = self.settings.model_dump()
         d["job"] = self.job.to_dict()
+        d["nccl_checks"] = [c.to_dict() for c in self.nccl_checks]
         return d
 
 
@@ -456,6 +459,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
                        omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],
                        container=use_container)
+    warnings += nccl.plan_warnings(site, env)
     _check_job(site, r, launch, nnodes, use_container)
     if launch.check_env is not None:
         launch.check_env(env)
@@ -478,4 +482,5 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         checkpoint_dir=checkpoint_base(site, request.run_dir, name),
         time=time, settings=s, cpus_per_task=cpus,
         preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings), job=r.job,
+        nccl_checks=tuple(nccl.version_checks(site, env)),
     )
