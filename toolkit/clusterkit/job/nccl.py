@@ -29,6 +29,11 @@ NCCL_SOCKET_SRC = "NCCL src/transport/net_socket.cc"
 NCCL_DEBUG_SRC = "NCCL src/debug.cc"
 TORCH_FR_DOC = "PyTorch docs, Flight Recorder (torch_nccl_environment_variables)"
 AWS_EFA_DOC = "AWS docs, Get started with EFA and NCCL; aws-ofi-nccl README"
+AWS_OFI_SRC = ("aws-ofi-nccl src/nccl_ofi_interface_nvidia.cpp (plugin name; NCCL_NET='AWS Libfabric' renaming "
+               "from 1.13); NCCL src/plugin/net.cc (NCCL_NET matched case-insensitively)")
+#: NCCL_NET for the aws-ofi-nccl plugin: its name up to 1.12; from 1.13 (named "Libfabric") the
+#: plugin takes this name when NCCL_NET asks for it, so it selects every release.
+EFA_NET = "AWS Libfabric"
 
 
 @dataclass(frozen=True)
@@ -218,6 +223,14 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
             "which it would otherwise fall back to)", AWS_EFA_DOC)
         add("FI_EFA_USE_DEVICE_RDMA", "1", "GPUDirect RDMA over EFA (p4d, p5 and later); without it buffers are "
             "staged through host memory", AWS_EFA_DOC)
+        # NCCL_NET_PLUGIN stays unset: NCCL then opens libnccl-net.so, which every aws-ofi-nccl
+        # release installs by default (up to 1.14 the library itself, from 1.15 beside
+        # libnccl-net-ofi.so); NCCL_NET_PLUGIN=ofi would find nothing before 1.15.
+        add("NCCL_NET", EFA_NET, "only the aws-ofi-nccl plugin's network: if the plugin does not load (or another "
+            "libnccl-net.so comes first on the loader path) NCCL stops at init with 'network ... not found' instead "
+            "of running over its TCP sockets at a fraction of EFA's speed. The plugin's name up to 1.12; 1.13+ "
+            "('Libfabric') takes it when NCCL_NET asks. NCCL_NET_PLUGIN unset: NCCL opens libnccl-net.so, which "
+            "every plugin release installs by default", AWS_OFI_SRC)
         if net.socket_ifname:
             add("NCCL_SOCKET_IFNAME", "=" + net.socket_ifname,
                 "bootstrap/out-of-band traffic on the site's interface, not a random first NIC",
