@@ -89,6 +89,8 @@ def test_real_torch_names_the_nccl_its_ranks_load(ck: Any, tmp_path: Path) -> No
     if (tdir / "lib" / "libtorch_cuda.so").exists():
         # the CUDA wheel: its NCCL is the nvidia-nccl wheel beside it, whose own metadata says the version
         nccl = next(d.version for d in md.distributions() if d.metadata["Name"].startswith("nvidia-nccl"))
+        import torch  # torch's own answer agrees (it loads that library; no GPU needed to ask)
+        assert ".".join(map(str, torch.cuda.nccl.version())) == nccl
         lib = (tdir.parent / "nvidia" / "nccl" / "lib" / "libnccl.so.2").resolve()
         assert lines == [f"clusterkit: NCCL {nccl} (torch {torch_v} wheel's nvidia-nccl, {lib}) on {HOST}"]
     else:
