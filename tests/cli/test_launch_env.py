@@ -195,7 +195,10 @@ def test_single_node_once_launchers_run_inside_the_container(ck, tmp_path: Path,
     line = srun_line(run_dir)
     assert "--nodes=1 " in line and "--ntasks-per-node=1 " in line and "--container-image=" in line
     after = (run_dir / "job.sbatch").read_text().split(line, 1)[1]
-    assert after.lstrip().startswith(f"bash -c 'exec {'horovodrun' if launcher == 'horovod' else 'colossalai'}")
+    body = after.lstrip().splitlines()[0]
+    # the step sources the NCCL/torch probe in the container, then the launcher replaces the shell
+    assert body.startswith(f"bash -c '. {run_dir}/nccl-probe.sh || ")
+    assert f"; exec {'horovodrun' if launcher == 'horovod' else 'colossalai'} " in body
 
 
 def test_apptainer_wraps_a_single_node_once_launcher(ck, tmp_path: Path) -> None:
@@ -205,6 +208,10 @@ def test_apptainer_wraps_a_single_node_once_launcher(ck, tmp_path: Path) -> None
     run_dir = render(ck, tmp_path / "r", "--site", str(site), "--launcher", "horovod")
     assert "exec apptainer exec --nv --bind" in (run_dir / "job.sbatch").read_text()
     assert srun_line(run_dir).startswith("srun --nodes=1 ")
+    # the probe's Python runs in the same image, with the same flags
+    probe = (run_dir / "nccl-probe.sh").read_text()
+    assert f"CK_PROBE_FULL=$ck_probe_full apptainer exec --nv --bind {run_dir} /img/pt.sif python3 - " in probe
+    assert "'python3 did not run in the container image /img/pt.sif'" in probe
 
 
 

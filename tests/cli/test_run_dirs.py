@@ -31,7 +31,7 @@ def test_ten_parallel_renders_with_one_job_name_get_ten_directories(ck, tmp_path
                      if "run directory:" in line)
     assert printed == [str(d) for d in dirs]  # each render names its own directory
     for d in dirs:
-        assert sorted(os.listdir(d)) == ["job.sbatch", "logs", "nccl.env", "plan.json"], d
+        assert sorted(os.listdir(d)) == ["job.sbatch", "logs", "nccl-probe.sh", "nccl.env", "plan.json"], d
         assert f"export CK_RUN_DIR={d}\n" in (d / "job.sbatch").read_text()  # each script points at its own
 
 

@@ -15,6 +15,7 @@ parser, and that hostile values arrive as plain data.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -282,7 +283,8 @@ def test_a_preempted_run_whose_requeue_slurm_refuses_writes_no_result(ck, tmp_pa
 # Per rank, the environment a worker started over pdsh sees (its shell is clean: only what the
 # pdsh line exports arrives); written into the working directory the runner cd's to.
 PDSH_RECORDER = """import json, os
-keys = ("RANK", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "NCCL_DEBUG_FILE", "NCCL_DEBUG")
+keys = ("RANK", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "NCCL_DEBUG_FILE", "NCCL_DEBUG",
+        "CLUSTERKIT_LAB_NODE")
 with open("pdsh-rank." + os.environ["RANK"] + ".json", "w") as fh:
     json.dump({k: os.environ.get(k) for k in keys}, fh)
 """
@@ -310,18 +312,26 @@ def test_deepspeed_pdsh_carries_the_per_job_dump_path(ck, tmp_path: Path, out: s
     assert sorted(ranks) == ["pdsh-rank.0.json", "pdsh-rank.1.json"], p.stderr
     copy = run_dir / ".deepspeed_env.4321.r0"
     lines = copy.read_text().splitlines()
-    assert lines[:len((run_dir / ".deepspeed_env").read_text().splitlines())] == \
-        (run_dir / ".deepspeed_env").read_text().splitlines()          # the rendered file, then the run-time values
+    # the job's probe keeps the flight-recorder names this torch reads (2.7+: TORCH_FR_*), in the copy too
+    torch_v = tuple(int(x) for x in importlib.metadata.version("torch").split(".")[:2])
+    new = torch_v >= (2, 7)
+    dropped = ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE") if new else \
+        ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE")
+    kept_dump = "TORCH_FR_DUMP_TEMP_FILE" if new else "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+    rendered = [ln for ln in (run_dir / ".deepspeed_env").read_text().splitlines() if not ln.startswith(dropped)]
+    assert lines[:len(rendered)] == rendered          # the rendered file, then the run-time values
+    assert not [ln for ln in lines if ln.startswith(dropped)]
     left_out = [ln for ln in p.stderr.splitlines() if "ds_launcher=pdsh:" in ln and "left out" in ln]
-    # NCCL_DEBUG_FILE's %h and %p are pdsh's own substitutions: never carried in the file
-    assert any("NCCL_DEBUG_FILE left out" in ln for ln in left_out)
     if out == "run":
         prefix = f"{run_dir}/logs/fr-4321.r0.rank"
-        assert f"TORCH_FR_DUMP_TEMP_FILE={prefix}" in lines and f"TORCH_NCCL_DEBUG_INFO_TEMP_FILE={prefix}" in lines
+        assert f"{kept_dump}={prefix}" in lines
+        # pdsh substitutes %h itself and turns %% into %: the file doubles them, NCCL gets %h and %p
+        assert f"NCCL_DEBUG_FILE={run_dir}/logs/nccl-4321.r0.%%h.%%p.log" in lines
         for got in ranks.values():
-            assert got["TORCH_FR_DUMP_TEMP_FILE"] == prefix and got["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == prefix
+            assert got[kept_dump] == prefix and all(got.get(n) is None for n in dropped)
             assert got["NCCL_DEBUG"] == "INFO"
-        assert len(left_out) == 1
+            assert got["NCCL_DEBUG_FILE"] == f"{run_dir}/logs/nccl-4321.r0.%h.%p.log"
+        assert left_out == []
     else:
         assert not any(ln.startswith(("TORCH_FR_DUMP_TEMP_FILE=", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=")) for ln in lines)
         assert sorted(ln.split(" left out")[0].rsplit(" ", 1)[1] for ln in left_out) == \

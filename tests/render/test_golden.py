@@ -100,7 +100,9 @@ def golden_scripts() -> list[Path]:
 def test_shellcheck_every_rendered_script() -> None:
     scripts = golden_scripts()
     assert len(scripts) > 40, "golden scripts missing"
-    p = subprocess.run(["shellcheck", "--shell=bash", "--severity=info", *map(str, scripts)],
+    probes = sorted(GOLDEN.glob("*/*/*/nccl-probe.sh"))   # sourced by each launch body
+    assert len(probes) == len(scripts), "golden nccl-probe.sh missing"
+    p = subprocess.run(["shellcheck", "--shell=bash", "--severity=info", *map(str, scripts + probes)],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stdout[-4000:]
 
@@ -108,6 +110,6 @@ def test_shellcheck_every_rendered_script() -> None:
 def test_bash_n_every_rendered_script() -> None:
     scripts = golden_scripts()
     assert len(scripts) > 40, "golden scripts missing"
-    for script in scripts:
+    for script in scripts + sorted(GOLDEN.glob("*/*/*/nccl-probe.sh")):
         p = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
         assert p.returncode == 0, (script, p.stderr)

@@ -92,6 +92,20 @@ def test_ethernet_sockets_and_efa(ck: Any, tmp_path: Path) -> None:
     efa = values(render(ck, tmp_path, "efa-p5", "--stage", "large-cluster"))
     assert (efa["FI_PROVIDER"], efa["FI_EFA_USE_DEVICE_RDMA"], efa["NCCL_SOCKET_IFNAME"]) == ("efa", "1", "=ens32")
     assert not [n for n in efa if n.startswith("NCCL_IB_")], efa
+    # the plugin's network only, by the name every aws-ofi-nccl release answers to; NCCL's default
+    # plugin file name (libnccl-net.so) is one every release installs
+    assert efa["NCCL_NET"] == "AWS Libfabric" and "NCCL_NET_PLUGIN" not in efa
+    job = (render(ck, tmp_path, "efa-p5", "--stage", "multi-node") / "job.sbatch").read_text()
+    line = next(ln for ln in job.splitlines() if ln.startswith("export NCCL_NET="))
+    got = subprocess.run(["bash", "-c", line + '; printf "%s" "$NCCL_NET"'], capture_output=True, text=True,
+                         check=True).stdout
+    assert got == "AWS Libfabric"
+    # the space cannot travel in DeepSpeed's pdsh env file: refused before the queue, with the way out
+    site = shared_site(tmp_path / "sites", "efa-p5", tmp_path)
+    refused = ck("render", "--site", str(site), "--stage", "multi-node", "--launcher", "deepspeed", "--set",
+                 "ds_launcher=pdsh", "--set", "container=false", "--set", "max_restarts=0", "--out",
+                 str(tmp_path / "pdsh"), "--", "python", "t.py")
+    assert refused.code == 2 and "NCCL_NET= 'AWS Libfabric'" in refused.err and "ds_launcher=no_ssh" in refused.err
     job = (render(ck, tmp_path, "efa-p5", "--stage", "multi-node") / "job.sbatch").read_text()
     assert "ulimit -l unlimited" in job
 

@@ -275,12 +275,21 @@ class Software(_Model):
     cuda: str | None = None
     modules: list[str] = Field(default_factory=list)
     container: Container | None = None
+    nccl_version: str | None = Field(None, description="the NCCL release the site's image (or module) carries, "
+                                     "e.g. '2.21.5': the plan assumes it and the job warns when it finds another")
 
     @field_validator("driver_min", "cuda")
     @classmethod
     def _version(cls, v: str | None) -> str | None:
         if v is not None and not re.fullmatch(r"\d+(\.\d+)*", v):
             raise ValueError(f"{v!r} is not a dotted version like '535.104'")
+        return v
+
+    @field_validator("nccl_version")
+    @classmethod
+    def _nccl_version(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"2\.\d{1,2}(\.\d{1,2})?", v):
+            raise ValueError(f"{v!r} is not an NCCL version like '2.21.5' (or '2.21')")
         return v
 
 

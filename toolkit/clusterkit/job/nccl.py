@@ -29,6 +29,11 @@ NCCL_SOCKET_SRC = "NCCL src/transport/net_socket.cc"
 NCCL_DEBUG_SRC = "NCCL src/debug.cc"
 TORCH_FR_DOC = "PyTorch docs, Flight Recorder (torch_nccl_environment_variables)"
 AWS_EFA_DOC = "AWS docs, Get started with EFA and NCCL; aws-ofi-nccl README"
+AWS_OFI_SRC = ("aws-ofi-nccl src/nccl_ofi_interface_nvidia.cpp (plugin name; NCCL_NET='AWS Libfabric' renaming "
+               "from 1.13); NCCL src/plugin/net.cc (NCCL_NET matched case-insensitively)")
+#: NCCL_NET for the aws-ofi-nccl plugin: its name up to 1.12; from 1.13 (named "Libfabric") the
+#: plugin takes this name when NCCL_NET asks for it, so it selects every release.
+EFA_NET = "AWS Libfabric"
 
 
 @dataclass(frozen=True)
@@ -63,13 +68,84 @@ def per_attempt(run_dir: str, stem: str, tail: str) -> tuple[str, str]:
 DEBUG_SUBSYS = "INIT,BOOTSTRAP,ENV,NET,GRAPH"
 #: Flight-recorder entries kept per process group (PyTorch's docs suggest 2000 when debugging).
 FR_BUFFER = "2000"
+#: The flight recorder's names: (torch 2.7+, older torch).  torch 2.14 warns once per rank about
+#: each old name it finds set, so the job keeps only the pair member its torch reads.
+FR_PAIRS = (("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
+            ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"))
+FR_PICK = ("the job keeps only the name the torch it detects reads (TORCH_FR_* from torch 2.7, TORCH_NCCL_* "
+           "before; both when it cannot tell)")
+#: The NCCL release from which NCCL picks a RoCE v2, IPv4-mapped GID itself.
+GID_AUTO = (2, 21)
 
 
 def _nccl_origin(site: Site, container: bool) -> str:
     c = site.software.container
+    version = f" ({site.software.nccl_version}, says the site)" if site.software.nccl_version else ""
     if container and c is not None:
-        return f"NCCL from the container image {c.image}"
-    return "the NCCL its torch loads (the wheel's nvidia-nccl, or a module's that replaces it)"
+        return f"NCCL from the container image {c.image}{version}"
+    return f"the NCCL its torch loads (the wheel's nvidia-nccl, or a module's that replaces it){version}"
+
+
+def version_code(version: str) -> int:
+    """NCCL's own version number (``NCCL_VERSION_CODE`` from 2.9): 2.21.5 -> 22105."""
+    parts = [int(p) for p in version.split(".")[:3]] + [0, 0]
+    return parts[0] * 10000 + parts[1] * 100 + parts[2]
+
+
+@dataclass(frozen=True)
+class VersionCheck:
+    """What the job checks against the NCCL version it detects before the launcher starts: the
+    detected version's code (major*10000 + minor*100 + patch) ``below`` this one contradicts an
+    assumption the plan made, and the job says so."""
+
+    below: int
+    message: str
+    above: int = 0        # or at or above this one (a site's stated version: a different release line)
+
+    @property
+    def test(self) -> str:
+        """The shell test on ``$ck_nccl_code``."""
+        if self.above:
+            return f'{{ [ "$ck_nccl_code" -lt {self.below} ] || [ "$ck_nccl_code" -ge {self.above} ]; }}'
+        return f'[ "$ck_nccl_code" -lt {self.below} ]'
+
+    def to_dict(self) -> dict[str, object]:
+        return {"detected_below": self.below, "detected_from": self.above or None, "message": self.message}
+
+
+def version_checks(site: Site, env: list[EnvVar]) -> list[VersionCheck]:
+    """The assumptions about NCCL's version in ``env`` that the job checks at run time."""
+    out: list[VersionCheck] = []
+    by_name = {v.name: v for v in env}
+    roce = by_name.get("NCCL_IB_ROCE_VERSION_NUM")
+    if roce is not None and roce.source == "policy" and "NCCL_IB_GID_INDEX" not in by_name:
+        out.append(VersionCheck(
+            version_code("2.21"), "NCCL_IB_ROCE_VERSION_NUM/NCCL_IB_ADDR_FAMILY are read from NCCL 2.21; this "
+            "NCCL ignores them and uses GID index 0, RoCE v1 or link-local on many nodes: pin "
+            "network.roce.gid_index (preflight's roce.gid checks it on every node)"))
+    stated = site.software.nccl_version
+    if stated:
+        code = version_code(stated)
+        line = code // 100 * 100
+        out.append(VersionCheck(line, f"the site says software.nccl_version {stated}, and the plan's NCCL rules "
+                                "assume that release line: correct the site's key", above=line + 100))
+    return out
+
+
+def plan_warnings(site: Site, env: list[EnvVar]) -> list[str]:
+    """What the site's stated NCCL version already contradicts, at plan time."""
+    stated = site.software.nccl_version
+    if not stated:
+        return []
+    return [f"NCCL {stated} (the site's software.nccl_version): {c.message}" for c in version_checks(site, env)
+            if not c.above and version_code(stated) < c.below]
+
+
+def fr_pairs(env: list[EnvVar]) -> list[tuple[str, str]]:
+    """The flight-recorder name pairs the policy set both of (a site's or job's own value stays as given)."""
+    by_name = {v.name: v for v in env}
+    return [(new, old) for new, old in FR_PAIRS
+            if all(n in by_name and by_name[n].source == "policy" for n in (new, old))]
 
 
 def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
@@ -109,14 +185,14 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
     fr_value, fr_word = per_attempt(run_dir, "fr-", ".rank")
     for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
         add(name, FR_BUFFER, "flight recorder on: the last 2000 collectives per process group, to see which rank "
-            "is behind and in which collective after a timeout", TORCH_FR_DOC)
+            "is behind and in which collective after a timeout; " + FR_PICK, TORCH_FR_DOC)
     add("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", "write the flight recorder's buffer when a collective times out "
         "(TORCH_NCCL_ASYNC_ERROR_HANDLING stays at torch's default, 3, which already ends the ranks on an error; "
         "the old advice to set 1 is stale)",
         TORCH_FR_DOC)
     for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
         add(name, fr_value, "flight-recorder dumps in the run's logs, one per rank (torch appends the rank); "
-            "clusterkit doctor reads them", TORCH_FR_DOC, shell=fr_word)
+            "clusterkit doctor reads them; " + FR_PICK, TORCH_FR_DOC, shell=fr_word)
 
     if stage == "single-node":
         # One machine: NCCL uses NVLink/PCIe/shared memory; fabric knobs would only mislead.
@@ -147,6 +223,14 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
             "which it would otherwise fall back to)", AWS_EFA_DOC)
         add("FI_EFA_USE_DEVICE_RDMA", "1", "GPUDirect RDMA over EFA (p4d, p5 and later); without it buffers are "
             "staged through host memory", AWS_EFA_DOC)
+        # NCCL_NET_PLUGIN stays unset: NCCL then opens libnccl-net.so, which every aws-ofi-nccl
+        # release installs by default (up to 1.14 the library itself, from 1.15 beside
+        # libnccl-net-ofi.so); NCCL_NET_PLUGIN=ofi would find nothing before 1.15.
+        add("NCCL_NET", EFA_NET, "only the aws-ofi-nccl plugin's network: if the plugin does not load (or another "
+            "libnccl-net.so comes first on the loader path) NCCL stops at init with 'network ... not found' instead "
+            "of running over its TCP sockets at a fraction of EFA's speed. The plugin's name up to 1.12; 1.13+ "
+            "('Libfabric') takes it when NCCL_NET asks. NCCL_NET_PLUGIN unset: NCCL opens libnccl-net.so, which "
+            "every plugin release installs by default", AWS_OFI_SRC)
         if net.socket_ifname:
             add("NCCL_SOCKET_IFNAME", "=" + net.socket_ifname,
                 "bootstrap/out-of-band traffic on the site's interface, not a random first NIC",
@@ -175,7 +259,8 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
         else:
             add("NCCL_IB_ROCE_VERSION_NUM", "2",
                 f"NCCL 2.21+ picks the GID itself: RoCE v2 only (routable; v1 is not). Older NCCL ignores this "
-                f"and uses GID 0: pin network.roce.gid_index there. The job runs {origin}",
+                f"and uses GID 0: pin network.roce.gid_index there. The job runs {origin}, and warns when the "
+                f"NCCL it detects before the launcher starts is older than 2.21",
                 f"{NCCL_IB_SRC} (IB_ROCE_VERSION_NUM, 2.21+)")
             add("NCCL_IB_ADDR_FAMILY", "AF_INET",
                 "NCCL 2.21+: an IPv4-mapped GID, not the link-local or IPv6 ones beside it",

@@ -83,6 +83,8 @@ class Plan:
     dependency: str | None = None       # #SBATCH --dependency (--after, --chain)
     chain: ChainLink | None = None      # this job's place in a --chain
     array: arrays.ArrayPlan | None = None             # --array / --sweep: a task per index
+    # what the NCCL rules assume about NCCL's version, checked by the job against the one it finds
+    nccl_checks: tuple[nccl.VersionCheck, ...] = ()
 
     @property
     def slurm(self) -> bool:
@@ -128,6 +130,7 @@ class Plan:
         d.pop("array")
         if self.array is not None:   # only a job array's plan has the key
             d["array"] = self.array.to_dict()
+        d["nccl_checks"] = [c.to_dict() for c in self.nccl_checks]
         return d
 
 
@@ -494,6 +497,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
                        omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],
                        container=use_container)
+    warnings += nccl.plan_warnings(site, env)
     _check_job(site, r, launch, nnodes, use_container)
     if launch.check_env is not None:
         launch.check_env(env)
@@ -520,4 +524,5 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         run_name=None if request.run_name is None else check_run_name(request.run_name),
         dependency=request.dependency, chain=request.chain,
         array=arr,
+        nccl_checks=tuple(nccl.version_checks(site, env)),
     )

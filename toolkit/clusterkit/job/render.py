@@ -20,6 +20,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ import jinja2.sandbox
 from clusterkit.config.schema import Site
 from clusterkit.errors import ConfigError, PlanError
 from clusterkit.job import array as arrays
-from clusterkit.job import jobenv
+from clusterkit.job import jobenv, nccl
 from clusterkit.job import plan as planning
 from clusterkit.job.launchers import Sh, Word, shell_join
 from clusterkit.job.nccl import EnvVar
@@ -215,7 +216,30 @@ def container_env(plan: Plan) -> list[tuple[str, str]]:
 
 def launch_body(plan: Plan) -> str:
     """The per-node (or per-task) shell body; runtime variables stay escaped for each node."""
-    return activation(plan) + node_env(plan) + _launch_body(plan)
+    return activation(plan) + node_env(plan) + probe_call(plan) + _launch_body(plan)
+
+
+#: The run directory's script that detects the ranks' torch and NCCL (templates/nccl-probe.sh.j2).
+PROBE = "nccl-probe.sh"
+
+
+def probe_call(plan: Plan) -> str:
+    """Sourcing the probe, where the ranks run (in the container, after the activation and the
+    job's per-node values), right before the launcher: it logs which NCCL they load, warns where
+    that contradicts the plan, and keeps the flight-recorder names their torch reads."""
+    path = shell_quote(f"{plan.run_dir.rstrip('/') or '.'}/{PROBE}")
+    why = shell_quote(f"clusterkit: warning: {PROBE} not read: NCCL and torch versions not checked")
+    return f". {path} || echo {why} >&2; "
+
+
+def probe_python(plan: Plan) -> tuple[str, str]:
+    """(the shell words that run the ranks' Python on a program from stdin's ``-``, why it may not run).
+    With apptainer the launch body runs on the host and wraps only the launcher: so does the probe."""
+    c = plan.container
+    if c and c.runtime == "apptainer":
+        words = _launcher_words(replace(plan, launch=replace(plan.launch, words=("python3",))))
+        return shell_join(words), f"python3 did not run in the container image {c.image}"
+    return "python3", "no python3 on PATH where the ranks run"
 
 
 def _launch_body(plan: Plan) -> str:
@@ -364,6 +388,11 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "choices": [_CONTROL.sub("?", c.worded()) for c in planning.choices(plan)],
         # RDMA across nodes: the job raises its locked-memory limit (templates/job-limits.j2)
         "rdma": site.network.fabric != "ethernet" and plan.stage != "single-node",
+        "probe_python": probe_python(plan)[0],
+        "probe_python_missing": probe_python(plan)[1],
+        "probe_checks": plan.nccl_checks,
+        "fr_pairs": nccl.fr_pairs(list(plan.env)),
+        "pdsh_env": ".deepspeed_env" in plan.launch.templated,
     }
     out: dict[str, str] = {}
     out["job.sbatch"] = draw(ENTRY[plan.slurm], ctx)
@@ -374,6 +403,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
                                  "setup steps would not run: add {% include \"job-setup.j2\" %} before the launch")
     _check_long_run_parts(site, plan, out["job.sbatch"])
     out["nccl.env"] = draw("nccl.env.j2", ctx)
+    out[PROBE] = draw("nccl-probe.sh.j2", ctx)
     hostfile = _hostfile(plan)
     if hostfile is not None:
         out["hostfile"] = hostfile

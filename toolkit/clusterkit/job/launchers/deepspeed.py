@@ -73,17 +73,22 @@ RUN_TIME_ENV = ("NCCL_DEBUG_FILE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_
 def pdsh_env_setup() -> tuple[str, ...]:
     """Job-script lines: a per-attempt copy of ``.deepspeed_env`` with the run-time values the batch
     shell expanded (DeepSpeed 0.19's runner reads ``DS_ENV_FILE`` as KEY=VALUE lines and pastes them
-    into ``export KEY=VALUE;`` on the pdsh line).  A value pdsh cannot carry is left out, and said."""
+    into ``export KEY=VALUE;`` on the pdsh line).  pdsh replaces ``%h``, ``%n`` and ``%u`` in that
+    line and ``%%`` with ``%``, so every ``%`` is written doubled: NCCL_DEBUG_FILE's ``%h``/``%p``
+    reach NCCL, which names the file by host and process.  A value pdsh cannot carry is left out,
+    and said."""
     why = ("ds_launcher=pdsh: $ck_ds_name left out of $ck_ds_env: its value has characters outside "
-           "[A-Za-z0-9_./=:,@+-] that DeepSpeed's pdsh runner cannot carry to the other nodes")
+           "[A-Za-z0-9_./=:,@+%-] that DeepSpeed's pdsh runner cannot carry to the other nodes")
     return (
         'ck_ds_env="$CK_RUN_DIR/.deepspeed_env.$CK_JOB_ID.r${SLURM_RESTART_COUNT:-0}"',
         'cp -- "$CK_RUN_DIR/.deepspeed_env" "$ck_ds_env" || ck_fail 1 "cannot write $ck_ds_env"',
-        "ck_ds_safe='^[A-Za-z0-9_./=:,@+-]*$'",
+        "ck_ds_safe='^[A-Za-z0-9_./=:,@+%-]*$'",
         f"for ck_ds_name in {' '.join(RUN_TIME_ENV)}; do",
         '  [ -n "${!ck_ds_name+x}" ] || continue',
         '  if [[ ${!ck_ds_name} =~ $ck_ds_safe ]]; then',
-        '    printf \'%s=%s\\n\' "$ck_ds_name" "${!ck_ds_name}" >> "$ck_ds_env" || ck_fail 1 "cannot write $ck_ds_env"',
+        '    ck_ds_value=${!ck_ds_name}',
+        '    printf \'%s=%s\\n\' "$ck_ds_name" "${ck_ds_value//%/%%}" >> "$ck_ds_env" ||',
+        '      ck_fail 1 "cannot write $ck_ds_env"',
         "  else",
         f'    ck_log "{why}"',
         "  fi",
