@@ -34,7 +34,7 @@ def test_a_chain_member_with_the_frameworks_signal_renders_as_the_golden_script(
     expected = GOLDEN.read_text()
     assert text == expected, "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True)))
     for line in ("#SBATCH --dependency=afterany:1234", "#SBATCH --kill-on-invalid-dep=yes",
-                 "export CK_RUN_NAME=lm-7b", 'ck_warn_ranks() { scancel --signal=USR1 "$SLURM_JOB_ID"; }',
+                 "export CK_RUN_NAME=lm-7b", 'ck_warn_ranks() { scancel --signal=USR1 "$CK_JOB_ID"; }',
                  'ck_chain_ids="$CK_RUN_DIR/chain.ids"', "  ck_requeue_pending &&"):
         assert line in text, line
     assert "exec scontrol requeue" not in text   # the framework requeues, clusterkit does not
@@ -46,7 +46,7 @@ def test_the_default_run_name_is_the_job_name_and_its_first_job_id(ck, tmp_path:
     assert 'export CK_RUN_NAME=lm-"$CK_JOB_ID"' in result.out
     assert 'export CK_CHECKPOINT_DIR=/tmp/checkpoints/"$CK_RUN_NAME"' in result.out
     assert "--dependency" not in result.out and "ck_chain_ids" not in result.out
-    assert 'ck_warn_ranks() { scancel --signal=TERM "$SLURM_JOB_ID"; }' in result.out
+    assert 'ck_warn_ranks() { scancel --signal=TERM "$CK_JOB_ID"; }' in result.out
 
 
 def test_after_defaults_to_ok(ck, tmp_path: Path) -> None:
