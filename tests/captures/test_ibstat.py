@@ -70,6 +70,8 @@ def _network(text: str) -> dict[str, Any]:
     out["hcas"] = m.group(1).split(", ") if m else None
     m = re.search(r"^  # not the fabric's: (.*?)\s+#", text, re.MULTILINE)
     out["others"] = re.findall(r"(\S+) \(", m.group(1)) if m else []
+    m = re.search(r"^  # lower rate tier: (.*?)\s+# unverified", text, re.MULTILINE)
+    out["lower_tier"] = re.findall(r"(\S+) \(", m.group(1)) if m else []
     return out
 
 
@@ -146,3 +148,51 @@ def test_sysfs_tree_through_the_probe_init_and_preflight(cap: Capture, tmp_path:
     got = {k: v[0].value if v[0] is Status.OK else f"{v[0].value}: {v[1]}" for k, v in _verdicts(path, env).items()
            if k in IB_CHECKS}
     assert got == cap.expected["preflight"]
+
+
+ROCE = next(c for c in CAPTURES if c.path.stem == "gpud-h100-roce-12")
+ROCE_RAILS = ["mlx5_0", "mlx5_10", "mlx5_11", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9"]
+
+
+def test_roce_front_end_nics_are_a_lower_tier_left_out_of_nccl(tmp_path: Path) -> None:
+    """8 ConnectX-7 (MT4129) at 400 and 4 ConnectX-6 Dx (MT4125) at 100, all Ethernet: NCCL gets
+    the ConnectX-7s; the others are named in the draft and listed as unverified."""
+    env = _node_bin(tmp_path, ROCE.body)
+    draft = admin.init_site("cap", partition="debug", nodes="node1", probe_with="srun", run=_slurm,
+                            runner_for=lambda site, transport: LocalRunner(command_timeout_s=30, env=env))
+    assert re.search(r"# lower rate tier: mlx5_1 \(MT4125, 100 Gb/s\), mlx5_2 \(MT4125, 100 Gb/s\), "
+                     r"mlx5_7 \(MT4125, 100 Gb/s\), mlx5_8 \(MT4125, 100 Gb/s\) +# unverified", draft.text), draft.text
+    assert any(u.startswith("network.hcas: mlx5_1, mlx5_2, mlx5_7, mlx5_8 left out") for u in draft.unverified)
+    path = tmp_path / "cap.yaml"
+    path.write_text(draft.text)
+    site = load_file(str(path))
+    env_nccl = {v.name: v.value for v in nccl.policy(site, "multi-node")}
+    assert env_nccl["NCCL_IB_HCA"] == "=" + ",".join(ROCE_RAILS)
+
+
+def test_a_roce_rail_trained_down_stays_a_rail_by_its_model(tmp_path: Path) -> None:
+    """mlx5_3 (a ConnectX-7 like the rails) at 100 on the probed node (the capture with its rate
+    edited: a derived text): the same model as the 400 tier, so still a rail; the site says 400 and
+    preflight fails the slow rail.  Without the models (the CA type lines cut) rate alone decides:
+    it is taken for a front-end NIC, as the draft's unverified comment says."""
+    block = re.search(r"CA 'mlx5_3'\n(?:[ \t].*\n)+", ROCE.body)
+    assert block and "Rate: 400" in block.group(0) and "CA type: MT4129" in block.group(0)
+    slow = ROCE.body.replace(block.group(0), block.group(0).replace("Rate: 400", "Rate: 100"))
+    env = _node_bin(tmp_path / "slow", slow)
+    text, path = _init(tmp_path / "slow", env)
+    assert _network(text)["hcas"] == ROCE_RAILS and _network(text)["port_rate_gbps"] == 400, text
+    assert "below it on a probed node: mlx5_3 100" in text, text
+    assert _verdicts(path, env)["ib.rate"] == (Status.FAIL, "mlx5_3 port 1 100 Gb/s < 400 Gb/s")
+    no_models = re.sub(r"\tCA type: .*\n", "", slow)
+    text, _ = _init(tmp_path / "nomodel", _node_bin(tmp_path / "nomodel", no_models))
+    assert "mlx5_3" not in _network(text)["hcas"] and "mlx5_3" in _network(text)["lower_tier"], text
+    assert "mlx5_3 (model unknown, 100 Gb/s)" in text, text
+
+
+def test_sysfs_hca_type_names_the_model() -> None:
+    """The probe's sysfs section also greps each device's hca_type (what ibstat prints as CA type)."""
+    inv = D.parse_ib_sysfs("/sys/class/infiniband/mlx5_0/hca_type:MT4129\n"
+                           "/sys/class/infiniband/mlx5_0/ports/1/rate:400 Gb/sec (4X NDR)\n"
+                           "/sys/class/infiniband/mlx5_9/hca_type:MT4125\n")
+    assert isinstance(inv, D.IbInventory)
+    assert inv.model_of("mlx5_0") == "MT4129" and inv.model_of("mlx5_9") is None and inv.hcas == ["mlx5_0"]

@@ -179,3 +179,31 @@ def test_local_job_passes_term_to_the_launcher_and_writes_its_status(job) -> Non
     assert j.result() == f"{status}\n", j.log()
     assert f"launcher exited with status {status}" in j.log()
     assert j.calls("scontrol") == [] and j.calls("scancel") == [] and j.calls("srun") == []
+
+
+NO_REQUEUE = f"update JobId={JOB_ID} Requeue=0"
+
+
+def test_a_restarted_job_ending_for_good_turns_requeue_off_first(job) -> None:
+    """Slurm 24.05+ would requeue a once-preempted job again when its script ends (its
+    GRACE_PREEMPT mark outlives the requeue): the restart's end for good sets Requeue=0 before
+    the result is written, whether it finished or its budget is spent."""
+    j = job(restarts=1).start()
+    j.await_ranks()
+    j.touch("finish")
+    assert j.wait() == 0, j.log()
+    assert j.result() == "0\n"
+    assert j.calls("scontrol")[-1] == NO_REQUEUE, j.calls("scontrol")
+    spent = job(restarts=2).start()
+    spent.await_ranks()
+    spent.usr2()
+    assert spent.wait() == 1, spent.log()
+    assert spent.calls("scontrol")[-1] == NO_REQUEUE and "Requeue=0 failed" not in spent.log()
+
+
+def test_a_first_run_never_preempted_leaves_requeue_alone(job) -> None:
+    j = job(JS_RANK_RC="3").start()
+    j.await_ranks()
+    j.touch("finish")
+    assert j.wait() == 3, j.log()
+    assert NO_REQUEUE not in j.calls("scontrol")

@@ -11,6 +11,12 @@ partition `high` pinned to all nodes preempts every job there.  Slurm holds requ
 while (BeginTime); the tests release them once the requeue is recorded.  Each event runs the
 five launchers' jobs at once, and prints per launcher how many ranks saved and how long they
 took (``pytest -s`` shows the table).
+
+Where the versions differ: on Slurm 24.11 (24.05 and later) a job preempted once keeps the mark
+(GRACE_PREEMPT) across its requeue, and Slurm requeues it again whenever its script ends later;
+the job script sets Requeue=0 before its end for good, Slurm records that end PREEMPTED, and
+``clusterkit status`` shows the script's result.  The same assertions (COMPLETED or FAILED, one
+restart) hold on 22.05 and 24.11.
 """
 
 from __future__ import annotations

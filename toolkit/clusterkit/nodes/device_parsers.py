@@ -226,10 +226,16 @@ class IbInventory:
     # 'mlx5_8' failed: ...``): the devices such lines name, and the lines themselves
     missing: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
+    # each HCA's device model where the text says it (ibstat's ``CA type: MT4129``, sysfs
+    # ``hca_type``): (hca, model) pairs
+    models: tuple[tuple[str, str], ...] = ()
 
     @property
     def hcas(self) -> list[str]:
         return sorted({p.hca for p in self.ports})
+
+    def model_of(self, hca: str) -> str | None:
+        return dict(self.models).get(hca)
 
     def ports_of(self, hca: str) -> list[IbPort]:
         return sorted((p for p in self.ports if p.hca == hca), key=lambda p: p.port)
@@ -238,6 +244,9 @@ class IbInventory:
 _SYSFS_LINE_RE = re.compile(
     r"(?:.*?)/sys/class/infiniband/(?P<hca>[^/]+)/ports/(?P<port>\d+)/(?P<attr>state|phys_state|rate|link_layer):(?P<value>.*)"
 )
+# the device-level model file beside the ports: /sys/class/infiniband/mlx5_0/hca_type:MT4129
+_SYSFS_TYPE_RE = re.compile(r"(?:.*?)/sys/class/infiniband/(?P<hca>[^/]+)/hca_type:(?P<value>.*)")
+_MODEL_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 _RATE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:Gb/sec|Gb/s)?")
 # ibstat spells states in mixed case; sysfs in upper case.  One vocabulary for the checks.
 _IBSTAT_STATE = {"active": "ACTIVE", "down": "DOWN", "initializing": "INIT", "init": "INIT", "armed": "ARMED"}
@@ -274,14 +283,21 @@ def _sysfs_field(fields: _PortFields, attr: str, value: str) -> None:
 
 
 def parse_ib_sysfs(text: str) -> IbInventory | ParseFailure:
-    """Parse ``grep -H '' /sys/class/infiniband/*/ports/*/{state,phys_state,rate,link_layer}``.
+    """Parse ``grep -H '' /sys/class/infiniband/*/ports/*/{state,phys_state,rate,link_layer}``
+    (and ``/sys/class/infiniband/*/hca_type``, the device model).
 
     Lines look like ``/sys/class/infiniband/mlx5_0/ports/1/state:4: ACTIVE`` (any path prefix,
     e.g. a test sysroot, is allowed).  Empty text means no HCA at all (an empty inventory).
     """
     ports: dict[tuple[str, int], _PortFields] = {}
+    models: dict[str, str] = {}
     for line in (text or "").splitlines():
         if not line.strip():
+            continue
+        t = _SYSFS_TYPE_RE.fullmatch(line.strip())
+        if t:
+            if _MODEL_RE.fullmatch(t.group("value").strip()):
+                models[t.group("hca")] = t.group("value").strip()
             continue
         m = _SYSFS_LINE_RE.fullmatch(line.strip())
         if not m:
@@ -292,7 +308,8 @@ def parse_ib_sysfs(text: str) -> IbInventory | ParseFailure:
         key = (m.group("hca"), port_no)
         _sysfs_field(ports.setdefault(key, _PortFields()), m.group("attr"), m.group("value"))
     found = tuple(IbPort(hca, port, **fields) for (hca, port), fields in sorted(ports.items()))
-    return IbInventory(found, "sysfs" if found else "none", clip(text or ""))
+    named = tuple(sorted((h, m) for h, m in models.items() if any(p.hca == h for p in found)))
+    return IbInventory(found, "sysfs" if found else "none", clip(text or ""), models=named)
 
 
 def _ibstat_port_attr(port: _PortFields, key: str, value: str) -> None:
@@ -321,6 +338,7 @@ def parse_ibstat(text: str) -> IbInventory | ParseFailure:
     ports: list[IbPort] = []
     missing: list[str] = []
     errors: list[str] = []
+    models: dict[str, str] = {}
     hca: str | None = None
     current: tuple[str, int, _PortFields] | None = None  # (hca, port, what its lines said)
 
@@ -352,13 +370,16 @@ def parse_ibstat(text: str) -> IbInventory | ParseFailure:
         elif kv and hca is not None:
             if current is not None:
                 _ibstat_port_attr(current[2], kv.group(1), kv.group(2).strip())
+            elif kv.group(1) == "CA type" and _MODEL_RE.fullmatch(kv.group(2).strip()):
+                models[hca] = kv.group(2).strip()
         else:
             return failure(what, f"unexpected line {line.strip()[:80]!r}", text)
     flush()
     if not ports and not errors and (text or "").strip():
         return failure(what, "no 'CA ... Port N:' blocks", text)
+    named = tuple(sorted((h, m) for h, m in models.items() if any(p.hca == h for p in ports)))
     return IbInventory(tuple(ports), "ibstat" if ports or errors else "none", clip(text or ""),
-                       tuple(missing), tuple(errors))
+                       tuple(missing), tuple(errors), named)
 
 
 def parse_ib(text: str) -> IbInventory | ParseFailure:

@@ -41,7 +41,8 @@ _IB_ATTRS = ("state", "phys_state", "rate", "link_layer")
 
 def ib_section() -> Section:
     """The InfiniBand ports: the sysfs tree, or ``ibstat`` (:func:`~clusterkit.nodes.parsers.parse_ib`)."""
-    globs = " ".join(f'"$CK_ROOT"/sys/class/infiniband/*/ports/*/{a}' for a in _IB_ATTRS)
+    globs = " ".join([f'"$CK_ROOT"/sys/class/infiniband/*/ports/*/{a}' for a in _IB_ATTRS]
+                     + ['"$CK_ROOT"/sys/class/infiniband/*/hca_type'])
     ib = (f'if [ -d "$CK_ROOT/sys/class/infiniband" ]; then grep -H "" {globs} 2>/dev/null; '
           'elif [ -z "$CK_ROOT" ] && command -v ibstat >/dev/null 2>&1; then ibstat; fi; true')
     return Section("ib", ib, _READ_TIMEOUT_S)
@@ -73,17 +74,53 @@ def hca_layers(invs: Sequence[D.IbInventory]) -> dict[str, set[str | None]]:
 
 
 def fabric_hcas(invs: Sequence[D.IbInventory], fabric: str) -> list[str]:
-    """The HCAs of ``fabric`` on every node: those whose ports all have the fabric's link layer.
+    """The HCAs of ``fabric`` on every node (:func:`fabric_tiers`' first list)."""
+    return fabric_tiers(invs, fabric)[0]
 
-    A DGX/HGX node has InfiniBand rails (``mlx5_0..7``) and, on the same driver, an Ethernet
-    NIC or RoCE bond (``mlx5_bond_0``): only the rails carry an InfiniBand fabric.  When no port
-    reports a link layer at all, every HCA is the fabric's (nothing tells them apart).
+
+def best_rate(invs: Sequence[D.IbInventory], hca: str) -> float | None:
+    """The highest rate an ACTIVE port of ``hca`` reported on any of the nodes."""
+    rates = [p.rate_gbps for inv in invs for p in inv.ports_of(hca) if p.state == "ACTIVE" and p.rate_gbps]
+    return max(rates) if rates else None
+
+
+def hca_model(invs: Sequence[D.IbInventory], hca: str) -> str | None:
+    """The HCA's device model (ibstat's CA type, sysfs hca_type) when every node that says one agrees."""
+    models = {m for inv in invs if (m := inv.model_of(hca)) is not None}
+    return models.pop() if len(models) == 1 else None
+
+
+def fabric_tiers(invs: Sequence[D.IbInventory], fabric: str) -> tuple[list[str], list[str]]:
+    """(the HCAs of ``fabric`` on every node, the HCAs of its link layer left out as a lower rate tier).
+
+    The link layer first: a DGX/HGX node has InfiniBand rails (``mlx5_0..7``) and, on the same
+    driver, an Ethernet NIC or RoCE bond (``mlx5_bond_0``): only the rails carry an InfiniBand
+    fabric.  When no port reports a link layer at all, every HCA is the fabric's (nothing tells
+    them apart).
+
+    Then the rate tier: a RoCE node often has slower front-end NICs on the same link layer
+    (ConnectX-7 rails at 400 Gb/s, ConnectX-6 Dx at 100 for storage and management).  NCCL
+    should use the rails only.  Each HCA's tier is the best rate an ACTIVE port of it reported on
+    any node; the fabric's HCAs are the top tier.  An HCA of a lower tier stays among them when
+    it is the same device model as a top-tier HCA (a rail that trained down on every node
+    probed: preflight's ``ib.rate`` should fail it, not the site file forget it); it is left out
+    when its model differs or either model is unknown.  The second list is that guess: whoever
+    writes it down names it as unverified.  An HCA with no ACTIVE port has no tier and stays.
     """
     layers = hca_layers(invs)
     if all(ls == {None} for ls in layers.values()):
-        return list(layers)
-    want = LINK_LAYERS.get(fabric)
-    return [h for h, ls in layers.items() if ls == {want}]
+        hcas = list(layers)
+    else:
+        want = LINK_LAYERS.get(fabric)
+        hcas = [h for h, ls in layers.items() if ls == {want}]
+    rates = {h: best_rate(invs, h) for h in hcas}
+    top = max((r for r in rates.values() if r is not None), default=None)
+    if top is None:
+        return hcas, []
+    top_models = {hca_model(invs, h) for h, r in rates.items() if r == top}
+    lower = [h for h, r in rates.items() if r is not None and r < top
+             and (None in top_models or hca_model(invs, h) is None or hca_model(invs, h) not in top_models)]
+    return [h for h in hcas if h not in lower], lower
 
 
 # Kernel file-system type names per configured storage type.

@@ -114,6 +114,10 @@ def _slurm_status(rec: JobRecord, st: JobStatus | None) -> JobStatus:
         if code is not None:
             return status_from_result(code, rec)
         return JobStatus(state=JobState.LOST, reason="unknown to Slurm and no result file", source="none")
+    if st.state == JobState.PREEMPTED and code is not None:
+        # the job script ended the job for good (a result file): Slurm 24.05+ records a job that
+        # was preempted once and ended later by its own script as PREEMPTED (job-endgame.sh.j2)
+        return replace(status_from_result(code, rec), restarts=st.restarts, nodes=st.nodes, raw=st.raw)
     if st.terminal and st.exit_code is None and st.signal is None and code is not None:
         return replace(st, exit_code=code)
     return st

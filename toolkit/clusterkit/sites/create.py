@@ -208,8 +208,8 @@ def _network(out: _Out, probed: Mapping[str, NodeFacts] | None) -> None:
     known = set().union(*layers.values()) - {None}
     # InfiniBand rails win over an Ethernet NIC on the same driver (a RoCE bond beside them)
     fabric = "infiniband" if "InfiniBand" in known or not known else "roce"
-    hcas = S.fabric_hcas(invs, fabric)
-    others = [h for h in layers if h not in hcas]
+    hcas, lower = S.fabric_tiers(invs, fabric)
+    others = [h for h in layers if h not in hcas and h not in lower]
     out.put(1, f"fabric: {fabric}", f"link layer {', '.join(sorted(x or '?' for x in set().union(*layers.values())))}")
     if hcas:
         why = "HCAs present on every probed node" + (f", link layer {S.LINK_LAYERS[fabric]}" if known else "")
@@ -221,10 +221,25 @@ def _network(out: _Out, probed: Mapping[str, NodeFacts] | None) -> None:
     if others:
         named = ", ".join(f"{h} ({'/'.join(sorted(x or '?' for x in layers[h]))})" for h in others)
         out.put(1, f"# not the fabric's: {named}", "left out of hcas and NCCL_IB_HCA")
-    rates = [p.rate_gbps for i in invs for h in hcas for p in i.ports_of(h) if p.state == "ACTIVE" and p.rate_gbps]
-    if rates:
-        out.put(1, f"port_rate_gbps: {int(min(rates))}", "lowest rate of the ACTIVE ports of these HCAs")
+    if lower:
+        # same link layer, slower and another device model: front-end NICs, by the rule of S.fabric_tiers
+        named = ", ".join(f"{h} ({S.hca_model(invs, h) or 'model unknown'}, {_gbps(S.best_rate(invs, h))} Gb/s)"
+                          for h in lower)
+        out.put(1, f"# lower rate tier: {named}", "unverified: taken for front-end NICs, left out of hcas and "
+                "NCCL_IB_HCA")
+        out.unverified.append(f"network.hcas: {', '.join(lower)} left out as a lower rate tier (front-end NICs?)")
+    tiers = [r for h in hcas if (r := S.best_rate(invs, h)) is not None]
+    if tiers:
+        top = max(tiers)
+        slow = sorted({f"{p.hca} {_gbps(p.rate_gbps)}" for i in invs for h in hcas for p in i.ports_of(h)
+                       if p.state == "ACTIVE" and p.rate_gbps and p.rate_gbps < top})
+        out.put(1, f"port_rate_gbps: {int(top)}", "the rate of the fastest ACTIVE ports of these HCAs"
+                + (f"; below it on a probed node: {', '.join(slow)}" if slow else ""))
     _ifname(out, probed, fabric)
+
+
+def _gbps(rate: float | None) -> str:
+    return "?" if rate is None else f"{rate:g}"
 
 
 def _ifname(out: _Out, probed: Mapping[str, NodeFacts] | None, fabric: str) -> None:

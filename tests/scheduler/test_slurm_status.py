@@ -1,0 +1,46 @@
+"""How a Slurm job's status is decided from Slurm's state and the job script's result file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from clusterkit.scheduler.base import JobStatus
+from clusterkit.scheduler.records import JobRecord
+from clusterkit.scheduler.slurm import SlurmScheduler
+from clusterkit.scheduler.slurm_tables import SlurmQuery
+from clusterkit.vocab import JobState
+
+
+class _Answers(SlurmQuery):
+    """Stand-in for squeue/sacct: answers the states it was given (no Slurm client runs)."""
+
+    def __init__(self, states: dict[str, JobStatus]) -> None:
+        super().__init__()
+        self.answers = states
+
+    def states(self, job_ids: Iterable[str]) -> dict[str, JobStatus]:  # type: ignore[override]
+        return {j: self.answers[j] for j in job_ids if j in self.answers}
+
+
+def _rec(run_dir: Path, job_id: str) -> JobRecord:
+    return JobRecord(job_id=job_id, scheduler="slurm", site="s", site_source="s.yaml", stage="multi-node",
+                     launcher="srun", job_name="ck", nnodes=2, world_size=4, command=["python", "t.py"],
+                     run_dir=str(run_dir), script="job.sbatch", submitted_at="2026-01-01T00:00:00.000000Z",
+                     host="login1", plan={})
+
+
+def test_preempted_with_a_result_file_is_the_end_the_script_wrote(tmp_path: Path) -> None:
+    """Slurm 24.05+ records PREEMPTED for a job preempted once and ended later by its own script
+    (job-endgame.sh.j2); the result file (and reason) the script wrote say how it ended."""
+    (tmp_path / "11.result").write_text("0\n")
+    (tmp_path / "12.result").write_text("1\n")
+    (tmp_path / "12.reason").write_text("stopped by preemption and the budget of 1 restarts is spent\n")
+    answers = {j: JobStatus(state=JobState.PREEMPTED, restarts=1, nodes="node[1-2]", source="sacct")
+               for j in ("11", "12", "13")}
+    done, failed, preempted = SlurmScheduler(_Answers(answers)).status(
+        [_rec(tmp_path, "11"), _rec(tmp_path, "12"), _rec(tmp_path, "13")])
+    assert (done.state, done.exit_code, done.restarts, done.nodes) == (JobState.COMPLETED, 0, 1, "node[1-2]")
+    assert (failed.state, failed.exit_code, failed.restarts) == (JobState.FAILED, 1, 1)
+    assert failed.reason == "stopped by preemption and the budget of 1 restarts is spent"
+    assert preempted.state == JobState.PREEMPTED   # no result file: Slurm's word stands
