@@ -262,12 +262,14 @@ def test_directory_without_files_is_exit_3(ck, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("args, needle", [
-    ((), "give one JOB, or --logs PATH..."),
-    (("1", "2"), "give one JOB, or --logs PATH..."),
+    ((), "no job records in"),   # no JOB: the latest job, and there is none
+    (("1", "2"), "give one JOB (or none: the job you submitted last), or --logs PATH..."),
     (("--logs",), "--logs needs at least one PATH"),
     (("--bogus",), "No such option '--bogus'"),
 ])
-def test_usage_errors_are_exit_2(ck, args: tuple[str, ...], needle: str) -> None:
+def test_usage_errors_are_exit_2(ck, args: tuple[str, ...], needle: str, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLUSTERKIT_STATE_DIR", str(tmp_path))
     assert_one_line_error(ck("doctor", *args), 2, needle)
 
 
