@@ -176,7 +176,11 @@ def _perf(site: SiteConfig, stage: str | None, nodes: str | None, srun_args: tup
 
     if stage is not None and stage not in STAGE_NAMES:
         raise InputError(f"choose one of {', '.join(STAGE_NAMES)}", field="stage", value=repr(stage))
-    hosts = resolve_hosts(site, nodes, "srun")
+    try:
+        hosts = resolve_hosts(site, nodes, "srun")
+    except ClusterkitError as err:  # the API's field "nodes" is this command's --nodelist
+        err.problems = tuple(replace(p, field="nodelist") if p.field == "nodes" else p for p in err.problems)
+        raise
     try:
         report = run_perf(site, hosts, stage=stage or stage_for_nodes(len(hosts)), srun_args=srun_args,
                           extra_srun_args=site_srun_args(site))
@@ -225,6 +229,8 @@ def _render_perf(report: PerfReport) -> None:
         for n in report.nodes:
             figures = (f"gemm {num(n.gemm_tflops)} TFLOP/s, intra {num(n.busbw_intra_gbps)} Gbit/s, "
                        f"pairs {' '.join(inter(n)) or '-'} Gbit/s")
+            if n.gemm_tflops is None and not n.busbw_inter_gbps:
+                figures = "no figures"
             tail = "" if n.status == "ok" else f": {n.reason}"
             console.print(f"{n.status.upper():<12} {n.host:<10} {figures}{tail}", markup=False)
     for link in report.slow_links:

@@ -110,12 +110,21 @@ def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: in
     order = {h: i for i, h in enumerate(hostlist.expand(os.environ.get("SLURM_STEP_NODELIST") or ",".join(where)))}
     nodes = sorted(set(where), key=lambda h: (order.get(h, len(order)), h))
     ranks_of = {h: [r for r in range(world) if where[r] == h] for h in nodes}
-    intra_groups = {h: dist.new_group(ranks_of[h]) for h in nodes if len(ranks_of[h]) > 1}
+    me = nodes.index(host)
+    # every task makes every group, in the same order (torch.distributed's rule); a task keeps
+    # the ones it is in: its node's, and its pair of each round
+    intra = None
+    for h in nodes:
+        if len(ranks_of[h]) > 1:
+            group = dist.new_group(ranks_of[h])
+            intra = group if h == host else intra
     plan = pairings(len(nodes), int(spec["rounds"]))
-    pair_groups: list[dict[tuple[int, int], Any]] = []
-    for pairs in plan:
-        pair_groups.append({(a, b): dist.new_group(sorted(ranks_of[nodes[a]] + ranks_of[nodes[b]]))
-                            for a, b in pairs})
+    my_pairs: list[tuple[int, tuple[int, int], Any]] = []
+    for k, pairs in enumerate(plan):
+        for a_i, b_i in pairs:
+            group = dist.new_group(sorted(ranks_of[nodes[a_i]] + ranks_of[nodes[b_i]]))
+            if me in (a_i, b_i):
+                my_pairs.append((k, (a_i, b_i), group))
     dist.barrier()
     emit(marker, ev="init", rank=rank, host=host, backend=backend, device=str(device), import_s=round(t_import, 3),
          init_s=round(time.monotonic() - t0, 3), nodes=nodes)
@@ -163,20 +172,17 @@ def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: in
         return secs, busbw_gbps(buf.numel() * 4, secs, ranks)
 
     # 2. within the node
-    mine = intra_groups.get(host)
-    if mine is not None:
-        secs, gbps = allreduce(mine, int(spec["intra_bytes"]), len(ranks_of[host]))
+    if intra is not None:
+        secs, gbps = allreduce(intra, int(spec["intra_bytes"]), len(ranks_of[host]))
         emit(marker, ev="intra", rank=rank, host=host, seconds=round(secs, 6), gbps=round(gbps, 4))
     dist.barrier()
-    # 3. between nodes: the pairings, then everyone
-    me = nodes.index(host)
-    for k, groups in enumerate(pair_groups):
-        for (a_i, b_i), group in groups.items():
-            if me in (a_i, b_i):
-                size = len(ranks_of[nodes[a_i]]) + len(ranks_of[nodes[b_i]])
-                secs, gbps = allreduce(group, int(spec["inter_bytes"]), size)
-                emit(marker, ev="pair", rank=rank, host=host, round=k + 1, pair=[nodes[a_i], nodes[b_i]],
-                     seconds=round(secs, 6), gbps=round(gbps, 4))
+    # 3. between nodes: the pairings (a node without a pair in a round waits), then everyone
+    for k in range(len(plan)):
+        for _, (a_i, b_i), group in (p for p in my_pairs if p[0] == k):
+            size = len(ranks_of[nodes[a_i]]) + len(ranks_of[nodes[b_i]])
+            secs, gbps = allreduce(group, int(spec["inter_bytes"]), size)
+            emit(marker, ev="pair", rank=rank, host=host, round=k + 1, pair=[nodes[a_i], nodes[b_i]],
+                 seconds=round(secs, 6), gbps=round(gbps, 4))
         dist.barrier()
     if len(nodes) > 1:
         secs, gbps = allreduce(None, int(spec["inter_bytes"]), world)
