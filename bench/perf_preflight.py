@@ -10,10 +10,10 @@ per node) and prints figures only; nothing is asserted.
    torch import plus process-group set-up) and measurement (the slowest task's figures), next
    to what users would run instead at the same scale: one bare ``srun hostname`` step (Slurm's
    own launch cost) and one ``srun python -c 'import torch'`` (the import alone).
-2. One link slowed: node3's traffic to node1 only (``tc`` prio + u32 filter + tbf on node3's
+2. One link slowed: node3's traffic to node4 only (``tc`` prio + u32 filter + tbf on node3's
    interface), at fractions of the pair bandwidth measured unthrottled.  For each fraction:
    that pair's figure over the median of all pairs, the lowest other pair, and whether the
-   check named exactly node1<->node3 as a slow link (and nothing else) at the site's
+   check named exactly node3<->node4 (a pair of round 1) as a slow link (and nothing else) at the site's
    slow_ratio, in every repeat.
 3. An estimate for 512 nodes, and how it is made.
 
@@ -182,16 +182,16 @@ def bench_slow_link(env: dict[str, str], site: Path, exports: dict[str, str], fr
     _, base = run_check(env, site, "node[1-5]")
     pairs = pair_figures(base)
     ref = statistics.median(pairs.values())
-    target = ("node1", "node3")
-    print(f"\n2. one link slowed (node3 -> node1 only), unthrottled pairs: median {ref:.2f} Gbit/s, "
+    target = ("node3", "node4")
+    print(f"\n2. one link slowed (node3 -> node4 only), unthrottled pairs: median {ref:.2f} Gbit/s, "
           f"lowest {min(pairs.values()) / ref:.2f} x median; site slow_ratio {ratio:g}")
-    print(f"   {'fraction':>8} {'tbf Mbit/s':>10} {'node1-3 / median':>17} {'lowest other / median':>22} "
-          f"{'named node1<->node3 only':>25}")
+    print(f"   {'fraction':>8} {'tbf Mbit/s':>10} {'node3-4 / median':>17} {'lowest other / median':>22} "
+          f"{'named node3<->node4 only':>25}")
     for f in fractions:
         mbit = f * pairs.get(target, ref) * 1000
         seen, others, hits = [], [], 0
         for _ in range(repeat):
-            with slow_link(exports, "node3", exports["SLURMLAB_ADDR_node1"], mbit):
+            with slow_link(exports, "node3", exports["SLURMLAB_ADDR_node4"], mbit):
                 _, rep = run_check(env, site, "node[1-5]")
             figs = pair_figures(rep)
             med = statistics.median(figs.values())
@@ -204,7 +204,7 @@ def bench_slow_link(env: dict[str, str], site: Path, exports: dict[str, str], fr
               f"{' '.join(f'{x:.2f}' for x in others):>22} {f'{hits} of {repeat}':>25}")
 
 
-def capture(env: dict[str, str], site_path: Path, exports: dict[str, str], out: Path) -> None:
+def capture(env: dict[str, str], site_path: Path, exports: dict[str, str], out: Path, which: set[str]) -> None:
     """Raw figure lines of three runs, for the unit tests (one srun step each, as the CLI runs it)."""
     site = load_site(str(site_path))
     hosts = [f"node{i}" for i in range(1, NODES + 1)]
@@ -222,13 +222,15 @@ def capture(env: dict[str, str], site_path: Path, exports: dict[str, str], out: 
         print(f"   captured {name}.txt ({len(step.stdout)} lines)")
 
     out.mkdir(parents=True, exist_ok=True)
-    one("healthy", "all five nodes healthy")
-    with _tbf(exports, "node3", 100):
-        one("node3-link-100mbit", "node3's interface limited to 100 Mbit/s (tc tbf)")
+    if "healthy" in which:
+        one("healthy", "all five nodes healthy")
+    if "node3" in which:
+        with _tbf(exports, "node3", 100):
+            one("node3-link-100mbit", "node3's interface limited to 100 Mbit/s (tc tbf)")
     cg = exports.get("SLURMLAB_CGROUP_node2")
-    if cg:
+    if cg and "node2" in which:
         with _cpu(Path(cg), 5):
-            one("node2-cpu-5pct", "node2's cgroup limited to 5% of one CPU (cpu.max)")
+            one("node2-cpu-5pct", "node2's cgroup limited to 5% of one CPU (cpu.max or cfs quota)")
 
 
 @contextmanager
@@ -245,12 +247,21 @@ def _tbf(exports: dict[str, str], node: str, mbit: int) -> Any:
 
 @contextmanager
 def _cpu(cgroup: Path, percent: int) -> Any:
+    """At most ``percent`` of one CPU: cgroup v2 cpu.max or v1 cfs quota."""
     period = 100_000
-    (cgroup / "cpu.max").write_text(f"{period * percent // 100} {period}\n")
+    v2 = (cgroup / "cpu.max").exists()
+    if v2:
+        (cgroup / "cpu.max").write_text(f"{period * percent // 100} {period}\n")
+    else:
+        (cgroup / "cpu.cfs_period_us").write_text(f"{period}\n")
+        (cgroup / "cpu.cfs_quota_us").write_text(f"{period * percent // 100}\n")
     try:
         yield
     finally:
-        (cgroup / "cpu.max").write_text(f"max {period}\n")
+        if v2:
+            (cgroup / "cpu.max").write_text(f"max {period}\n")
+        else:
+            (cgroup / "cpu.cfs_quota_us").write_text("-1\n")
 
 
 def main() -> None:
@@ -259,6 +270,7 @@ def main() -> None:
     ap.add_argument("--fractions", default="0.2,0.4,0.6,0.8")
     ap.add_argument("--slow-ratio", type=float, default=0.5, help="the bench site's perf.slow_ratio")
     ap.add_argument("--capture", type=Path, help="also save raw figure lines of three runs here")
+    ap.add_argument("--captures", default="healthy,node3,node2", help="which of the three")
     ap.add_argument("--only", choices=["scaling", "link", "capture", "example"],
                     help="example: the plain output of one check with node3's link limited (the README's)")
     args = ap.parse_args()
@@ -284,7 +296,7 @@ def main() -> None:
                   f"{proc.stdout}{proc.stderr}(exit {proc.returncode})")
         if args.capture is not None:
             print("\ncaptures")
-            capture(env, site, exports, args.capture)
+            capture(env, site, exports, args.capture, set(args.captures.split(",")))
     finally:
         subprocess.run(["bash", str(REPO / "tests/slurm/testbed.sh"), "--stop"], env=tb_env, capture_output=True,
                        timeout=120)

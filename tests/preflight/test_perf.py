@@ -112,14 +112,14 @@ def test_one_changed_checksum_is_wrong_result_on_that_node() -> None:
 
 
 def test_one_low_pair_is_a_slow_link_naming_both_ends() -> None:
-    """Changed: the figures of the pair node1-node3 (round 2) divided by 10: a link, not a node."""
+    """Changed: the figures of the pair node3-node4 (round 1) divided by 10: a link, not a node."""
     marker, lines = _capture("healthy")
     pair = next(ev["pair"] for ev in parse_output(lines, marker, HOSTS)
-                if ev["ev"] == "pair" and "node1" in ev["pair"] and "node3" in ev["pair"])
+                if ev["ev"] == "pair" and "node3" in ev["pair"] and "node4" in ev["pair"])
     report = _judge("healthy", edit=lambda m, ls: _rewrite(
         ls, m, lambda ev: ev["ev"] == "pair" and ev["pair"] == pair, lambda ev: {**ev, "gbps": ev["gbps"] / 10}))
     assert _status(report) == dict.fromkeys(HOSTS, "ok")
-    assert [sorted(link["nodes"]) for link in report.slow_links] == [["node1", "node3"]]
+    assert [sorted(link["nodes"]) for link in report.slow_links] == [["node3", "node4"]]
     assert int(report.exit_code()) == 1
 
 
