@@ -187,6 +187,14 @@ def bench_slow_link(env: dict[str, str], site: Path, exports: dict[str, str], fr
           f"lowest {min(pairs.values()) / ref:.2f} x median; site slow_ratio {ratio:g}")
     print(f"   {'fraction':>8} {'tbf Mbit/s':>10} {'node3-4 / median':>17} {'lowest other / median':>22} "
           f"{'named node3<->node4 only':>25}")
+    probe = subprocess.run(["ip", "netns", "exec", exports["SLURMLAB_NETNS_node3"], "tc", "qdisc", "add", "dev",
+                            exports["SLURMLAB_IF_node3"], "root", "handle", "1:", "prio"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:  # this kernel may lack sch_prio, as it lacks sch_netem: no one-link fault here
+        print(f"   not measured: one link cannot be slowed here ({probe.stderr.strip()[:200]})")
+        return
+    subprocess.run(["ip", "netns", "exec", exports["SLURMLAB_NETNS_node3"], "tc", "qdisc", "del", "dev",
+                    exports["SLURMLAB_IF_node3"], "root"], capture_output=True)
     for f in fractions:
         mbit = f * pairs.get(target, ref) * 1000
         seen, others, hits = [], [], 0
