@@ -35,6 +35,11 @@ def site(tmp_path: Path) -> Path:
         (("--transport", "local", "--nodelist", "a,b"),
          "clusterkit: error: --nodelist 'a,b' names 2 hosts; transport local checks this machine only"),
         (("--nodelist", "a", "--nodes", "a"), "clusterkit: error: give --nodelist only (--nodes is its old spelling)"),
+        (("--perf", "--transport", "ssh"),
+         "clusterkit: error: --transport 'ssh': --perf runs one srun step over the nodes: use --transport srun"),
+        (("--perf", "--stage", "huge"),
+         "clusterkit: error: --stage 'huge': choose one of single-node, multi-node, large-cluster"),
+        (("--perf", "--nodelist", "gpu[01-"), "clusterkit: error: --nodelist: bad hostlist 'gpu[01-':"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(ck: CLI, site: Path, args: tuple[str, ...], message: str) -> None:

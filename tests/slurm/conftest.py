@@ -21,6 +21,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -260,7 +261,8 @@ class Testbed:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             states = self.run("sinfo", "-h", "-N", "-p", "debug", "-o", "%T", check=False, timeout=30).stdout.split()
-            if len(states) == NODES and all(s in ("idle", "allocated", "mixed", "completing") for s in states):
+            if len(states) == len(self.nodes) and all(
+                    s in ("idle", "allocated", "mixed", "completing") for s in states):
                 return
             time.sleep(0.3)
         raise RuntimeError(f"testbed nodes did not come back after restarting slurmctld: {states}")
@@ -274,7 +276,7 @@ class Testbed:
         while time.monotonic() < deadline:
             jobs = self.run("squeue", "-h", "-o", "%i %T", check=False).stdout.split("\n")
             states = self.run("sinfo", "-h", "-N", "-p", "debug", "-o", "%T", check=False).stdout.split()
-            if not any(j.strip() for j in jobs) and states == ["idle"] * NODES:
+            if not any(j.strip() for j in jobs) and states == ["idle"] * len(self.nodes):
                 return
             time.sleep(0.3)
         raise AssertionError(f"testbed not idle after {timeout}s: jobs {jobs}, node states {states}")
@@ -295,9 +297,9 @@ class Testbed:
                 s.startswith(("down", "drain")) for s in state), (proc.stderr, state)
 
 
-@pytest.fixture(scope="session")
-def testbed() -> Iterator[Testbed]:
-    """Start munge, MariaDB, slurmdbd, slurmctld and 4 slurmd (gpu:8 each) for the session; stop them after."""
+@contextmanager
+def _started(nodes: int) -> Iterator[Testbed]:
+    """A testbed of ``nodes`` nodes, stopped (and its directory removed) on leaving."""
     reason = _skip_reason()
     if reason:
         pytest.skip(reason)
@@ -308,7 +310,7 @@ def testbed() -> Iterator[Testbed]:
     env = dict(os.environ)
     env.update(
         SLURMLAB_DIR=str(lab),
-        SLURMLAB_NODES=str(NODES),
+        SLURMLAB_NODES=str(nodes),
         SLURMLAB_PORT=str(_free_port_block(2)),
         SLURMLAB_FIRST_JOB_ID=str(random.randrange(1000, 60000) * 1000),
     )
@@ -320,7 +322,8 @@ def testbed() -> Iterator[Testbed]:
     proc = subprocess.run(["bash", str(TESTBED)], env=env, capture_output=True, text=True, timeout=180)
     if proc.returncode != 0:
         pytest.fail(f"Slurm testbed did not start (rc={proc.returncode}):\n{proc.stderr[-3000:]}")
-    bed = Testbed(lab=lab, slurm_conf=lab / "etc" / "slurm.conf", exports=read_env_file(lab / "testbed.env"))
+    bed = Testbed(lab=lab, slurm_conf=lab / "etc" / "slurm.conf", exports=read_env_file(lab / "testbed.env"),
+                  nodes=[f"node{i}" for i in range(1, nodes + 1)])
     _SUPERVISED.append(lab / "log" / "supervise.log")
     try:
         yield bed
@@ -328,6 +331,21 @@ def testbed() -> Iterator[Testbed]:
         subprocess.run(["bash", str(TESTBED), "--stop"], env=env, capture_output=True, text=True, timeout=120)
         if os.environ.get("CLUSTERKIT_KEEP_TESTBED") != "1":  # keep logs for debugging on request
             shutil.rmtree(lab, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def testbed() -> Iterator[Testbed]:
+    """Start munge, MariaDB, slurmdbd, slurmctld and 4 slurmd (gpu:8 each) for the session; stop them after."""
+    with _started(NODES) as bed:
+        yield bed
+
+
+@pytest.fixture(scope="module")
+def testbed5() -> Iterator[Testbed]:
+    """A 5-node testbed (``SLURMLAB_NODES=5``) for the module: the performance check's tests
+    need a node that sits a pairing out and two more to compare it with."""
+    with _started(5) as bed:
+        yield bed
 
 
 @dataclass

@@ -19,12 +19,14 @@ from clusterkit.errors import ClusterkitError
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
+    from clusterkit.config.schema import Site as SiteConfig
+    from clusterkit.preflight.perf import NodeVerdict, PerfReport
     from clusterkit.preflight.report import Group, NodeResult, Report
 
 EXIT_HELP = """\b
 Exit codes:
   0  every node passed (warnings do not fail)
-  1  some nodes failed a check
+  1  some nodes failed a check (--perf: some node slow, wrong-result or failed, or a slow link)
   2  usage or config error (nothing was checked)
   3  some nodes could not be reached (wins over 1: the report is incomplete)
   130 interrupted (Ctrl-C); what was checked so far is printed
@@ -48,12 +50,17 @@ _STYLE = {"unreachable": "bold magenta", "failed": "bold red", "warn": "yellow",
               "(changed keys are still refused).")
 @click.option("--srun-arg", "srun_args", multiple=True, metavar="ARG",
               help="Argument added to the srun step (--transport srun), repeatable (e.g. --srun-arg=--mpi=pmix).")
+@click.option("--perf", is_flag=True, help="Measure instead: matmul throughput and checksum per GPU, all-reduce "
+              "bandwidth within each node, between node pairs and over all nodes, in one srun step (--transport "
+              "srun); name slow nodes, slow links and wrong results (the site's perf: settings).")
 def preflight(site_ref: str | None, stage: str | None, nodes: str | None, old_nodes: str | None,
-              transport: str | None, as_json: bool, accept_new_host_keys: bool, srun_args: tuple[str, ...]) -> int:
+              transport: str | None, as_json: bool, accept_new_host_keys: bool, srun_args: tuple[str, ...],
+              perf: bool) -> int:
     """Check the nodes a job would run on: GPUs and driver, InfiniBand/RoCE ports,
     GPUDirect RDMA, and the site's storage, in parallel, one connection per node.
 
     Nodes with identical results are grouped; the report names each bad node and why.
+    With --perf, measure the nodes of an allocation and find the slow one.
     """
     from clusterkit.api import Site
     from clusterkit.errors import InputError
@@ -64,8 +71,13 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, old_no
                          "see `clusterkit sites list`)")
     if transport is not None and transport not in TRANSPORTS:  # before the site is read
         raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
+    if perf and transport not in (None, "srun"):
+        raise InputError("--perf runs one srun step over the nodes: use --transport srun", field="transport",
+                         value=repr(transport))
     nodes = nodelist_option(nodes, old_nodes)
     site = Site.load(site_ref)
+    if perf:
+        return _perf(site.config, stage, nodes, srun_args, as_json)
     progress = _Progress(enabled=sys.stderr.isatty())
     try:
         report = site.preflight(nodes, stage=stage, transport=transport, accept_new_host_keys=accept_new_host_keys,
@@ -152,6 +164,89 @@ def _render(report: Report) -> None:
     for note in report.notes:
         console.print(f"note: {note}", markup=False, style="dim")
     console.print(_headline(report), markup=False)
+
+
+def _perf(site: SiteConfig, stage: str | None, nodes: str | None, srun_args: tuple[str, ...], as_json: bool) -> int:
+    """``preflight --perf``: one measuring srun step, then the verdicts."""
+    from clusterkit.errors import InputError
+    from clusterkit.nodes.runners import site_srun_args
+    from clusterkit.preflight.perf import run_perf
+    from clusterkit.preflight.run import resolve_hosts
+    from clusterkit.vocab import STAGE_NAMES, stage_for_nodes
+
+    if stage is not None and stage not in STAGE_NAMES:
+        raise InputError(f"choose one of {', '.join(STAGE_NAMES)}", field="stage", value=repr(stage))
+    try:
+        hosts = resolve_hosts(site, nodes, "srun")
+    except ClusterkitError as err:  # the API's field "nodes" is this command's --nodelist
+        err.problems = tuple(replace(p, field="nodelist") if p.field == "nodes" else p for p in err.problems)
+        raise
+    try:
+        report = run_perf(site, hosts, stage=stage or stage_for_nodes(len(hosts)), srun_args=srun_args,
+                          extra_srun_args=site_srun_args(site))
+    except OSError as exc:  # srun itself could not be started
+        raise InputError(f"cannot run srun: {exc.strerror or exc}", field="transport", value="'srun'") from None
+    if as_json:
+        from clusterkit.cli import output
+
+        output.emit_json(report.to_dict())
+    else:
+        _render_perf(report)
+    return 130 if report.interrupted else int(report.exit_code())
+
+
+_PERF_STYLE = {"ok": "green", "slow": "bold yellow", "wrong-result": "bold red", "failed": "bold red",
+               "unreachable": "bold magenta"}
+
+
+def _render_perf(report: PerfReport) -> None:
+    """One row per node with its figures; slow links; timings."""
+    from rich.markup import escape
+
+    from clusterkit.cli import output
+
+    console = output.out()
+    rounds = len(report.pairings)
+
+    def num(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3g}"
+
+    def inter(n: NodeVerdict) -> list[str]:
+        by_round = {int(p["round"]): f"{p['gbps']:.3g} ({p['peer']})" for p in n.busbw_inter_gbps}
+        return [by_round.get(r, "-") for r in range(1, rounds + 1)]
+
+    heads = ["node", "verdict", "TFLOP/s", "intra Gbit/s", *[f"round {r} Gbit/s" for r in range(1, rounds + 1)],
+             "reason"]
+    if console.is_terminal:
+        table = output.table(None, heads, [], keys=("node", "verdict"))
+        for n in report.nodes:
+            style = _PERF_STYLE[n.status]
+            table.add_row(escape(n.host), f"[{style}]{n.status}[/{style}]", num(n.gemm_tflops),
+                          num(n.busbw_intra_gbps), *[escape(c) for c in inter(n)],
+                          escape(n.reason if n.status != "ok" else ""))
+        console.print(table)
+    else:
+        for n in report.nodes:
+            figures = (f"gemm {num(n.gemm_tflops)} TFLOP/s, intra {num(n.busbw_intra_gbps)} Gbit/s, "
+                       f"pairs {' '.join(inter(n)) or '-'} Gbit/s")
+            if n.gemm_tflops is None and not n.busbw_inter_gbps:
+                figures = "no figures"
+            tail = "" if n.status == "ok" else f": {n.reason}"
+            console.print(f"{n.status.upper():<12} {n.host:<10} {figures}{tail}", markup=False)
+    for link in report.slow_links:
+        console.print(f"SLOW LINK    {link['nodes'][0]} <-> {link['nodes'][1]}: {link['gbps']:.3g} Gbit/s in round "
+                      f"{link['round']}, below {link['floor']:.3g}", markup=False)
+    for note in report.notes:
+        console.print(f"note: {note}", markup=False, style="dim")
+    c = report.counts()
+    parts = [f"{c[k]} {k}" for k in ("ok", "slow", "wrong-result", "failed", "unreachable") if c[k]]
+    links = f", {len(report.slow_links)} slow link(s)" if report.slow_links else ""
+    world = "" if report.busbw_world_gbps is None else f"; all nodes {report.busbw_world_gbps:.3g} Gbit/s"
+    timing = "" if report.startup_s is None else f" (start-up {report.startup_s:.1f} s"
+    timing += "" if report.measure_s is None else f", measurement {report.measure_s:.1f} s)" if timing else ""
+    console.print(f"preflight --perf {report.site} ({report.backend or 'no backend'}, {len(report.hosts)} nodes, "
+                  f"{rounds} rounds): {', '.join(parts)}{links}{world}; {report.elapsed_s:.1f} s{timing}",
+                  markup=False)
 
 
 def _who(group: Group) -> str:

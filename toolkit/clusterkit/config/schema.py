@@ -421,6 +421,30 @@ class Preflight(_Model):
     transport: ProbeTransport = Field("ssh", description="how the before-submit check reaches nodes")
 
 
+class Perf(_Model):
+    """``clusterkit preflight --perf``: what a node must measure, and how long the check runs.
+
+    A node is slow below a ``*_min`` figure (when set) or below ``slow_ratio`` times the
+    allocation's median.  Bandwidths are nccl-tests' all-reduce busbw in Gbit/s.  The defaults
+    finish in about a minute at any node count: the number of rounds, not of nodes, sets the time.
+    """
+
+    gemm_tflops_min: float | None = Field(None, gt=0, description="least matmul TFLOP/s per GPU (per task on CPU)")
+    busbw_intra_gbps_min: float | None = Field(None, gt=0, description="least all-reduce busbw within a node, Gbit/s")
+    busbw_inter_gbps_min: float | None = Field(None, gt=0, description="least all-reduce busbw of a node pair, Gbit/s")
+    slow_ratio: float = Field(0.8, gt=0, le=1, description="slow below this fraction of the allocation's median")
+    backend: Literal["auto", "nccl", "gloo"] = Field(
+        "auto", description="nccl: one task per GPU; gloo: one task per node on the CPU; auto: nccl")
+    gemm_n: int | None = Field(None, ge=64, le=32768, description="matrix size (default 8192 on GPU, 1024 on CPU)")
+    gemm_iters: int = Field(10, ge=1, le=10000)
+    intra_message_mb: float = Field(256, gt=0, le=16384, description="all-reduce message within a node, MB")
+    inter_message_mb: float = Field(64, gt=0, le=16384, description="all-reduce message between nodes, MB")
+    warmup: int = Field(5, ge=0, le=1000, description="all-reduces before each timed series")
+    iters: int = Field(20, ge=1, le=10000, description="timed all-reduces per figure")
+    rounds: int = Field(3, ge=2, le=16, description="pairings of the nodes (a node is in rounds or rounds-1 pairs)")
+    timeout_s: float = Field(300, gt=0, le=86400, description="the whole check, start-up included")
+
+
 class Cost(_Model):
     gpu_hour: float = Field(gt=0)
     currency: str = "USD"
@@ -441,6 +465,7 @@ class Site(_Model):
     job: JobSection = Field(default_factory=JobSection)
     stages: dict[Stage, StageOverride] = Field(default_factory=dict)
     preflight: Preflight = Field(default_factory=Preflight)
+    perf: Perf = Field(default_factory=Perf)
     cost: Cost | None = None
     templates: str | None = None
 

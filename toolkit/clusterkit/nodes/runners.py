@@ -24,11 +24,11 @@ def make_runner(site: Any, transport: str, *, accept_new_host_keys: bool = False
         return R.LocalRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout))
     if transport == "srun":
         return R.SrunRunner(command_timeout_s=float(ssh.command_timeout_s), fanout=int(ssh.fanout),
-                            extra_args=[*_srun_args(site), *srun_args])
+                            extra_args=[*site_srun_args(site), *srun_args])
     raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
 
 
-def _srun_args(site: Any) -> list[str]:
+def site_srun_args(site: Any) -> list[str]:
     """Outside an allocation srun asks Slurm for one: in the site's partition and account.
     Inside one (a job script's first step) the allocation already says where."""
     if os.environ.get("SLURM_JOB_ID"):

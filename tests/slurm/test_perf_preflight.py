@@ -1,0 +1,94 @@
+"""``clusterkit preflight --perf`` on a 5-node testbed, with real faults: node3's link limited
+with ``tc ... tbf`` in its network namespace, node2's CPU limited through its cgroup.  The
+measurement is the real one: torch.distributed with gloo, one task per node, over the
+testbed's veth links."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..conftest import CLI
+from .conftest import Testbed
+from .test_network_faults import _cpu_quota, _tc
+
+SITE = """\
+name: perf-lab
+scheduler: {kind: slurm, partition: debug}
+nodes: {nodelist: "node[1-5]", gpus_per_node: 8, gpu_model: H100}
+perf:
+  backend: gloo
+  gemm_n: 512
+  gemm_iters: 4
+  inter_message_mb: 4
+  warmup: 1
+  iters: 6
+  # this machine's 2 cores run all five nodes and other work: figures vary by 30% run to run
+  slow_ratio: 0.5
+  timeout_s: 240
+"""
+
+
+def _site(tmp_path: Path) -> Path:
+    path = tmp_path / "perf-lab.yaml"
+    path.write_text(SITE)
+    return path
+
+
+def _perf(ck: CLI, bed: Testbed, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any], str]:
+    proc = ck.proc("preflight", "--site", str(_site(tmp_path)), "--transport", "srun", "--nodelist", "node[1-5]",
+                   "--perf", "--json", *extra, env=bed.env(login=True), timeout=300)
+    assert proc.out.strip(), proc.err
+    return proc.code, json.loads(proc.out), proc.err
+
+
+def _status(report: dict[str, Any]) -> dict[str, str]:
+    return {n["host"]: n["status"] for n in report["nodes"]}
+
+
+def test_healthy_allocation_is_all_ok(ck: CLI, testbed5: Testbed, tmp_path: Path) -> None:
+    testbed5.wait_idle()
+    code, report, err = _perf(ck, testbed5, tmp_path)
+    assert code == 0, json.dumps(report, indent=1) + err
+    assert _status(report) == {f"node{i}": "ok" for i in range(1, 6)}
+    assert report["slow_links"] == [] and report["perf"]["backend"] == "gloo"
+    # three rounds of two pairs (one node sits each round out), then all five nodes
+    assert [len(r) for r in report["perf"]["pairings"]] == [2, 2, 2]
+    for node in report["nodes"]:
+        assert node["checksum_match"] is True and node["gemm_tflops"] > 0
+        assert len(node["busbw_inter_gbps"]) in (2, 3) and all(p["gbps"] > 0 for p in node["busbw_inter_gbps"])
+        assert node["busbw_intra_gbps"] is None  # one task per node
+    assert report["perf"]["busbw_world_gbps"] > 0
+    assert "one task per node: the all-reduce within a node is skipped" in report["notes"]
+
+
+def test_node_with_a_slow_link_is_named_and_no_other(ck: CLI, testbed5: Testbed, tmp_path: Path) -> None:
+    testbed5.wait_idle()
+    with _tc(testbed5, "node3", "tbf", "rate", "100mbit", "burst", "64kb", "latency", "400ms"):
+        code, report, err = _perf(ck, testbed5, tmp_path)
+    assert code == 1, json.dumps(report, indent=1) + err
+    assert _status(report) == {"node1": "ok", "node2": "ok", "node3": "slow", "node4": "ok", "node5": "ok"}, report
+    node3 = next(n for n in report["nodes"] if n["host"] == "node3")
+    assert "all-reduce with every peer low" in node3["reason"], node3
+    assert report["slow_links"] == []  # node3's pairs are explained by node3
+    assert report["failed"] == "node3"
+
+
+def test_node_with_a_limited_cpu_fails_the_compute_check(ck: CLI, testbed5: Testbed, tmp_path: Path) -> None:
+    cgroup = testbed5.cgroup("node2")
+    if cgroup is None:
+        pytest.skip("no cpu cgroup controller here (neither cgroup v2 cpu nor v1 cpu)")
+    testbed5.wait_idle()
+    with _cpu_quota(cgroup, 5):
+        code, report, err = _perf(ck, testbed5, tmp_path)
+    assert code == 1, json.dumps(report, indent=1) + err
+    status = _status(report)
+    assert status["node2"] == "slow" and [h for h, s in status.items() if s != "ok"] == ["node2"], report
+    node2 = next(n for n in report["nodes"] if n["host"] == "node2")
+    assert any(c["check"] == "perf.gemm" for c in node2["checks"]), node2
+    others = [n["gemm_tflops"] for n in report["nodes"] if n["host"] != "node2"]
+    assert node2["gemm_tflops"] < 0.8 * min(others), report
+

@@ -1,0 +1,197 @@
+"""The performance check's worker: one task per GPU (one per node with gloo), started by
+``clusterkit preflight --perf`` as one srun step over the allocation.
+
+``python -m clusterkit.preflight.perf_worker SPEC_JSON``.  Every task joins one
+torch.distributed process group (NCCL on GPUs, gloo on CPUs; rendezvous on the step's first
+node), then measures, in this order, every task at the same time:
+
+1. compute: a fixed-size matrix multiply (``gemm_n`` square, ``gemm_iters`` times) on inputs
+   every task draws from the same seed: its throughput, and an exact checksum of the result (the
+   float32/bfloat16 words summed as integers), which must be the same on every task;
+2. within each node: all-reduce over the node's tasks (skipped with one task per node);
+3. between nodes: ``rounds`` pairings of the nodes (round-robin, a node sits one round out when
+   their number is odd), every pair of a round all-reducing at the same time in a group of its
+   own, then the whole allocation.
+
+Bus bandwidth is nccl-tests' busbw for all-reduce: ``bytes / time * 2 * (n - 1) / n`` for n
+ranks, printed in Gbit/s, with ``time`` the median of ``iters`` timed all-reduces (each waited
+for) after ``warmup`` untimed ones.  Each task prints one JSON line per figure, prefixed by the marker
+the CLI passed, as soon as it has it: a task that dies leaves the figures it had, and the CLI
+judges (:mod:`clusterkit.preflight.perf`).  Nothing here decides ok or slow.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+import traceback
+from typing import Any
+
+T_START = time.monotonic()
+
+
+def emit(marker: str, **fields: Any) -> None:
+    line = f"{marker} {json.dumps(fields, separators=(',', ':'))}\n"
+    os.write(sys.stdout.fileno(), line.encode())
+
+
+def pairings(n: int, rounds: int) -> list[list[tuple[int, int]]]:
+    """``rounds`` round-robin pairings of nodes 0..n-1 (circle method): no pair repeats, every
+    pair of a round is disjoint, a node sits out at most one of ``n - 1`` rounds when n is odd."""
+    if n < 2:
+        return []
+    slots: list[int | None] = list(range(n)) + ([None] if n % 2 else [])
+    m = len(slots)
+    out: list[list[tuple[int, int]]] = []
+    for r in range(min(rounds, m - 1)):
+        rest = slots[1:]
+        rest = rest[-r:] + rest[:-r] if r else rest
+        arr = [slots[0], *rest]
+        pairs = []
+        for i in range(m // 2):
+            a, b = arr[i], arr[m - 1 - i]
+            if a is not None and b is not None:
+                pairs.append((min(a, b), max(a, b)))
+        out.append(sorted(pairs))
+    return out
+
+
+def busbw_gbps(nbytes: int, seconds: float, ranks: int) -> float:
+    """nccl-tests' all-reduce bus bandwidth, in Gbit/s."""
+    if seconds <= 0 or ranks < 2:
+        return 0.0
+    return nbytes / seconds * 2 * (ranks - 1) / ranks * 8 / 1e9
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    marker = str(spec["marker"])
+    rank = int(os.environ.get("SLURM_PROCID", "0"))
+    world = int(os.environ.get("SLURM_NTASKS", "1"))
+    local = int(os.environ.get("SLURM_LOCALID", "0"))
+    host = os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    emit(marker, ev="start", rank=rank, host=host)
+    try:
+        return _measure(spec, marker, rank, world, local, host)
+    except Exception as exc:  # reported as this task's error; the CLI names the node
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        emit(marker, ev="error", rank=rank, host=host, error=last[:400])
+        return 1
+
+
+def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: int, host: str) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from clusterkit import hostlist
+
+    t_import = time.monotonic() - T_START
+    backend = str(spec["backend"])
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        device = torch.device("cuda", local % max(1, torch.cuda.device_count()))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+        torch.set_num_threads(1)  # the same arithmetic on every node: comparable checksums
+    first = hostlist.expand(os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST") or host)[0]
+    t0 = time.monotonic()
+    dist.init_process_group(backend, init_method=f"tcp://{first}:{int(spec['port'])}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=float(spec["timeout_s"])))
+    # every task's node, in rank order; nodes in the order of the step's node list
+    where: list[Any] = [None] * world
+    dist.all_gather_object(where, host)
+    order = {h: i for i, h in enumerate(hostlist.expand(os.environ.get("SLURM_STEP_NODELIST") or ",".join(where)))}
+    nodes = sorted(set(where), key=lambda h: (order.get(h, len(order)), h))
+    ranks_of = {h: [r for r in range(world) if where[r] == h] for h in nodes}
+    me = nodes.index(host)
+    # every task makes every group, in the same order (torch.distributed's rule); a task keeps
+    # the ones it is in: its node's, and its pair of each round
+    intra = None
+    for h in nodes:
+        if len(ranks_of[h]) > 1:
+            group = dist.new_group(ranks_of[h])
+            intra = group if h == host else intra
+    plan = pairings(len(nodes), int(spec["rounds"]))
+    my_pairs: list[tuple[int, tuple[int, int], Any]] = []
+    for k, pairs in enumerate(plan):
+        for a_i, b_i in pairs:
+            group = dist.new_group(sorted(ranks_of[nodes[a_i]] + ranks_of[nodes[b_i]]))
+            if me in (a_i, b_i):
+                my_pairs.append((k, (a_i, b_i), group))
+    dist.barrier()
+    emit(marker, ev="init", rank=rank, host=host, backend=backend, device=str(device), import_s=round(t_import, 3),
+         init_s=round(time.monotonic() - t0, 3), nodes=nodes)
+    t_measure = time.monotonic()
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    # 1. compute
+    n = int(spec["gemm_n"] or (8192 if device.type == "cuda" else 1024))
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    gen = torch.Generator(device="cpu").manual_seed(20240917)
+    a = torch.rand(n, n, generator=gen).to(device=device, dtype=dtype)
+    b = torch.rand(n, n, generator=gen).to(device=device, dtype=dtype)
+    c = a @ b  # warm-up
+    sync()
+    iters = int(spec["gemm_iters"])
+    t = time.monotonic()
+    for _ in range(iters):
+        c = a @ b
+    sync()
+    secs = time.monotonic() - t
+    words = c.contiguous().view(torch.int16 if dtype is torch.bfloat16 else torch.int32)
+    checksum = int(words.to(torch.int64).sum().item())
+    emit(marker, ev="gemm", rank=rank, host=host, local=local, n=n, dtype=str(dtype).removeprefix("torch."),
+         tflops=round(2 * n**3 * iters / secs / 1e12, 6) if secs > 0 else 0.0, checksum=f"{checksum:x}")
+    del a, b, c, words
+
+    warmup, reps = int(spec["warmup"]), int(spec["iters"])
+
+    def allreduce(group: Any, nbytes: int, ranks: int) -> tuple[float, float]:
+        buf = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
+        for _ in range(warmup):
+            dist.all_reduce(buf, group=group)
+        sync()
+        dist.barrier(group=group)
+        times = []
+        for _ in range(reps):
+            t = time.monotonic()
+            dist.all_reduce(buf, group=group)
+            sync()
+            times.append(time.monotonic() - t)
+        secs = statistics.median(times)  # one preempted iteration does not make a link slow
+        return secs, busbw_gbps(buf.numel() * 4, secs, ranks)
+
+    # 2. within the node
+    if intra is not None:
+        secs, gbps = allreduce(intra, int(spec["intra_bytes"]), len(ranks_of[host]))
+        emit(marker, ev="intra", rank=rank, host=host, seconds=round(secs, 6), gbps=round(gbps, 4))
+    dist.barrier()
+    # 3. between nodes: the pairings (a node without a pair in a round waits), then everyone
+    for k in range(len(plan)):
+        for _, (a_i, b_i), group in (p for p in my_pairs if p[0] == k):
+            size = len(ranks_of[nodes[a_i]]) + len(ranks_of[nodes[b_i]])
+            secs, gbps = allreduce(group, int(spec["inter_bytes"]), size)
+            emit(marker, ev="pair", rank=rank, host=host, round=k + 1, pair=[nodes[a_i], nodes[b_i]],
+                 seconds=round(secs, 6), gbps=round(gbps, 4))
+        dist.barrier()
+    if len(nodes) > 1:
+        secs, gbps = allreduce(None, int(spec["inter_bytes"]), world)
+        emit(marker, ev="world", rank=rank, host=host, seconds=round(secs, 6), gbps=round(gbps, 4))
+    dist.barrier()
+    emit(marker, ev="done", rank=rank, host=host, measure_s=round(time.monotonic() - t_measure, 3))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
