@@ -167,8 +167,8 @@ def test_setup_steps_run_in_order_after_env_before_the_launcher(ck, tmp_path: Pa
                                      "ck_start_launcher() {", "\nck_start_launcher\n")]
     assert order == sorted(order)
     assert '"setup step 2 failed (exit $ck_step_rc)"' in text
-    node = next(ln for ln in text.splitlines() if "mkdir -p /tmp/cache_" in ln and not ln.startswith("#"))
-    assert node.startswith("srun --nodes=1 --ntasks=1 --ntasks-per-node=1 ")
+    node = next(ln for ln in text.splitlines() if "mkdir -p /tmp/cache_" in ln and ln.startswith("srun "))
+    assert node.startswith('srun --nodes=1 --nodelist="$CK_NODELIST" --ntasks=1 --ntasks-per-node=1 ')
 
 
 # ---- activation -------------------------------------------------------------------------------

@@ -401,7 +401,8 @@ class Preflight(_Model):
 
     policy: Literal["exclude", "refuse"] = Field(
         "exclude", description="before submit: keep failed nodes out of the job (#SBATCH --exclude), or refuse")
-    in_job: bool = Field(True, description="Slurm jobs check their allocated nodes (srun) before the launcher starts")
+    in_job: bool | Literal["perf"] = Field(True, description="Slurm jobs check their allocated nodes (srun) before "
+                                           "the launcher starts; perf: with preflight --perf")
     max_excluded_fraction: float = Field(0.1, ge=0, le=1)
     before_submit: bool = Field(False, description="check the nodes the job could get before submitting")
     transport: ProbeTransport = Field("ssh", description="how the before-submit check reaches nodes")

@@ -55,7 +55,10 @@ class Settings(BaseModel):
     max_restarts: int | None = Field(None, ge=0, le=100)
     cpus_per_task: int | None = Field(None, ge=1)
     container: bool | None = Field(None, description="use the site's container (default: yes if the site has one)")
-    preflight_in_job: bool | None = Field(None, description="run preflight checks on the allocated nodes first")
+    preflight_in_job: bool | Literal["perf"] | None = Field(
+        None, description="run preflight checks on the allocated nodes first: true, false, or perf (preflight --perf)")
+    spares: int | None = Field(None, ge=0, le=1000, description="extra nodes allocated; the job launches on the "
+                               "best --nodes of them after its in-job preflight")
 
     @field_validator("time")
     @classmethod
@@ -99,7 +102,7 @@ def script_variable(key: str, launcher: str) -> str | None:
 
 
 # Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
-SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job")
+SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "spares")
 
 
 def valid_keys() -> list[str]:
