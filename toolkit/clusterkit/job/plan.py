@@ -303,7 +303,8 @@ def _candidates(site: Site, exclude: tuple[str, ...], nnodes: int, spares: int =
     if len(hosts) < wanted:
         asked = f"{nnodes} nodes and {spares} spare(s)" if spares else f"{nnodes} nodes"
         raise PlanError(f"{asked} requested but only {len(hosts)} of {site.name}'s nodes remain "
-                        f"after excluding {len(exclude)}")
+                        f"after excluding {len(exclude)}" if exclude else
+                        f"{asked} requested but site {site.name} has {len(hosts)} nodes")
     return hosts
 
 
