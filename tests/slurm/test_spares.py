@@ -117,7 +117,12 @@ def test_more_bad_nodes_than_spares_ends_before_training(cli: CK, tmp_path: Path
     assert "node3 (failed: " in reason
     assert _selection(run_dir, job)["outcome"] == "end"
     assert "allreduce" not in _logs(run_dir)          # no rank started
-    assert f"reason: {reason.strip()}"[:60] in cli("status", job, timeout=60).out
+    status = cli("status", job, timeout=60).out
+    assert "reason: preflight: 2 nodes failed, 1 spares: node2" in status and "  dropped: node3 (failed: " in status
+    doctor = cli("doctor", job, timeout=120)
+    assert doctor.code == 1, doctor.out + doctor.err
+    assert doctor.out.startswith("bad-nodes: preflight: 2 nodes failed, 1 spares: node2 (failed: "), doctor.out
+    assert "  dropped before launch: node2 (failed: gpu.count: " in doctor.out
 
 
 def test_without_spares_the_job_requeues_itself_without_the_bad_node(cli: CK, tmp_path: Path) -> None:
