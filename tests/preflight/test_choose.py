@@ -54,6 +54,23 @@ def test_perf_figures_rank_the_good_nodes_and_the_worst_figure_counts(tmp_path: 
     assert sel.chosen == ("n2", "n3", "n4") and sel.unused == ("n1",)   # chosen keep allocation order
 
 
+def test_figures_at_the_nodes_own_level_count_but_not_its_check_time(tmp_path: Path) -> None:
+    report = _write(tmp_path, [{"host": "n1", "status": "slow", "duration_s": 0.28, "gemm_tflops": 3.5,
+                                "busbw_inter_gbps": 9}])
+    assert ch.read_report(report)["n1"].figures == {"gemm_tflops": 3.5, "busbw_inter_gbps": 9.0}
+
+
+def test_a_perf_report_node_gives_its_reason_once_and_its_lowest_pair_bandwidth(tmp_path: Path) -> None:
+    """A node as ``preflight --perf --json`` writes it: figures at its own level, one busbw per pairing."""
+    node = {"host": "n3", "status": "slow", "reachable": True, "reason": "inter-node busbw 0.9 Gbit/s below 2.1",
+            "gemm_tflops": 0.41, "busbw_intra_gbps": None, "checksum_match": True,
+            "busbw_inter_gbps": [{"round": 0, "peer": "n1", "gbps": 0.9}, {"round": 1, "peer": "n2", "gbps": 1.2}],
+            "checks": [{"check": "perf.inter", "status": "fail", "message": "inter-node busbw 0.9 Gbit/s below 2.1"}]}
+    [v] = ch.read_report(_write(tmp_path, [node])).values()
+    assert v.reason == "inter-node busbw 0.9 Gbit/s below 2.1"
+    assert v.figures == {"gemm_tflops": 0.41, "busbw_inter_gbps": 0.9}
+
+
 def test_figures_missing_on_some_good_node_keep_allocation_order(tmp_path: Path) -> None:
     nodes = [_ok("n1", gemm_tflops=1.0), _ok("n2"), _ok("n3", gemm_tflops=9.0)]
     assert _pick(ch.read_report(_write(tmp_path, nodes)), ["n1", "n2", "n3"], 2, 1).chosen == ("n1", "n2")

@@ -52,7 +52,7 @@ KNOWN = (*GOOD, "failed", "unreachable", *PERF_VERDICTS)
 #: the figures that rank good nodes, higher is better (preflight --perf's names)
 RANKED = ("gemm_tflops", "busbw_intra_gbps", "busbw_inter_gbps")
 _FIGURE = re.compile(r"[a-z][a-z0-9_]{0,47}")
-_FIGURE_UNITS = ("_tflops", "_gbps", "_gbs", "_ms", "_s")
+_FIGURE_UNITS = ("_tflops", "_gbps", "_gbs")   # a node's own keys taken as figures (not duration_s)
 
 Outcome = Literal["launch", "requeue", "end"]
 
@@ -215,12 +215,13 @@ def _node(node: Any) -> NodeVerdict:
 
 
 def _reason(node: dict[str, Any]) -> str:
-    """One line: the node's own reason, its error, or its failed checks."""
+    """One line: the node's own reason (preflight --perf gives one), else its error and failed checks."""
     parts: list[str] = []
-    for key in ("reason", "error"):
-        if isinstance(node.get(key), str) and node[key]:
-            parts.append(node[key])
-    checks = node.get("checks")
+    if isinstance(node.get("reason"), str) and node["reason"]:
+        parts.append(node["reason"])
+    elif isinstance(node.get("error"), str) and node["error"]:
+        parts.append(node["error"])
+    checks = [] if parts and "reason" in node else node.get("checks")
     if isinstance(checks, list):
         for c in checks[:64]:
             if isinstance(c, dict) and c.get("status") in ("fail", "failed") and isinstance(c.get("message"), str):
@@ -230,11 +231,20 @@ def _reason(node: dict[str, Any]) -> str:
 
 
 def _node_figures(node: dict[str, Any]) -> dict[str, float]:
-    """The node's perf figures: its ``figures`` (or ``perf``) object, or figure-named keys of its own."""
+    """The node's perf figures: its ``figures`` (or ``perf``) object, or figure-named keys of its own;
+    a list of measurements (``busbw_inter_gbps``: one per pairing, ``{"gbps": ...}``) counts by its lowest."""
     for key in ("figures", "perf"):
         if isinstance(node.get(key), dict):
             return _figures(node[key])
-    return _figures({k: v for k, v in node.items() if isinstance(k, str) and k.endswith(_FIGURE_UNITS)})
+    own: dict[str, Any] = {}
+    for k, v in list(node.items())[:64]:
+        if not (isinstance(k, str) and k.endswith(_FIGURE_UNITS)):
+            continue
+        if isinstance(v, list):
+            values = [e.get("gbps") for e in v[:64] if isinstance(e, dict)]
+            v = min((x for x in values if isinstance(x, (int, float)) and not isinstance(x, bool)), default=None)
+        own[k] = v
+    return _figures(own)
 
 
 # ---------------------------------------------------------------------------------------------
