@@ -60,10 +60,32 @@ class Settings(BaseModel):
     spares: int | None = Field(None, ge=0, le=1000, description="extra nodes allocated; the job launches on the "
                                "best --nodes of them after its in-job preflight")
 
+    @field_validator("preflight_in_job", mode="before")
+    @classmethod
+    def _in_job(cls, v: Any) -> Any:
+        return in_job_value(v)
+
     @field_validator("time")
     @classmethod
     def _time(cls, v: str | None) -> str | None:
         return None if v is None else check_slurm_time(v)
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def in_job_value(v: Any) -> Any:
+    """The in-job preflight's setting as typed: true, false or perf (one message for anything else)."""
+    if isinstance(v, str):
+        word = v.strip().lower()
+        if word == "perf":
+            return "perf"
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        raise ValueError("choose true, false or perf")
+    if v is None or isinstance(v, bool):
+        return v
+    raise ValueError("choose true, false or perf")
 
 
 # Which launchers act on each setting (through job.sbatch, a launcher file, the launcher's
