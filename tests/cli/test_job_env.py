@@ -140,6 +140,19 @@ def test_slurm_and_ck_references_are_expanded_by_each_node_and_nothing_else(ck, 
         assert got == {"TRITON_CACHE_DIR": f"/tmp/triton_{node}", "TAG": f"$(id)-812-{procid}'"}
 
 
+def test_values_referring_to_the_chosen_hosts_are_exported_again_once_they_are_known(ck, tmp_path: Path) -> None:
+    """The environment is exported before the in-job preflight chooses the hosts: a value naming
+    ${CK_HEAD} is exported again after the hosts block, in the batch shell (a launcher there reads it)."""
+    run = render(ck, tmp_path, "--stage", "multi-node", "--nodes", "2", "--env", "STORE=tcp://${CK_HEAD}:29400",
+                 "--env", "CACHE=/tmp/c_${SLURM_JOB_ID}", "--set", "container=false")
+    text = (run / "job.sbatch").read_text()
+    first, again = text.index("\nexport STORE="), text.rindex("\nexport STORE=")
+    assert first < text.index("clusterkit preflight") < text.index("\nexport CK_HEAD\n") < again
+    assert text.count("\nexport CACHE=") == 1   # no ${CK_*} in it: the batch shell exports it once
+    got = _bash_env(text[again + 1:text.index("\n", again + 1)], ["STORE"], CK_HEAD="node7")
+    assert got == {"STORE": "tcp://node7:29400"}
+
+
 def test_references_cannot_reach_ssh_started_workers(ck, tmp_path: Path) -> None:
     site = shared_site(tmp_path / "s", "testbed", tmp_path)
     result = ck("render", "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--launcher", "horovod",
