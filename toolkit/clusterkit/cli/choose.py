@@ -11,9 +11,9 @@ from __future__ import annotations
 import click
 
 EXIT_HELP = """\b
-Exit codes (and what stdout holds):
-  0  launch: the chosen hosts on stdout, one a line, in allocation order
-  1  end: too few good nodes; the job's result line on stdout
+Exit codes:
+  0  launch: stdout has the chosen hosts, one a line, in allocation order
+  1  end: too few good nodes; stdout has the job's result line
   2  usage error, or the report is missing or not a preflight report
   4  requeue: no spares and a bad node; stdout has the ExcNodeList to set,
      then the reason, one line each
