@@ -266,8 +266,13 @@ def choose(verdicts: dict[str, NodeVerdict], allocation: Sequence[str], *, wante
     good = [v for v in judged if v.good]
     bad = tuple(v for v in judged if not v.good)
     ranked = _ranked(good)
-    common = dict(job_id=job_id, restart=restart, check=check, allocation=tuple(alloc), wanted=wanted, spares=spares,
-                  dropped=bad)
+
+    def decided(outcome: Outcome, reason: str, chosen: tuple[str, ...] = (), unused: tuple[str, ...] = (),
+                keep_out: tuple[str, ...] = ()) -> Selection:
+        return Selection(job_id=job_id, restart=restart, check=check, allocation=tuple(alloc), wanted=wanted,
+                         spares=spares, outcome=outcome, chosen=chosen, dropped=bad, unused=unused, reason=reason,
+                         exclude=keep_out)
+
     if len(good) >= wanted:
         keep = {v.host for v in ranked[:wanted]}
         chosen = tuple(h for h in alloc if h in keep)
@@ -277,18 +282,16 @@ def choose(verdicts: dict[str, NodeVerdict], allocation: Sequence[str], *, wante
             said += f"; dropped {', '.join(v.worded() for v in bad)}"
         if unused:
             said += f"; spare, unused: {fold(unused)}"
-        return Selection(outcome="launch", chosen=chosen, unused=unused, reason=said, **common)  # type: ignore[arg-type]
+        return decided("launch", said, chosen, unused)
     perf = any(v.verdict in PERF_VERDICTS for v in bad)
     head = (f"perf check: {len(bad)} nodes below par, {spares} spares" if perf
             else f"preflight: {len(bad)} nodes failed, {spares} spares")
     listed = ", ".join(v.worded() for v in bad)
     keep_out = tuple(sorted({*exclude, *(v.host for v in bad)}))
     if spares == 0 and restarts_left > 0:
-        return Selection(outcome="requeue", chosen=(), unused=(), exclude=keep_out,
-                         reason=f"{head}: {listed}; requeueing with {fold(keep_out)} excluded", **common)  # type: ignore[arg-type]
+        return decided("requeue", f"{head}: {listed}; requeueing with {fold(keep_out)} excluded", keep_out=keep_out)
     way_out = f"; resubmit without them: {resubmit}" if resubmit else f"; resubmit with --exclude {fold(keep_out)}"
-    return Selection(outcome="end", chosen=(), unused=(), exclude=keep_out, reason=f"{head}: {listed}{way_out}",
-                     **common)  # type: ignore[arg-type]
+    return decided("end", f"{head}: {listed}{way_out}", keep_out=keep_out)
 
 
 def _ranked(good: list[NodeVerdict]) -> list[NodeVerdict]:
