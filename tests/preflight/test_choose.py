@@ -99,6 +99,11 @@ def test_without_spares_a_bad_node_asks_for_a_requeue_while_restarts_last(tmp_pa
     sel = _pick(verdicts, ["n1", "n2"], 2, 0, restarts_left=1, exclude=["n7"])
     assert sel.outcome == "requeue" and sel.exclude == ("n2", "n7")
     assert sel.reason == "preflight: 1 nodes failed, 0 spares: n2 (failed); requeueing with n[2,7] excluded"
+    # a requeue that would leave the site too few nodes would pend forever: the job ends instead
+    stuck = _pick(verdicts, ["n1", "n2"], 2, 0, restarts_left=1, exclude=["n7"], site_nodes=3)
+    assert stuck.outcome == "end"
+    assert "; not requeued: without them 1 of the site's 3 nodes remain for 2" in stuck.reason
+    assert _pick(verdicts, ["n1", "n2"], 2, 0, restarts_left=1, exclude=["n7"], site_nodes=4).outcome == "requeue"
     ended = _pick(verdicts, ["n1", "n2"], 2, 0, restarts_left=0)
     assert ended.outcome == "end" and ended.reason.endswith("; resubmit with --exclude n2")
 

@@ -34,10 +34,12 @@ Exit codes:
 @click.option("--restarts-left", type=click.IntRange(min=0), default=0, show_default=True,
               help="Requeues the job may still make (0: never requeue, end instead).")
 @click.option("--exclude", default="", metavar="NODESET", help="Nodes the job already keeps out (#SBATCH --exclude).")
+@click.option("--site-nodes", type=click.IntRange(min=1), default=None,
+              help="Nodes the site has: no requeue that would leave fewer than --nodes of them.")
 @click.option("--resubmit", default="", metavar="COMMAND",
               help="The command that resubmits the job, for the result line (@JOB@: the job id).")
 def choose_nodes(run_dir: str, job_id: str, restart: int, allocation: str, wanted: int, spares: int, check: str,
-                 restarts_left: int, exclude: str, resubmit: str) -> int:
+                 restarts_left: int, exclude: str, site_nodes: int | None, resubmit: str) -> int:
     """Choose the nodes a job launches on from its own preflight report (run by the job script).
 
     Drops every allocated node whose verdict is not ok (failed, unreachable, slow, wrong-result,
@@ -63,7 +65,7 @@ def choose_nodes(run_dir: str, job_id: str, restart: int, allocation: str, wante
     earlier = [h for s in ch.selections(base, job_id) if s.restart < restart for h in s.exclude]
     sel = ch.choose(verdicts, alloc, wanted=wanted, spares=spares, job_id=job_id, restart=restart, check=check,
                     restarts_left=restarts_left, exclude=[*keep_out, *earlier],
-                    resubmit=printable(resubmit).replace("@JOB@", job_id))
+                    resubmit=printable(resubmit).replace("@JOB@", job_id), site_nodes=site_nodes)
     try:
         ch.write_selection(sel, ch.selection_path(base, job_id, restart))
     except OSError as exc:

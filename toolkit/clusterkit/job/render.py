@@ -381,6 +381,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "node_setup_opts": node_setup_options(plan),
         "made_by": made_by(plan),
         "resubmit": resubmit(plan),
+        "site_nodes": len(site.nodes.hosts),
         "hosts_env": hosts_env(plan),
         "runs": " ".join(comment_word(w) for w in plan.launch.command),
         "choices": [_CONTROL.sub("?", c.worded()) for c in planning.choices(plan)],

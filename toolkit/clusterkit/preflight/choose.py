@@ -254,12 +254,14 @@ def _node_figures(node: dict[str, Any]) -> dict[str, float]:
 
 def choose(verdicts: dict[str, NodeVerdict], allocation: Sequence[str], *, wanted: int, spares: int,
            job_id: str, restart: int, check: str = "base", restarts_left: int = 0,
-           exclude: Iterable[str] = (), resubmit: str = "") -> Selection:
+           exclude: Iterable[str] = (), resubmit: str = "", site_nodes: int | None = None) -> Selection:
     """Decide which ``wanted`` nodes of ``allocation`` the job launches on (see the module docstring).
 
     A node of the allocation missing from the report is ``unchecked`` and dropped; report entries
     for nodes outside the allocation are ignored.  ``exclude`` is what the job already keeps out
-    (its ``#SBATCH --exclude`` and earlier requeues); ``resubmit`` the command that resubmits it.
+    (its ``#SBATCH --exclude`` and earlier requeues); ``resubmit`` the command that resubmits it;
+    ``site_nodes`` how many nodes the site has (a requeue that would leave fewer than ``wanted``
+    of them would wait forever: the job ends instead).
     """
     alloc = list(dict.fromkeys(allocation))
     judged = [verdicts.get(h) or NodeVerdict(h, "unchecked", "no result in the preflight report") for h in alloc]
@@ -288,8 +290,11 @@ def choose(verdicts: dict[str, NodeVerdict], allocation: Sequence[str], *, wante
             else f"preflight: {len(bad)} nodes failed, {spares} spares")
     listed = ", ".join(v.worded() for v in bad)
     keep_out = tuple(sorted({*exclude, *(v.host for v in bad)}))
-    if spares == 0 and restarts_left > 0:
+    left = None if site_nodes is None else site_nodes - len(keep_out)
+    if spares == 0 and restarts_left > 0 and (left is None or left >= wanted):
         return decided("requeue", f"{head}: {listed}; requeueing with {fold(keep_out)} excluded", keep_out=keep_out)
+    if spares == 0 and restarts_left > 0:
+        listed += f"; not requeued: without them {left} of the site's {site_nodes} nodes remain for {wanted}"
     way_out = f"; resubmit without them: {resubmit}" if resubmit else f"; resubmit with --exclude {fold(keep_out)}"
     return decided("end", f"{head}: {listed}{way_out}", keep_out=keep_out)
 
