@@ -69,7 +69,8 @@ def test_srun_args_follow_clusterkits_own_on_the_step(ck, site: Path, tmp_path: 
                      "--srun-arg=--cpu-bind=cores")
     words = srun_words(run_dir)
     assert words[-6:] == ["--mpi=pmix", "--label", "--distribution", "block:cyclic", "-u", "--cpu-bind=cores"]
-    assert words[1:4] == ["--nodes=2", "--kill-on-bad-exit=1", "--cpus-per-task=8"]
+    # the chosen nodes ($CK_NODELIST: unset here, so empty) and the step's own task count come first
+    assert words[1:6] == ["--nodes=2", "--nodelist=", "--ntasks=2", "--kill-on-bad-exit=1", "--cpus-per-task=8"]
     assert plan_of(run_dir)["job"]["srun_args"] == words[-6:]
 
 
@@ -307,10 +308,10 @@ def test_in_job_preflight_step_gets_the_srun_args(ck, site: Path, tmp_path: Path
                      "--srun-arg=--mpi=pmix", "--srun-arg=--comment=a b")
     line = next(ln.strip() for ln in (run_dir / "job.sbatch").read_text().splitlines()
                 if ln.strip().startswith("clusterkit preflight "))
-    words = subprocess.run(["bash", "-c", "printf '%s\\0' " + line.split(" ||")[0].replace('"$SLURM_JOB_NODELIST"',
-                                                                                           "n[1-2]")],
+    words = subprocess.run(["bash", "-c", "printf '%s\\0' " + line.split(" >")[0].replace('"$SLURM_JOB_NODELIST"',
+                                                                                          "n[1-2]")],
                            capture_output=True, text=True, check=True).stdout.split("\0")[:-1]
-    assert words[-2:] == ["--srun-arg=--mpi=pmix", "--srun-arg=--comment=a b"]
+    assert words[-3:] == ["--srun-arg=--mpi=pmix", "--srun-arg=--comment=a b", "--json"]
     # what that command does with them: the srun step carries them after its own options
     runner = make_runner(load_site(str(site)), "srun", srun_args=("--mpi=pmix", "--comment=a b"))
     argv = runner.argv(["n1", "n2"], "true", 10, "M")

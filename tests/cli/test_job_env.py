@@ -140,6 +140,19 @@ def test_slurm_and_ck_references_are_expanded_by_each_node_and_nothing_else(ck, 
         assert got == {"TRITON_CACHE_DIR": f"/tmp/triton_{node}", "TAG": f"$(id)-812-{procid}'"}
 
 
+def test_values_referring_to_the_chosen_hosts_are_exported_again_once_they_are_known(ck, tmp_path: Path) -> None:
+    """The environment is exported before the in-job preflight chooses the hosts: a value naming
+    ${CK_HEAD} is exported again after the hosts block, in the batch shell (a launcher there reads it)."""
+    run = render(ck, tmp_path, "--stage", "multi-node", "--nodes", "2", "--env", "STORE=tcp://${CK_HEAD}:29400",
+                 "--env", "CACHE=/tmp/c_${SLURM_JOB_ID}", "--set", "container=false")
+    text = (run / "job.sbatch").read_text()
+    first, again = text.index("\nexport STORE="), text.rindex("\nexport STORE=")
+    assert first < text.index("clusterkit preflight") < text.index("\nexport CK_HEAD\n") < again
+    assert text.count("\nexport CACHE=") == 1   # no ${CK_*} in it: the batch shell exports it once
+    got = _bash_env(text[again + 1:text.index("\n", again + 1)], ["STORE"], CK_HEAD="node7")
+    assert got == {"STORE": "tcp://node7:29400"}
+
+
 def test_references_cannot_reach_ssh_started_workers(ck, tmp_path: Path) -> None:
     site = shared_site(tmp_path / "s", "testbed", tmp_path)
     result = ck("render", "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--launcher", "horovod",
@@ -167,8 +180,8 @@ def test_setup_steps_run_in_order_after_env_before_the_launcher(ck, tmp_path: Pa
                                      "ck_start_launcher() {", "\nck_start_launcher\n")]
     assert order == sorted(order)
     assert '"setup step 2 failed (exit $ck_step_rc)"' in text
-    node = next(ln for ln in text.splitlines() if "mkdir -p /tmp/cache_" in ln and not ln.startswith("#"))
-    assert node.startswith("srun --nodes=1 --ntasks=1 --ntasks-per-node=1 ")
+    node = next(ln for ln in text.splitlines() if "mkdir -p /tmp/cache_" in ln and ln.startswith("srun "))
+    assert node.startswith('srun --nodes=1 --nodelist="$CK_NODELIST" --ntasks=1 --ntasks-per-node=1 ')
 
 
 # ---- activation -------------------------------------------------------------------------------

@@ -426,6 +426,7 @@ CHANGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "qos": ("high", "testbed", ()), "max_restarts": ("0", "testbed", ()), "cpus_per_task": ("3", "testbed", ()),
     "container": ("false", "ib-h100", ()), "preflight_in_job": ("true", "testbed", ()),
     "stop_signal": ("USR1", "testbed", ()), "requeue_by": ("framework", "testbed", ()),
+    "spares": ("1", "testbed", ("preflight_in_job=true",)),
 }
 # include and exclude_slots change deepspeed's argv; their own tests cover the host filters
 FILTERS = {"include", "exclude_slots"}

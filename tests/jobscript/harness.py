@@ -15,6 +15,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +43,7 @@ class Job:
         self.work.mkdir(parents=True, exist_ok=True)
         (self.work / "ranks").mkdir(exist_ok=True)
         self.env = {**os.environ, "PATH": f"{STANDINS}:{os.environ['PATH']}", "JS_DIR": str(work),
+                    "JS_PYTHON": sys.executable,
                     "SLURM_JOB_ID": JOB_ID, "SLURM_JOB_NODELIST": f"node[1-{nodes}]", "SLURM_NNODES": str(nodes),
                     "SLURM_RESTART_COUNT": str(restarts), **env}
         self.stderr_path = work / "batch.err"

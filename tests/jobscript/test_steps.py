@@ -73,13 +73,6 @@ def test_failed_module_load(job, tmp_path: Path) -> None:
     assert j.calls("module") == ["load cuda/12.4", "load nccl/2.21"]
 
 
-def test_failed_in_job_preflight(job) -> None:
-    j = job("--set", "preflight_in_job=true", JS_PREFLIGHT_RC="1").start()
-    assert_failed(j, 1, "preflight failed on the allocated nodes; not starting the launcher")
-    [call] = j.calls("clusterkit")
-    assert call.startswith("preflight --site ") and call.endswith("--transport srun --nodelist node[1-2]")
-
-
 def test_deepspeed_filter_naming_a_host_outside_the_allocation(job) -> None:
     j = job("--set", "exclude_slots=node3:1", "--set", "max_restarts=0", launcher="deepspeed", gpus=2,
             SLURM_JOB_NODELIST="node[1-2]")

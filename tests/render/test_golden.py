@@ -39,11 +39,12 @@ def site_arg(tmp_path: Path, site: str, stage: str) -> str:
     return str(shared_site(tmp_path / "sites", site, tmp_path))
 
 
-def rendered_files(ck, tmp_path: Path, site: str, stage: str, launcher: str) -> dict[str, str]:
+def rendered_files(ck, tmp_path: Path, site: str, stage: str, launcher: str,
+                   extra: tuple[str, ...] = ()) -> dict[str, str]:
     run_dir = tmp_path / "run"
     args = ["render", "--site", site_arg(tmp_path, site, stage), "--stage", stage, "--nodes", STAGES[stage],
             "--launcher", launcher, "--job-name", "golden", "--out", str(run_dir), *EXTRA.get(launcher, []),
-            "--", "python", "train.py", "--lr", "3e-4"]
+            *extra, "--", "python", "train.py", "--lr", "3e-4"]
     result = ck(*args)
     if result.code != 0:
         assert "Traceback" not in result.err
@@ -73,6 +74,30 @@ def assert_matches_golden(files: dict[str, str], site: str, stage: str, launcher
             diff = "".join(difflib.unified_diff(expected[name].splitlines(True), text.splitlines(True),
                                                 f"golden/{name}", f"rendered/{name}"))
             pytest.fail(f"{site}/{stage}/{launcher}/{name} differs (regenerate with --regen-golden):\n{diff}")
+
+
+# spare nodes (the job launches on the best --nodes of --nodes + spares after its preflight), one
+# launcher of each kind: srun steps per node (torchrun), per GPU (srun), a hostfile (deepspeed)
+SPARES = {("ib-h100", "multi-node", "torchrun"): ("--set", "spares=2", "--set", "preflight_in_job=perf"),
+          ("testbed", "multi-node", "srun"): ("--nodes", "3", "--set", "spares=1", "--set", "preflight_in_job=true"),
+          ("testbed", "multi-node", "deepspeed"): ("--nodes", "3", "--set", "spares=1", "--set",
+                                                   "preflight_in_job=true", "--node-setup", "true")}
+
+
+@pytest.mark.parametrize("site,stage,launcher", sorted(SPARES), ids=["-".join(c) for c in sorted(SPARES)])
+def test_golden_with_spares(ck, tmp_path: Path, request: pytest.FixtureRequest, site: str, stage: str,
+                            launcher: str) -> None:
+    files = rendered_files(ck, tmp_path, site, stage, launcher, SPARES[(site, stage, launcher)])
+    assert "job.sbatch" in files, files
+    name = f"{launcher}-spares"
+    if request.config.getoption("--regen-golden"):
+        golden_dir = GOLDEN / site / stage / name
+        shutil.rmtree(golden_dir, ignore_errors=True)
+        golden_dir.mkdir(parents=True)
+        for file, text in files.items():
+            (golden_dir / file).write_text(text)
+        return
+    assert_matches_golden(files, site, stage, name)
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)

@@ -173,7 +173,7 @@ def preflight_gate(site: Site, plan: Plan, *, skip: bool = False, accept_new_hos
     report = run_preflight(site, stage=plan.stage, nodes=hostlist.fold(hosts),
                            transport=transport or site.preflight.transport, accept_new_host_keys=accept_new_host_keys,
                            on_result=on_result)
-    decision = decide_for_site(report, site, nodes_needed=plan.nnodes)
+    decision = decide_for_site(report, site, nodes_needed=plan.allocated)   # with its spares
     if decision.refuse:
         raise PreflightRefused(decision.reason, report, note)
     return Gate(plan.excluding(decision.exclude), report, decision, note=note)

@@ -17,6 +17,7 @@ from clusterkit.vocab import JobState
 if TYPE_CHECKING:
     from clusterkit.diagnose import Diagnosis
     from clusterkit.diagnose.doctor import ProgressBar
+    from clusterkit.preflight.choose import NodeVerdict
     from clusterkit.scheduler.base import OnGrace
     from clusterkit.scheduler.jobs import Cancellation, Look, Overview
     from clusterkit.scheduler.logs import LogTail
@@ -247,6 +248,18 @@ class Job:
         done = cancel_job(self._store, self.key, now=now, on_grace=on_grace)
         self._record = done.record
         return done
+
+    def dropped_nodes(self) -> list[NodeVerdict]:
+        """The nodes the job's in-job preflight dropped (any restart), with their verdicts and
+        figures, read from its run directory (``logs/nodes-<job>.r<restart>.json``, validated)."""
+        from clusterkit.preflight.choose import ChooseError, dropped_nodes
+
+        if self.record.scheduler != "slurm":
+            return []
+        try:
+            return dropped_nodes(self.run_dir, self.record.job_id)
+        except ChooseError:
+            return []
 
     def doctor(self, progress: ProgressBar | None = None) -> Diagnosis:
         """``clusterkit doctor JOB``: why the job ended as it did, from its logs and the scheduler's

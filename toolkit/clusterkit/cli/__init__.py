@@ -101,6 +101,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "preflight": ("clusterkit.cli.preflight", "preflight", "Check GPUs, drivers, IB links and mounts on the nodes."),
     "plan": ("clusterkit.cli.plan", "plan", "Choose framework, ZeRO stage and node count from model size."),
     "doctor": ("clusterkit.cli.doctor", "doctor", "Find why a job died (by default your latest): cause, node, rank."),
+    "choose-nodes": ("clusterkit.cli.choose", "choose_nodes",
+                     "Inside a job: choose its nodes from its own preflight report (the job script runs it)."),
 }
 
 

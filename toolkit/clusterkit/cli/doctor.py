@@ -9,10 +9,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+from clusterkit.tooltext import printable
+
+if TYPE_CHECKING:
+    from clusterkit.preflight.choose import NodeVerdict
 
 DOCTOR_EXIT_HELP = """\b
 Exit codes:
@@ -82,6 +88,13 @@ def _print(report: dict[str, Any]) -> None:
         + (f"; {len(files['cut'])} cut at {files['max_bytes_per_file'] >> 20} MiB" if files["cut"] else ""))
 
 
+def _dropped(ref: str) -> list[NodeVerdict]:
+    """The nodes job ``ref``'s in-job preflight dropped (none when there is no such job record)."""
+    from clusterkit.api import Job
+
+    return Job.find(ref).dropped_nodes()
+
+
 @click.command(epilog=DOCTOR_EXIT_HELP)
 @click.argument("targets", nargs=-1, metavar="[JOB] | PATH...")
 @click.option("--logs", "from_logs", is_flag=True,
@@ -112,20 +125,26 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool, category_on
         if len(targets) > 1:
             raise InputError("give one JOB (or none: the job you submitted last), or --logs PATH...")
         if targets:
-            found = doctor_job(targets[0], _progress)
+            ref = targets[0]
         else:  # the job submitted last, said on stderr as `status` and `logs` say it
             from clusterkit.cli.jobs import latest_job
 
-            found = doctor_job(latest_job().key, _progress)
+            ref = latest_job().key
+        found = doctor_job(ref, _progress)
     for note in found.notes:
         output.warn(note)
     report = found.report
+    dropped = [] if from_logs or category_only else _dropped(ref)
     if category_only:
         click.echo(report["verdict"]["category"])
     elif as_json:
-        output.emit_json(report)
+        output.emit_json({**report, "dropped": [asdict(v) for v in dropped]} if not from_logs else report)
     else:
         _print(report)
+        for v in dropped:   # the in-job preflight's choice, from the run directory (validated)
+            output.line(printable(f"  dropped before launch: {v.worded()}"
+                                  + (" [" + ", ".join(f"{k} {x:g}" for k, x in sorted(v.figures.items())) + "]"
+                                     if v.figures else "")))
     for e in report["files"]["unreadable"]:
         output.warn(f"could not read {e}")
     for path in report["files"]["cut"]:

@@ -74,6 +74,10 @@ def _describe(rec: JobRecord, st: JobStatus) -> str:
     return ", ".join(parts)
 
 
+def _figures(figures: dict[str, float]) -> str:
+    return " [" + ", ".join(f"{k} {v:g}" for k, v in sorted(figures.items())) + "]" if figures else ""
+
+
 def _state_text(st: JobStatus) -> str:
     from clusterkit.scheduler.status import shown_stale
 
@@ -197,15 +201,23 @@ def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) ->
         else:
             output.line(f"No jobs recorded in {store.root} yet (submit one first).")
         return 0
-    seen = _find_or_latest(job, store).look()
+    from dataclasses import asdict
+
+    from clusterkit.tooltext import printable
+
+    found = _find_or_latest(job, store)
+    seen = found.look()
     rec, st = seen.record, seen.status
     code = _warn_status_problems(seen.unreachable, seen.cache_failures)
+    dropped = found.dropped_nodes()
     if as_json:
-        output.emit_json(_final_json(rec, st, seen.tails))
+        output.emit_json({**_final_json(rec, st, seen.tails), "dropped": [asdict(v) for v in dropped]})
         return code
     output.line(_describe(rec, st))
     output.line(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
                 f"world size {rec.world_size}; nodes: {st.nodes or '-'}")
+    for v in dropped:   # the in-job preflight's choice (read from the run directory, validated)
+        output.line(f"  dropped: {printable(v.worded())}{_figures(v.figures)}")
     output.line(f"  run directory: {rec.run_dir}")
     _show_tasks(st)
     if st.terminal and st.state != "COMPLETED":

@@ -37,12 +37,17 @@ if TYPE_CHECKING:
 @click.option("--preflight-transport", type=click.Choice(PROBE_TRANSPORTS), default=None,
               help="Check the nodes the job could get (its partition's idle and mixed nodes) before submitting, "
                    "over ssh or srun, even where the site does not set preflight.before_submit: true.")
+@click.option("--spares", type=click.IntRange(min=0, max=1000), default=None, metavar="K",
+              help="Allocate K nodes beyond --nodes; the job's own preflight drops bad nodes and it launches on "
+                   "the best --nodes (the same as --set spares=K; needs the in-job preflight).")
+@click.option("--exclude-from", "exclude_from", default=None, metavar="JOB",
+              help="Keep out the nodes that job JOB's preflight dropped (added to --exclude).")
 @long_run_options
 def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
            sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
            as_json: bool, command: tuple[str, ...], dry_run: bool, wait: bool | None, follow: bool,
-           skip_preflight: bool, preflight_transport: str | None, after: str | None, chain: int | None,
-           run_name: str | None, **job_setup: Any) -> int:
+           skip_preflight: bool, preflight_transport: str | None, spares: int | None, exclude_from: str | None,
+           after: str | None, chain: int | None, run_name: str | None, **job_setup: Any) -> int:
     """Render a job and submit it: sbatch on Slurm sites, submitit's local executor on local ones.
 
     \b
@@ -75,9 +80,12 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     if chain is not None and (follow or wait):
         raise InputError("--chain queues its jobs and returns: follow them with `clusterkit status` "
                          "(not with --wait or --follow)")
+    if exclude_from:
+        exclude = _exclude_from(exclude_from, exclude)
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
-                            exclude=exclude, debug=debug, job={**job_setup, "run_name": run_name})
+                            exclude=exclude, debug=debug, job={**job_setup, "run_name": run_name},
+                            extra_settings={"spares": spares} if spares is not None else None)
     if chain is not None:
         from clusterkit.chain import check_not_array
 
@@ -122,6 +130,26 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     from clusterkit.cli.jobs import follow_to_end
 
     return follow_to_end(job, as_json)
+
+
+def _exclude_from(ref: str, exclude: str | None) -> str:
+    """--exclude with the nodes job ``ref`` dropped added (InputError when it dropped none)."""
+    from clusterkit.api import Job
+    from clusterkit.cli import output
+    from clusterkit.errors import InputError
+    from clusterkit.hostlist import HostlistError, expand, fold
+
+    job = Job.find(ref)
+    dropped = [v.host for v in job.dropped_nodes()]
+    if not dropped:
+        raise InputError(f"job {job.key} dropped no nodes (no node choice of its in-job preflight in "
+                         f"{job.run_dir}/logs)", field="exclude_from", value=ref)
+    try:
+        given = expand(exclude) if exclude else []
+    except HostlistError as exc:
+        raise InputError(str(exc), field="exclude", value=exclude) from None
+    output.info(f"clusterkit: keeping out {fold(dropped)}, dropped by job {job.key}")
+    return fold([*given, *dropped])
 
 
 def _note_preflight_skipped(site: Site, skip: bool) -> None:

@@ -415,7 +415,17 @@ class Preflight(_Model):
 
     policy: Literal["exclude", "refuse"] = Field(
         "exclude", description="before submit: keep failed nodes out of the job (#SBATCH --exclude), or refuse")
-    in_job: bool = Field(True, description="Slurm jobs check their allocated nodes (srun) before the launcher starts")
+    in_job: bool | Literal["perf"] = Field(True, description="Slurm jobs check their allocated nodes (srun) before "
+                                           "the launcher starts; perf: with preflight --perf")
+
+    @field_validator("in_job", mode="before")
+    @classmethod
+    def _in_job(cls, v: Any) -> Any:
+        if isinstance(v, str) and v.strip().lower() == "perf":
+            return "perf"
+        if isinstance(v, bool):
+            return v
+        raise ValueError("choose true, false or perf")
     max_excluded_fraction: float = Field(0.1, ge=0, le=1)
     before_submit: bool = Field(False, description="check the nodes the job could get before submitting")
     transport: ProbeTransport = Field("ssh", description="how the before-submit check reaches nodes")

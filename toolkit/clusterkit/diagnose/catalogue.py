@@ -21,7 +21,7 @@ from dataclasses import dataclass
 CATEGORIES = (
     "ok", "nccl-network", "nccl-timeout", "rendezvous", "port-in-use", "gpu-oom", "host-oom",
     "gpu-hardware", "shm", "slurm-time-limit", "slurm-node-failure", "slurm-preempted",
-    "slurm-cancelled", "launcher-config", "import-env", "filesystem", "user-code", "unknown",
+    "slurm-cancelled", "launcher-config", "import-env", "filesystem", "user-code", "bad-nodes", "unknown",
 )
 CASCADE_KINDS = ("nccl-timeout", "connection-reset", "child-failed", "peer-killed", "srun-terminated",
                  "exit-barrier")
@@ -311,6 +311,7 @@ SUMMARIES = {
     "import-env": "the software environment is missing a module or library",
     "filesystem": "a file system failed under the job",
     "user-code": "the training code raised an exception",
+    "bad-nodes": "the job's own preflight found too few good nodes; it ended before training",
     "unknown": "no known failure signature",
 }
 
@@ -380,6 +381,11 @@ ADVICE = {
     ],
     "user-code": [
         "fix the exception in the training code; the evidence shows the traceback's last line",
+    ],
+    "bad-nodes": [
+        "resubmit without them: clusterkit submit --exclude-from JOB ... (the job's result line has the command)",
+        "or allocate spares that take their place: submit --spares K",
+        "report the nodes to the admins; clusterkit preflight --nodelist NODES shows each check",
     ],
     "unknown": [
         "read the evidence and the logs: clusterkit logs JOB",

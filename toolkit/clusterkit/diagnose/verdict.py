@@ -279,7 +279,14 @@ def _behind(att: Attempt) -> dict[str, Any] | None:
 _SETUP_FAILED = re.compile(r"(?:node )?setup step \d+ failed \(exit \d+\)")
 
 
+#: the job script's reason when its in-job preflight left too few good nodes (clusterkit choose-nodes)
+_NODES_BAD = re.compile(r"(?:preflight: \d+ nodes failed|perf check: \d+ nodes below par), \d+ spares: .*")
+
+
 def _fallback(att: Attempt, view: SlurmView | None) -> dict[str, Any]:
+    if view is not None and view.reason and _NODES_BAD.fullmatch(view.reason):
+        ev = [f"slurm: job state {view.state}, reason {view.reason}"] if view.state else [f"reason {view.reason}"]
+        return _verdict("bad-nodes", None, ev, summary=view.reason.split(";")[0] + ": the job ended before training")
     if view is not None and view.reason and _SETUP_FAILED.fullmatch(view.reason):
         # no log line of a known failure: the job's own setup step ended it before the launcher
         ev = [f"slurm: job state {view.state}, reason {view.reason}"] if view.state else []

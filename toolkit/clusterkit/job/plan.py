@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Literal
 
 from clusterkit import __version__
 from clusterkit.config.schema import ENV_REF, OWNED_SBATCH, Container, Site, owned_sbatch
@@ -74,7 +74,7 @@ class Plan:
     checkpoint_dir: str                 # on shared storage; the script appends the run name (CK_CHECKPOINT_DIR)
     time: str
     settings: Settings
-    preflight_in_job: bool
+    preflight_in_job: bool | Literal["perf"]   # "perf": the job's preflight adds --perf
     basis: Basis = field(repr=False)
     cpus_per_task: int = 1              # every srun step asks for it: since Slurm 22.05 srun need not take sbatch's
     warnings: tuple[str, ...] = ()
@@ -85,6 +85,12 @@ class Plan:
     array: arrays.ArrayPlan | None = None             # --array / --sweep: a task per index
     # what the NCCL rules assume about NCCL's version, checked by the job against the one it finds
     nccl_checks: tuple[nccl.VersionCheck, ...] = ()
+    spares: int = 0                     # allocated beyond nnodes; the in-job preflight picks the nnodes used
+
+    @property
+    def allocated(self) -> int:
+        """Nodes the job asks Slurm for: ``nnodes`` to launch on, plus the spares."""
+        return self.nnodes + self.spares
 
     @property
     def slurm(self) -> bool:
@@ -107,11 +113,11 @@ class Plan:
         if exclude == self.exclude:
             return self
         site, ctx = self.basis.site, self.basis.context
-        ctx = _with_hosts(ctx, _candidates(site, exclude, self.nnodes))
+        ctx = _with_hosts(ctx, _candidates(site, exclude, self.nnodes, self.spares))
         if launchers.get(self.launcher)(ctx) != self.launch:  # re-runs the launcher's host checks
             raise AssertionError(f"{self.launcher}: the launch changed with the exclude list; "
                                  "launchers may read the hosts only to refuse a request")
-        sbatch = _sbatch(site, self.basis.resolved, self.nnodes, self.gpus_per_node, self.launch, exclude)
+        sbatch = _sbatch(site, self.basis.resolved, self.allocated, self.gpus_per_node, self.launch, exclude)
         return replace(self, hosts=ctx.hosts, exclude=exclude, sbatch=sbatch, basis=replace(self.basis, context=ctx))
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,8 +161,9 @@ SHOWN: tuple[tuple[str, str], ...] = (
     ("strategy", "strategy"), ("zero_stage", "ZeRO stage"), ("offload", "offload"), ("precision", "precision"),
     ("micro_batch", "micro batch"), ("grad_accum", "grad accum"), ("time", "time limit"),
     ("max_restarts", "restarts"), ("container", "container"), ("preflight_in_job", "preflight in job"),
+    ("spares", "spare nodes"),
 )
-_SLURM_CHOICES = frozenset({"time", "max_restarts", "container", "preflight_in_job"})
+_SLURM_CHOICES = frozenset({"time", "max_restarts", "container", "preflight_in_job", "spares"})
 
 
 def choices(plan: Plan) -> list[Choice]:
@@ -166,11 +173,12 @@ def choices(plan: Plan) -> list[Choice]:
         "launcher": plan.launcher, "nodes": plan.nnodes, "gpus_per_node": plan.gpus_per_node, "time": plan.time,
         "max_restarts": plan.max_restarts if plan.requeue else "none (no requeue on this stage)",
         "container": plan.container.image if plan.container else "none",
-        "preflight_in_job": "yes" if plan.preflight_in_job else "no",
+        "preflight_in_job": "perf" if plan.preflight_in_job == "perf" else "yes" if plan.preflight_in_job else "no",
+        "spares": plan.spares,
     }
     out = []
     for name, label in SHOWN:
-        if name in _SLURM_CHOICES and not plan.slurm:
+        if (name in _SLURM_CHOICES and not plan.slurm) or (name == "spares" and not plan.spares):
             continue
         if name in settings_mod.Settings.model_fields and plan.launcher not in settings_mod.used_by(name):
             continue
@@ -327,13 +335,16 @@ def _exclude_list(site: Site, exclude: Iterable[str]) -> tuple[str, ...]:
     return listed
 
 
-def _candidates(site: Site, exclude: tuple[str, ...], nnodes: int) -> tuple[str, ...]:
-    """The site's hosts the job may land on, in nodelist order: enough for ``nnodes``."""
+def _candidates(site: Site, exclude: tuple[str, ...], nnodes: int, spares: int = 0) -> tuple[str, ...]:
+    """The site's hosts the job may land on, in nodelist order: enough for ``nnodes`` and the spares."""
+    wanted = nnodes + spares
     out = set(exclude)
     hosts = tuple(h for h in site.nodes.hosts if h not in out)
-    if len(hosts) < nnodes:
-        raise PlanError(f"{nnodes} nodes requested but only {len(hosts)} of {site.name}'s nodes remain "
-                        f"after excluding {len(exclude)}")
+    if len(hosts) < wanted:
+        asked = f"{nnodes} nodes and {spares} spare(s)" if spares else f"{nnodes} nodes"
+        raise PlanError(f"{asked} requested but only {len(hosts)} of {site.name}'s nodes remain "
+                        f"after excluding {len(exclude)}" if exclude else
+                        f"{asked} requested but site {site.name} has {len(hosts)} nodes")
     return hosts
 
 
@@ -343,13 +354,23 @@ def _with_hosts(ctx: Context, candidates: tuple[str, ...]) -> Context:
 
 
 def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool,
-             exclude: tuple[str, ...]) -> Context:
+             exclude: tuple[str, ...], spares: int = 0) -> Context:
     request = r.request
     ctx = Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=r.settings,
                   stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(),
                   run_dir=request.run_dir, container=use_container, inputs=request.inputs,
                   launcher_args=r.job.launcher_args)
-    return _with_hosts(ctx, _candidates(site, exclude, nnodes))
+    return _with_hosts(ctx, _candidates(site, exclude, nnodes, spares))
+
+
+def _check_spares(site: Site, r: Resolved, nnodes: int) -> int:
+    """The spare nodes asked for: only where the job checks its nodes itself (the in-job preflight
+    chooses which ``nnodes`` of the allocation it launches on)."""
+    spares = r.settings.spares or 0
+    if spares and not r.preflight_in_job:
+        raise PlanError("spare nodes are chosen by the job's own preflight, which is off: "
+                        "add --set preflight_in_job=true (or perf)", field="settings.spares", value=str(spares))
+    return spares
 
 
 def _unused_settings(s: Settings, launcher: str, site: Site) -> list[str]:
@@ -488,7 +509,8 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     container_cfg = site.software.container
     use_container = bool(container_cfg) and r.container and site.scheduler.kind == "slurm"
     _check_job_args(site, r, launcher)
-    ctx = _context(site, r, nnodes, gpn, use_container, exclude)
+    spares = _check_spares(site, r, nnodes)
+    ctx = _context(site, r, nnodes, gpn, use_container, exclude, spares)
     launch = launchers.get(launcher)(ctx)
     _check_not_launched_twice(launch, request.command)
     _check_preemption(site, launch, spec, time, max_restarts)
@@ -502,7 +524,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     if launch.check_env is not None:
         launch.check_env(env)
     arr = array_plan(site, request)
-    sbatch = _sbatch(site, r, nnodes, gpn, launch, exclude)
+    sbatch = _sbatch(site, r, nnodes + spares, gpn, launch, exclude)
     off_shared = run_dir_off_shared(site, request.run_dir, nnodes)  # a preview may show it; submit refuses it
     if off_shared is not None:
         warnings.append(f"{off_shared} (`submit` refuses this run directory)")
@@ -525,4 +547,5 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         dependency=request.dependency, chain=request.chain,
         array=arr,
         nccl_checks=tuple(nccl.version_checks(site, env)),
+        spares=spares,
     )

@@ -291,7 +291,11 @@ def srun_options(plan: Plan) -> list[str]:
     """srun flags for the launch step (already shell-safe words)."""
     # --cpus-per-task on the step itself: since Slurm 22.05 srun no longer inherits sbatch's
     # (the flag, not SRUN_CPUS_PER_TASK, which some sites' profiles set for their own use)
-    opts = [f"--nodes={plan.nnodes}", "--kill-on-bad-exit=1", f"--cpus-per-task={plan.cpus_per_task}"]
+    # --nodelist: the hosts the job launches on (chosen after its preflight: not every allocated
+    # one); --ntasks: srun would take the batch's SLURM_NTASKS (the whole allocation's) as its own
+    tasks = plan.gpus_per_node if plan.launch.mode == "per_gpu" else 1
+    opts = [f"--nodes={plan.nnodes}", '--nodelist="$CK_NODELIST"', f"--ntasks={plan.nnodes * tasks}",
+            "--kill-on-bad-exit=1", f"--cpus-per-task={plan.cpus_per_task}"]
     if plan.launch.mode == "per_gpu":
         opts.append(f"--ntasks-per-node={plan.gpus_per_node}")
         opts.append(_restart_log(plan, "rank%t"))
@@ -326,7 +330,7 @@ def user_srun_args(plan: Plan) -> list[str]:
 def node_setup_options(plan: Plan) -> list[str]:
     """srun flags for a ``--node-setup`` step: one task on every node, on the host (not in the container).
     ``--ntasks`` too: srun reads the batch's SLURM_NTASKS (a task per GPU for some launchers) as its own."""
-    return [f"--nodes={plan.nnodes}", f"--ntasks={plan.nnodes}", "--ntasks-per-node=1",
+    return [f"--nodes={plan.nnodes}", '--nodelist="$CK_NODELIST"', f"--ntasks={plan.nnodes}", "--ntasks-per-node=1",
             f"--cpus-per-task={plan.cpus_per_task}", "--kill-on-bad-exit=1"]
 
 
@@ -363,6 +367,35 @@ def made_by(plan: Plan) -> str:
     return " ".join(comment_word(w) for w in origin) if origin else "the Python API (clusterkit.Site.plan)"
 
 
+def resubmit(plan: Plan) -> str:
+    """The command that submits the job again without the nodes it dropped, for its result line
+    (``@JOB@`` is the job id): the command line that made it, as ``submit --exclude-from``, less
+    ``--out`` (that run directory exists); empty for a job made through the Python API."""
+    origin = list(plan.basis.resolved.request.origin)
+    if len(origin) < 2 or origin[1] not in ("submit", "render"):
+        return ""
+    rest: list[str] = []
+    words = iter(origin[2:])
+    for word in words:
+        if word == "--":
+            rest += [word, *words]
+            break
+        if word == "--out":
+            next(words, None)
+            continue
+        if not word.startswith("--out="):
+            rest.append(word)
+    return " ".join(comment_word(w) for w in ["clusterkit", "submit", "--exclude-from", "@JOB@", *rest])
+
+
+def hosts_env(plan: Plan) -> list[EnvVar]:
+    """The job's own values that refer to ``${CK_*}``: exported again once the hosts are known
+    (the environment is exported before the in-job preflight chooses them)."""
+    if not plan.slurm:
+        return []
+    return [v for v in plan.env if v.source == "job" and any(r.startswith("CK_") for r in jobenv.refs(v.value))]
+
+
 def render(site: Site, plan: Plan) -> dict[str, str]:
     """Every artifact of the plan, by file name, in a deterministic order."""
     env = environment(site.templates)
@@ -384,6 +417,9 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "made_by": made_by(plan),
         "sweep_cases": arrays.case_lines(plan.array) if plan.array else [],
         "sweep_names": [arrays.env_name(k) for k in plan.array.keys] if plan.array else [],
+        "resubmit": resubmit(plan),
+        "site_nodes": len(site.nodes.hosts),
+        "hosts_env": hosts_env(plan),
         "runs": " ".join(comment_word(w) for w in plan.launch.command),
         "choices": [_CONTROL.sub("?", c.worded()) for c in planning.choices(plan)],
         # RDMA across nodes: the job raises its locked-memory limit (templates/job-limits.j2)

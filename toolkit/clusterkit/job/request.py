@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from clusterkit.config.schema import JobSection, Site, StageOverride
 from clusterkit.errors import PlanError
@@ -115,7 +115,7 @@ class Resolved:
     account: str | None
     qos: str | None
     container: bool             # wanted (the site may still have none)
-    preflight_in_job: bool
+    preflight_in_job: bool | Literal["perf"]   # False, True (the base checks) or "perf" (preflight --perf too)
     job: JobSetup = field(default_factory=JobSetup)   # site job:, stage job:, then the request's
     # where each choice came from, by setting name: "flag" (the command line), "plan" (the
     # recommendation of `plan --render`), "stage" (the site's stages.<stage> entry), "site" (the
@@ -186,10 +186,17 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
         partition=pick("partition", s.partition, override, sch.partition),
         account=s.account or sch.account, qos=s.qos or sch.qos,
         container=pick("container", s.container, override, True),
-        preflight_in_job=sch.kind == "slurm"
-        and bool(pick("preflight_in_job", s.preflight_in_job, None, site.preflight.in_job)),
+        preflight_in_job=_in_job(sch.kind == "slurm", pick("preflight_in_job", s.preflight_in_job, None,
+                                                           site.preflight.in_job)),
         job=merge_job(site, spec.name, override, request.job),
     )
+
+
+def _in_job(slurm: bool, value: bool | str) -> bool | Literal["perf"]:
+    """The in-job preflight: off on a local site, else the setting (``perf`` kept as such)."""
+    if not slurm:
+        return False
+    return "perf" if value == "perf" else bool(value)
 
 
 def merge_job(site: Site, stage: str, override: StageOverride | None, own: JobSetup) -> JobSetup:

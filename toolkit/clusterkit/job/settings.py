@@ -55,7 +55,10 @@ class Settings(BaseModel):
     max_restarts: int | None = Field(None, ge=0, le=100)
     cpus_per_task: int | None = Field(None, ge=1)
     container: bool | None = Field(None, description="use the site's container (default: yes if the site has one)")
-    preflight_in_job: bool | None = Field(None, description="run preflight checks on the allocated nodes first")
+    preflight_in_job: bool | Literal["perf"] | None = Field(
+        None, description="run preflight checks on the allocated nodes first: true, false, or perf (preflight --perf)")
+    spares: int | None = Field(None, ge=0, le=1000, description="extra nodes allocated; the job launches on the "
+                               "best --nodes of them after its in-job preflight")
     # long runs (docs/architecture.md: chains, run names, stop signal)
     stop_signal: Literal["TERM", "USR1", "USR2", "INT"] = Field(
         "TERM", description="the signal the ranks get on the time-limit warning, a preemption Slurm announces, "
@@ -64,10 +67,32 @@ class Settings(BaseModel):
         "clusterkit", description="who calls scontrol requeue after the time-limit warning: clusterkit, or the "
         "training framework on the stop signal (clusterkit then only delivers it and keeps the restart budget)")
 
+    @field_validator("preflight_in_job", mode="before")
+    @classmethod
+    def _in_job(cls, v: Any) -> Any:
+        return in_job_value(v)
+
     @field_validator("time")
     @classmethod
     def _time(cls, v: str | None) -> str | None:
         return None if v is None else check_slurm_time(v)
+
+
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def in_job_value(v: Any) -> Any:
+    """The in-job preflight's setting as typed: true, false or perf (one message for anything else)."""
+    if isinstance(v, str):
+        word = v.strip().lower()
+        if word == "perf":
+            return "perf"
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        raise ValueError("choose true, false or perf")
+    if v is None or isinstance(v, bool):
+        return v
+    raise ValueError("choose true, false or perf")
 
 
 # Which launchers act on each setting (through job.sbatch, a launcher file, the launcher's
@@ -111,7 +136,7 @@ def script_variable(key: str, launcher: str) -> str | None:
 
 
 # Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
-SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "stop_signal", "requeue_by")
+SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "stop_signal", "requeue_by", "spares")
 
 
 def valid_keys() -> list[str]:
