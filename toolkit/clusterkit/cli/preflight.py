@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 EXIT_HELP = """\b
 Exit codes:
   0  every node passed (warnings do not fail)
-  1  some nodes failed a check (--perf: some node slow, wrong-result or failed, or a slow link)
+  1  some nodes failed a check (--perf: a node slow, wrong-result or failed,
+     or a slow link)
   2  usage or config error (nothing was checked)
   3  some nodes could not be reached (wins over 1: the report is incomplete)
   130 interrupted (Ctrl-C); what was checked so far is printed
