@@ -53,7 +53,7 @@ def test_array_throttle_runs_at_most_two_tasks_each_with_its_folder_port_and_che
     assert sorted(s["job_id"] for s in seen) == [f"{job}_{i}" for i in range(4)]
     assert len({s["port"] for s in seen}) == 4, seen              # four ports: no two tasks share one
     assert len({s["checkpoint_dir"] for s in seen}) == 4, seen
-    assert all(s["step"] == 12 and s["checkpoint_dir"].endswith(f"/{s['job_id']}") for s in seen), seen
+    assert all(s["step"] == 12 and s["checkpoint_dir"].endswith(f"-{s['job_id']}") for s in seen), seen
     most = _most_at_once([(s["started"], s["ended"]) for s in seen])
     print(f"[figures] --array 0-3%2: at most {most} tasks trained at once (from the tasks' own stamps); "
           f"hosts {sorted(s['host'] for s in seen)}")
@@ -66,7 +66,7 @@ def test_array_throttle_runs_at_most_two_tasks_each_with_its_folder_port_and_che
     assert _most_at_once([(time.mktime(time.strptime(r[1], stamp)), time.mktime(time.strptime(r[2], stamp)))
                           for r in rows]) <= 2, acct.stdout
     # one row for the array in `status`, and a task's logs on their own
-    listed = json.loads(cli("status", "--json").stdout)["jobs"]
+    listed = json.loads(cli("status", "--all", "--json").stdout)["jobs"]
     assert [r["tasks"] for r in listed if r["job_id"] == job] == ["4 COMPLETED"]
     one = cli("logs", f"{job}_2", "--json")
     assert one.returncode == 0, one.stderr
@@ -113,7 +113,7 @@ def test_preempting_one_array_task_requeues_that_task_only(cli: CK, tmp_path: Pa
 
 
 def _preempt_one_task(cli: CK, job: str, shared: Path) -> None:
-    ckpt = {i: shared / "checkpoints" / "arr" / f"{job}_{i}" for i in (0, 1)}
+    ckpt = {i: shared / "checkpoints" / f"arr-{job}_{i}" for i in (0, 1)}   # the run name: job name and task id
     started = {i: ckpt[i] / "started.r1.n0.json" for i in (0, 1)}
     cli.wait_for(job, lambda s: all(p.exists() for p in started.values()), timeout=420, what="both tasks training")
     # the last task keeps the array's own job id in Slurm: a requeue by that id would take every task along
