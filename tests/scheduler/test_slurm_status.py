@@ -44,3 +44,19 @@ def test_preempted_with_a_result_file_is_the_end_the_script_wrote(tmp_path: Path
     assert (failed.state, failed.exit_code, failed.restarts) == (JobState.FAILED, 1, 1)
     assert failed.reason == "stopped by preemption and the budget of 1 restarts is spent"
     assert preempted.state == JobState.PREEMPTED   # no result file: Slurm's word stands
+
+
+def test_failed_with_exit_code_zero_takes_the_result_files_code(tmp_path: Path) -> None:
+    """FAILED with exit code 0 contradicts itself (accounting that has not caught up with the
+    job's end): the result file the job script wrote has the launcher's status.  COMPLETED with
+    0, and a job ended by a signal, keep Slurm's word."""
+    for j in ("21", "22", "23"):
+        (tmp_path / f"{j}.result").write_text("3\n")
+    answers = {"21": JobStatus(state=JobState.FAILED, exit_code=0, source="sacct"),
+               "22": JobStatus(state=JobState.FAILED, exit_code=0, signal=9, source="sacct"),
+               "23": JobStatus(state=JobState.FAILED, exit_code=2, source="sacct")}
+    zero, killed, given = SlurmScheduler(_Answers(answers)).status(
+        [_rec(tmp_path, "21"), _rec(tmp_path, "22"), _rec(tmp_path, "23")])
+    assert (zero.state, zero.exit_code) == (JobState.FAILED, 3)
+    assert (killed.exit_code, killed.signal) == (0, 9)
+    assert given.exit_code == 2

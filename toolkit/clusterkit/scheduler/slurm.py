@@ -118,7 +118,11 @@ def _slurm_status(rec: JobRecord, st: JobStatus | None) -> JobStatus:
         # the job script ended the job for good (a result file): Slurm 24.05+ records a job that
         # was preempted once and ended later by its own script as PREEMPTED (job-endgame.sh.j2)
         return replace(status_from_result(code, rec), restarts=st.restarts, nodes=st.nodes, raw=st.raw)
-    if st.terminal and st.exit_code is None and st.signal is None and code is not None:
+    if st.terminal and st.signal is None and code is not None and (
+            st.exit_code is None or (st.state == JobState.FAILED and st.exit_code == 0 and code != 0)):
+        # Slurm has no exit code, or one that contradicts its own FAILED (an accounting record
+        # not yet complete when slurmctld has already forgotten the job): the job script's own
+        # record of its launcher's status
         return replace(st, exit_code=code)
     return st
 
