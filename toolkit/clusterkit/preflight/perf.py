@@ -86,8 +86,9 @@ class StepOutput:
 
 def run_step(argv: Sequence[str], timeout_s: float, env: dict[str, str] | None = None) -> StepOutput:
     """Run the step; keep at most :data:`MAX_STREAM_BYTES` of each stream; stop it after ``timeout_s``."""
-    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env=env)
+    from clusterkit import slurmclient
+
+    proc = slurmclient.start(argv, env=env)   # srun, in its own session (slurmclient: the one seam)
     streams: dict[str, list[str]] = {"out": [], "err": []}
 
     def read(name: str, pipe: Any) -> None:
@@ -110,13 +111,7 @@ def run_step(argv: Sequence[str], timeout_s: float, env: dict[str, str] | None =
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        if proc.poll() is None:
-            proc.terminate()  # srun passes it on to the tasks
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        slurmclient.stop(proc, grace_s=15)   # TERM (srun passes it on to the tasks), then KILL
         for t in readers:
             t.join(timeout=5)
     return StepOutput(streams["out"], streams["err"], proc.returncode, timed_out, interrupted)
