@@ -29,7 +29,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "toolkit"))
+
+from submit import free_base_port  # noqa: E402  (bench/submit.py, beside this script: the testbed's ports)
 
 from clusterkit.config.load import load_site  # noqa: E402  (after the path is set)
 from clusterkit.preflight import perf  # noqa: E402
@@ -60,22 +61,6 @@ perf:
   slow_ratio: %s
   timeout_s: 240
 """
-
-
-def free_base_port(count: int) -> int:
-    for _ in range(200):
-        base = random.randrange(10000, 19000)
-        ok = True
-        for p in range(base, base + count):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise SystemExit("no free ports for the testbed")
 
 
 def start_testbed() -> tuple[Path, dict[str, str], dict[str, str]]:
