@@ -14,7 +14,8 @@ its share of the parameters, then all-reduces as examples/allreduce.py does.  Ru
         -- python examples/accelerate_zero3.py
 
 Each rank prints ``zero3 rank R/W: stage=3 partitioned=P/T loss A -> B`` (P of the model's T
-parameters held on this rank) and the all-reduce line.
+parameters held on this rank) and the all-reduce line, and ends with ``Accelerator.end_training``
+(the process group destroyed before the interpreter exits, as a training script should).
 """
 
 from __future__ import annotations
@@ -64,7 +65,13 @@ def main() -> int:
     say(f"zero3 rank {rank}/{world}: stage={stage} partitioned={held}/{total} "
         f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
     ok = stage == 3 and 0 < held < total and losses[-1] < losses[0]
-    return check_sum(rank, world, also_ok=ok)
+    try:
+        return check_sum(rank, world, also_ok=ok)
+    finally:
+        # destroy the process group before the interpreter exits: ZeRO-3's asynchronous
+        # gathers leave gloo work objects holding tensors, and freeing them during interpreter
+        # finalization can abort the rank (SIGABRT) after its work is done
+        acc.end_training()
 
 
 if __name__ == "__main__":
