@@ -53,4 +53,4 @@ def test_every_json_document_has_a_schema_version(ck, tmp_path: Path, env: dict[
     assert res.code in (0, 1), res  # 1: preflight finds no GPU here, doctor a failure
     doc = json.loads(res.out)
     objects = doc if isinstance(doc, list) else [doc]
-    assert objects and all(o["schema_version"] == 1 for o in objects), doc
+    assert objects and all(o["schema_version"] == 2 for o in objects), doc

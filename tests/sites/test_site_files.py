@@ -29,7 +29,7 @@ def test_a_partial_is_checked_for_what_it_sets(ck, tmp_path: Path) -> None:  # t
                           "_org.yaml:3: scheduler.bogus: unknown key 'bogus'")
     assert len(res.lines) == 2 and "required key is missing" not in res.err  # name, nodelist: the child's
     doc = json.loads(ck("sites", "validate", "--json", str(bad)).out)
-    assert doc == [{"schema_version": 1, "path": str(bad), "valid": False, "partial": True, "errors": doc[0]["errors"]}]
+    assert doc == [{"schema_version": 2, "path": str(bad), "valid": False, "partial": True, "errors": doc[0]["errors"]}]
     assert len(doc[0]["errors"]) == 2
 
 

@@ -240,7 +240,7 @@ def test_cancel_now_skips_the_grace_time(cli: CK) -> None:
                  and all("up" in p.read_text() for p in (run_dir / "logs").glob("*.rank*.out")), what="both ranks up")
     out = cli("cancel", job, "--now", "--json")
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"schema_version": 1, "job": f"testbed:{job}", "cancelled": True,
+    assert json.loads(out.stdout) == {"schema_version": 2, "job": f"testbed:{job}", "cancelled": True,
                                       "state_before": "RUNNING", "grace_waited_s": None}
     cli.wait_for(job, lambda s: s["state"] == "CANCELLED", timeout=30)
     ranks = "".join(p.read_text() for p in (run_dir / "logs").glob("*.rank*.out"))

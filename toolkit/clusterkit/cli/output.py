@@ -47,8 +47,9 @@ def err() -> Console:
 
 
 #: The version of the shape of every command's ``--json`` output; raised when a key changes
-#: meaning or goes away (a new key does not raise it).
-SCHEMA_VERSION = 1
+#: meaning or goes away (a new key does not raise it).  2: ``status --json`` without JOB prints
+#: the latest job's document (the table of recent jobs, ``{"jobs": [...]}``, is ``status --all --json``).
+SCHEMA_VERSION = 2
 
 
 def versioned(data: Any) -> Any:
