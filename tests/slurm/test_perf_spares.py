@@ -123,6 +123,12 @@ def test_the_spare_replaces_the_node_with_a_slow_link(cli: CK, tmp_path: Path) -
     assert re.search(r"dropped: node3 \(slow: .*all-reduce with every peer low.*busbw_inter_gbps", text.out), text.out
     doctor = cli("doctor", job, timeout=120)
     assert re.search(r"  dropped before launch: node3 \(slow: .*busbw_inter_gbps", doctor.out), doctor.out
+    # and the next job keeps node3 out
+    again = cli("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "4", "--gpus-per-node", "1",
+                "--launcher", "torchrun", "--exclude-from", job, "--out", str(cli.runs / "again"), "--dry-run",
+                "--", "python", "examples/allreduce.py")
+    assert again.code == 0, again.err
+    assert "#SBATCH --exclude=node3\n" in (cli.runs / "again" / "job.sbatch").read_text()
 
 
 def test_two_nodes_below_par_with_one_spare_ends_before_training(cli: CK, tmp_path: Path) -> None:
