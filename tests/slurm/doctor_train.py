@@ -9,6 +9,9 @@ ways training jobs really fail, so that doctor's verdict is checked against real
   --needs-module M      import M from a per-node site directory (--node-site DIR/<hostname>),
                         as when a package is installed on some nodes only
   --steps N --step-s S  how long it trains
+  --pg-timeout-s T      gloo's timeout for a collective (60 s by default)
+  --trap-term           on SIGTERM, save the checkpoint after the step in progress and exit 143,
+                        as a preemptible trainer does
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
 import socket
 import sys
 import time
@@ -31,7 +35,16 @@ def parse() -> argparse.Namespace:
     p.add_argument("--needs-module")
     p.add_argument("--node-site")
     p.add_argument("--ckpt")
+    p.add_argument("--pg-timeout-s", type=float, default=60)
+    p.add_argument("--trap-term", action="store_true")
     return p.parse_args()
+
+
+TERM: list[int] = []
+
+
+def _on_term(signum: int, frame: object) -> None:
+    TERM.append(signum)
 
 
 def say(line: str) -> None:
@@ -61,7 +74,9 @@ def main() -> int:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    if args.trap_term:
+        signal.signal(signal.SIGTERM, _on_term)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.pg_timeout_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(16, 1))
@@ -86,6 +101,9 @@ def main() -> int:
         if rank == 0 and args.ckpt:
             torch.save({"step": step + 1, "model": model.module.state_dict()}, args.ckpt + ".tmp")
             os.replace(args.ckpt + ".tmp", args.ckpt)
+        if TERM:
+            say(f"rank {rank} got SIGTERM after step {step}: checkpoint saved, exiting")
+            return 143
         time.sleep(args.step_s)
     dist.barrier()
     dist.destroy_process_group()
