@@ -81,6 +81,8 @@ def test_recorded_healthy_run_is_all_ok() -> None:
     assert [len(r) for r in report.pairings] == [2, 2, 2]
     assert all(n.checksum_match for n in report.nodes)
     assert report.backend == "gloo" and report.startup_s and report.measure_s
+    assert report.import_s and report.init_s and report.import_s <= report.startup_s
+    assert report.to_dict()["perf"]["init_s"] == report.init_s
 
 
 def test_recorded_limited_link_names_node3_only() -> None:
