@@ -11,14 +11,15 @@ per node) and prints figures only; nothing is asserted.
    to what users would run instead at the same scale: one bare ``srun hostname`` step (Slurm's
    own launch cost) and one ``srun python -c 'import torch'`` (the import alone).
 2. One link slowed: node3's traffic to node4 only (``tc`` htb class + u32 filter on node3's
-   interface; its other traffic leaves unshaped), at fractions of the pair's bandwidth measured
-   unthrottled.  For each fraction: that pair's figure over the median of all pairs, the lowest
-   other pair, and whether the check named exactly node3<->node4 (a pair of round 1) as a slow
-   link (and nothing else) at the site's slow_ratio, in every repeat.
+   interface; its other traffic leaves unshaped), at fractions of the median pair's bandwidth
+   measured unthrottled (the others' bandwidth).  For each fraction: that pair's figure over
+   the median of all pairs, the lowest other pair, and whether the check named exactly
+   node3<->node4 (a pair of round 1) as a slow link (and nothing else) at the site's
+   slow_ratio, in every repeat.
 3. An estimate for 512 nodes from part 1's figures, part by part, with what it assumes.
 
-``--capture DIR``: also save the raw figure lines of one healthy, one slowed-node and one
-CPU-limited run (the unit tests' recorded figures come from these).
+``--capture DIR``: also save the raw figure lines of one healthy, one slowed-node, one
+slowed-link and one CPU-limited run (the unit tests' recorded figures come from these).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def start_testbed() -> tuple[Path, dict[str, str], dict[str, str]]:
     for line in (lab / "testbed.env").read_text().splitlines():
         words = line.split()
         if words[:1] == ["export"]:
-            exports.update(w.split("=", 1) for w in words[1:] if "=" in w)
+            exports.update(dict(w.split("=", 1) for w in words[1:] if "=" in w))
     return lab, env, exports
 
 
@@ -239,12 +240,16 @@ def estimate_512(rows: list[dict[str, float]], nodes: int = 512, gpus_per_node: 
 
 def bench_slow_link(env: dict[str, str], site: Path, exports: dict[str, str], fractions: list[float], repeat: int,
                     ratio: float) -> None:
-    _, base = run_check(env, site, "node[1-5]")
-    pairs = pair_figures(base)
-    ref = statistics.median(pairs.values())
+    medians, lowest = [], []
+    for _ in range(repeat):   # the others' bandwidth: the median pair of unthrottled runs
+        figs = pair_figures(run_check(env, site, "node[1-5]")[1])
+        medians.append(statistics.median(figs.values()))
+        lowest.append(min(figs.values()) / medians[-1])
+    ref = statistics.median(medians)
     target = ("node3", "node4")
-    print(f"\n2. one link slowed (node3 -> node4 only), unthrottled pairs: median {ref:.2f} Gbit/s, "
-          f"lowest {min(pairs.values()) / ref:.2f} x median; site slow_ratio {ratio:g}")
+    print(f"\n2. one link slowed (node3 -> node4 only) to a fraction of the median pair unthrottled "
+          f"({ref:.2f} Gbit/s, median of {repeat} runs; lowest pair {' '.join(f'{x:.2f}' for x in lowest)} x median); "
+          f"site slow_ratio {ratio:g}")
     print(f"   {'fraction':>8} {'htb Mbit/s':>10} {'node3-4 / median':>17} {'lowest other / median':>22} "
           f"{'named node3<->node4 only':>25} {'(pair below slow_ratio)':>24}")
     said = can_slow_link(exports)
@@ -252,8 +257,9 @@ def bench_slow_link(env: dict[str, str], site: Path, exports: dict[str, str], fr
         print(f"   not measured: one link cannot be slowed here (tc: {said})")
         return
     for f in fractions:
-        mbit = f * pairs.get(target, ref) * 1000
+        mbit = f * ref * 1000
         seen, others, hits, below = [], [], 0, 0
+        notes: list[str] = []
         for _ in range(repeat):
             with slow_link(exports, "node3", exports["SLURMLAB_ADDR_node4"], mbit):
                 _, rep = run_check(env, site, "node[1-5]")
@@ -265,12 +271,19 @@ def bench_slow_link(env: dict[str, str], site: Path, exports: dict[str, str], fr
             bad = [n["host"] for n in rep["nodes"] if n["status"] != "ok"]
             hits += named == [target] and not bad
             below += seen[-1] < ratio
+            if named != [target] or bad:
+                flagged = [f"{n['host']} {n['status']} ({', '.join(c['check'] for c in n['checks'])})"
+                           for n in rep["nodes"] if n["status"] != "ok"]
+                notes.append(f"{f:.2f}: named links {['<->'.join(x) for x in named] or 'none'}, "
+                             f"nodes not ok: {', '.join(flagged) or 'none'}")
         print(f"   {f:>8.2f} {mbit:>10.0f} {' '.join(f'{x:.2f}' for x in seen):>17} "
               f"{' '.join(f'{x:.2f}' for x in others):>22} {f'{hits} of {repeat}':>25} {f'({below} of {repeat})':>24}")
+        for line in notes:
+            print(f"            not exactly node3<->node4 at {line}")
 
 
 def capture(env: dict[str, str], site_path: Path, exports: dict[str, str], out: Path, which: set[str]) -> None:
-    """Raw figure lines of three runs, for the unit tests (one srun step each, as the CLI runs it)."""
+    """Raw figure lines of four runs, for the unit tests (one srun step each, as the CLI runs it)."""
     site = load_site(str(site_path))
     hosts = [f"node{i}" for i in range(1, NODES + 1)]
     import torch
@@ -292,6 +305,10 @@ def capture(env: dict[str, str], site_path: Path, exports: dict[str, str], out: 
     if "node3" in which:
         with _tbf(exports, "node3", 100):
             one("node3-link-100mbit", "node3's interface limited to 100 Mbit/s (tc tbf)")
+    if "link" in which:
+        with slow_link(exports, "node3", exports["SLURMLAB_ADDR_node4"], 500):
+            one("node3-node4-link-500mbit", "node3's traffic to node4 only limited to 500 Mbit/s (tc htb class, "
+                                            "u32 filter)")
     cg = exports.get("SLURMLAB_CGROUP_node2")
     if cg and "node2" in which:
         with _cpu(Path(cg), 5):
@@ -334,8 +351,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--fractions", default="0.2,0.4,0.5,0.6,0.7,0.8")
     ap.add_argument("--slow-ratio", type=float, default=0.5, help="the bench site's perf.slow_ratio")
-    ap.add_argument("--capture", type=Path, help="also save raw figure lines of three runs here")
-    ap.add_argument("--captures", default="healthy,node3,node2", help="which of the three")
+    ap.add_argument("--capture", type=Path, help="also save raw figure lines of four runs here")
+    ap.add_argument("--captures", default="healthy,node3,link,node2", help="which of the four")
     ap.add_argument("--only", choices=["scaling", "link", "capture", "example", "example-link"],
                     help="example: the plain output of one check with node3's interface limited to 100 Mbit/s; "
                          "example-link: with node3's traffic to node4 only limited to 500 Mbit/s (the README's)")
@@ -348,11 +365,12 @@ def main() -> None:
     env = login_env(lab, exports)
     env["CLUSTERKIT_STATE_DIR"] = str(work / "state")
     try:
-        if args.only in (None, "scaling"):
-            estimate_512(bench_scaling(env, site, args.repeat))
+        rows = bench_scaling(env, site, args.repeat) if args.only in (None, "scaling") else []
         if args.only in (None, "link"):
             bench_slow_link(env, site, exports, [float(x) for x in args.fractions.split(",")], args.repeat,
                             args.slow_ratio)
+        if rows:
+            estimate_512(rows)
         if args.only in ("example", "example-link"):
             fault = (_tbf(exports, "node3", 100) if args.only == "example"
                      else slow_link(exports, "node3", exports["SLURMLAB_ADDR_node4"], 500))
