@@ -1,7 +1,8 @@
 """``preflight --perf``'s reading and judging, on figure lines recorded from the 5-node testbed
 (tests/data/captures/perf, written by ``bench/perf_preflight.py --capture``): the healthy run,
-node3's link limited, node2's CPU limited.  Cases the testbed cannot make for real (a wrong
-checksum, one slow link, a task that died) change one recorded line, and say which."""
+node3's link limited, node3's traffic to node4 only limited, node2's CPU limited.  Cases the
+testbed cannot make for real (a wrong checksum, a task that died) change one recorded line,
+and say which."""
 
 from __future__ import annotations
 
@@ -81,6 +82,8 @@ def test_recorded_healthy_run_is_all_ok() -> None:
     assert [len(r) for r in report.pairings] == [2, 2, 2]
     assert all(n.checksum_match for n in report.nodes)
     assert report.backend == "gloo" and report.startup_s and report.measure_s
+    assert report.import_s and report.init_s and report.import_s <= report.startup_s
+    assert report.to_dict()["perf"]["init_s"] == report.init_s
 
 
 def test_recorded_limited_link_names_node3_only() -> None:
@@ -109,6 +112,18 @@ def test_one_changed_checksum_is_wrong_result_on_that_node() -> None:
         lines, m, lambda ev: ev["ev"] == "gemm" and ev["host"] == "node4", lambda ev: {**ev, "checksum": "1"}))
     assert _status(report) == {**dict.fromkeys(HOSTS, "ok"), "node4": "wrong-result"}
     assert report.nodes[3].checksum_match is False and "majority" in report.nodes[3].reason
+
+
+def test_recorded_slowed_link_names_that_link_only() -> None:
+    """node3's traffic to node4 only through a 500 Mbit/s htb class: node3-node4 (round 1) is low,
+    node3's and node4's other pairs are not, so it is a slow link and no node is slow."""
+    report = _judge("node3-node4-link-500mbit")
+    assert _status(report) == dict.fromkeys(HOSTS, "ok")
+    assert [(sorted(link["nodes"]), link["round"]) for link in report.slow_links] == [(["node3", "node4"], 1)]
+    node3 = next(n for n in report.nodes if n.host == "node3")
+    low = [p["peer"] for p in node3.busbw_inter_gbps if p["gbps"] < report.slow_links[0]["floor"]]
+    assert low == ["node4"] and len(node3.busbw_inter_gbps) == 3
+    assert int(report.exit_code()) == 1
 
 
 def test_one_low_pair_is_a_slow_link_naming_both_ends() -> None:

@@ -1,11 +1,15 @@
 """``clusterkit preflight --perf`` on a 5-node testbed, with real faults: node3's link limited
-with ``tc ... tbf`` in its network namespace, node2's CPU limited through its cgroup.  The
+with ``tc ... tbf`` in its network namespace, node3's traffic to node4 only limited (an htb
+class and a u32 filter), node2's CPU limited through its cgroup.  The
 measurement is the real one: torch.distributed with gloo, one task per node, over the
 testbed's veth links."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +79,41 @@ def test_node_with_a_slow_link_is_named_and_no_other(ck: CLI, testbed5: Testbed,
     assert "all-reduce with every peer low" in node3["reason"], node3
     assert report["slow_links"] == []  # node3's pairs are explained by node3
     assert report["failed"] == "node3"
+
+
+@contextmanager
+def _one_link(bed: Testbed, node: str, peer: str, rate: str) -> Iterator[None]:
+    """``node``'s packets to ``peer`` only through an htb class of ``rate``; its other traffic is
+    unclassified and leaves unshaped (htb without a default class).  htb + u32, not prio + tbf:
+    this kernel has no sch_prio."""
+    tc = ["ip", "netns", "exec", bed.netns(node), "tc"]
+    dev = bed.iface(node)
+    try:
+        for argv in ([*tc, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb"],
+                     [*tc, "class", "add", "dev", dev, "parent", "1:", "classid", "1:20", "htb", "rate", rate,
+                      "ceil", rate, "burst", "64kb", "cburst", "64kb"],
+                     [*tc, "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+                      "match", "ip", "dst", f"{bed.addr(peer)}/32", "flowid", "1:20"]):
+            subprocess.run(argv, check=True, capture_output=True, timeout=10)
+        yield
+    finally:
+        subprocess.run([*tc, "qdisc", "del", "dev", dev, "root"], capture_output=True, timeout=10)
+
+
+def test_one_slowed_link_is_named_with_both_ends_and_no_node(ck: CLI, testbed5: Testbed, tmp_path: Path) -> None:
+    """node3 -> node4 at 500 Mbit/s, a fifth of the pairs' usual figure here: node3-node4 (a pair of
+    round 1) is low, node3's and node4's other pairs are not, so neither node is slow on the
+    network; the check names the link."""
+    testbed5.wait_idle()
+    with _one_link(testbed5, "node3", "node4", "500mbit"):
+        code, report, err = _perf(ck, testbed5, tmp_path)
+    assert code == 1, json.dumps(report, indent=1) + err
+    assert [(sorted(link["nodes"]), link["round"]) for link in report["slow_links"]] == [(["node3", "node4"], 1)], \
+        report
+    assert not [n["host"] for n in report["nodes"] if any(c["check"] == "perf.inter" for c in n["checks"])], report
+    node3 = next(n for n in report["nodes"] if n["host"] == "node3")
+    floor = report["slow_links"][0]["floor"]
+    assert [p["peer"] for p in node3["busbw_inter_gbps"] if p["gbps"] < floor] == ["node4"], node3
 
 
 def test_node_with_a_limited_cpu_fails_the_compute_check(ck: CLI, testbed5: Testbed, tmp_path: Path) -> None:

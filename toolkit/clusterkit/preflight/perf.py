@@ -255,6 +255,8 @@ class PerfReport:
     elapsed_s: float = 0.0
     startup_s: float | None = None   # imports and process-group set-up, the slowest task
     measure_s: float | None = None   # the measurement, the slowest task
+    import_s: float | None = None    # of start-up: the imports (Python start to torch), the slowest task
+    init_s: float | None = None      # of start-up: process group, groups, first barrier, the slowest task
     interrupted: bool = False
 
     def counts(self) -> dict[str, int]:
@@ -297,7 +299,8 @@ class PerfReport:
                        {"check": "perf.inter", "what": "all-reduce busbw of node pairs per pairing, Gbit/s"}],
             "slow_links": list(self.slow_links),
             "perf": {"backend": self.backend, "pairings": self.pairings, "busbw_world_gbps": self.busbw_world_gbps,
-                     "medians": dict(self.medians), "startup_s": self.startup_s, "measure_s": self.measure_s},
+                     "medians": dict(self.medians), "startup_s": self.startup_s, "measure_s": self.measure_s,
+                     "import_s": self.import_s, "init_s": self.init_s},
             "nodes": [n.to_dict() for n in self.nodes],
         }
 
@@ -327,6 +330,8 @@ def judge(hosts: Sequence[str], events: Sequence[dict[str, Any]], limits: Limits
     if inits:
         report.backend = str(inits[0]["backend"])
         report.startup_s = max(float(e["import_s"]) + float(e["init_s"]) for e in inits)
+        report.import_s = max(float(e["import_s"]) for e in inits)
+        report.init_s = max(float(e["init_s"]) for e in inits)
     dones = [e for evs in by_rank.values() for e in evs.get("done", [])]
     if dones:
         report.measure_s = max(float(e["measure_s"]) for e in dones)
