@@ -129,3 +129,40 @@ TWO_GROUPS = """\
 [rank4]:[E1206 18:44:16.997991020 ProcessGroupNCCL.cpp:1515] [PG 1 Rank 4] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7753, OpType=_REDUCE_SCATTER_BASE, NumelIn=544997376, NumelOut=68124672, Timeout(ms)=600000) ran for 600003 milliseconds before timing out.
 [rank6]:[E1206 18:44:17.101000000 ProcessGroupNCCL.cpp:1515] [PG 1 Rank 6] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7752, OpType=_REDUCE_SCATTER_BASE, NumelIn=544997376, NumelOut=68124672, Timeout(ms)=600000) ran for 600003 milliseconds before timing out.
 """
+
+
+# A 4-node torchrun job (torch 2.14.1, gloo) on the Slurm testbed whose node4 lost its link for
+# 75 s (``ip link set eth0 down`` in its namespace): every rank's all-reduce timed out, rank 0's
+# agent on node1 (the rendezvous store's host) ended, and the other agents lost the store.  Whole
+# lines of the job's own logs, in their order; the Python tracebacks between them left out.
+# node3's agent saw the store's connection closed by the other end: a consequence.  node4's saw
+# the store stop answering (``waitForInput ... timed out``): the node whose network failed.
+LINK_CUT_NODE1 = """\
+[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 20000ms for send operation to complete
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-02_15:46:53
+  host      : node1
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 31650)\x20
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+LINK_CUT_NODE3 = """\
+[rank2]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 20000ms for recv operation to complete
+[W1202 15:46:53.477872811 TCPStore.cpp:115] [c10d] recvVector failed on SocketImpl(fd=4, addr=[1024:417e:597f:0:f762:c93b:5a7f:0]:32321, remote=[d02b:a5d8:fc7f:0:750:c93b:5a7f:0]:3179): Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?
+W1202 15:46:53.641000 31608 site-packages/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1346] The node 'node3_31608_0' has failed to send a keep-alive heartbeat to the rendezvous '22777003' due to an error of type RendezvousConnectionError.
+[W1202 15:46:53.540921822 TCPStore.cpp:106] [c10d] sendBytes failed on SocketImpl(fd=4, addr=[f035:a5d8:fc7f:0:8581:db3b:5a7f:0]:55461, remote=[d02b:a5d8:fc7f:0:750:c93b:5a7f:0]:3179): Broken pipe
+torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.
+"""
+
+LINK_CUT_NODE4 = """\
+[rank3]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 20000ms for recv operation to complete
+[W1202 15:47:29.468120178 socket.cpp:469] [c10d] waitForInput: poll for socket SocketImpl(fd=4, addr=[ac4b:4279:17f:0:506a:4279:17f:0]:58759, remote=[50ed:87e5:fc7f:0:750:4979:17f:0]:1594) returned 0, likely a timeout
+[W1202 15:47:29.468204423 socket.cpp:494] [c10d] waitForInput: socket SocketImpl(fd=4, addr=[ac4b:4279:17f:0:506a:4279:17f:0]:58759, remote=[50ed:87e5:fc7f:0:750:4979:17f:0]:1594) timed out after 60000ms
+[W1202 15:47:52.120667885 TCPStore.cpp:125] [c10d] recvValue failed on SocketImpl(fd=4, addr=[40f1:87e5:fc7f:0:cd:150f:18d8:746f]:58759, remote=[50ed:87e5:fc7f:0:750:4979:17f:0]:1594): Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?
+W1202 15:47:52.284000 31606 site-packages/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1346] The node 'node4_31606_0' has failed to send a keep-alive heartbeat to the rendezvous '22777003' due to an error of type RendezvousConnectionError.
+torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.
+"""

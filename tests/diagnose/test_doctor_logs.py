@@ -62,6 +62,25 @@ def test_cascade_is_counted_never_the_cause(ck, tmp_path: Path) -> None:
     assert rep["verdict"]["category"] == "nccl-network"
 
 
+def test_the_store_closing_is_a_consequence_its_timeout_names_the_node(ck, tmp_path: Path) -> None:
+    """A rendezvous error after the store's connection was closed by the other end (its host's
+    agent ended) is a consequence; the node whose store connection timed out is the cause, though
+    node3's error came first."""
+    files = {"logs/22777003.r0.node1.out": captured.LINK_CUT_NODE1,
+             "logs/22777003.r0.node3.out": captured.LINK_CUT_NODE3,
+             "logs/22777003.r0.node4.out": captured.LINK_CUT_NODE4}
+    code, rep = _doctor(ck, tmp_path, files)
+    v = rep["verdict"]
+    assert code == 1 and (v["category"], v["node"]) == ("rendezvous", "node4"), v
+    assert "waitForInput" in v["evidence"][0] and v["time"].startswith("2026-12-02T15:47:29"), v
+    # without node4's log nothing names the cause, and node3, which only lost the store, is not blamed
+    del files["logs/22777003.r0.node4.out"]
+    (tmp_path / "logs" / "22777003.r0.node4.out").unlink()
+    _code, rep = _doctor(ck, tmp_path, files)
+    v = rep["verdict"]
+    assert (v["category"], v["node"], v["rank"]) == ("unknown", "node1", 0), v
+
+
 def test_only_timeouts_name_the_rank_that_is_behind(ck, tmp_path: Path) -> None:
     code, rep = _doctor(ck, tmp_path, {"logs/9007.r0.gpu002.out": captured.NCCL_TIMEOUT_ONLY})
     v = rep["verdict"]

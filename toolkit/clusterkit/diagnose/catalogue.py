@@ -54,6 +54,14 @@ def _fam(category: str, name: str, example: str, source: str, *patterns: str, ca
 
 
 _GENERIC = r"(?:Error|Exception)(?::|$)"
+# c10d's store client waited for an answer that never came: the store's host is up (it would
+# close the connection when its process ends) but unreachable from this node
+STORE_TIMEOUT = r"\[c10d\] waitForInput: socket\b.{0,300}\btimed out after \d+ms"
+_STORE_TIMEOUT = re.compile(STORE_TIMEOUT)
+
+
+def is_store_timeout(text: str) -> bool:
+    return _STORE_TIMEOUT.search(text) is not None
 
 # Order matters: the first family a line matches decides its category.  Sources are GitHub
 # issues and pull requests (owner/repo#N), where the example line was posted; none is a log of
@@ -229,6 +237,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"\*\*\* STEP \S+ ON \S+ CANCELLED AT", r"srun: error: Timed out waiting for job step",
          cascade="srun-terminated"),
     # rendezvous after the cascades: a closed rendezvous is another agent giving up
+    _fam("rendezvous", "the rendezvous store stopped answering (the network to it, not its host ending)",
+         "[rank1]:[W623 15:37:01.824135523 socket.cpp:485] [c10d] waitForInput: socket SocketImpl(fd=100, "
+         "addr=[node-0.company.net]:43590, remote=[node-0.company.net]:20000) timed out after 1800000ms",
+         "sgl-project/sglang#7478",
+         STORE_TIMEOUT),
     _fam("rendezvous", "the launcher could not reach its rendezvous store",
          "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has "
          "failed. See inner exception for details.", "pytorch/pytorch#107021",
@@ -330,6 +343,7 @@ ADVICE = {
     ],
     "rendezvous": [
         "the rendezvous host is the first node of the allocation: check it with clusterkit preflight --nodelist NODE",
+        "a node whose store connection timed out (waitForInput) lost its network: check that node's link the same way",
         "a firewall or a wrong NCCL_SOCKET_IFNAME/network.socket_ifname makes the endpoint unreachable",
     ],
     "port-in-use": [

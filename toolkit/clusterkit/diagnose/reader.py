@@ -36,6 +36,7 @@ FILE_MAX_BYTES = 4 << 30
 MAX_FINDINGS = 200          # per file and category: more only adds to the counts
 MAX_TEXT = 400              # characters of a line kept as evidence
 BLOCK_BYTES = 2048          # torchrun's Root Cause block fits in this
+_KEEP_CASCADE = {"nccl-timeout": MAX_FINDINGS, "srun-terminated": MAX_FINDINGS, "connection-reset": 1}
 _BACK_LINES = 64            # how far up to look for the time of a line that has none
 
 # the fields of a Root Cause entry, also as pasted copies mangle them ("rank2 (local rank: 2)exitcode: -9")
@@ -341,7 +342,10 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
         scan.cascade[key] += 1
         if rank is not None:
             scan.cascade_ranks.setdefault(key, set()).add(rank)
-        if sig.cascade not in ("nccl-timeout", "srun-terminated") or scan.kept[key] >= MAX_FINDINGS:
+        # watchdog timeouts and srun's terminations locate the rank behind; the first closed
+        # connection of a file tells a rendezvous error that follows it from a cause (verdict)
+        keep = _KEEP_CASCADE.get(sig.cascade, 0)
+        if scan.kept[key] >= keep:
             return
         scan.kept[key] += 1
     else:

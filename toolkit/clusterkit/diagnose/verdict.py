@@ -157,8 +157,24 @@ def _root_cause_for(att: Attempt) -> RootCause | None:
     return causes[0] if causes else None
 
 
+def _after_store_closed(att: Attempt) -> set[int]:
+    """The rendezvous errors (by id) that follow, in their own log, the store's connection being
+    closed by the other end: the store's host ended (torchrun's agent on the first node exits
+    once its worker failed) and this agent is a consequence.  A store that stopped answering
+    (``waitForInput ... timed out``: up but unreachable from this node) is a cause."""
+    closed: dict[str, int] = {}
+    for f in att.findings:
+        if f.cascade == "connection-reset":
+            closed[f.path] = min(closed.get(f.path, f.lineno), f.lineno)
+    return {id(f) for f in att.findings
+            if f.category == "rendezvous" and not f.cascade and f.path in closed
+            and closed[f.path] < f.lineno and not catalogue.is_store_timeout(f.text)}
+
+
 def _first_failure(att: Attempt) -> dict[str, Any] | None:
-    causes = sorted((f for f in att.findings if not f.cascade and not f.slurm), key=_key)
+    consequences = _after_store_closed(att)
+    causes = sorted((f for f in att.findings if not f.cascade and not f.slurm and id(f) not in consequences),
+                    key=_key)
     root = _root_cause_for(att)
     if not causes:
         if root is None:
