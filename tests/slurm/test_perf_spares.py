@@ -22,10 +22,10 @@ import yaml
 
 from .conftest import CK, REPO, Testbed
 from .test_network_faults import _cpu_quota, _tc
+from .test_spares import RANK_LINE, _job_id, _logs
 
 pytest.importorskip("torch", reason="the perf check and examples/allreduce.py need torch (CPU build)")
 
-RANK_LINE = re.compile(r"^allreduce rank (\d+)/(\d+) on (\S+): sum=(\d+) expected=(\d+) ok$", re.M)
 # the perf settings of tests/slurm/test_perf_preflight.py: the check takes seconds, not a minute
 PERF = {"backend": "gloo", "gemm_n": 512, "gemm_iters": 4, "inter_message_mb": 4, "warmup": 1, "iters": 6,
         "slow_ratio": 0.5, "timeout_s": 240}
@@ -59,16 +59,6 @@ def _submit(cli: CK, site: Path, run_dir: Path, *args: str):  # type: ignore[no-
     return cli("submit", "--site", str(site), "--stage", "multi-node", "--gpus-per-node", "1",
                "--launcher", "torchrun", "--nodes", "4", "--spares", "1", "--set", "preflight_in_job=perf",
                *args, "--out", str(run_dir), "--wait", "--", "python", "examples/allreduce.py", timeout=400)
-
-
-def _job_id(out: str) -> str:
-    m = re.search(r"Submitted job (\d+)", out)
-    assert m, out
-    return m.group(1)
-
-
-def _logs(run_dir: Path) -> str:
-    return "".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob("*.out")))
 
 
 def _wait_for(pred: Callable[[], bool], what: str, run_dir: Path, timeout: float = 240) -> None:
