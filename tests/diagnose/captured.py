@@ -166,3 +166,28 @@ LINK_CUT_NODE4 = """\
 W1202 15:47:52.284000 31606 site-packages/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1346] The node 'node4_31606_0' has failed to send a keep-alive heartbeat to the rendezvous '22777003' due to an error of type RendezvousConnectionError.
 torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.
 """
+
+
+# The same test run again: node4's agent made no store request while its link was down, so it
+# printed no timeout; it heard the store close only when its link came back, a minute after
+# rank 0 failed (node1's Root Cause), and node2's and node3's agents ended without an error.
+LINK_CUT_LATE_NODE1 = """\
+[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 20000ms for send operation to complete
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-02_16:57:29
+  host      : node1
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 18428)\x20
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================
+"""
+
+LINK_CUT_LATE_NODE4 = """\
+[rank3]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 20000ms for recv operation to complete
+[W1202 16:58:29.433794199 TCPStore.cpp:115] [c10d] recvVector failed on SocketImpl(fd=4, addr=[1024:4122:807f:0:f762:c9df:807f:0]:8769, remote=[c04f:c794:ff7f:0:750:c9df:807f:0]:28219): Failed to recv, got 0 bytes. Connection was likely closed. Did the remote server shutdown or crash?
+W1202 16:58:29.589000 18395 site-packages/torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1346] The node 'node4_18395_0' has failed to send a keep-alive heartbeat to the rendezvous '23490003' due to an error of type RendezvousConnectionError.
+[W1202 16:58:29.438502131 TCPStore.cpp:106] [c10d] sendBytes failed on SocketImpl(fd=4, addr=[a051:c794:ff7f:0:5f:89c4:924:8180]:38087, remote=[c04f:c794:ff7f:0:750:c9df:807f:0]:28219): Broken pipe
+torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.
+"""

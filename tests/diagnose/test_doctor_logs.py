@@ -81,6 +81,14 @@ def test_the_store_closing_is_a_consequence_its_timeout_names_the_node(ck, tmp_p
     assert (v["category"], v["node"], v["rank"]) == ("unknown", "node1", 0), v
 
 
+def test_a_node_that_hears_the_store_close_a_minute_late_is_the_cause(ck, tmp_path: Path) -> None:
+    """node4 heard the store close 60 s after rank 0 failed: it could not hear it sooner."""
+    code, rep = _doctor(ck, tmp_path, {"logs/23490003.r0.node1.out": captured.LINK_CUT_LATE_NODE1,
+                                       "logs/23490003.r0.node4.out": captured.LINK_CUT_LATE_NODE4})
+    v = rep["verdict"]
+    assert code == 1 and (v["category"], v["node"]) == ("rendezvous", "node4"), v
+
+
 def test_only_timeouts_name_the_rank_that_is_behind(ck, tmp_path: Path) -> None:
     code, rep = _doctor(ck, tmp_path, {"logs/9007.r0.gpu002.out": captured.NCCL_TIMEOUT_ONLY})
     v = rep["verdict"]

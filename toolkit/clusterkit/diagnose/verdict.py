@@ -157,14 +157,22 @@ def _root_cause_for(att: Attempt) -> RootCause | None:
     return causes[0] if causes else None
 
 
+# how soon after the first failing worker (torchrun's Root Cause) a node hears its store close
+STORE_CLOSED_WITHIN_S = 5.0
+
+
 def _after_store_closed(att: Attempt) -> set[int]:
     """The rendezvous errors (by id) that follow, in their own log, the store's connection being
-    closed by the other end: the store's host ended (torchrun's agent on the first node exits
-    once its worker failed) and this agent is a consequence.  A store that stopped answering
-    (``waitForInput ... timed out``: up but unreachable from this node) is a cause."""
+    closed by the other end as the first failing worker's agent ended (within
+    ``STORE_CLOSED_WITHIN_S`` of torchrun's Root Cause): that agent hosted the store, and this
+    one is a consequence.  A node that heard the close only much later could not hear it sooner
+    (its network), and a store that stopped answering (``waitForInput ... timed out``) is a cause."""
+    root = _root_cause_for(att)
+    if root is None or root.time is None:
+        return set()
     closed: dict[str, int] = {}
     for f in att.findings:
-        if f.cascade == "connection-reset":
+        if f.cascade == "connection-reset" and f.time is not None and f.time <= root.time + STORE_CLOSED_WITHIN_S:
             closed[f.path] = min(closed.get(f.path, f.lineno), f.lineno)
     return {id(f) for f in att.findings
             if f.category == "rendezvous" and not f.cascade and f.path in closed
