@@ -60,3 +60,20 @@ def test_failed_with_exit_code_zero_takes_the_result_files_code(tmp_path: Path) 
     assert (zero.state, zero.exit_code) == (JobState.FAILED, 3)
     assert (killed.exit_code, killed.signal) == (0, 9)
     assert given.exit_code == 2
+
+
+def test_an_array_task_preempted_then_ended_by_its_script_is_that_end(tmp_path: Path) -> None:
+    """The same rule for a task of a job array (``ARRAYJOB_TASK``, its own result file): found on
+    Slurm 24.11, where sacct lists a preempted task that was run again and then completed as
+    PREEMPTED, and ``status 4242_1`` kept saying PREEMPTED."""
+    from clusterkit.scheduler.arrays import array_status, task_status
+
+    rec = _rec(tmp_path, "4242").model_copy(update={"plan": {"array": {"indices": [0, 1, 2]}}})
+    (tmp_path / "4242_1.result").write_text("0\n")
+    seen = {0: JobStatus(state=JobState.RUNNING, source="squeue"),
+            1: JobStatus(state=JobState.PREEMPTED, restarts=1, nodes="node[3-4]", source="sacct"),
+            2: JobStatus(state=JobState.PREEMPTED, restarts=0, source="sacct")}
+    one = task_status(rec, 1, seen)
+    assert (one.state, one.exit_code, one.restarts, one.nodes) == (JobState.COMPLETED, 0, 1, "node[3-4]")
+    assert task_status(rec, 2, seen).state == JobState.PREEMPTED   # no result file: Slurm's word
+    assert array_status(rec, seen).reason == "1 COMPLETED, 1 PREEMPTED, 1 RUNNING"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import NoJobRecord, SlurmUnreachable
-from clusterkit.scheduler.base import JobStatus, cached_status, status_from_result
+from clusterkit.scheduler.base import JobStatus, cached_status, preempted_then_ended, status_from_result
 from clusterkit.scheduler.records import read_result_file, result_file
 from clusterkit.scheduler.slurm_tables import SQUEUE_FORMAT, sacct_statuses, squeue_statuses
 from clusterkit.slurmtext import last_line
@@ -131,6 +131,8 @@ def task_status(rec: JobRecord, index: int, seen: dict[int, JobStatus]) -> JobSt
             st = replace(cached_status(rec), reason=None)
         else:
             st = JobStatus(state=JobState.LOST, reason="unknown to Slurm and no result file", source="none")
+    elif (ended := preempted_then_ended(st, code, rec)) is not None:
+        st = ended
     elif st.terminal and st.exit_code is None and st.signal is None and code is not None:
         st = replace(st, exit_code=code)
     elif not st.terminal:

@@ -10,7 +10,7 @@ through this interface, never through a kind's own functions.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -65,6 +65,16 @@ def status_from_result(code: int, rec: JobRecord) -> JobStatus:
         return JobStatus(state=JobState.CANCELLED, exit_code=code, source="result-file")
     return JobStatus(state=JobState.COMPLETED if code == 0 else JobState.FAILED, exit_code=code,
                      source="result-file")
+
+
+def preempted_then_ended(st: JobStatus, code: int | None, rec: JobRecord) -> JobStatus | None:
+    """A job (or array task) Slurm calls PREEMPTED that its own script ended for good: the
+    script's end (its result file), with Slurm's restarts and nodes.  Slurm 24.05+ records a job
+    that was preempted once, requeued and later ended by its script as PREEMPTED
+    (job-endgame.sh.j2); None when that is not the case."""
+    if st.state != JobState.PREEMPTED or code is None:
+        return None
+    return replace(status_from_result(code, rec), restarts=st.restarts, nodes=st.nodes, raw=st.raw)
 
 
 def cached_status(rec: JobRecord) -> JobStatus:

@@ -37,6 +37,7 @@ from clusterkit.scheduler.base import (
     JobStatus,
     OnGrace,
     cached_status,
+    preempted_then_ended,
     status_from_result,
 )
 from clusterkit.scheduler.logs import log_files
@@ -114,10 +115,9 @@ def _slurm_status(rec: JobRecord, st: JobStatus | None) -> JobStatus:
         if code is not None:
             return status_from_result(code, rec)
         return JobStatus(state=JobState.LOST, reason="unknown to Slurm and no result file", source="none")
-    if st.state == JobState.PREEMPTED and code is not None:
-        # the job script ended the job for good (a result file): Slurm 24.05+ records a job that
-        # was preempted once and ended later by its own script as PREEMPTED (job-endgame.sh.j2)
-        return replace(status_from_result(code, rec), restarts=st.restarts, nodes=st.nodes, raw=st.raw)
+    ended = preempted_then_ended(st, code, rec)
+    if ended is not None:
+        return ended
     if st.terminal and st.signal is None and code is not None and (
             st.exit_code is None or (st.state == JobState.FAILED and st.exit_code == 0 and code != 0)):
         # Slurm has no exit code, or one that contradicts its own FAILED (an accounting record
