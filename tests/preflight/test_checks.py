@@ -405,3 +405,38 @@ def test_inline_sections_run_without_timeout_and_stay_apart(tmp_path: Path) -> N
     assert (got["c"].text.strip(), got["c"].rc) == ("three", "0")
     calls = log.read_text().splitlines()
     assert len(calls) == 1 and calls[0].startswith("-k 2 5 sh -c echo"), calls
+
+
+def test_simple_sections_run_under_timeout_without_sh(tmp_path: Path) -> None:
+    """A section that is one simple command is expanded by the script's shell and run by
+    timeout(1) itself: a path with a space and a quote stays one argument, a section that hangs
+    still ends with timeout's 124 (and the section after it that depends on it is skipped), and
+    no ``sh -c`` is started for it.  Run by dash (``sh``), as the preflight tests run the script,
+    and by bash, as the transports do; timeout(1) is logged by a stand-in wrapper as above."""
+    from clusterkit.nodes.script import Section, build_script
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "timeout.log"
+    real = shutil.which("timeout")
+    assert real is not None
+    wrapper = bindir / "timeout"  # stand-in wrapper: logs, then execs the real timeout(1)
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    odd = tmp_path / "root" / "it's a dir"
+    odd.mkdir(parents=True)
+    (odd / "f").write_text("x")
+    sections = [Section("ls", "ls -1 -- \"$CK_ROOT\"/\"it's a dir\"", 5.0, simple=True),
+                Section("hang", "sleep 30", 0.5, simple=True),
+                Section("after", "echo never", 5.0, unless_timed_out="hang", simple=True)]
+    script = build_script(sections, "t0k3n")
+    for shell in ("sh", "bash"):
+        log.write_text("")
+        env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "CLUSTERKIT_SYSROOT": str(tmp_path / "root")}
+        out = subprocess.run([shell, "-c", script], env=env, capture_output=True, text=True, timeout=60).stdout
+        got = split_sections(out, "t0k3n")
+        assert (got["ls"].text.strip(), got["ls"].rc) == ("f", "0"), (shell, out)
+        assert got["hang"].timed_out and got["hang"].rc == "124", (shell, out)
+        assert (got["after"].text, got["after"].rc) == ("skipped: section hang timed out", "skip"), (shell, out)
+        calls = log.read_text().splitlines()
+        assert calls == [f"-k 2 5 ls -1 -- {odd}", "-k 2 0.5 sleep 30"], (shell, calls)

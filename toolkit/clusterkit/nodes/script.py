@@ -2,6 +2,10 @@
 (but those that only read kernel tables, which cannot hang), and the splitting of a node's
 output back into those sections.
 
+The script is POSIX sh.  It starts as few programs as it can (on a test machine whose nodes
+share its cores, the nodes' own work is most of a large preflight's cost): a section that is
+one simple command runs under ``timeout`` directly, with no ``sh`` between.
+
 Each node runs the whole script once - one connection, one command - and its output is split
 back into sections by markers carrying a random token, so nothing a node prints can forge a
 section boundary.  Paths are read through ``${CLUSTERKIT_SYSROOT:-}`` (empty on real nodes) so
@@ -34,6 +38,9 @@ class Section:
     # Reads kernel tables only (procfs, module directories), which cannot hang: runs in a
     # subshell of the script, without timeout(1) and sh (two fewer programs started per node).
     inline: bool = False
+    # One simple command (words and redirections, no ``;``, ``&&``, ``$(...)`` or control
+    # flow): the script's shell expands it and timeout(1) runs the program itself, no sh.
+    simple: bool = False
 
 
 @dataclass(frozen=True)
@@ -56,17 +63,21 @@ class SectionOutput:
 
 _PRELUDE = r"""# clusterkit preflight: one script per node, sections delimited by markers.
 CK_ROOT=${CLUSTERKIT_SYSROOT:-}
-export CK_ROOT
+CK_HOST=${HOSTNAME:-$(uname -n)}
+export CK_ROOT CK_HOST
 ck_m=%(marker)s
 ck_section() {
     # $1 name  $2 timeout (s; 0 = runs inline)  $3 section that must not have timed out ('' = none)
-    # $4 shell text
+    # $4 shell text  $5 'x': $4 is one simple command, run by timeout(1) without sh
     printf '\n%%s BEGIN %%s\n' "$ck_m" "$1"
     if [ -n "$3" ] && eval "[ \"\${ck_rc_$3:-}\" = 124 ] || [ \"\${ck_rc_$3:-}\" = 137 ]"; then
         echo "skipped: section $3 timed out"
         ck_rc=skip
     elif [ "$2" = 0 ]; then
         (eval "$4") </dev/null 2>&1
+        ck_rc=$?
+    elif [ "${5:-}" = x ]; then
+        eval "timeout -k 2 $2 $4" </dev/null 2>&1
         ck_rc=$?
     else
         timeout -k 2 "$2" sh -c "$4" </dev/null 2>&1
@@ -96,7 +107,8 @@ def build_script(sections: Sequence[Section], token: str) -> str:
             raise ValueError(f"section name {s.name!r} must be [a-z0-9_]+")  # a bug, not user input
         after = shlex.quote(s.unless_timed_out or "")
         limit = "0" if s.inline else seconds_text(s.timeout_s)
-        lines.append(f"ck_section {s.name} {limit} {after} {shlex.quote(s.command)}")
+        direct = " x" if s.simple and not s.inline else ""
+        lines.append(f"ck_section {s.name} {limit} {after} {shlex.quote(s.command)}{direct}")
     return "\n".join(lines) + "\n"
 
 

@@ -22,7 +22,7 @@ _READ_TIMEOUT_S = 5.0
 def gpu_section(timeout_s: float) -> Section:
     """nvidia-smi's per-GPU query (:func:`~clusterkit.nodes.parsers.parse_gpu_query` reads it)."""
     fields = ",".join(D.GPU_QUERY_FIELDS)
-    return Section("gpu", f"nvidia-smi --query-gpu={fields} --format=csv,noheader", timeout_s)
+    return Section("gpu", f"nvidia-smi --query-gpu={fields} --format=csv,noheader", timeout_s, simple=True)
 
 
 def cuda_section(timeout_s: float) -> Section:
@@ -139,20 +139,21 @@ def mounts_section() -> Section:
 
 def df_section(i: int, path: str, timeout_s: float) -> Section:
     """Free space under a storage path (:func:`~clusterkit.nodes.parsers.parse_df`)."""
-    return Section(f"df_{i}", f'df -P -k -- "$CK_ROOT"{shlex.quote(path)}', timeout_s)
+    return Section(f"df_{i}", f'df -P -k -- "$CK_ROOT"{shlex.quote(path)}', timeout_s, simple=True)
 
 
 def write_section(i: int, path: str, timeout_s: float) -> Section:
     """Whether a file can be made and removed under a storage path; skipped when its df hung."""
     quoted = f'"$CK_ROOT"{shlex.quote(path)}'
-    probe = (f'f={quoted}/.clusterkit-preflight.$(uname -n).$$ && : > "$f" && rm -f -- "$f" '
+    probe = (f'f={quoted}/.clusterkit-preflight.$CK_HOST.$$ && : > "$f" && rm -f -- "$f" '
              '&& echo writable')
     return Section(f"write_{i}", probe, timeout_s, unless_timed_out=f"df_{i}")
 
 
 # /sys/class/net/<if>/type is the ARPHRD number: 1 Ethernet, 32 InfiniBand (IPoIB), 772 loopback.
-_NET = ('for d in "$CK_ROOT"/sys/class/net/*; do [ -r "$d/type" ] && '
-        'printf "%s %s %s\\n" "${d##*/}" "$(cat "$d/type")" "$(cat "$d/operstate" 2>/dev/null)"; done; true')
+_NET = ('for d in "$CK_ROOT"/sys/class/net/*; do [ -r "$d/type" ] || continue; t=; s=; '
+        'read -r t < "$d/type"; read -r s 2>/dev/null < "$d/operstate"; '
+        'printf "%s %s %s\\n" "${d##*/}" "$t" "$s"; done; true')
 
 
 def net_section() -> Section:
