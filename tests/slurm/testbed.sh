@@ -262,6 +262,9 @@ sv_dead() { # pid file: true when the pid it names is gone or a zombie (sets SVP
 }
 supervise() {
   local n i gone
+  # --stop's SIGTERM: end after the current `sleep`, not before it (a TERM that killed this shell
+  # outright would leave that sleep behind, a process of the testbed still running after --stop)
+  trap 'exit 0' TERM
   sv_log "supervisor up (pid $$): slurmctld slurmdbd slurmd node1..node$NODES munged mariadbd"
   while :; do
     sleep 1
