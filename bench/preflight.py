@@ -11,6 +11,8 @@ connection and one command per node, in one run:
 * ``paramiko``    - a bare ``SSHClient`` thread-pool loop (64 threads, every timeout 10 s)
 * ``paramiko-checks`` - the same loop running the CLI's full check script: the remote work
   of ``ck-cli`` without clusterkit's start-up, parsing and report
+* ``paramiko-transport`` - paramiko's floor: a bare ``Transport`` per node (no ``SSHClient``,
+  the key parsed once, host keys not checked, AES-GCM first), 64 threads, the light command
 * ``asyncssh``    - a bare ``asyncio.gather`` + ``Semaphore(64)`` loop (timeouts 10 s)
 * ``clush``       - ClusterShell's clush with its defaults (fanout 64, connect_timeout 15)
 * ``pdsh``        - ``pdsh -R ssh`` with its defaults (fanout 32, connect timeout 10 s)
@@ -54,7 +56,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = 'printf "node=%s\\n" "$CLUSTERKIT_LAB_NODE"; read -r load _ < /proc/loadavg; echo "load=$load"'
 FANOUT = 64
 TIMEOUT_S = 10
-TOOLS = ("ck-cli", "clusterkit", "paramiko", "paramiko-checks", "asyncssh", "clush", "clush-checks", "pdsh", "pdsh-f64")
+TOOLS = ("ck-cli", "clusterkit", "paramiko", "paramiko-checks", "paramiko-transport", "asyncssh", "clush",
+         "clush-checks", "pdsh", "pdsh-f64")
 PROFILE = "healthy"
 SITE = """\
 name: lab
@@ -122,6 +125,42 @@ def inner_paramiko(spec: dict[str, Any]) -> dict[str, Any]:
         return _summary(dict(pool.map(one, spec["hosts"])))
 
 
+def inner_transport(spec: dict[str, Any]) -> dict[str, Any]:
+    """The least paramiko can do per node: TCP, ``Transport`` handshake, key auth, one command."""
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+
+    import paramiko
+
+    command = f"bash -c {shlex.quote(SCRIPT)}"
+    key = paramiko.Ed25519Key.from_private_key_file(spec["identity"])
+
+    def one(host: str) -> tuple[str, tuple[bool, str]]:
+        t = None
+        try:
+            sock = socket.create_connection((spec["addresses"][host], spec["port"]), timeout=TIMEOUT_S)
+            t = paramiko.Transport(sock)
+            opts = t.get_security_options()
+            opts.ciphers = [c for c in opts.ciphers if c.endswith("-gcm@openssh.com")] + [
+                c for c in opts.ciphers if not c.endswith("-gcm@openssh.com")]
+            t.start_client(timeout=TIMEOUT_S)
+            t.auth_publickey("root", key)
+            ch = t.open_session(timeout=TIMEOUT_S)
+            ch.exec_command(command)
+            out = b""
+            while chunk := ch.recv(65536):
+                out += chunk
+            return host, (ch.recv_exit_status() == 0 and b"node=" in out, "")
+        except Exception as exc:  # a bare loop: any failure is a failed node
+            return host, (False, repr(exc))
+        finally:
+            if t is not None:
+                t.close()
+
+    with ThreadPoolExecutor(FANOUT) as pool:
+        return _summary(dict(pool.map(one, spec["hosts"])))
+
+
 def inner_asyncssh(spec: dict[str, Any]) -> dict[str, Any]:
     import asyncio
 
@@ -154,7 +193,8 @@ def _summary(results: dict[str, tuple[bool, str]]) -> dict[str, Any]:
             "failed": {h: why for h, (ok, why) in results.items() if not ok}}
 
 
-INNER = {"clusterkit": inner_clusterkit, "paramiko": inner_paramiko, "asyncssh": inner_asyncssh}
+INNER = {"clusterkit": inner_clusterkit, "paramiko": inner_paramiko, "paramiko-transport": inner_transport,
+         "asyncssh": inner_asyncssh}
 
 
 # ----------------------------------------------------------------------------- outer driver
