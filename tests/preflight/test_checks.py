@@ -377,6 +377,20 @@ def test_probe_facts_keep_the_ports_and_name_the_unread_device() -> None:
            "No such file or directory)" in nf.problems
 
 
+def _logging_timeout(tmp_path: Path) -> tuple[Path, Path]:
+    """A directory whose ``timeout`` is a stand-in wrapper that logs its arguments to the returned
+    log, then execs the real timeout(1)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "timeout.log"
+    real = shutil.which("timeout")
+    assert real is not None
+    wrapper = bindir / "timeout"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    return bindir, log
+
+
 def test_inline_sections_run_without_timeout_and_stay_apart(tmp_path: Path) -> None:
     """Sections that only read kernel tables run in a subshell of the script (no timeout(1),
     no sh): their exit status, output and variables stay theirs, and timed sections around
@@ -384,14 +398,7 @@ def test_inline_sections_run_without_timeout_and_stay_apart(tmp_path: Path) -> N
     ``timeout`` is a wrapper (named as a stand-in) that logs its call, then runs the real one."""
     from clusterkit.nodes.script import Section, build_script
 
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    log = tmp_path / "timeout.log"
-    real = shutil.which("timeout")
-    assert real is not None
-    wrapper = bindir / "timeout"  # stand-in wrapper: logs, then execs the real timeout(1)
-    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
-    wrapper.chmod(0o755)
+    bindir, log = _logging_timeout(tmp_path)
     sections = [Section("a", "ck_leak=1; echo one; exit 3", 5.0, inline=True),
                 Section("b", 'echo "two ${ck_leak:-unset}"', 5.0),
                 Section("c", 'cat "$CK_ROOT/proc/self/limits" >/dev/null && echo three', 5.0, inline=True)]
@@ -415,14 +422,7 @@ def test_simple_sections_run_under_timeout_without_sh(tmp_path: Path) -> None:
     and by bash, as the transports do; timeout(1) is logged by a stand-in wrapper as above."""
     from clusterkit.nodes.script import Section, build_script
 
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    log = tmp_path / "timeout.log"
-    real = shutil.which("timeout")
-    assert real is not None
-    wrapper = bindir / "timeout"  # stand-in wrapper: logs, then execs the real timeout(1)
-    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
-    wrapper.chmod(0o755)
+    bindir, log = _logging_timeout(tmp_path)
     odd = tmp_path / "root" / "it's a dir"
     odd.mkdir(parents=True)
     (odd / "f").write_text("x")
