@@ -62,30 +62,34 @@ def test_lightning_saves_on_every_rank_requeues_once_and_resumes(cli: CK, site: 
                "--json", "--", "python", "tests/slurm/lightning_train.py")
     assert proc.code == 0, proc.err
     job = json.loads(proc.out)["job_id"]
-    ckpt = site.parent / "shared" / "checkpoints" / "pl-run"
-    log = out / "logs" / f"slurm-{job}.out"
-    started = _wait_markers(ckpt, "started", 0, START_S, log)
-    assert {m["world"] for m in started} == {RANKS}
-    cli.bed.run("scancel", "--batch", "--signal=USR2", job)   # the time-limit warning
-    saved = _wait_markers(ckpt, "saved", 0, 120, log)
-    assert sorted(m["rank"] for m in saved) == list(range(RANKS))   # every rank's Lightning handler ran
-    assert len({m["step"] for m in saved}) == 1, saved
-    step = saved[0]["step"]
-    assert step > 0 and (ckpt / "hpc_ckpt_1.ckpt").is_file()
-    st = cli.wait_for(job, lambda s: s["state"] == "PENDING" and s["restarts"] == 1, timeout=120, what="requeued")
-    text = log.read_text()
-    assert "SIGUSR1 to every rank" in text, text
-    assert "DUE TO JOB REQUEUE" in text, text                  # Slurm ended the run for Lightning's requeue
-    assert "requeueing (restart" not in text, text             # clusterkit did not requeue as well
-    assert not (out / f"{job}.result").exists(), st             # never ended while the requeue was pending
-    time.sleep(1.2)   # see test_preemption.Jobs.release: not within the second of the requeue
-    cli.bed.run("scontrol", "update", f"JobId={job}", "StartTime=now")
-    resumed = _wait_markers(ckpt, "started", 1, START_S, log)
-    assert {m["resumed_step"] for m in resumed} == {step}, (resumed, step)   # Lightning resumed from it
-    _wait_markers(ckpt, "done", None, 240, log)
-    final = cli.wait_for(job, lambda s: s["state"] == "COMPLETED", timeout=120, what="COMPLETED")
-    assert final["restarts"] == 1 and final["exit_code"] == 0, final   # requeued exactly once
-    assert sorted(p.name for p in ckpt.glob("hpc_ckpt_*.ckpt")) == ["hpc_ckpt_1.ckpt"]
-    text = log.read_text()
-    assert text.count("DUE TO JOB REQUEUE") == 1 and "requeueing (restart" not in text, text
+    try:
+        ckpt = site.parent / "shared" / "checkpoints" / "pl-run"
+        log = out / "logs" / f"slurm-{job}.out"
+        started = _wait_markers(ckpt, "started", 0, START_S, log)
+        assert {m["world"] for m in started} == {RANKS}
+        time.sleep(2)   # some 0.2 s steps first: a warning the moment training starts would save step 0
+        cli.bed.run("scancel", "--batch", "--signal=USR2", job)   # the time-limit warning
+        saved = _wait_markers(ckpt, "saved", 0, 120, log)
+        assert sorted(m["rank"] for m in saved) == list(range(RANKS))   # every rank's Lightning handler ran
+        assert len({m["step"] for m in saved}) == 1, saved
+        step = saved[0]["step"]
+        assert step > 0 and (ckpt / "hpc_ckpt_1.ckpt").is_file()
+        st = cli.wait_for(job, lambda s: s["state"] == "PENDING" and s["restarts"] == 1, timeout=120, what="requeued")
+        text = log.read_text()
+        assert "SIGUSR1 to every rank" in text, text
+        assert "DUE TO JOB REQUEUE" in text, text                  # Slurm ended the run for Lightning's requeue
+        assert "requeueing (restart" not in text, text             # clusterkit did not requeue as well
+        assert not (out / f"{job}.result").exists(), st             # never ended while the requeue was pending
+        time.sleep(1.2)   # see test_preemption.Jobs.release: not within the second of the requeue
+        cli.bed.run("scontrol", "update", f"JobId={job}", "StartTime=now")
+        resumed = _wait_markers(ckpt, "started", 1, START_S, log)
+        assert {m["resumed_step"] for m in resumed} == {step}, (resumed, step)   # Lightning resumed from it
+        _wait_markers(ckpt, "done", None, 240, log)
+        final = cli.wait_for(job, lambda s: s["state"] == "COMPLETED", timeout=120, what="COMPLETED")
+        assert final["restarts"] == 1 and final["exit_code"] == 0, final   # requeued exactly once
+        assert sorted(p.name for p in ckpt.glob("hpc_ckpt_*.ckpt")) == ["hpc_ckpt_1.ckpt"]
+        text = log.read_text()
+        assert text.count("DUE TO JOB REQUEUE") == 1 and "requeueing (restart" not in text, text
+    finally:   # a failure here must not leave the job to hold the nodes the next tests wait for
+        cli.bed.run("scancel", job, check=False)
     print(f"[figures] lightning: 4/4 ranks saved at step {step}; resumed at step {step} after 1 requeue")
