@@ -232,7 +232,9 @@ def test_cancel_now_skips_the_grace_time(cli: CK) -> None:
                "--launcher", "srun", "--out", str(run_dir), "--json", "--",
                # the save ignores further TERMs (srun's own forwarding can send a second one), as a
                # training job's handler would: only Slurm's KILL can stop it
-               "bash", "-c", "trap 'echo TERM at $(date +%s.%N); trap \"\" TERM; sleep 20; echo saved' TERM; "
+               # `&&`: "saved" only if the 20 s save ran to its end (Slurm's KILL may reach the
+               # sleep a moment before the shell, which may then still print a line)
+               "bash", "-c", "trap 'echo TERM at $(date +%s.%N); trap \"\" TERM; sleep 20 && echo saved' TERM; "
                "echo up; sleep 300 & wait")
     assert proc.returncode == 0, proc.stderr
     job = json.loads(proc.stdout)["job_id"]
