@@ -5,6 +5,10 @@ rank a Slurm task, as Lightning's SLURM support expects).  On the time-limit war
 batch shell: what ``--signal=B:USR2@T`` sends) clusterkit sends SIGUSR1 to every rank; each
 rank's Lightning handler saves the HPC checkpoint, rank 0 requeues the job, clusterkit does not;
 the next run resumes from the checkpoint and completes after exactly one requeue.
+
+The warning is sent once every rank has parked at the start of the same step
+(``lightning_train.PARK_STEP``): Lightning saves inside its signal handler, which is safe only
+when the signal reaches every rank at the same point of a step (see lightning_train.py).
 """
 
 from __future__ import annotations
@@ -67,12 +71,14 @@ def test_lightning_saves_on_every_rank_requeues_once_and_resumes(cli: CK, site: 
         log = out / "logs" / f"slurm-{job}.out"
         started = _wait_markers(ckpt, "started", 0, START_S, log)
         assert {m["world"] for m in started} == {RANKS}
+        parked = _wait_markers(ckpt, "parked", 0, 240, log)
+        assert len({m["step"] for m in parked}) == 1 and parked[0]["step"] > 0, parked   # one step, past step 0
+        step = parked[0]["step"]
         cli.bed.run("scancel", "--batch", "--signal=USR2", job)   # the time-limit warning
         saved = _wait_markers(ckpt, "saved", 0, 120, log)
         assert sorted(m["rank"] for m in saved) == list(range(RANKS))   # every rank's Lightning handler ran
-        assert len({m["step"] for m in saved}) == 1, saved
-        step = saved[0]["step"]
-        assert step > 0 and (ckpt / "hpc_ckpt_1.ckpt").is_file()
+        assert {m["step"] for m in saved} == {step}, saved   # saved where every rank parked
+        assert (ckpt / "hpc_ckpt_1.ckpt").is_file()
         st = cli.wait_for(job, lambda s: s["state"] == "PENDING" and s["restarts"] == 1, timeout=120, what="requeued")
         text = log.read_text()
         assert "SIGUSR1 to every rank" in text, text
