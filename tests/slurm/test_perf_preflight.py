@@ -79,6 +79,9 @@ def test_node_with_a_slow_link_is_named_and_no_other(ck: CLI, testbed5: Testbed,
     assert "all-reduce with every peer low" in node3["reason"], node3
     assert report["slow_links"] == []  # node3's pairs are explained by node3
     assert report["failed"] == "node3"
+    print("[figures] perf, node3 at 100 Mbit/s: matmul TFLOP/s "
+          + ", ".join(f"{n['host']} {n['gemm_tflops']:g}" for n in report["nodes"])
+          + f"; median {report['perf']['medians']['gemm_tflops']:g}")
 
 
 @contextmanager

@@ -5,8 +5,10 @@
 torch.distributed process group (NCCL on GPUs, gloo on CPUs; rendezvous on the step's first
 node), then measures, in this order, every task at the same time:
 
-1. compute: a fixed-size matrix multiply (``gemm_n`` square, ``gemm_iters`` times) on inputs
-   every task draws from the same seed: its throughput, and an exact checksum of the result (the
+1. compute: a fixed-size matrix multiply (``gemm_n`` square) on inputs every task draws from the
+   same seed, in three timed blocks of at least ``gemm_iters`` multiplies and 0.25 s each: the
+   throughput of the fastest block (interference only slows a block; a device held back is slow
+   in all of them), and an exact checksum of the result (the
    float32/bfloat16 words summed as integers), which must be the same on every task;
 2. within each node: all-reduce over the node's tasks (skipped with one task per node);
 3. between nodes: ``rounds`` pairings of the nodes (round-robin, a node sits one round out when
@@ -33,6 +35,8 @@ import traceback
 from typing import Any
 
 T_START = time.monotonic()
+GEMM_BLOCKS = 3
+GEMM_BLOCK_S = 0.25
 
 
 def emit(marker: str, **fields: Any) -> None:
@@ -142,16 +146,29 @@ def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: in
     b = torch.rand(n, n, generator=gen).to(device=device, dtype=dtype)
     c = a @ b  # warm-up
     sync()
+    # GEMM_BLOCKS timed blocks, each of at least gemm_iters multiplies and GEMM_BLOCK_S seconds;
+    # the fastest block's throughput is the figure.  Other work on the node (on a test cluster,
+    # the other "nodes" on the same cores) only ever slows a block, so the best one is what the
+    # device can do; a device held back for good (clocks, a CPU quota) is slow in every block.
+    # A block spans more than two of the kernel's CPU-quota periods (CFS: 100 ms), so a quota
+    # cannot hide in the burst it allows at the start of each period.
     iters = int(spec["gemm_iters"])
-    t = time.monotonic()
-    for _ in range(iters):
-        c = a @ b
-    sync()
-    secs = time.monotonic() - t
+    best = 0.0
+    for _ in range(GEMM_BLOCKS):
+        count, t = 0, time.monotonic()
+        while True:
+            c = a @ b
+            count += 1
+            if count >= iters:
+                sync()
+                secs = time.monotonic() - t
+                if secs >= GEMM_BLOCK_S:
+                    break
+        best = max(best, 2 * n**3 * count / secs / 1e12)
     words = c.contiguous().view(torch.int16 if dtype is torch.bfloat16 else torch.int32)
     checksum = int(words.to(torch.int64).sum().item())
     emit(marker, ev="gemm", rank=rank, host=host, local=local, n=n, dtype=str(dtype).removeprefix("torch."),
-         tflops=round(2 * n**3 * iters / secs / 1e12, 6) if secs > 0 else 0.0, checksum=f"{checksum:x}")
+         tflops=round(best, 6), checksum=f"{checksum:x}")
     del a, b, c, words
 
     warmup, reps = int(spec["warmup"]), int(spec["iters"])
