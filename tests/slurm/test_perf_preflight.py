@@ -53,6 +53,13 @@ def _status(report: dict[str, Any]) -> dict[str, str]:
     return {n["host"]: n["status"] for n in report["nodes"]}
 
 
+def _why(report: dict[str, Any]) -> str:
+    """Each node's verdict and figures, and the medians: what a failed assertion shows."""
+    lines = [f"{n['host']}: {n['status']}: {n['reason']} (matmul {n['gemm_tflops']}, pairs "
+             + ", ".join(f"{p['peer']} {p['gbps']}" for p in n["busbw_inter_gbps"]) + ")" for n in report["nodes"]]
+    return "\n".join([*lines, f"medians {report['perf']['medians']}, slow links {report['slow_links']}"])
+
+
 def test_healthy_allocation_is_all_ok(ck: CLI, testbed5: Testbed, tmp_path: Path) -> None:
     testbed5.wait_idle()
     code, report, err = _perf(ck, testbed5, tmp_path)
@@ -74,7 +81,8 @@ def test_node_with_a_slow_link_is_named_and_no_other(ck: CLI, testbed5: Testbed,
     with _tc(testbed5, "node3", "tbf", "rate", "100mbit", "burst", "64kb", "latency", "400ms"):
         code, report, err = _perf(ck, testbed5, tmp_path)
     assert code == 1, json.dumps(report, indent=1) + err
-    assert _status(report) == {"node1": "ok", "node2": "ok", "node3": "slow", "node4": "ok", "node5": "ok"}, report
+    assert _status(report) == {"node1": "ok", "node2": "ok", "node3": "slow", "node4": "ok", "node5": "ok"}, \
+        _why(report)
     node3 = next(n for n in report["nodes"] if n["host"] == "node3")
     assert "all-reduce with every peer low" in node3["reason"], node3
     assert report["slow_links"] == []  # node3's pairs are explained by node3
@@ -124,13 +132,16 @@ def test_node_with_a_limited_cpu_fails_the_compute_check(ck: CLI, testbed5: Test
     if cgroup is None:
         pytest.skip("no cpu cgroup controller here (neither cgroup v2 cpu nor v1 cpu)")
     testbed5.wait_idle()
-    with _cpu_quota(cgroup, 5):
+    # 2 % of one core: on a test cluster whose five nodes share this machine's cores, a busy
+    # machine leaves each node about a tenth of a core, and a 5 % quota was then no slower than
+    # its neighbours' share (the check measures wall-clock throughput, as a job feels it)
+    with _cpu_quota(cgroup, 2):
         code, report, err = _perf(ck, testbed5, tmp_path)
     assert code == 1, json.dumps(report, indent=1) + err
     status = _status(report)
-    assert status["node2"] == "slow" and [h for h, s in status.items() if s != "ok"] == ["node2"], report
+    assert status["node2"] == "slow" and [h for h, s in status.items() if s != "ok"] == ["node2"], _why(report)
     node2 = next(n for n in report["nodes"] if n["host"] == "node2")
-    assert any(c["check"] == "perf.gemm" for c in node2["checks"]), node2
+    assert any(c["check"] == "perf.gemm" for c in node2["checks"]), _why(report)
     others = [n["gemm_tflops"] for n in report["nodes"] if n["host"] != "node2"]
     assert node2["gemm_tflops"] < 0.8 * min(others), report
 
