@@ -137,6 +137,8 @@ def test_hardware_on_a_node_outranks_an_oom_at_a_later_restart_there(tmp_path: P
     # DeepSpeed's ssh pre-check names the host (deepspeedai/DeepSpeed#4907)
     ("subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no 192.168.3.100 hostname' returned "
      "non-zero exit status 255.", "192.168.3.100", None, None),
+    # a line pasted in Markdown backticks (nebius/soperator#854)
+    ("`salloc: error: Node failure on worker-1`", "worker-1", None, None),
     # not a host: a program's name, a library's
     ("python3: can't open file '/home/u/train.py': [Errno 2] No such file or directory", None, None, None),
     ("ImportError: libcudart.so.8.0: cannot open shared object file: No such file or directory", None, None, None),
@@ -166,3 +168,15 @@ def test_group_local_rank_is_said_to_be_group_local(tmp_path: Path) -> None:
     v = _verdict(tmp_path, "a.log", text.encode())
     assert v["category"] == "user-code" and v["rank"] is None
     assert "rank 0 of process group 2 (a group-local rank" in v["summary"]
+
+
+def test_a_shell_prompt_names_the_host_of_the_output_below_it(tmp_path: Path) -> None:
+    """xxd3vin/workspace#19: nvidia-smi run on bh174; envmodules/modules#341: srun run on the login
+    node, whose output comes from the compute node (the prompt's host is not the node there)."""
+    v = _verdict(tmp_path, "a.log", b"[root@bh174 chenyang]# nvidia-smi \n"
+                 b"Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error\n")
+    assert (v["category"], v["node"]) == ("gpu-hardware", "bh174")
+    v = _verdict(tmp_path, "b.log", b"[root@cm-wsb-c4m8d200-1 local]# srun ml ava\n"
+                 b"slurmstepd: error: execve(): ml: No such file or directory\n"
+                 b"srun: error: cm-wsb-c4m8d200-4: task 0: Exited with exit code 2\n")
+    assert (v["category"], v["node"]) == ("import-env", "cm-wsb-c4m8d200-4")

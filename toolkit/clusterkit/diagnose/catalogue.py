@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from clusterkit.diagnose.advice import ADVICE as ADVICE  # re-exported
 from clusterkit.diagnose.advice import SUMMARIES as SUMMARIES
 from clusterkit.diagnose.advice import advice as advice
+from clusterkit.diagnose.marks import CLEAN_EXIT, PROMPT, is_own_notice
 
 CATEGORIES = (
     "ok", "nccl-network", "nccl-timeout", "rendezvous", "port-in-use", "gpu-oom", "host-oom",
@@ -326,15 +327,6 @@ WORKER_EXIT = (r"failed \(exitcode: -?[1-9]\d*\) local_rank|exits with return co
                r"|terminated normally, but \d+ process(?:es)? returned"
                r"|exited with (?:a )?non-zero (?:exit )?(?:code|status)"
                r"|Fatal Python error: |clusterkit: (?:\d\d:\d\d:\d\d )?launcher exited with status [1-9]")
-# clusterkit's own lines are notices (which NCCL a node loads, signals, chain decisions), never a
-# failure, except these: a module or setup step that failed, a launcher that exited non-zero
-_OWN = re.compile(r"(?:^|: )clusterkit: ")
-_OWN_FAILURE = re.compile(r"clusterkit: (?:module load .* failed|.*setup step \d+ failed|cannot create )")
-# torch's warnings at the normal end of a process that used a process group: the program ran to its end
-CLEAN_EXIT = (r"destroy_process_group\(\) was not called before program exit"
-              r"|process group has NOT been destroyed before it is being destructed"
-              r"|must call destroy_process_group\(\) before process exit")
-_CLEAN_EXIT = re.compile(CLEAN_EXIT)
 # clusterkit's own batch-log marker: one per (re)start of the job script
 RESTART_MARK = r"clusterkit: job \d+ on \S+ \(restart \d+ of at most \d+\)"
 # the job script stamps its own lines with the time (UTC, HH:MM:SS) since it logs signals
@@ -348,7 +340,7 @@ COMPILED = tuple((s, re.compile(s.pattern)) for s in SIGNATURES)
 def trigger_pattern() -> str:
     """One alternation of every signature and marker: a line matching none of it is noise."""
     parts = [s.pattern for s in SIGNATURES] + [ROOT_CAUSE, SRUN_TASK_EXIT, WORKER_EXIT, RESTART_MARK,
-                                              SUCCESS_MARK, CLEAN_EXIT, r"SeqNum=\d+"]
+                                              SUCCESS_MARK, CLEAN_EXIT, PROMPT, r"SeqNum=\d+"]
     return "|".join(f"(?:{p})" for p in parts)
 
 
@@ -360,16 +352,6 @@ def is_root_cause(line: str) -> bool:
 def is_success(line: str) -> bool:
     """The job script's own line for a launcher that exited 0."""
     return _SUCCESS.search(line.rstrip("\r\n")) is not None
-
-
-def is_clean_exit(line: str) -> bool:
-    """torch's warning at the normal end of a process (positive evidence that it ran to its end)."""
-    return _CLEAN_EXIT.search(line) is not None
-
-
-def is_own_notice(message: str) -> bool:
-    """clusterkit's own informational line (never failure evidence)."""
-    return _OWN.search(message) is not None and _OWN_FAILURE.search(message) is None
 
 
 def classify(message: str) -> Signature | None:

@@ -156,8 +156,15 @@ def line_node(line: str) -> str | None:
 
 def facts(line: str, year: int) -> LineFacts:
     """Everything :mod:`lines` knows about ``line``."""
+    line = _unquote(line)
     rank, local = line_rank(line)
     return LineFacts(line_time(line, year), line_node(line), rank, local, group_rank(line) if rank is None else None)
+
+
+def _unquote(line: str) -> str:
+    """A line as pasted in Markdown: without the backticks around it (```srun: error: ...```)."""
+    stripped = line.strip()
+    return stripped.strip("`") if stripped.startswith("`") or stripped.endswith("`") else line
 
 
 def strip_prefix(line: str) -> str:

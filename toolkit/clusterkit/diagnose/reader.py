@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from clusterkit.diagnose import catalogue, lines
+from clusterkit.diagnose import catalogue, lines, marks
 from clusterkit.diagnose.names import expand as expand  # re-exported: doctor walks directories with it
 from clusterkit.diagnose.names import name_facts
 from clusterkit.safefile import open_regular
@@ -167,6 +167,7 @@ class _Cursor:
     # time of the next hit stops there, so a log with many hits costs no more than one pass
     mark_pos: int = 0
     mark_time: float | None = None
+    prompt_host: str | None = None  # the host of the last shell prompt: the output below it is that host's
     # findings with no time above them: they take the first time that follows (an upper bound)
     pending: list[Finding] = field(default_factory=list)
 
@@ -297,7 +298,11 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
     if catalogue.is_success(text):
         scan.success.add(cur.restart)
         return
-    if catalogue.is_clean_exit(text):
+    host = marks.prompt_host(text)
+    if host is not None:
+        cur.prompt_host = host or None
+        return
+    if marks.is_clean_exit(text):
         scan.clean_exit.add(cur.restart)
         return
     f = lines.facts(text, cur.year)
@@ -345,7 +350,8 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
     pg = _PG.search(text)
     finding = Finding(
         category=sig.category, cascade=sig.cascade, slurm=sig.slurm, time=when,
-        node=_node(scan, f, sig.slurm), rank=rank, local_rank=f.local_rank, path=scan.path, lineno=lineno,
+        node=_node(scan, f, sig.slurm) or cur.prompt_host, rank=rank, local_rank=f.local_rank, path=scan.path,
+        lineno=lineno,
         text=text[:MAX_TEXT], restart=cur.restart, seq=int(seq.group(1)) if seq else None,
         pg=pg.group(1) if pg else None, task=lines.srun_task(text), group_rank=f.group_rank)
     scan.findings.append(finding)
