@@ -208,6 +208,9 @@ SIGNATURES: tuple[Signature, ...] = (
          "user:16901:16967 [2] misc/socket.cc:441 NCCL WARN socketFinalizeAccept: wrong type 4 != 3",
          "NVIDIA/nccl-tests#188",
          r"NCCL WARN socketFinalizeAccept", r"NCCL WARN NET/Socket"),
+    _fam("nccl-network", "NCCL gave up on a system call or a remote peer (its sockets, its network)",
+         "NCCL error in: /torch/lib/c10d/ProcessGroupNCCL.cpp:260, unhandled system error", "NVIDIA/nccl#207",
+         r"NCCL error.*unhandled system error", r"ncclSystemError"),
     _fam("nccl-network", "older NCCL could not connect its sockets",
          "tj1-asr-train-v100-13:941227:943077 [0] include/socket.h:390 NCCL WARN Connect to 10.38.10.112<21724> "
          "failed : Connection refused", "espnet/espnet#1940",
