@@ -191,3 +191,8 @@ W1202 16:58:29.589000 18395 site-packages/torch/distributed/elastic/rendezvous/d
 [W1202 16:58:29.438502131 TCPStore.cpp:106] [c10d] sendBytes failed on SocketImpl(fd=4, addr=[a051:c794:ff7f:0:5f:89c4:924:8180]:38087, remote=[c04f:c794:ff7f:0:750:c9df:807f:0]:28219): Broken pipe
 torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. See inner exception for details.
 """
+
+# torch's warning at a normal process end: the line of pytorch/examples#1387 as posted
+CLEAN_EXIT_WARNING = """\
+[rank0]:[W825 13:09:39.967659278 ProcessGroupNCCL.cpp:1538] Warning: WARNING: destroy_process_group() was not called before program exit, which can leak resources. For more info, please see https://pytorch.org/docs/stable/distributed.html#shutdown (function operator())
+"""

@@ -235,11 +235,21 @@ def test_binary_junk_and_long_lines_give_a_verdict(ck, tmp_path: Path) -> None:
     assert rep["files"]["bytes"] == len(junk)
 
 
-def test_logs_without_a_failure_are_ok(ck, tmp_path: Path) -> None:
+def test_logs_without_a_failure_are_not_ok_without_a_clean_end(ck, tmp_path: Path) -> None:
+    """``ok`` needs positive evidence: logs that merely hold no known failure line are ``unknown``."""
     code, rep = _doctor(ck, tmp_path, {"a.log": "step 1 loss 2.0\nstep 2 loss 1.9\n", "empty.log": ""})
-    assert code == 0 and rep["verdict"]["category"] == "ok"
-    assert rep["verdict"]["summary"] == "no failure found in these logs"
+    assert code == 1 and rep["verdict"]["category"] == "unknown"
+    assert "nothing in them shows that the job ended cleanly" in rep["verdict"]["summary"]
     assert rep["files"]["read"] == 2
+
+
+def test_logs_that_end_cleanly_are_ok(ck, tmp_path: Path) -> None:
+    """torch's warning at a process's normal end (the line of pytorch/examples#1387) is a clean end."""
+    code, rep = _doctor(ck, tmp_path, {"a.log": "step 1 loss 2.0\n" + captured.CLEAN_EXIT_WARNING})
+    assert code == 0 and rep["verdict"]["category"] == "ok"
+    # the same end after a failure is no clean end
+    code, rep = _doctor(ck, tmp_path, {"a.log": "Segmentation fault (core dumped)\n" + captured.CLEAN_EXIT_WARNING})
+    assert code == 1 and rep["verdict"]["category"] == "unknown"
 
 
 @pytest.mark.parametrize("text", [

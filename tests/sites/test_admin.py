@@ -143,10 +143,14 @@ def test_init_and_drift_take_cpuefctv_over_cputot(tmp_path: Path) -> None:
     line = next(ln for ln in draft.text.splitlines() if "gpu_model" in ln)
     assert 'gpu_model: "A100"' in line and "# unverified: from GRES type nvidia_a100-sxm4-40gb" in line, line
     assert any(u.startswith("nodes.gpu_model: from GRES type") for u in draft.unverified)
+    # MemSpecLimit=4096 of RealMemory=515578 MB is the system's: jobs get 511482 MB, 499.5 GB
+    line = next(ln for ln in draft.text.splitlines() if "mem_gb" in ln)
+    assert "mem_gb: 499.5" in line and "MemSpecLimit=4096" in line, line
     site = tmp_path / "dccn.yaml"
     site.write_text(draft.text)
     (report,) = admin.drift_sites([str(site)], run=dccn_slurm).reports
     assert "nodes.cpus_per_node" not in {d.key for d in report.drift}, report.drift   # 63 is right
+    assert "nodes.mem_gb" not in {d.key for d in report.drift}, report.drift          # 499.5 is right
     assert "nodes.gpu_model" not in {d.key for d in report.drift}, report.drift
     site.write_text(draft.text.replace("cpus_per_node: 63", "cpus_per_node: 64"))
     (report,) = admin.drift_sites([str(site)], run=dccn_slurm).reports

@@ -202,6 +202,9 @@ def test_cputot_alone_before_23_02() -> None:
      ("nvidia_h100_80gb_hbm3", "H100"), ("nvidia_geforce_rtx_5090", "RTX 5090"), ("nvidia-rtx-3090", "RTX 3090"),
      ("rtx_a6000", "RTX A6000"), ("rtx3090", "RTX 3090"), ("gtx1080ti", "GTX 1080"), ("tesla_v100", "V100"),
      ("gh200_480gb", "GH200"), ("l40s", "L40S"), ("a10g", "A10G"), ("t4", "T4"), ("h100", "H100"),
+     # written without separators: the "gpu:nvidiah100pcie:6", and the glued forms sites give
+     ("nvidiah100pcie", "H100"), ("teslav100", "V100"), ("NVIDIAA40", "A40"), ("NVIDIAA10080GBPCIe", "A100"),
+     ("nvidiaa100sxm480gb", "A100"), ("nvidiageforcertx3090", "RTX 3090"), ("a6000", "A6000"),
      ("ampere", None), ("gpu", None)],
 )
 def test_gpu_model_token(gres_type: str, token: str | None) -> None:

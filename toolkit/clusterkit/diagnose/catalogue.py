@@ -18,6 +18,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from clusterkit.diagnose.advice import ADVICE as ADVICE  # re-exported
+from clusterkit.diagnose.advice import SUMMARIES as SUMMARIES
+from clusterkit.diagnose.advice import advice as advice
+from clusterkit.diagnose.marks import CLEAN_EXIT, PROMPT, is_own_notice
+
 CATEGORIES = (
     "ok", "nccl-network", "nccl-timeout", "rendezvous", "port-in-use", "gpu-oom", "host-oom",
     "gpu-hardware", "shm", "slurm-time-limit", "slurm-node-failure", "slurm-preempted",
@@ -104,6 +109,22 @@ SIGNATURES: tuple[Signature, ...] = (
          "[  +0.000004] pcieport 0000:00:03.0: PCIe Bus Error: severity=Uncorrected (Fatal), type=Transaction "
          "Layer, (Requester ID)", "rwth-i6/returnn#1500",
          r"PCIe Bus Error: severity=Uncorrected", r"AER: .*Uncorrect(?:ed|able) \(Fatal\)"),
+    # A fatal CUDA error that the program cannot cause: the driver lost the device (cudaErrorUnknown
+    # follows Xid 79 "fallen off the bus", Xid 48/74 and the like; NVIDIA's Xid catalogue), or an
+    # uncorrectable memory/NVLink fault.  Illegal addresses and instructions are the program's own
+    # (Xid 13/31: "user application fault"): the family "a CUDA kernel faulted" below.
+    _fam("gpu-hardware", "a fatal CUDA error that comes from the device, not the program",
+         "[rank0]: RuntimeError: CUDA error: unknown error", "liunian-Jay/MU-GOT#7",
+         r"CUDA error: unknown error", r"CUDA_ERROR_UNKNOWN\b", r"cudaErrorUnknown\b",
+         r"uncorrectable NVLink error", r"CUDA_ERROR_NVLINK_UNCORRECTABLE", r"CUDA error: GPU is lost"),
+    # a CUDA kernel faulted on a bad address or instruction: the program's (or a library's) bug,
+    # in whatever thread saw it first (NCCL's watchdog reports another stream's fault)
+    _fam("user-code", "a CUDA kernel faulted (illegal address or instruction): a software bug",
+         "[E ProcessGroupNCCL.cpp:916] [Rank 0] NCCL watchdog thread terminated with exception: CUDA error: an "
+         "illegal memory access was encountered", "vllm-project/vllm#4108",
+         r"an illegal memory access was encountered", r"CUDA error: misaligned address",
+         r"an illegal instruction was encountered", r"CUDA_ERROR_ILLEGAL_(?:ADDRESS|INSTRUCTION)",
+         r"cudaErrorIllegal(?:Address|Instruction)"),
     _fam("gpu-oom", "the CUDA allocator ran out of GPU memory",
          "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 55.57 GiB. GPU 0 has a total capacty "
          "of 12.00 GiB of which 9.02 GiB is free. Of the allocated memory 984.52 MiB is allocated by PyTorch, and "
@@ -119,11 +140,11 @@ SIGNATURES: tuple[Signature, ...] = (
          r"[Oo]ut of memory: Kill(?:ed)? process", r"oom-kill"),
     _fam("host-oom", "host memory allocation failed",
          "terminate called after throwing an instance of 'std::bad_alloc'", "ljanyst/ssd-tensorflow#8",
-         r"\bMemoryError\b", r"Cannot allocate memory", r"std::bad_alloc"),
+         r"\bMemoryError\b", r"Cannot allocate memory", r"std::bad_alloc", r"memory allocation of \d+ bytes failed"),
     _fam("host-oom", "a worker killed by SIGKILL (-9, 137, Killed) with nothing else to explain it",
          "  traceback : Signal 9 (SIGKILL) received by PID 14750", "lzhxmu/CPPO#6",
          r"failed \(exitcode: -9\)", r"exits with return code = -9", r"[Ss]ignal 9 \(SIGKILL\) received",
-         r"is killed by signal: Killed", r"line \d+: +\d+ Killed ", r"^Killed$",
+         r"is killed by signal: Killed", r"line \d+: +\d+ Killed ", r"^Killed$", r"exited on signal 9 \(Killed\)",
          r"(?:exit|return) (?:code|status)[ =:]*137\b"),
     _fam("shm", "shared memory ran out (Bus error, SIGBUS, /dev/shm, torch's shm files)",
          "RuntimeError: DataLoader worker (pid 46794) is killed by signal: Bus error. It is possible that "
@@ -148,6 +169,10 @@ SIGNATURES: tuple[Signature, ...] = (
          "[Mon Oct 16 10:06:17 2017] LustreError: 11-0: jmain01-MDT0000-mdc-ffff88203810d800: operation obd_ping "
          "to node 172.31.126.88@o2ib failed: rc = -107", "jade-hpc-gpu/jade-hpc-gpu.github.io#14",
          r"LustreError: ", r"Lustre: .*(?:[Ff]ailed|evicted|was lost)"),
+    _fam("filesystem", "the kernel reports tasks hung on I/O (a network file system that stopped answering)",
+         "[ 3223.539141] nfs: server ease not responding, still trying", "raspberrypi/linux#2482",
+         r"INFO: task \S+ blocked for more than \d+ seconds", r"nfs: server \S+ not responding",
+         r"hung_task_timeout_secs"),
     # the software environment
     _fam("import-env", "a Python import failed",
          "ImportError: libcudart.so.8.0: cannot open shared object file: No such file or directory",
@@ -157,6 +182,12 @@ SIGNATURES: tuple[Signature, ...] = (
          "slurmstepd: error: execve(): ml: No such file or directory", "envmodules/modules#341",
          r"command not found", r"cannot open shared object file", r"GLIBC_[0-9.]+' not found",
          r"clusterkit: module load .* failed", r"execve\(\): \S+: No such file or directory"),
+    _fam("import-env", "the container did not start (pyxis/enroot, Apptainer/Singularity)",
+         "slurmstepd: error: pyxis: couldn't start container", "NVIDIA/pyxis#61",
+         r"pyxis: (?:couldn't start container|failed to import docker image|container start failed)",
+         r"enroot-(?:switchroot|nsenter|mount): (?:failed|error)", r"\[ERROR\] .*enroot",
+         r"FATAL: +(?:container creation failed|While checking container encryption|could not open image)",
+         r"container creation failed: "),
     _fam("port-in-use", "a port the job binds was taken",
          "[W socket.cpp:426] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already "
          "in use).", "meta-llama/llama-cookbook#186",
@@ -177,6 +208,36 @@ SIGNATURES: tuple[Signature, ...] = (
          "user:16901:16967 [2] misc/socket.cc:441 NCCL WARN socketFinalizeAccept: wrong type 4 != 3",
          "NVIDIA/nccl-tests#188",
          r"NCCL WARN socketFinalizeAccept", r"NCCL WARN NET/Socket"),
+    _fam("nccl-network", "NCCL gave up on a system call or a remote peer (its sockets, its network)",
+         "NCCL error in: /torch/lib/c10d/ProcessGroupNCCL.cpp:260, unhandled system error", "NVIDIA/nccl#207",
+         r"NCCL error.*unhandled system error", r"ncclSystemError"),
+    _fam("nccl-network", "older NCCL could not connect its sockets",
+         "tj1-asr-train-v100-13:941227:943077 [0] include/socket.h:390 NCCL WARN Connect to 10.38.10.112<21724> "
+         "failed : Connection refused", "espnet/espnet#1940",
+         r"NCCL WARN Connect to \S+ failed", r"WARN Call to connect failed",
+         r"NCCL WARN socketStartConnect: Connect to"),
+    # gloo resolves the host's own name to find its address: a loopback address there is the
+    # node's name resolution (/etc/hosts), fixed with GLOO_SOCKET_IFNAME, not by a retry
+    _fam("launcher-config", "gloo connects to a loopback address (the hostname resolves to 127.x)",
+         "RuntimeError: [/opt/conda/conda-bld/pytorch_1607370120218/work/third_party/gloo/gloo/transport/tcp/pair.cc:"
+         "769] connect [127.0.1.1]:3496: Connection refused", "Megvii-BaseDetection/YOLOX#1167",
+         r"gloo/transport/tcp/pair\.cc:\d+\] connect \[(?:127\.|::1\])"),
+    _fam("rendezvous", "gloo could not connect to a peer",
+         "RuntimeError: [/opt/conda/conda-bld/pytorch_1682343967769/work/third_party/gloo/gloo/transport/tcp/"
+         "pair.cc:799] connect [172.31.71.170]:13195: Connection refused", "pytorch/pytorch#108732",
+         r"gloo/transport/tcp/pair\.cc:\d+\] connect \[\S+\]:\d+: Connection refused"),
+    _fam("launcher-config", "the launcher cannot start its ranks over ssh (DeepSpeed's check, Open MPI's orted)",
+         "RuntimeError: Using hostfile at /etc/hostfile but host=ft-67ea02bd700cbb7-main-0.ft-67ea02bd700cbb7 was not "
+         "reachable via ssh. If you are running with a single node please remove /etc/hostfile or setup passwordless "
+         "ssh.", "volcano-sh/volcano#2952",
+         r"was not reachable via ssh", r"Command 'ssh (?:-o \S+ )*\S+ hostname' returned non-zero exit status",
+         r"ssh: connect to host \S+ port \d+: Connection refused",
+         r"Permission denied \(publickey", r"Host key verification failed",
+         r"ORTE was unable to reliably start one or more daemons", r"PRTE has lost communication with a remote daemon"),
+    _fam("rendezvous", "a host of the job did not resolve when the launcher started",
+         "ssh: Could not resolve hostname lm-horovod-job-worker-5.lm-horovod-job: Name or service not known",
+         "volcano-sh/volcano#2226",
+         r"ssh: Could not resolve hostname"),
     # configuration
     _fam("launcher-config", "the launcher or the script refused its arguments",
          "main.py: error: unrecognized arguments: --local-rank=0", "skycrapers/TecoGAN-PyTorch#31",
@@ -264,7 +325,11 @@ SRUN_TASK_EXIT = r"srun: error: \S+: tasks? [0-9,-]+: Exited with exit code"
 # launcher, a crash, a Python traceback): an error exit, so the logs are not clean, even where
 # no family says why
 WORKER_EXIT = (r"failed \(exitcode: -?[1-9]\d*\) local_rank|exits with return code = -?[1-9]|Segmentation fault"
-               r"|\(core dumped\)|^Traceback \(most recent call last\):")
+               r"|\(core dumped\)|^Traceback \(most recent call last\):|terminate called after throwing an instance of"
+               r"|noticed that process rank \d+ with PID \d+ on node \S+ exited on"
+               r"|terminated normally, but \d+ process(?:es)? returned"
+               r"|exited with (?:a )?non-zero (?:exit )?(?:code|status)"
+               r"|Fatal Python error: |clusterkit: (?:\d\d:\d\d:\d\d )?launcher exited with status [1-9]")
 # clusterkit's own batch-log marker: one per (re)start of the job script
 RESTART_MARK = r"clusterkit: job \d+ on \S+ \(restart \d+ of at most \d+\)"
 # the job script stamps its own lines with the time (UTC, HH:MM:SS) since it logs signals
@@ -278,7 +343,7 @@ COMPILED = tuple((s, re.compile(s.pattern)) for s in SIGNATURES)
 def trigger_pattern() -> str:
     """One alternation of every signature and marker: a line matching none of it is noise."""
     parts = [s.pattern for s in SIGNATURES] + [ROOT_CAUSE, SRUN_TASK_EXIT, WORKER_EXIT, RESTART_MARK,
-                                              SUCCESS_MARK, r"SeqNum=\d+"]
+                                              SUCCESS_MARK, CLEAN_EXIT, PROMPT, r"SeqNum=\d+"]
     return "|".join(f"(?:{p})" for p in parts)
 
 
@@ -293,11 +358,14 @@ def is_success(line: str) -> bool:
 
 
 def classify(message: str) -> Signature | None:
-    """The first signature ``message`` (a line without its rank prefix) matches, if any.
+    """The first signature ``message`` (a line without its rank prefix) matches, if any; none for
+    clusterkit's own notices (:func:`is_own_notice`).
 
     The generic ``user-code`` signature needs the line to read as a Python exception line
     (``ValueError: ...``, ``torch.OutOfMemoryError: ...``), not just to mention "Error".
     """
+    if is_own_notice(message):
+        return None
     for sig, rx in COMPILED:
         if rx.search(message):
             if sig.patterns == (_GENERIC,) and not _EXC_LINE.match(message):
@@ -305,125 +373,3 @@ def classify(message: str) -> Signature | None:
             return sig
     return None
 
-
-SUMMARIES = {
-    "ok": "the job completed",
-    "nccl-network": "NCCL lost its network (InfiniBand/RoCE completion or verbs error)",
-    "nccl-timeout": "a collective timed out: some rank stopped taking part",
-    "rendezvous": "the launcher could not reach its rendezvous endpoint",
-    "port-in-use": "a port the job needs was already held",
-    "gpu-oom": "a GPU ran out of memory",
-    "host-oom": "the host ran out of memory (or the job went past its --mem)",
-    "gpu-hardware": "the GPU or its driver reported a hardware fault (Xid/ECC)",
-    "shm": "shared memory (/dev/shm) ran out",
-    "slurm-time-limit": "Slurm ended the job at its time limit",
-    "slurm-node-failure": "a node of the job failed; Slurm ended the job",
-    "slurm-preempted": "Slurm preempted the job",
-    "slurm-cancelled": "the job was cancelled",
-    "launcher-config": "the launcher refused its configuration",
-    "import-env": "the software environment is missing a module or library",
-    "filesystem": "a file system failed under the job",
-    "user-code": "the training code raised an exception",
-    "bad-nodes": "the job's own preflight found too few good nodes; it ended before training",
-    "unknown": "no known failure signature",
-}
-
-ADVICE = {
-    "ok": [],
-    "nccl-network": [
-        "exclude the node and check its links: clusterkit preflight --nodelist NODE",
-        "NCCL_IB_TIMEOUT=22 (site nccl.env) gives a flapping link longer before NCCL gives up",
-        "resubmit with --exclude NODE; the requeue budget (--set max_restarts=N) covers transient faults",
-    ],
-    "nccl-timeout": [
-        "look at the rank that is behind: its own log holds the real cause (a hang, a slow disk, a dataloader)",
-        "NCCL_DEBUG=INFO (submit --debug) shows which collective each rank reached",
-        "the flight recorder's dumps (logs/fr-<job>.r<restart>.rank<N>, read by doctor) name the collective "
-        "each rank reached; TORCH_NCCL_ASYNC_ERROR_HANDLING needs no setting (torch's default, 3, ends the ranks)",
-    ],
-    "rendezvous": [
-        "the rendezvous host is the first node of the allocation: check it with clusterkit preflight --nodelist NODE",
-        "a node whose store connection timed out (waitForInput) lost its network: check that node's link the same way",
-        "a firewall or a wrong NCCL_SOCKET_IFNAME/network.socket_ifname makes the endpoint unreachable",
-    ],
-    "port-in-use": [
-        "another process holds the port (a leftover run?): clusterkit derives ports from the job id; resubmit",
-        "check the node for stale launcher processes before reusing it",
-    ],
-    "gpu-oom": [
-        "lower the micro batch: --set micro_batch=N (deepspeed, megatron: in their config, and --set grad_accum=N "
-        "keeps the global batch; torchrun, accelerate, srun: passed to the training script as $CK_MICRO_BATCH, "
-        "which it must read; horovod, colossalai: the training script chooses it)",
-        "clusterkit plan --site SITE --model-params SIZE [--launcher L] recommends a setup and node count that fit",
-        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True helps when memory is fragmented",
-    ],
-    "host-oom": [
-        "the job went past its host memory: raise the site's scheduler.sbatch mem, or use fewer dataloader workers",
-        "with deepspeed or accelerate, --set offload=none keeps optimizer state out of host memory",
-    ],
-    "gpu-hardware": [
-        "exclude the node and report it to the admins: clusterkit preflight --nodelist NODE, "
-        "then submit --exclude NODE",
-        "the requeue budget (--set max_restarts=N) lets Slurm restart the job elsewhere",
-    ],
-    "shm": [
-        "containers need a large /dev/shm; NCCL and dataloader workers both use it",
-        "fewer dataloader workers, or NCCL_SHM_DISABLE=1 only to confirm the diagnosis",
-    ],
-    "slurm-time-limit": [
-        "raise --set time=HH:MM:SS, or checkpoint more often and let the job requeue",
-    ],
-    "slurm-node-failure": [
-        "exclude the node: clusterkit preflight --nodelist NODE, then submit --exclude NODE",
-        "a requeue budget (--set max_restarts=N) lets Slurm restart the job on healthy nodes",
-    ],
-    "slurm-preempted": [
-        "the job was preempted by a higher-priority job; a requeue budget (--set max_restarts=N) resumes it",
-    ],
-    "slurm-cancelled": [
-        "someone (or something) ran scancel; `clusterkit status` shows who Slurm says did",
-    ],
-    "launcher-config": [
-        "re-render with clusterkit render and compare; check --set values against the launcher's rules",
-    ],
-    "import-env": [
-        "the environment differs between nodes: clusterkit preflight --nodelist NODE, and the site's software.modules",
-        "containers (software.container) give every node the same environment",
-    ],
-    "filesystem": [
-        "check the mount on that node: clusterkit preflight --nodelist NODE (storage checks); exclude it if it is bad",
-    ],
-    "user-code": [
-        "fix the exception in the training code; the evidence shows the traceback's last line",
-    ],
-    "bad-nodes": [
-        "resubmit without them: clusterkit submit --exclude-from JOB ... (the job's result line has the command)",
-        "or allocate spares that take their place: submit --spares K",
-        "report the nodes to the admins; clusterkit preflight --nodelist NODES shows each check",
-    ],
-    "unknown": [
-        "read the evidence and the logs: clusterkit logs JOB",
-    ],
-}
-
-
-def advice(category: str, launcher: str | None = None) -> list[str]:
-    """The advice for ``category``, in words the job's ``launcher`` takes: every ``--set`` named
-    is one that launcher accepts (unknown launcher, as with ``doctor --logs``: the general form)."""
-    lines = list(ADVICE[category])
-    if launcher is None or category not in ("gpu-oom", "host-oom"):
-        return lines
-    from clusterkit.job.settings import script_variable, used_by
-
-    if category == "host-oom":
-        return lines if launcher in used_by("offload") else lines[:1]
-    if launcher in used_by("grad_accum"):  # the launcher acts on the batch math itself
-        batch = "lower --set micro_batch=N (raise --set grad_accum=N to keep the global batch)"
-    elif (variable := script_variable("micro_batch", launcher)) is not None and launcher in used_by("micro_batch"):
-        batch = (f"lower the micro batch: --set micro_batch=N passes it to the training script as ${variable} "
-                 f"({launcher} does not act on it: the script must read it), or lower it in the script")
-    else:
-        batch = (f"lower the micro batch in the training script: {launcher} leaves the batch to it "
-                 "(no --set reaches it)")
-    return [batch, f"clusterkit plan --site SITE --model-params SIZE --launcher {launcher} recommends a setup "
-                   "and node count that fit", lines[2]]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterkit.diagnose import catalogue, flight, reader, verdict
+from clusterkit.diagnose import catalogue, flight, hardware, reader, verdict
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SlurmUnreachable, SubmitError
 from clusterkit.scheduler import arrays
 from clusterkit.scheduler.base import JobStatus
@@ -120,6 +120,7 @@ def diagnose_files(files: Sequence[Path], view: verdict.SlurmView | None = None,
     for r in sorted(atts, reverse=True):
         v = verdict.judge(atts[r], view if r == newest else None, completed=None if r == newest else False,
                           superseded=r != newest)
+        v = hardware.outranks_oom(atts, r, v) or v
         restarts.append({"restart": r, "verdict": v, "cascade": verdict.cascade_rows(atts[r])})
     return {
         "job": job,

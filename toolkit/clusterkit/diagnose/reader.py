@@ -21,7 +21,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from clusterkit.diagnose import catalogue, lines
+from clusterkit.diagnose import catalogue, lines, marks
+from clusterkit.diagnose.names import expand as expand  # re-exported: doctor walks directories with it
+from clusterkit.diagnose.names import name_facts
 from clusterkit.safefile import open_regular
 
 try:  # a dependency; the fallback keeps doctor working where the wheel cannot be installed
@@ -50,11 +52,6 @@ WRAP_WIDTH = 80   # a line this long, followed by one that starts mid-word, was 
 _WORKER_EXIT = re.compile(catalogue.WORKER_EXIT)
 _SRUN_EXIT = re.compile(r"srun: error: (\S+): tasks? ([0-9,-]+): Exited with exit code (\d{1,9})")
 _RESTART = re.compile(r"clusterkit: job \d+ on \S+ \(restart (\d{1,9}) of at most \d+\)")
-# <job>.r<restart>.<node or rankN>.out, as clusterkit's job script names srun's logs
-_NAME = re.compile(r"^(?P<job>\d+)\.r(?P<restart>\d{1,9})\.(?P<who>.+)\.(?:out|err|log)$")
-_OLD_NAME = re.compile(r"^(?P<job>\d+)\.(?P<who>[^.]+)\.(?:out|err|log)$")
-# nccl-<job>.r<restart>.<host>.<pid>.log: NCCL_DEBUG_FILE as clusterkit's --debug names it
-_NCCL_NAME = re.compile(r"^nccl-(?P<job>\d+)\.r(?P<restart>\d+)\.(?P<who>.+)\.\d+\.log$")
 
 
 def _compile_trigger() -> Any:
@@ -90,6 +87,7 @@ class Finding:
     seq: int | None = None
     pg: str | None = None     # the process group a watchdog line names
     task: int | None = None   # the srun task the line names
+    group_rank: tuple[str, int] | None = None  # (process group, rank in it) where no global rank is known
 
     @property
     def where(self) -> str:
@@ -137,6 +135,7 @@ class FileScan:
     cascade_ranks: dict[tuple[int, str], set[int]] = field(default_factory=dict)
     restarts: set[int] = field(default_factory=set)
     success: set[int] = field(default_factory=set)
+    clean_exit: set[int] = field(default_factory=set)  # restarts whose processes printed torch's normal-exit warning
     bytes_read: int = 0
     cut: bool = False  # the file held more than FILE_MAX_BYTES; the rest was not read
     error: str | None = None
@@ -155,20 +154,6 @@ def _node(scan: FileScan, f: lines.LineFacts, slurm: bool) -> str | None:
     return (f.node or scan.node) if slurm else (scan.node or f.node)
 
 
-def name_facts(path: Path) -> tuple[int | None, str | None, int | None]:
-    """(restart, node, rank) that clusterkit's log names carry: ``123.r1.node4.out``, ``123.r0.rank5.out``,
-    ``nccl-123.r0.node4.5678.log`` (``--debug``'s NCCL log of one process)."""
-    m = _NCCL_NAME.match(path.name) or _NAME.match(path.name) or _OLD_NAME.match(path.name)
-    if not m:
-        return None, None, None
-    restart = int(m.group("restart")) if "restart" in m.groupdict() and m.group("restart") else None
-    who = m.group("who")
-    rm = re.fullmatch(r"rank(\d{1,9})", who)
-    if rm:
-        return restart, None, int(rm.group(1))
-    return restart, who, None
-
-
 @dataclass
 class _Cursor:
     """Where the scan of one file stands (line numbers, the last time seen, the restart)."""
@@ -182,6 +167,7 @@ class _Cursor:
     # time of the next hit stops there, so a log with many hits costs no more than one pass
     mark_pos: int = 0
     mark_time: float | None = None
+    prompt_host: str | None = None  # the host of the last shell prompt: the output below it is that host's
     # findings with no time above them: they take the first time that follows (an upper bound)
     pending: list[Finding] = field(default_factory=list)
 
@@ -312,6 +298,13 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
     if catalogue.is_success(text):
         scan.success.add(cur.restart)
         return
+    host = marks.prompt_host(text)
+    if host is not None:
+        cur.prompt_host = host or None
+        return
+    if marks.is_clean_exit(text):
+        scan.clean_exit.add(cur.restart)
+        return
     f = lines.facts(text, cur.year)
     if f.rank is None and f.local_rank is None and text[:1].islower():
         f = _wrapped(f, buf, start)
@@ -357,9 +350,10 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
     pg = _PG.search(text)
     finding = Finding(
         category=sig.category, cascade=sig.cascade, slurm=sig.slurm, time=when,
-        node=_node(scan, f, sig.slurm), rank=rank, local_rank=f.local_rank, path=scan.path, lineno=lineno,
+        node=_node(scan, f, sig.slurm) or cur.prompt_host, rank=rank, local_rank=f.local_rank, path=scan.path,
+        lineno=lineno,
         text=text[:MAX_TEXT], restart=cur.restart, seq=int(seq.group(1)) if seq else None,
-        pg=pg.group(1) if pg else None, task=lines.srun_task(text))
+        pg=pg.group(1) if pg else None, task=lines.srun_task(text), group_rank=f.group_rank)
     scan.findings.append(finding)
     if when is None:
         cur.pending.append(finding)
@@ -376,7 +370,7 @@ def _wrapped(f: lines.LineFacts, buf: bytes, start: int) -> lines.LineFacts:
         return f
     rank = int(m.group(1))
     return lines.LineFacts(f.time, f.node, rank if prev.startswith("[rank") else None,
-                           rank if prev.startswith("[default") else None)
+                           rank if prev.startswith("[default") else None, f.group_rank)
 
 
 def _root_cause(cur: _Cursor, buf: bytes, end: int, lineno: int) -> None:
@@ -395,19 +389,3 @@ def _root_cause(cur: _Cursor, buf: bytes, end: int, lineno: int) -> None:
         local_rank=int(got["local"]) if "local" in got else None,
         exitcode=int(got["code"]) if "code" in got else None,
         path=cur.scan.path, lineno=lineno, restart=cur.restart))
-
-
-def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
-    """Files to read (directories walked, sorted) and a message for each path that is not there."""
-    files: list[Path] = []
-    missing: list[str] = []
-    for p in paths:
-        if p.is_dir():
-            for root, dirs, names in os.walk(p):
-                dirs.sort()
-                files += [Path(root) / n for n in sorted(names) if not n.startswith(".")]
-        elif p.exists():
-            files.append(p)
-        else:
-            missing.append(f"{p}: no such file or directory")
-    return files, missing

@@ -22,14 +22,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clusterkit.diagnose import catalogue
-from clusterkit.diagnose.lines import iso
+from clusterkit.diagnose.behind import behind as _behind
+from clusterkit.diagnose.evidence import MAX_EVIDENCE as MAX_EVIDENCE  # re-exported
+from clusterkit.diagnose.evidence import dedup as _dedup
+from clusterkit.diagnose.evidence import ev as _ev
+from clusterkit.diagnose.evidence import key as _key
+from clusterkit.diagnose.evidence import make as _verdict
+from clusterkit.diagnose.evidence import rank_words
 from clusterkit.diagnose.reader import FileScan, Finding, RootCause, TaskExit
 
-MAX_EVIDENCE = 5
 # Slurm states that are themselves the answer, strongest first
 _SLURM_STATES = {"NODE_FAIL": "slurm-node-failure", "BOOT_FAIL": "slurm-node-failure", "PREEMPTED": "slurm-preempted",
                  "TIMEOUT": "slurm-time-limit", "DEADLINE": "slurm-time-limit", "OUT_OF_MEMORY": "host-oom"}
 _SLURM_ORDER = ("slurm-node-failure", "slurm-preempted", "slurm-time-limit", "host-oom", "slurm-cancelled")
+# verdicts about the whole job, not a node: "the node" of one of them is only where slurmstepd wrote it
+_NO_NODE = frozenset({"slurm-preempted", "slurm-time-limit", "slurm-cancelled"})
 
 
 @dataclass
@@ -44,6 +51,7 @@ class Attempt:
     cascade: Counter[str] = field(default_factory=Counter)
     cascade_ranks: dict[str, set[int]] = field(default_factory=dict)
     success: bool = False
+    clean_exit: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,29 +95,9 @@ def attempts(scans: Iterable[FileScan]) -> dict[int, Attempt]:
             at(r).cascade_ranks.setdefault(kind, set()).update(s.cascade_ranks.get((r, kind), set()))
         for r in s.success:
             at(r).success = True
+        for r in s.clean_exit:
+            at(r).clean_exit = True
     return out
-
-
-def _key(f: Finding) -> tuple[float, int, str, int]:
-    inf = float("inf")
-    return (f.time if f.time is not None else inf, f.rank if f.rank is not None else 1 << 30, f.path, f.lineno)
-
-
-def _verdict(category: str, lead: Finding | None, evidence: list[str], *, node: str | None = None,
-             rank: int | None = None, time: float | None = None, summary: str | None = None) -> dict[str, Any]:
-    return {
-        "category": category,
-        "node": node if node is not None else (lead.node if lead else None),
-        "rank": rank if rank is not None else (lead.rank if lead else None),
-        "time": iso(time if time is not None else (lead.time if lead else None)),
-        "summary": summary or catalogue.SUMMARIES[category],
-        "evidence": evidence[:MAX_EVIDENCE],
-        "advice": catalogue.advice(category),
-    }
-
-
-def _ev(f: Finding) -> str:
-    return f"{f.where}: {f.text.strip()}"
 
 
 def _slurm_fact(att: Attempt, view: SlurmView | None) -> dict[str, Any] | None:
@@ -143,7 +131,10 @@ def _slurm_fact(att: Attempt, view: SlurmView | None) -> dict[str, Any] | None:
         rank = next((f.rank for f in facts if f.category == cat and f.rank is not None), None)
         if rank is None and not _torchrun(att):
             rank = next((f.task for f in facts if f.category == cat and f.task is not None), None)
-        return _verdict(cat, lead, evidence, node=node, rank=rank, summary=summary)
+        out = _verdict(cat, lead, evidence, node=node, rank=rank, summary=summary)
+        if cat in _NO_NODE:
+            out["node"] = None  # slurmstepd writes these on the batch host: no node failed
+        return out
     return None
 
 
@@ -214,19 +205,9 @@ def _first_failure(att: Attempt) -> dict[str, Any] | None:
         evidence.append(f"{root.path}:{root.lineno}: torchrun root cause: rank {root.rank} on {root.node}, "
                         f"exit code {root.exitcode}")
     summary = f"{catalogue.SUMMARIES[lead.category]}: {lead.text.split(']:', 1)[-1].strip()[:160]}"
+    if rank is None and lead.group_rank is not None:
+        summary += f" ({rank_words(lead)})"
     return _verdict(lead.category, lead, evidence, node=node, rank=rank, summary=summary)
-
-
-def _dedup(evidence: list[str]) -> list[str]:
-    """Evidence lines, each message once (slurmstepd repeats itself on every sample)."""
-    seen: set[str] = set()
-    out = []
-    for e in evidence:
-        msg = e.split(": ", 1)[-1]
-        if msg not in seen:
-            seen.add(msg)
-            out.append(e)
-    return out
 
 
 def _node_of(att: Attempt, rank: int | None) -> str | None:
@@ -273,32 +254,6 @@ def _task_location(att: Attempt) -> tuple[str | None, int | None]:
     return first.node, rank
 
 
-def _behind(att: Attempt) -> dict[str, Any] | None:
-    timeouts = sorted((f for f in att.findings if f.cascade == "nccl-timeout"), key=_key)
-    if not timeouts:
-        return None
-    groups: dict[str | None, list[Finding]] = {}
-    for f in timeouts:
-        if f.seq is not None:
-            groups.setdefault(f.pg, []).append(f)
-    # a rank is behind only against ranks of its own process group; a group whose ranks
-    # stopped at different collectives says who is behind, the earliest such group first
-    spread = [g for g in groups.values() if len({f.seq for f in g}) > 1]
-    pick = spread[0] if spread else next(iter(groups.values()), None)
-    if pick:
-        low = min(f.seq for f in pick if f.seq is not None)
-        lead = min((f for f in pick if f.seq == low), key=lambda f: (f.rank if f.rank is not None else 1 << 30))
-        seqs = {f.seq for f in pick}
-        pg = f"process group {lead.pg}: " if lead.pg is not None and len(groups) > 1 else ""
-        summary = (f"{pg}rank {lead.rank} is behind: its watchdog timed out at collective {low}"
-                   + (f", the others at {max(s for s in seqs if s is not None)}" if len(seqs) > 1 else
-                      " (every rank timed out at the same collective: the one behind may have printed nothing)"))
-    else:
-        lead = timeouts[0]
-        summary = "collectives timed out on every rank that printed; none says which rank is behind"
-    return _verdict("nccl-timeout", lead, [_ev(lead)], summary=summary)
-
-
 #: the job script's reason for a setup step that ended the job (templates/job-setup.j2)
 _SETUP_FAILED = re.compile(r"(?:node )?setup step \d+ failed \(exit \d+\)")
 
@@ -334,6 +289,9 @@ def _fallback(att: Attempt, view: SlurmView | None) -> dict[str, Any]:
     live = view is not None and view.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED",
                                                "SUSPENDED", "RESIZING")
     summary = f"the job is {view.state}: no failure in its logs so far" if live and view else None
+    if summary is None and not ev:
+        summary = ("no failure found in these logs, and nothing in them shows that the job ended cleanly "
+                   "(no completed state, no normal exit)")
     return _verdict("unknown", None, ev, node=node, rank=rank, summary=summary)
 
 
@@ -358,12 +316,40 @@ def judge(att: Attempt, view: SlurmView | None, *, completed: bool | None = None
         return _verdict("ok", None, [f"{view.who}: job state {view.state}"] if view and view.state else [])
     v = (_slurm_fact(att, view) or _first_failure(att) or _behind(att)
          or (_requeued(att) if superseded else None)
-         or (_verdict("ok", None, ["clusterkit: launcher exited with status 0"]) if att.success and view is None
-             else _verdict("ok", None, [], summary="no failure found in these logs") if view is None and _clean(att)
-             else _fallback(att, view)))
-    if v["node"] is None and view and view.nodes and re.fullmatch(r"[\w.-]+", view.nodes):
+         or _clean_end(att, view) or _fallback(att, view))
+    if v["node"] is None and view and view.nodes and re.fullmatch(r"[\w.-]+", view.nodes) \
+            and v["category"] not in _NO_NODE:
         v["node"] = view.nodes  # a one-node job: whatever failed, failed there
+    _rank_on_node(att, v)
     return v
+
+
+def _clean_end(att: Attempt, view: SlurmView | None) -> dict[str, Any] | None:
+    """``ok`` from the logs alone needs positive evidence that the run ended cleanly: the job
+    script's "launcher exited with status 0" (no failure line above it: those were judged first),
+    or torch's warning at a process's normal end with nothing that failed.  Logs that only lack a
+    known failure line are not evidence."""
+    if view is not None:
+        return None
+    if att.success:  # the launcher's own status: the cascade under it was only the shutdown's noise
+        return _verdict("ok", None, ["clusterkit: launcher exited with status 0"])
+    if att.clean_exit and _clean(att):
+        return _verdict("ok", None, ["torch: the processes printed their normal-exit warning "
+                                     "(destroy_process_group), and nothing failed"],
+                        summary="the processes ran to their normal end; no failure in these logs")
+    return None
+
+
+def _rank_on_node(att: Attempt, v: dict[str, Any]) -> None:
+    """The rank named must have run on the node named: a rank the logs place on another node is
+    dropped (the node stays: it is where the evidence was written)."""
+    if v["rank"] is None or v["node"] is None:
+        return
+    where = {f.rank: f.node for f in att.findings if f.rank is not None and f.node}
+    where.update({rc.rank: rc.node for rc in att.root_causes if rc.rank is not None and rc.node})
+    placed = where.get(v["rank"])
+    if placed is not None and placed != v["node"]:
+        v["rank"] = None
 
 
 def cascade_rows(att: Attempt) -> list[dict[str, Any]]:

@@ -159,7 +159,10 @@ def _nodes(out: _Out, nodes: Sequence[T.Node], first: T.Node, probed: Mapping[st
                 f"CPUEfctv: CPUTot={first.cpus_total} less the cores reserved for the system" if reserved
                 else "CPUTot")
     if first.real_memory_mb and first.real_memory_mb > 1:
-        out.put(1, f"mem_gb: {round(first.real_memory_mb / 1024, 1):g}", f"RealMemory={first.real_memory_mb} MB")
+        jobs_mb = first.job_memory_mb or first.real_memory_mb
+        out.put(1, f"mem_gb: {round(jobs_mb / 1024, 1):g}",
+                f"RealMemory={first.real_memory_mb} MB less MemSpecLimit={first.mem_spec_mb} MB reserved for the system"
+                if jobs_mb != first.real_memory_mb else f"RealMemory={first.real_memory_mb} MB")
     else:
         # RealMemory=1 is Slurm's value when slurm.conf sets none: not the node's memory
         out.todo(1, "nodes.mem_gb", "mem_gb: 256",

@@ -186,11 +186,13 @@ def _compare_nodes(f: _Finder, site: Any, mine: list[T.Node], report: DriftRepor
     if unset:
         report.notes.append(f"Slurm has no memory configured (RealMemory=1) on {hostlist.fold(sorted(unset))}: "
                             "nodes.mem_gb not checked against Slurm there")
-    mem = {n.name: n.real_memory_mb for n in mine if n.real_memory_mb and n.real_memory_mb > 1}
+    # the memory jobs get: RealMemory less MemSpecLimit, as sites init writes it
+    mem = {n.name: n.job_memory_mb for n in mine if n.job_memory_mb and n.real_memory_mb and n.real_memory_mb > 1}
     off = {h: mb for h, mb in mem.items() if abs(mb / 1024 - cfg.mem_gb) > MEM_TOLERANCE * cfg.mem_gb}
     for mb, hosts in _group(off).items():
         f.add(("nodes", "mem_gb"), cfg.mem_gb, round(mb / 1024, 1), hosts,
-              f"memory per node: Slurm RealMemory={mb} MB (tolerance {MEM_TOLERANCE:.0%})")
+              f"memory per node for jobs: Slurm RealMemory less MemSpecLimit = {mb} MB "
+              f"(tolerance {MEM_TOLERANCE:.0%})")
 
 
 def _per_node(f: _Finder, path: tuple[str, ...], configured: Any, live: Mapping[str, Any], what: str) -> None:
@@ -212,7 +214,7 @@ def live_slurm_facts(site: Any, scope: list[T.Node]) -> dict[str, Any]:
                         ("gpu_model", {",".join(n.gpu_types) for n in scope if n.gpu_types})):
         if len(values) == 1:
             out[key] = values.pop()
-    mems = {n.real_memory_mb for n in scope if n.real_memory_mb and n.real_memory_mb > 1}
+    mems = {n.job_memory_mb for n in scope if n.job_memory_mb and n.real_memory_mb and n.real_memory_mb > 1}
     if len(mems) == 1:
         mb = mems.pop()
         if abs(mb / 1024 - site.nodes.mem_gb) > MEM_TOLERANCE * site.nodes.mem_gb:

@@ -190,9 +190,12 @@ def parse_partitions(text: str) -> Partitions:
 # ---------------------------------------------------------------------------------------------
 
 # Base states and flags (``State=IDLE+DRAIN``, ``DOWN*``) that keep a node from running jobs.
+# Power saving is not among them: a powered-down node (``IDLE+CLOUD+POWERED_DOWN``, sinfo's
+# ``idle~``: AWS ParallelCluster's and other clouds' nodes at rest) is resumed by Slurm for the
+# job it is given, so it counts as usable; a down or drained one stays unusable by those words.
 _UNUSABLE = {"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING",
-             "MAINTENANCE", "MAINT", "POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN", "REBOOT_ISSUED",
-             "REBOOT_REQUESTED", "INVALID_REG", "FUTURE", "UNKNOWN", "INVAL"}
+             "MAINTENANCE", "MAINT", "REBOOT_ISSUED", "REBOOT_REQUESTED", "INVALID_REG", "FUTURE",
+             "UNKNOWN", "INVAL"}
 
 
 # A MIG profile in a GRES type: "1g.10gb", "3g.40gb", "1g.10gb+me", or AutoDetect=nvml's
@@ -206,6 +209,18 @@ def is_mig_type(gres_type: str | None) -> bool:
     return bool(gres_type and _MIG_RE.search(gres_type))
 
 
+def _unglue(word: str) -> str:
+    """A word with the vendor and brand words glued before the model taken off: GRES types written
+    without separators (``nvidiah100pcie``, ``nvidiageforcertx3090``, ``teslav100``)."""
+    stripped = True
+    while stripped:
+        stripped = False
+        for noise in _GRES_NOISE:
+            if word.startswith(noise) and len(word) > len(noise):
+                word, stripped = word[len(noise):], True
+    return word
+
+
 def gpu_model_token(gres_type: str) -> str | None:
     """The model token preflight finds in nvidia-smi's GPU name, from a GRES type name; None
     when the type names no model (``ampere``, ``gpu``).
@@ -216,7 +231,7 @@ def gpu_model_token(gres_type: str) -> str | None:
     trailing letter kept (``A100``, ``H100``, ``GH200``, ``L40S``, ``A10G``, ``T4``).  Memory and
     form-factor words after it (``sxm4``, ``40gb``, ``80gb``, ``hbm3``) are dropped.
     """
-    words = [w for w in re.split(r"[_\-\s]+", gres_type.lower()) if w and w not in _GRES_NOISE]
+    words = [w for w in map(_unglue, re.split(r"[_\-\s]+", gres_type.lower())) if w and w not in _GRES_NOISE]
     for i, word in enumerate(words):
         series = re.fullmatch(r"(rtx|gtx)([a-z]?\d+)?\w*", word)
         if series:
@@ -225,7 +240,8 @@ def gpu_model_token(gres_type: str) -> str | None:
                 after = re.match(r"[a-z]?\d+", words[i + 1])
                 digits = after.group(0) if after else None
             return f"{series.group(1).upper()} {digits.upper()}" if digits else None
-        m = re.match(r"[a-z]{0,2}\d{1,4}", word)
+        # a memory size glued after the model ("a10080gbpcie": A100, 80 GB) is not part of its number
+        m = re.match(r"[a-z]{0,2}\d{1,3}(?=\d{1,3}gb)", word) or re.match(r"[a-z]{0,2}\d{1,4}", word)
         if m:
             rest = word[m.end():]
             return (m.group(0) + (rest if len(rest) == 1 and rest.isalpha() else "")).upper()
@@ -246,6 +262,15 @@ class Node:
     partitions: tuple[str, ...]
     cfg_tres: dict[str, str] = field(compare=False, default_factory=dict)
     cpus_total: int | None = None  # CPUTot: includes the cores CoreSpecCount/CPUSpecList reserve
+    mem_spec_mb: int | None = None  # MemSpecLimit: memory reserved for the system, not for jobs
+
+    @property
+    def job_memory_mb(self) -> int | None:
+        """The memory jobs can have: RealMemory less MemSpecLimit (as CPUEfctv is CPUTot less the
+        reserved cores); RealMemory where no limit is set (or one Slurm would reset: not below it)."""
+        if self.real_memory_mb is None or not self.mem_spec_mb or self.mem_spec_mb >= self.real_memory_mb:
+            return self.real_memory_mb
+        return self.real_memory_mb - self.mem_spec_mb
 
     @property
     def gpus(self) -> int | None:
@@ -296,6 +321,7 @@ def _node(kv: dict[str, str]) -> Node:
     return Node(
         name=kv["NodeName"], cpus=_int(kv.get("CPUEfctv")) or _int(kv.get("CPUTot")),
         cpus_total=_int(kv.get("CPUTot")), real_memory_mb=_int(kv.get("RealMemory")),
+        mem_spec_mb=_int(kv.get("MemSpecLimit")),
         gres=parse_gres(kv.get("Gres", "")),
         features=tuple(f for f in features.split(",") if f and features not in _NULL),
         state=kv.get("State", ""), reason=re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", reason),
