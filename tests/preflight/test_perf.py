@@ -15,7 +15,7 @@ import pytest
 from clusterkit.config.load import load_site
 from clusterkit.errors import ConfigError
 from clusterkit.preflight.perf import Limits, judge, parse_output, srun_argv, task_errors
-from clusterkit.preflight.perf_worker import busbw_gbps, pairings
+from clusterkit.preflight.perf_worker import boot_id, busbw_gbps, gemm_turns, pairings
 
 CAPTURES = Path(__file__).resolve().parents[1] / "data" / "captures" / "perf"
 HOSTS = [f"node{i}" for i in range(1, 6)]
@@ -53,6 +53,17 @@ def _rewrite(lines: list[str], marker: str, pred: Any, change: Any) -> list[str]
                 ln = f"{label}: {marker} {json.dumps(ev)}"
         out.append(ln)
     return out
+
+
+def test_nodes_that_share_a_kernel_take_turns_and_others_measure_at_once() -> None:
+    nodes = ["a", "b", "c", "d", "e"]
+    assert gemm_turns(nodes, {h: f"k-{h}" for h in nodes}) == [nodes]            # a real cluster: one turn
+    assert gemm_turns(nodes, dict.fromkeys(nodes, "k")) == [[h] for h in nodes]  # a test cluster: one each
+    # two machines of two "nodes" each and one of its own: two turns, never two of one kernel together
+    turns = gemm_turns(nodes, {"a": "k1", "b": "k1", "c": "k2", "d": "k2", "e": "k3"})
+    assert turns == [["a", "c", "e"], ["b", "d"]]
+    assert gemm_turns(nodes, dict.fromkeys(nodes, "?")) == [nodes]               # unknown: a kernel each
+    assert len(boot_id()) == 36   # this kernel's, a UUID
 
 
 def test_pairings_are_disjoint_and_never_repeat() -> None:

@@ -74,6 +74,8 @@ def test_healthy_allocation_is_all_ok(ck: CLI, testbed5: Testbed, tmp_path: Path
         assert node["busbw_intra_gbps"] is None  # one task per node
     assert report["perf"]["busbw_world_gbps"] > 0
     assert "one task per node: the all-reduce within a node is skipped" in report["notes"]
+    # the testbed's nodes are network namespaces of one machine: measured in turns, and said so
+    assert any(n.startswith("nodes share one kernel") for n in report["notes"]), report["notes"]
 
 
 def test_node_with_a_slow_link_is_named_and_no_other(ck: CLI, testbed5: Testbed, tmp_path: Path) -> None:

@@ -430,6 +430,9 @@ def judge(hosts: Sequence[str], events: Sequence[dict[str, Any]], limits: Limits
     worlds = [float(e["gbps"]) for evs in by_rank.values() for e in evs.get("world", [])]
     if worlds:
         report.busbw_world_gbps = min(worlds)
+    if any(e.get("shared_kernel") is True for e in inits):
+        report.notes.append("nodes share one kernel (namespaces or containers of one machine): their matmuls "
+                            "and the pairs of a round were measured one at a time")
     if len(hosts) == 2 and pairs:
         report.notes.append("two nodes make one pair: a low pair is reported as a slow link (which end is slow "
                             "needs a third node)")

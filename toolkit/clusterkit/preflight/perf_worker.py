@@ -65,6 +65,27 @@ def pairings(n: int, rounds: int) -> list[list[tuple[int, int]]]:
     return out
 
 
+def boot_id() -> str:
+    """This kernel's boot id: the same for every "node" that is a namespace or container of one machine."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii", errors="replace") as f:
+            return f.read(64).strip() or "?"
+    except OSError:
+        return "?"
+
+
+def gemm_turns(nodes: list[str], kernel_of: dict[str, str]) -> list[list[str]]:
+    """Which nodes measure their compute together.  Nodes on kernels of their own all at once (one
+    turn); nodes that share a kernel one of them per turn, so that no two measure on the same CPUs
+    at once.  An unknown boot id ("?") is a kernel of its own."""
+    by_kernel: dict[str, list[str]] = {}
+    for i, h in enumerate(nodes):
+        key = kernel_of.get(h, "?")
+        by_kernel.setdefault(f"?{i}" if key == "?" else key, []).append(h)
+    depth = max((len(g) for g in by_kernel.values()), default=0)
+    return [[g[t] for g in by_kernel.values() if t < len(g)] for t in range(depth)]
+
+
 def busbw_gbps(nbytes: int, seconds: float, ranks: int) -> float:
     """nccl-tests' all-reduce bus bandwidth, in Gbit/s."""
     if seconds <= 0 or ranks < 2:
@@ -109,8 +130,10 @@ def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: in
     dist.init_process_group(backend, init_method=f"tcp://{first}:{int(spec['port'])}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=float(spec["timeout_s"])))
     # every task's node, in rank order; nodes in the order of the step's node list
-    where: list[Any] = [None] * world
-    dist.all_gather_object(where, host)
+    seen: list[Any] = [None] * world
+    dist.all_gather_object(seen, (host, boot_id()))
+    where = [str(h) for h, _ in seen]
+    kernel_of = {str(h): str(b) for h, b in seen}
     order = {h: i for i, h in enumerate(hostlist.expand(os.environ.get("SLURM_STEP_NODELIST") or ",".join(where)))}
     nodes = sorted(set(where), key=lambda h: (order.get(h, len(order)), h))
     ranks_of = {h: [r for r in range(world) if where[r] == h] for h in nodes}
@@ -130,8 +153,9 @@ def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: in
             if me in (a_i, b_i):
                 my_pairs.append((k, (a_i, b_i), group))
     dist.barrier()
+    turns = gemm_turns(nodes, kernel_of)
     emit(marker, ev="init", rank=rank, host=host, backend=backend, device=str(device), import_s=round(t_import, 3),
-         init_s=round(time.monotonic() - t0, 3), nodes=nodes)
+         init_s=round(time.monotonic() - t0, 3), nodes=nodes, shared_kernel=len(turns) > 1)
     t_measure = time.monotonic()
 
     def sync() -> None:
@@ -152,19 +176,25 @@ def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: in
     # device can do; a device held back for good (clocks, a CPU quota) is slow in every block.
     # A block spans more than two of the kernel's CPU-quota periods (CFS: 100 ms), so a quota
     # cannot hide in the burst it allows at the start of each period.
+    # Nodes that share one kernel (a test cluster of namespaces, pods on one machine) share its
+    # CPUs: measured at once they would measure each other, so they take turns (gemm_turns).
     iters = int(spec["gemm_iters"])
     best = 0.0
-    for _ in range(GEMM_BLOCKS):
-        count, t = 0, time.monotonic()
-        while True:
-            c = a @ b
-            count += 1
-            if count >= iters:
-                sync()
-                secs = time.monotonic() - t
-                if secs >= GEMM_BLOCK_S:
-                    break
-        best = max(best, 2 * n**3 * count / secs / 1e12)
+    for turn in turns:
+        if host in turn:
+            for _ in range(GEMM_BLOCKS):
+                count, t = 0, time.monotonic()
+                while True:
+                    c = a @ b
+                    count += 1
+                    if count >= iters:
+                        sync()
+                        secs = time.monotonic() - t
+                        if secs >= GEMM_BLOCK_S:
+                            break
+                best = max(best, 2 * n**3 * count / secs / 1e12)
+        if len(turns) > 1:
+            dist.barrier()
     words = c.contiguous().view(torch.int16 if dtype is torch.bfloat16 else torch.int32)
     checksum = int(words.to(torch.int64).sum().item())
     emit(marker, ev="gemm", rank=rank, host=host, local=local, n=n, dtype=str(dtype).removeprefix("torch."),
@@ -194,13 +224,16 @@ def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: in
         emit(marker, ev="intra", rank=rank, host=host, seconds=round(secs, 6), gbps=round(gbps, 4))
     dist.barrier()
     # 3. between nodes: the pairings (a node without a pair in a round waits), then everyone
+    # (on nodes that share a kernel, the pairs of a round go one after another, for the reason above)
     for k in range(len(plan)):
-        for _, (a_i, b_i), group in (p for p in my_pairs if p[0] == k):
-            size = len(ranks_of[nodes[a_i]]) + len(ranks_of[nodes[b_i]])
-            secs, gbps = allreduce(group, int(spec["inter_bytes"]), size)
-            emit(marker, ev="pair", rank=rank, host=host, round=k + 1, pair=[nodes[a_i], nodes[b_i]],
-                 seconds=round(secs, 6), gbps=round(gbps, 4))
-        dist.barrier()
+        slots = [[pair] for pair in plan[k]] if len(turns) > 1 else [plan[k]]
+        for slot in slots:
+            for _, (a_i, b_i), group in (p for p in my_pairs if p[0] == k and p[1] in slot):
+                size = len(ranks_of[nodes[a_i]]) + len(ranks_of[nodes[b_i]])
+                secs, gbps = allreduce(group, int(spec["inter_bytes"]), size)
+                emit(marker, ev="pair", rank=rank, host=host, round=k + 1, pair=[nodes[a_i], nodes[b_i]],
+                     seconds=round(secs, 6), gbps=round(gbps, 4))
+            dist.barrier()
     if len(nodes) > 1:
         secs, gbps = allreduce(None, int(spec["inter_bytes"]), world)
         emit(marker, ev="world", rank=rank, host=host, seconds=round(secs, 6), gbps=round(gbps, 4))
