@@ -1,0 +1,42 @@
+"""The deeper health sections: ``nvidia-smi -q`` (row remapping, retired pages, the PCIe link,
+clock event reasons), ``nvidia-smi nvlink -s``, the kernel log's Xid lines since boot, and two
+reads of the InfiniBand error counters some seconds apart.  Their parsers are
+:mod:`clusterkit.nodes.smi_query` and :mod:`clusterkit.nodes.health_parsers`."""
+
+from __future__ import annotations
+
+from clusterkit.nodes.health_parsers import IB_COUNTERS
+from clusterkit.nodes.script import Section
+
+#: seconds between the two reads of the InfiniBand error counters
+COUNTER_INTERVAL_S = 2
+
+
+def smi_query_section(timeout_s: float) -> Section:
+    """``nvidia-smi -q``; skipped when the GPU query hung."""
+    return Section("smi_q", "nvidia-smi -q", timeout_s, unless_timed_out="gpu", simple=True)
+
+
+def nvlink_section(timeout_s: float) -> Section:
+    """``nvidia-smi nvlink -s``; skipped when the GPU query hung."""
+    return Section("nvlink", "nvidia-smi nvlink -s", timeout_s, unless_timed_out="gpu", simple=True)
+
+
+# dmesg where the kernel lets this user read it, else the journal's kernel messages of this boot;
+# only the driver's Xid lines come back (the last 200), after a line naming the log read
+_XID = ("if l=$(dmesg 2>&1); then s=dmesg; elif l=$(journalctl -k -b -q --no-pager 2>&1); then s=journalctl; "
+        "else printf 'kernel log unreadable: %s\\n' \"$(printf '%s\\n' \"$l\" | head -n 1)\"; exit 0; fi; "
+        "echo \"kernel log: $s\"; printf '%s\\n' \"$l\" | grep -F 'NVRM: Xid' | tail -n 200; true")
+
+
+def xid_section(timeout_s: float) -> Section:
+    """The kernel log's ``NVRM: Xid`` lines since boot."""
+    return Section("xid", _XID, timeout_s)
+
+
+def ib_counters_section() -> Section:
+    """The ports' error counters, read, then read again :data:`COUNTER_INTERVAL_S` seconds later."""
+    files = " ".join(f'"$CK_ROOT"/sys/class/infiniband/*/ports/*/counters/{c}' for c in IB_COUNTERS)
+    read = f"grep -H '' {files} 2>/dev/null"
+    return Section("ib_counters", f"echo 'read 1'; {read}; sleep {COUNTER_INTERVAL_S}; "
+                   f"echo 'read 2 after {COUNTER_INTERVAL_S} s'; {read}; true", COUNTER_INTERVAL_S + 5.0)
