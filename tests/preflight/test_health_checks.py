@@ -4,13 +4,15 @@ or port, and nothing else; the healthy profile passes them all."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from clusterkit.preflight.catalogue import select_checks
-from clusterkit.preflight.engine import SINGLE, Status
-from tests.preflight.test_checks import expect, failures, results
+from clusterkit.preflight.engine import SINGLE, Status, evaluate
+from tests.preflight.test_checks import PROFILES, expect, failures, results
 
 HEALTH = {"gpu.row_remap", "gpu.pcie", "gpu.clocks", "gpu.nvlink", "gpu.xid", "gpu.xid_other", "ib.counters"}
 
@@ -48,3 +50,34 @@ def test_single_node_stage_runs_the_gpu_checks_without_the_counters(tmp_path: Pa
     res = results(select_checks(expect(stage=SINGLE)), "remap_pending", tmp_path)
     assert "ib.counters" not in res
     assert failures(res) == {"gpu.row_remap": "GPU 00000000:86:00.0: row remapping pending (reset the GPU)"}
+
+
+def _with_tools(tmp_path: Path, tools: dict[str, str]) -> dict[str, tuple[Status, str]]:
+    """The healthy profile with stand-ins (shell text each) first on PATH; the Xid checks' results."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in tools.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n# stand-in {name}\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    check_set = select_checks(expect(stage=SINGLE, storage=()))
+    env = dict(os.environ, PATH=f"{bin_dir}:{PROFILES / 'healthy' / 'bin'}:{os.environ['PATH']}")
+    out = subprocess.run(["sh", "-c", check_set.script()], env=env, capture_output=True, text=True, timeout=60).stdout
+    return {r.check: (r.status, r.message) for r in evaluate(check_set, out) if r.check.startswith("gpu.xid")}
+
+
+DMESG_DENIED = 'echo "dmesg: read kernel buffer failed: Operation not permitted"; exit 1'
+
+
+def test_a_kernel_log_this_user_may_not_read_is_said_not_passed_silently(tmp_path: Path) -> None:
+    # journalctl without the right to the system journal shows the user's own messages only
+    got = _with_tools(tmp_path, {"dmesg": DMESG_DENIED, "journalctl": 'echo "Hint: You are currently not seeing '
+                                 'messages from other users and the system."'})
+    reason = "dmesg: read kernel buffer failed: Operation not permitted"
+    assert got == {"gpu.xid": (Status.OK, f"kernel log not readable here ({reason}): Xids not checked"),
+                   "gpu.xid_other": (Status.WARN, f"kernel log not readable here: {reason}")}
+
+
+def test_the_journal_is_read_where_dmesg_is_not(tmp_path: Path) -> None:
+    line = "Oct 30 09:49:36 pc kernel: NVRM: Xid (PCI:0000:03:00): 79, pid='<unknown>', GPU has fallen off the bus."
+    got = _with_tools(tmp_path, {"dmesg": DMESG_DENIED, "journalctl": f"echo \"{line}\""})
+    assert got["gpu.xid"] == (Status.FAIL, "Xid 79 on GPU 0000:03:00: GPU has fallen off the bus (PCIe link lost)")

@@ -142,7 +142,7 @@ def test_srun_health_checks_name_each_faulty_node(ck: CLI, testbed: Testbed, tmp
     env = _fake_node_env(testbed, tmp_path)
     env["PATH"] = f"{_per_node_tools(tmp_path, run)}:{env['PATH']}"
     proc = ck.proc("preflight", "--site", str(site), "--transport", "srun", "--nodelist", ",".join(run),
-                   "--json", env=env, timeout=120)
+                   "--stage", "multi-node", "--json", env=env, timeout=120)
     report = json.loads(proc.out)
     got = {n["host"]: {c["check"]: c["message"] for c in n["checks"] if c["status"] == "fail"}
            for n in report["nodes"]}

@@ -22,10 +22,14 @@ def nvlink_section(timeout_s: float) -> Section:
     return Section("nvlink", "nvidia-smi nvlink -s", timeout_s, unless_timed_out="gpu", simple=True)
 
 
-# dmesg where the kernel lets this user read it, else the journal's kernel messages of this boot;
-# only the driver's Xid lines come back (the last 200), after a line naming the log read
-_XID = ("if l=$(dmesg 2>&1); then s=dmesg; elif l=$(journalctl -k -b -q --no-pager 2>&1); then s=journalctl; "
-        "else printf 'kernel log unreadable: %s\\n' \"$(printf '%s\\n' \"$l\" | head -n 1)\"; exit 0; fi; "
+# dmesg where the kernel lets this user read it (its ring buffer: the newest messages), else
+# the journal's kernel messages of this boot; a journal this user may not read (it then shows
+# only the user's own messages and says so) is no answer.  Only the driver's Xid lines come
+# back (the last 200), after a line naming the log read.
+_XID = ("if l=$(dmesg 2>&1); then s=dmesg; else d=$l; "
+        "if l=$(journalctl -k -b --no-pager 2>&1) && ! printf '%s\\n' \"$l\" "
+        "| grep -qiE 'insufficient permissions|not seeing messages from other users'; then s=journalctl; "
+        "else printf 'kernel log unreadable: %s\\n' \"$(printf '%s\\n' \"$d\" | head -n 1)\"; exit 0; fi; fi; "
         "echo \"kernel log: $s\"; printf '%s\\n' \"$l\" | grep -F 'NVRM: Xid' | tail -n 200; true")
 
 
