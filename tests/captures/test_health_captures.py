@@ -70,8 +70,11 @@ def test_smi_query_judged(cap: Capture) -> None:
     clocks = health.judge_clocks(q, OUT)
     assert clocks.passed is not want["hw_slowdown"]
     assert all(bus in clocks.message for bus in want["hw_slowdown"])
-    # no capture has a link below its width; the idle RTX 4090s at Gen1 of Gen4 are not judged
-    assert health.judge_pcie(q, OUT).passed
+    # the A10G at x8 of x16 fails; the idle RTX 4090s at Gen1 of Gen4 are not judged
+    pcie = health.judge_pcie(q, OUT)
+    assert pcie.passed is not want["width_below_max"]
+    assert pcie.message == (", ".join(f"GPU {bus}: PCIe x8 of x16" for bus in want["width_below_max"])
+                            or pcie.message)
 
 
 def test_a_power_saving_gpu_is_not_failed_for_its_link_generation() -> None:
@@ -83,15 +86,15 @@ def test_a_power_saving_gpu_is_not_failed_for_its_link_generation() -> None:
                                                  "generation while power-saving: not judged)")
 
 
-@pytest.mark.parametrize("cap", [c for c in QUERIES if c.expected["health"]["remap_pending"]
-                                 or c.expected["health"]["hw_slowdown"]], ids=lambda c: c.name)
+@pytest.mark.parametrize("cap", [c for c in QUERIES if any(c.expected["health"][k] for k in
+                                 ("remap_pending", "hw_slowdown", "width_below_max"))], ids=lambda c: c.name)
 def test_smi_query_end_to_end_through_the_node_script(cap: Capture, tmp_path: Path) -> None:
     stand_in(tmp_path / "bin", "nvidia-smi", cap.body, by_args={"-q": cap.body}, other=str(HEALTHY_BIN / "nvidia-smi"))
     got = _node_script(SINGLE, tmp_path / "bin")
     want = cap.expected["health"]
     assert got["gpu.row_remap"][0] is (Status.FAIL if want["remap_pending"] else Status.OK)
     assert got["gpu.clocks"][0] is (Status.FAIL if want["hw_slowdown"] else Status.OK)
-    assert got["gpu.pcie"][0] is Status.OK
+    assert got["gpu.pcie"][0] is (Status.FAIL if want["width_below_max"] else Status.OK)
 
 
 @pytest.mark.parametrize("cap", KERNEL_LOGS, ids=_ids(KERNEL_LOGS))
