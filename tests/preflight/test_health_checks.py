@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit.nodes.health_parsers import KernelLog, parse_xid_log
+from clusterkit.nodes.script import SectionOutput
 from clusterkit.preflight.catalogue import select_checks
 from clusterkit.preflight.engine import SINGLE, Status, evaluate
+from clusterkit.preflight.health import judge_xid_hardware, judge_xid_other
 from tests.preflight.test_checks import PROFILES, expect, failures, results
 
 HEALTH = {"gpu.row_remap", "gpu.pcie", "gpu.clocks", "gpu.nvlink", "gpu.xid", "gpu.xid_other", "ib.counters"}
@@ -81,3 +84,17 @@ def test_the_journal_is_read_where_dmesg_is_not(tmp_path: Path) -> None:
     line = "Oct 30 09:49:36 pc kernel: NVRM: Xid (PCI:0000:03:00): 79, pid='<unknown>', GPU has fallen off the bus."
     got = _with_tools(tmp_path, {"dmesg": DMESG_DENIED, "journalctl": f"echo \"{line}\""})
     assert got["gpu.xid"] == (Status.FAIL, "Xid 79 on GPU 0000:03:00: GPU has fallen off the bus (PCIe link lost)")
+
+
+def test_an_xid_line_in_no_known_form_is_reported_not_a_reason_to_stop_reading() -> None:
+    text = ("[ 1843.308145] NVRM: Xid (PCI:0000:b3:00.0): 79\n"   # cut after the number: still Xid 79
+            "[ 1843.308146] NVRM: Xid (PCI:zz): 79, x\n"           # no address: kept as unreadable
+            "[ 1843.308147] nvidia-nvswitch1: SXid (PCI:0000:06:00.0): 20034, Fatal, Link 48 LTSSM Fault Up\n")
+    log = parse_xid_log(text)
+    assert isinstance(log, KernelLog)
+    assert [(e.pci, e.xid) for e in log.events] == [("0000:b3:00.0", 79)]
+    out = SectionOutput("xid", text, "0")
+    assert judge_xid_hardware(log, out).message.startswith("Xid 79 on GPU 0000:b3:00.0: GPU has fallen off")
+    other = judge_xid_other(log, out)
+    assert not other.passed
+    assert other.message == "an Xid line clusterkit cannot read: '[ 1843.308146] NVRM: Xid (PCI:zz): 79, x'"

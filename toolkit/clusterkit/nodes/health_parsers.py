@@ -20,7 +20,7 @@ _MAX_LINES = 100_000
 # The driver's line; older drivers print the address without "PCI:".  "SXid" (NVSwitch) lines
 # do not match: the word before "Xid" must be "NVRM:".
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-9A-Fa-f])?)\): "
-                  r"(\d{1,5}),\s*(.*)")
+                  r"(\d{1,5})(?:,\s*(.*))?\s*")
 # what the node script prints first: which log it read, or why it could read none
 _SOURCE = re.compile(r"kernel log: (dmesg|journalctl)")
 _UNREADABLE = re.compile(r"kernel log unreadable: ?(.*)")
@@ -40,13 +40,16 @@ class KernelLog:
     source: str | None
     events: tuple[XidEvent, ...] = ()
     why: str = ""  # why it could not be read
+    unreadable: tuple[str, ...] = ()  # "NVRM: Xid" lines not in the driver's format (bounded)
 
 
-def parse_xid_log(text: str) -> KernelLog | ParseFailure:
+def parse_xid_log(text: str) -> KernelLog:
     """The ``NVRM: Xid`` lines of a kernel log (dmesg or ``journalctl -k``; every other line is
-    skipped), after the node script's optional ``kernel log: SOURCE`` line."""
+    skipped), after the node script's optional ``kernel log: SOURCE`` line.  Any text is a log:
+    an Xid line in no known form is kept as unreadable, never a failure of the whole log."""
     source: str | None = "dmesg"
     events: list[XidEvent] = []
+    unreadable: list[str] = []
     lines = text.splitlines()[:_MAX_LINES]
     for i, line in enumerate(lines):
         if i == 0 and (m := _SOURCE.fullmatch(line.strip())):
@@ -55,13 +58,12 @@ def parse_xid_log(text: str) -> KernelLog | ParseFailure:
         if i == 0 and (u := _UNREADABLE.fullmatch(line.strip())):
             return KernelLog(None, why=u.group(1)[:200] or "no reason given")
         m = _XID.search(line)
-        if m:
-            xid = parse_int(m.group(2), max_digits=5)
-            if xid is not None:
-                events.append(XidEvent(m.group(1).lower(), xid, m.group(3).strip()[:300]))
-        elif "NVRM: Xid" in line:
-            return failure("kernel log", f"an Xid line that is not the driver's format: {line.strip()[:200]}", text)
-    return KernelLog(source, tuple(events))
+        xid = parse_int(m.group(2), max_digits=5) if m else None
+        if m and xid is not None:
+            events.append(XidEvent(m.group(1).lower(), xid, (m.group(3) or "").strip()[:300]))
+        elif "NVRM: Xid" in line and len(unreadable) < 20:
+            unreadable.append(line.strip()[:200])  # kept for the report, never a reason to stop reading
+    return KernelLog(source, tuple(events), unreadable=tuple(unreadable))
 
 
 # ---------------------------------------------------------------------------------------------

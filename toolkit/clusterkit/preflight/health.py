@@ -77,6 +77,7 @@ def judge_xid_other(log: KernelLog, _: SectionOutput) -> Verdict:
             seen[(ev.pci, ev.xid)] = seen.get((ev.pci, ev.xid), 0) + 1
     items = [f"Xid {x} on GPU {pci}" + (f" x{n}" if n > 1 else "") + f": {X.xid_meaning(x)}"
              for (pci, x), n in seen.items()]
+    items += [f"an Xid line clusterkit cannot read: {line!r}" for line in log.unreadable[:3]]
     return Verdict(not items, _listing(items, 5) if items else "no other Xid since boot")
 
 
