@@ -164,3 +164,16 @@ def test_health_parsers_are_total(text: str) -> None:
         got = parse(text)
         if isinstance(got, ParseFailure):
             assert got.raw == text
+
+
+@pytest.mark.parametrize("cap", QUERIES, ids=_ids(QUERIES))
+def test_the_node_keeps_only_the_blocks_read_and_they_parse_the_same(cap: Capture, tmp_path: Path) -> None:
+    """The section sends back a fifth of ``nvidia-smi -q`` (the blocks the checks read): what
+    the checks get from it is what they get from the whole capture."""
+    stand_in(tmp_path / "bin", "nvidia-smi", cap.body)
+    section = health.H.smi_query_section(10)
+    out = subprocess.run(["sh", "-c", section.command], env=env_with(tmp_path / "bin"), capture_output=True,
+                         text=True, timeout=30).stdout
+    assert parse_smi_query(out) == parse_smi_query(cap.body)
+    if len(cap.body) > 20_000:
+        assert len(out) < len(cap.body) / 4

@@ -12,9 +12,24 @@ from clusterkit.nodes.script import Section
 COUNTER_INTERVAL_S = 2
 
 
+# ``nvidia-smi -q`` prints some 9 KB per GPU; only these blocks come back (about 1 KB per GPU,
+# so a 4,096-node run does not pull 300 MB): every line before the first GPU block (the header,
+# or nvidia-smi's own error), each ``GPU <bus id>`` line, the performance state, the clock
+# event (throttle) reasons, retired pages, remapped rows and PCI's GPU Link Info, as printed.
+_SMI_Q_KEEP = ("BEGIN { top = \"\"; sub8 = \"\"; seen = 0 } "
+               "/^GPU / { seen = 1; top = \"\"; print; next } "
+               "!seen { print; next } "
+               "/^    [^ ]/ { top = $0; sub(/^ +/, \"\", top); sub(/ *:.*/, \"\", top); sub8 = \"\"; "
+               "if (top ~ /^(Performance State|Clocks Event Reasons|Clocks Throttle Reasons|Retired Pages|"
+               "Remapped Rows|PCI)$/) print; next } "
+               "/^        [^ ]/ { sub8 = $0; sub(/^ +/, \"\", sub8); sub(/ *:.*/, \"\", sub8) } "
+               "top ~ /^(Clocks Event Reasons|Clocks Throttle Reasons|Retired Pages|Remapped Rows)$/ { print; next } "
+               "top == \"PCI\" && sub8 == \"GPU Link Info\" { print }")
+
+
 def smi_query_section(timeout_s: float) -> Section:
-    """``nvidia-smi -q``; skipped when the GPU query hung."""
-    return Section("smi_q", "nvidia-smi -q", timeout_s, unless_timed_out="gpu", simple=True)
+    """The blocks of ``nvidia-smi -q`` the health checks read; skipped when the GPU query hung."""
+    return Section("smi_q", f"nvidia-smi -q 2>&1 | awk '{_SMI_Q_KEEP}'", timeout_s, unless_timed_out="gpu")
 
 
 def nvlink_section(timeout_s: float) -> Section:
