@@ -1,12 +1,14 @@
 """What the common Xid numbers mean (after NVIDIA's Xid catalogue, in clusterkit's words) and
 whether one since boot says the node's hardware needs an admin: ``HARDWARE`` Xids fail
 preflight's ``gpu.xid``; ``APPLICATION`` ones (most often a program's own fault, or the
-clean-up after one) and numbers not in this table are reported by ``gpu.xid_other``."""
+clean-up after one), ``NOTICE`` ones (a record of what another check judges) and numbers not
+in this table are reported by ``gpu.xid_other``."""
 
 from __future__ import annotations
 
 HARDWARE = "hardware"
 APPLICATION = "application"
+NOTICE = "notice"  # a record of something another check judges (a row remapping recorded)
 UNKNOWN = "unknown"
 
 # Xid -> (class, meaning)
@@ -18,7 +20,7 @@ XIDS: dict[int, tuple[str, str]] = {
     48: (HARDWARE, "double-bit ECC error in GPU memory"),
     61: (HARDWARE, "internal micro-controller breakpoint/warning (the GPU may need a reset)"),
     62: (HARDWARE, "internal micro-controller halted (the GPU needs a reset)"),
-    63: (HARDWARE, "ECC page retirement or row remapping recorded (takes effect after a GPU reset)"),
+    63: (NOTICE, "ECC page retirement or row remapping recorded (gpu.row_remap says if one is still pending)"),
     64: (HARDWARE, "ECC page retirement or row remapping failed"),
     68: (HARDWARE, "video decoder (NVDEC) exception"),
     69: (HARDWARE, "graphics engine class error"),
