@@ -2,7 +2,9 @@
 
 Each profile is what one kind of node looks like to the preflight script:
 
-* ``bin/``  fake tools found first on PATH (``nvidia-smi``; ``df``/``timeout`` where a fault needs them)
+* ``bin/``  fake tools found first on PATH (``nvidia-smi``, ``dmesg``; ``df``/``timeout``/``sleep`` where a
+  fault needs them); ``nvidia-smi -q``, ``nvidia-smi nvlink -s`` and ``dmesg`` print real captures
+  (tests/data/captures) with the profile's fault written in
 * ``root/`` the node's sysroot (``CLUSTERKIT_SYSROOT``): ``sys/class/infiniband``,
   ``sys/module/nvidia_peermem``, ``proc/mounts`` and the storage directories themselves.
 
