@@ -2,7 +2,9 @@
 
 Each profile is what one kind of node looks like to the preflight script:
 
-* ``bin/``  fake tools found first on PATH (``nvidia-smi``; ``df``/``timeout`` where a fault needs them)
+* ``bin/``  fake tools found first on PATH (``nvidia-smi``, ``dmesg``; ``df``/``timeout``/``sleep`` where a
+  fault needs them); ``nvidia-smi -q``, ``nvidia-smi nvlink -s`` and ``dmesg`` print real captures
+  (tests/data/captures) with the profile's fault written in
 * ``root/`` the node's sysroot (``CLUSTERKIT_SYSROOT``): ``sys/class/infiniband``,
   ``sys/module/nvidia_peermem``, ``proc/mounts`` and the storage directories themselves.
 
@@ -46,6 +48,11 @@ class Node:
     memlock: tuple[str, str] = ("unlimited", "unlimited")  # soft, hard (bytes)
     gids: dict[int, dict[int, tuple[str, str]]] = field(default_factory=dict)  # HCA -> index -> (type, gid)
     ifaces: dict[str, tuple[str, ...]] | None = None  # fake `ip`: interface -> IPv4 addresses
+    remap_pending: tuple[int, ...] = ()  # GPUs (index in `nvidia-smi -q`) with row remapping pending
+    link_x8: tuple[int, ...] = ()  # GPUs whose PCIe link trained at x8 in their x16 slot
+    nvlink_down: dict[int, int] = field(default_factory=dict)  # GPU -> link that is <inactive>
+    xid_log: str | None = None  # a kernel-log capture the fake dmesg prints
+    symbol_errors: dict[int, int] = field(default_factory=dict)  # HCA -> symbol errors taken per counter wait
 
 
 # the kernel's GID type names (drivers/infiniband/core/cache.c) and IPv4-mapped GIDs of 10.1.0.17
@@ -71,9 +78,62 @@ PROFILE_NODES: dict[str, Node] = {
     "roce_bad_gid": Node(**_ROCE, gids={0: {3: V1_GID}, 1: {3: V6_GID}},  # type: ignore[arg-type]
                          ifaces={"bond0": ("10.1.0.18",)}),
     # the bond is up but has no IPv4 address; memlock is the distribution's 64 KiB, soft and hard
+    # the deeper health checks' faults, each on an otherwise healthy node
+    "remap_pending": Node(remap_pending=(3,)),
+    "xid79": Node(xid_log="gpud-xid-79-nvswitch.txt"),
+    "pcie_x8": Node(link_x8=(5,)),
+    "ib_symbol_errors": Node(symbol_errors={2: 7}),
+    "nvlink_down": Node(nvlink_down={2: 7}),
     "roce_no_ipv4": Node(**_ROCE, gids={0: {3: V2_GID}, 1: {3: V2_GID}}, ifaces={"bond0": ()},  # type: ignore[arg-type]
                          memlock=("65536", "65536")),
 }
+
+CAPTURES = Path(__file__).resolve().parents[1] / "data" / "captures"
+
+
+def _capture(kind: str, name: str) -> str:
+    """The body of a real capture (tests/data/captures/KIND/NAME, after its header), ending in a
+    newline as the tools' output does (a fixture saved without its last one gets it back)."""
+    body = (CAPTURES / kind / name).read_text().partition("# ---\n")[2]
+    return body if not body or body.endswith("\n") else body + "\n"
+
+
+def smi_query_text(n: Node) -> str:
+    """``nvidia-smi -q`` of the profile: the real H100 capture (driver 535.183.01), with the one
+    slowdown it shows (GPU 00000000:53:00.0's HW Power Brake, Active) set Not Active on a healthy
+    node, and the profile's faults written into the GPU blocks they name."""
+    text = _capture("nvidia-smi", "gpud-q-535.183.01-h100.txt")
+    text = text.replace("HW Power Brake Slowdown       : Active", "HW Power Brake Slowdown       : Not Active")
+    blocks = re.split(r"(?m)^(?=GPU 0000)", text)
+    for i in n.remap_pending:
+        blocks[i + 1] = re.sub(r"(Remapped Rows\n(?:.*\n)*?\s+Pending\s+: )No", r"\1Yes", blocks[i + 1], count=1)
+    for i in n.link_x8:
+        blocks[i + 1] = re.sub(r"(Link Width\n\s+Max\s+: 16x\n\s+Current\s+: )16x", r"\g<1>8x", blocks[i + 1])
+    return "".join(blocks)
+
+
+def nvlink_text(n: Node) -> str:
+    """``nvidia-smi nvlink -s`` of the profile: the real 8 x A100 capture (12 links each at 25 GB/s)
+    with the profile's GPU name, and '<inactive>' (as nvidia-smi prints a down link) where it says."""
+    text = _capture("nvlink", "gpud-a100-8gpu-all-up.txt").replace("NVIDIA A100-SXM4-80GB", n.gpu_name)
+    blocks = re.split(r"(?m)^(?=GPU \d)", text)
+    for gpu, link in n.nvlink_down.items():
+        blocks[gpu + 1] = blocks[gpu + 1].replace(f"Link {link}: 25 GB/s", f"Link {link}: <inactive>")
+    return "".join(blocks)
+
+
+def _dmesg(name: str, n: Node) -> str:
+    body = _capture("kernel-log", n.xid_log) if n.xid_log else ""
+    what = f"the kernel log of {n.xid_log}" if n.xid_log else "a kernel log with no NVRM line"
+    return f"#!/bin/bash\n# fake dmesg (profile {name}): {what}\ncat <<'EOF'\n{body}EOF\n"
+
+
+def _sleep(name: str, n: Node) -> str:
+    bumps = "".join(f'f="$CLUSTERKIT_SYSROOT/sys/class/infiniband/mlx5_{h}/ports/1/counters/symbol_error"; '
+                    f'read -r v < "$f"; echo $((v + {k})) > "$f"\n' for h, k in n.symbol_errors.items())
+    return (f"#!/bin/bash\n# fake sleep (profile {name}): while preflight waits between its two reads of the\n"
+            f"# InfiniBand counters, the port takes symbol errors (a cable going bad)\n{bumps}exec /bin/sleep \"$@\"\n")
+
 
 # /proc/self/limits as captured (tests/data/preflight/proc_self_limits.txt), the locked-memory row per profile
 LIMITS_CAPTURE = Path(__file__).resolve().parents[1] / "data" / "preflight" / "proc_self_limits.txt"
@@ -143,6 +203,14 @@ EOF
     echo 'Field "'"${{1#--query-gpu=}}"'" is not a valid field to query.'; echo; exit 2 ;;
 --version)
 {version} ;;
+-q)
+    cat <<'EOF'
+{smi_query_text(n)}EOF
+    ;;
+"nvlink -s")
+    cat <<'EOF'
+{nvlink_text(n)}EOF
+    ;;
 "")
     cat <<'EOF'
 {_header(n)}EOF
@@ -210,6 +278,12 @@ def make_profile(name: str, n: Node, dest: Path = PROFILES) -> None:
         for index, (gid_type, gid) in n.gids.get(i, {}).items():
             _write(port / "gid_attrs" / "types" / str(index), f"{gid_type}\n")
             _write(port / "gids" / str(index), f"{gid}\n")
+        # the error counters as the real H100 sysfs capture shows them
+        for counter, value in (("symbol_error", "0"), ("link_downed", "0"), ("port_rcv_errors", "14")):
+            _write(port / "counters" / counter, value)
+    _write(d / "bin" / "dmesg", _dmesg(name, n), 0o755)
+    if n.symbol_errors:
+        _write(d / "bin" / "sleep", _sleep(name, n), 0o755)
     _write(root / "proc" / "self" / "limits", _limits(*n.memlock))
     if n.ifaces is not None:
         _write(d / "bin" / "ip", _ip(name, n.ifaces), 0o755)

@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from ..conftest import CLI
 from .conftest import REPO, Testbed
 
@@ -97,3 +99,52 @@ def test_a_node_whose_task_never_answers_fails_the_run(ck: CLI, testbed: Testbed
     report = json.loads(proc.out)
     assert {n["host"]: n["status"] for n in report["nodes"]} == {"node1": "ok", "node2": "unreachable",
                                                                 "node3": "ok"}, report
+
+
+PROFILES = REPO / "tests" / "sshlab" / "profiles"
+# each run: node -> lab profile.  A node whose counters rise runs alone: the testbed's nodes
+# share one sysroot, so another node reading while it takes errors would see them too.
+HEALTH_RUNS = [
+    {"node1": "healthy", "node2": "remap_pending", "node3": "xid79", "node4": "pcie_x8"},
+    {"node1": "nvlink_down", "node2": "healthy"},
+    {"node3": "ib_symbol_errors"},
+]
+HEALTH_FAILS = {
+    "remap_pending": {"gpu.row_remap": "GPU 00000000:86:00.0: row remapping pending (reset the GPU)"},
+    "xid79": {"gpu.xid": "Xid 79 on GPU 0000:91:00: GPU has fallen off the bus (PCIe link lost)"},
+    "pcie_x8": {"gpu.pcie": "GPU 00000000:A8:00.0: PCIe x8 of x16"},
+    "nvlink_down": {"gpu.nvlink": "GPU 2: link 7 inactive"},
+    "ib_symbol_errors": {"ib.counters": "error counters rising: mlx5_2 port 1: symbol_error +7 in 2 s"},
+    "healthy": {},
+}
+
+
+def _per_node_tools(tmp_path: Path, run: dict[str, str]) -> Path:
+    """Stand-ins of nvidia-smi, dmesg and sleep that run the lab profile's tool of the node
+    they run on (``$SLURMD_NODENAME``); a profile without its own sleep gets the real one."""
+    bin_dir = tmp_path / "per-node-bin"
+    bin_dir.mkdir()
+    for tool in ("nvidia-smi", "dmesg", "sleep"):
+        cases = "".join(f'  {node}) p={PROFILES / profile / "bin" / tool} ;;\n' for node, profile in run.items())
+        fallback = "/bin/sleep" if tool == "sleep" else str(PROFILES / "healthy" / "bin" / tool)
+        script = (f'#!/bin/bash\n# stand-in: the lab profile\'s {tool} of the node this runs on\n'
+                  f'p=\ncase "$SLURMD_NODENAME" in\n{cases}esac\n'
+                  f'[ -x "$p" ] || p={fallback}\nexec "$p" "$@"\n')
+        (bin_dir / tool).write_text(script)
+        (bin_dir / tool).chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize("run", HEALTH_RUNS, ids=["remap-xid-x8", "nvlink", "symbol-errors"])
+def test_srun_health_checks_name_each_faulty_node(ck: CLI, testbed: Testbed, tmp_path: Path,
+                                                  run: dict[str, str]) -> None:
+    site = _site(tmp_path)
+    env = _fake_node_env(testbed, tmp_path)
+    env["PATH"] = f"{_per_node_tools(tmp_path, run)}:{env['PATH']}"
+    proc = ck.proc("preflight", "--site", str(site), "--transport", "srun", "--nodelist", ",".join(run),
+                   "--stage", "multi-node", "--json", env=env, timeout=120)
+    report = json.loads(proc.out)
+    got = {n["host"]: {c["check"]: c["message"] for c in n["checks"] if c["status"] == "fail"}
+           for n in report["nodes"]}
+    assert got == {node: HEALTH_FAILS[profile] for node, profile in run.items()}, proc.out + proc.err
+    assert proc.code == (1 if any(HEALTH_FAILS[p] for p in run.values()) else 0)

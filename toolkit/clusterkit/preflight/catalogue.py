@@ -26,6 +26,7 @@ from clusterkit.preflight.engine import (
     Severity,
     Verdict,
 )
+from clusterkit.preflight.health import health_parts
 from clusterkit.vocab import STAGE_NAMES
 
 # ---------------------------------------------------------------------------------------------
@@ -389,5 +390,9 @@ def select_checks(expect: Expectations) -> CheckSet:
     if items:
         sections += _storage_sections(items)
         checks += _storage_checks(expect, items)
+    ib = expect.stage != SINGLE and expect.fabric in ("infiniband", "roce")
+    health_sections, health_checks = health_parts(expect, ib=ib)  # GPU memory, Xid, PCIe, NVLink, clocks
+    sections += health_sections
+    checks += health_checks
     return CheckSet(tuple(sections), tuple(checks), tuple(notes))
 
