@@ -177,12 +177,14 @@ def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: in
     # A block spans more than two of the kernel's CPU-quota periods (CFS: 100 ms), so a quota
     # cannot hide in the burst it allows at the start of each period.
     # Nodes that share one kernel (a test cluster of namespaces, pods on one machine) share its
-    # CPUs: measured at once they would measure each other, so they take turns (gemm_turns).
+    # CPUs: measured at once they would measure each other, so they take turns (gemm_turns), one
+    # block each per turn: a node's blocks are spread over the whole measurement, and a burst of
+    # other work on the machine slows one of them, not all.
     iters = int(spec["gemm_iters"])
     best = 0.0
-    for turn in turns:
-        if host in turn:
-            for _ in range(GEMM_BLOCKS):
+    for _ in range(GEMM_BLOCKS):
+        for turn in turns:
+            if host in turn:
                 count, t = 0, time.monotonic()
                 while True:
                     c = a @ b
@@ -193,8 +195,8 @@ def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: in
                         if secs >= GEMM_BLOCK_S:
                             break
                 best = max(best, 2 * n**3 * count / secs / 1e12)
-        if len(turns) > 1:
-            dist.barrier()
+            if len(turns) > 1:
+                dist.barrier()
     words = c.contiguous().view(torch.int16 if dtype is torch.bfloat16 else torch.int32)
     checksum = int(words.to(torch.int64).sum().item())
     emit(marker, ev="gemm", rank=rank, host=host, local=local, n=n, dtype=str(dtype).removeprefix("torch."),
