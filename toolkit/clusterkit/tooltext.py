@@ -6,8 +6,10 @@ bytes from outside become values (never an exception: None for what is not one).
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from typing import Any
 from dataclasses import dataclass
 
 _ASCII_INT = re.compile(r"[0-9]+")
@@ -42,6 +44,52 @@ def parse_float(text: str, *, limit: float = 1e18) -> float | None:
         return None
     value = float(text)
     return value if math.isfinite(value) and abs(value) <= limit else None
+
+JSON_MAX_DEPTH = 32  # no document clusterkit reads from outside nests deeper
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return value
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > NUMBER_MAX_CHARS:
+        raise ValueError(f"integer of {len(text)} digits")
+    return int(text)
+
+
+def _json_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests (iteratively: a deep document cannot exhaust the stack here)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, d = todo.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, d)
+            if d <= JSON_MAX_DEPTH:
+                todo.extend((v, d + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def load_json(text: str, *, max_depth: int = JSON_MAX_DEPTH) -> Any:
+    """Strict JSON from outside (node output, run-directory files, records): ``ValueError`` for
+    ``NaN``/``Infinity``, a number that overflows, an integer longer than a number, nesting
+    deeper than ``max_depth``, or a document so deep the parser runs out of stack; never another
+    exception."""
+    try:
+        value = json.loads(text, parse_float=_json_float, parse_int=_json_int, parse_constant=_json_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if _depth(value) > max_depth:
+        raise ValueError(f"JSON nested deeper than {max_depth} levels")
+    return value
+
 
 # CSI and OSC sequences, then any other escape: a node could print "ALL OK" over its own failure
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?")
