@@ -77,13 +77,15 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def load_json(text: str, *, max_depth: int = JSON_MAX_DEPTH) -> Any:
+def load_json(text: str, *, max_depth: int = JSON_MAX_DEPTH, allow_nan: bool = False) -> Any:
     """Strict JSON from outside (node output, run-directory files, records): ``ValueError`` for
     ``NaN``/``Infinity``, a number that overflows, an integer longer than a number, nesting
     deeper than ``max_depth``, or a document so deep the parser runs out of stack; never another
-    exception."""
+    exception.  ``allow_nan``: non-finite numbers are read as floats, for a reader that checks
+    each figure itself."""
     try:
-        value = json.loads(text, parse_float=_json_float, parse_int=_json_int, parse_constant=_json_constant)
+        value = json.loads(text, parse_float=float if allow_nan else _json_float, parse_int=_json_int,
+                           parse_constant=float if allow_nan else _json_constant)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     if _depth(value) > max_depth:

@@ -256,8 +256,10 @@ class Job:
 
         if self.record.scheduler != "slurm":
             return []
-        try:
-            return dropped_nodes(self.run_dir, self.record.job_id)
+        spares = self.record.plan.get("spares", 0) if isinstance(self.record.plan, dict) else 0
+        allocated = self.record.nnodes + spares if isinstance(spares, int) and not isinstance(spares, bool) else None
+        try:   # only selections of an allocation of the job's size: a forged file cannot outgrow it
+            return dropped_nodes(self.run_dir, self.record.job_id, allocated)
         except ChooseError:
             return []
 
