@@ -94,8 +94,10 @@ class Job:
     def find(cls, ref: str, *, store: RecordStore | None = None) -> Job:
         """The job named ``ref``: a job id as ``submit`` printed it (the newest record with that
         id), or ``SITE:JOB_ID``.  Raises :class:`~clusterkit.errors.RecordError` if none."""
+        from .inputs import of
+
         store = _store(store)
-        return cls(store.find(ref), store)
+        return cls(store.find(of("ref", ref, "text")), store)
 
     @classmethod
     def latest(cls, *, store: RecordStore | None = None) -> Job:
@@ -301,4 +303,6 @@ def diagnose_logs(paths: Sequence[StrPath], progress: ProgressBar | None = None)
     them) of any job, submitted by clusterkit or not."""
     from clusterkit.diagnose import diagnose_logs as diagnose
 
-    return diagnose([Path(p) for p in paths], progress)
+    from .inputs import of
+
+    return diagnose([Path(p) for p in of("paths", paths, "paths")], progress)
