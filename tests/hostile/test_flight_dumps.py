@@ -63,7 +63,7 @@ def _doctor(tmp_path: Path, content: bytes) -> tuple[dict, float]:
 ], ids=["billion-laughs", "millions-of-lists", "huge-int", "deep"])
 def test_a_hostile_dump_is_one_unreadable_dump(tmp_path: Path, make, why: str) -> None:  # type: ignore[no-untyped-def]
     content = make()
-    fr, took = _doctor(tmp_path, content)
+    fr, _ = _doctor(tmp_path, content)
     assert fr["dumps"] == 0 and len(fr["unreadable"]) == 1, fr
     assert why in fr["unreadable"][0]
     assert len(fr["unreadable"][0]) < 400

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 _ASCII_INT = re.compile(r"[0-9]+")
 _ASCII_SIGNED = re.compile(r"[+-]?[0-9]+")

@@ -424,8 +424,8 @@ class Plan:
 
         store = RecordStore()
         queued = chain_mod.submit(self.site.config, self.request, _out(out), store,
-                                  after=None if after is None else parse_after(inputs.of("after", after, "text")), chain=chain,
-                                  skip_preflight=not preflight, preflight_transport=preflight_transport,
+                                  after=None if after is None else parse_after(inputs.of("after", after, "text")),
+                                  chain=chain, skip_preflight=not preflight, preflight_transport=preflight_transport,
                                   on_gate=on_gate)
         return [Job(q.submission.record, store, unsaved=q.submission.unsaved, run=RunDir._of(q.run, self.site))
                 for q in queued]
