@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from clusterkit.tooltext import printable
+
 if TYPE_CHECKING:
     from clusterkit.api import Job
     from clusterkit.scheduler.base import JobStatus
@@ -285,7 +287,7 @@ def logs(job: str | None, follow: bool, lines: int, as_json: bool) -> int:
     if not files:
         output.info(f"clusterkit: job {rec.job_id} has no log files yet in {rec.run_dir}")
     for p, last in files.items():
-        click.echo(f"==> {p} <==")
+        click.echo(f"==> {printable(str(p))} <==")
         click.echo("\n".join(last) if lines else _read(p), nl=lines > 0)  # in full: as written, byte for byte
     return 0
 
@@ -311,7 +313,7 @@ def _follow(job: Job) -> int:
     current: Path | None = None
     for line in job.logs(follow=True):
         if line.path != current:
-            click.echo(f"==> {line.path} <==")
+            click.echo(f"==> {printable(str(line.path))} <==")
             current = line.path
         click.echo(line)
     return 0

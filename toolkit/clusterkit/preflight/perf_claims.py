@@ -14,6 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from clusterkit.hostlist import expand, fold
+from clusterkit.tooltext import printable
+
+TEXT_MAX = 400   # characters of a task's text field kept
 
 
 def label_of(line: str) -> tuple[int | None, str]:
@@ -44,7 +47,8 @@ def attribute(events: Sequence[dict[str, Any]], tasks_per_node: int,
             continue                      # a task's later line naming another host
         if ev["ev"] == "pair" and host not in ev["pair"]:
             continue                      # a pair figure from a node outside the pair
-        kept.append(ev)
+        # a task's own words (its error, backend, checksum) reach the terminal: one bounded printable line
+        kept.append({k: printable(v)[:TEXT_MAX] if isinstance(v, str) else v for k, v in ev.items()})
     blocks: dict[int, dict[str, list[int]]] = {}
     for r, host in claim.items():
         blocks.setdefault(r // per, {}).setdefault(host, []).append(r)
