@@ -77,15 +77,27 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def load_json(text: str, *, max_depth: int = JSON_MAX_DEPTH, allow_nan: bool = False) -> Any:
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"key {twice[:40]!r} given twice")
+    return out
+
+
+def load_json(text: str, *, max_depth: int = JSON_MAX_DEPTH, allow_nan: bool = False,
+              unique_keys: bool = False) -> Any:
     """Strict JSON from outside (node output, run-directory files, records): ``ValueError`` for
     ``NaN``/``Infinity``, a number that overflows, an integer longer than a number, nesting
     deeper than ``max_depth``, or a document so deep the parser runs out of stack; never another
     exception.  ``allow_nan``: non-finite numbers are read as floats, for a reader that checks
-    each figure itself."""
+    each figure itself.  ``unique_keys``: a key given twice in one object is a ``ValueError`` (which
+    of two values a reader takes is not for the writer to choose)."""
     try:
         value = json.loads(text, parse_float=float if allow_nan else _json_float, parse_int=_json_int,
-                           parse_constant=float if allow_nan else _json_constant)
+                           parse_constant=float if allow_nan else _json_constant,
+                           object_pairs_hook=_unique if unique_keys else None)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     if _depth(value) > max_depth:

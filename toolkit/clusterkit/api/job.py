@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError
 from clusterkit.scheduler.base import JobStatus
-from clusterkit.scheduler.records import JobRecord, RecordStore
+from clusterkit.scheduler.records import JobRecord, RecordStore, load_record
 from clusterkit.vocab import JobState
 
 if TYPE_CHECKING:
@@ -100,11 +100,20 @@ class Job:
         return cls(store.find(of("ref", ref, "text")), store)
 
     @classmethod
-    def latest(cls, *, store: RecordStore | None = None) -> Job:
+    def latest(cls, *, store: RecordStore | None = None, skipped: list[RecordError] | None = None) -> Job:
         """The job submitted last (the newest record of this user's records directory).  Raises
-        :class:`~clusterkit.errors.NoJobRecord` when there is none."""
+        :class:`~clusterkit.errors.NoJobRecord` when there is none.  With ``skipped``, newer records
+        that cannot be read (truncated, wrong types) are passed over and listed there, up to
+        100 of them; without it, an unreadable newest record is the error."""
         store = _store(store)
-        return cls(store.latest(), store)
+        if skipped is None:
+            return cls(store.latest(), store)
+        for path in reversed(store.files()[-100:]):
+            try:
+                return cls(load_record(path), store)
+            except RecordError as err:
+                skipped.append(err)
+        return cls(store.latest(), store)   # none readable: the newest one's error (or none at all)
 
     @property
     def id(self) -> str:

@@ -15,6 +15,7 @@ from clusterkit.tooltext import printable
 
 if TYPE_CHECKING:
     from clusterkit.api import Job
+    from clusterkit.errors import RecordError
     from clusterkit.scheduler.base import JobStatus
     from clusterkit.scheduler.logs import LogTail
     from clusterkit.scheduler.records import JobRecord, RecordStore
@@ -47,7 +48,10 @@ def latest_job(store: RecordStore | None = None) -> Job:
     from clusterkit.api import Job
     from clusterkit.cli import output
 
-    job = Job.latest(store=store)
+    skipped: list[RecordError] = []
+    job = Job.latest(store=store, skipped=skipped)
+    for err in skipped:   # a newer record that cannot be read: said, then passed over
+        output.warn(f"skipping unreadable record: {err}")
     output.info(f"clusterkit: job {job.key}, the latest you submitted")
     return job
 
