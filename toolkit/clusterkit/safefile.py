@@ -101,3 +101,21 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def skip_hole(fh: BinaryIO) -> bool:
+    """Move ``fh`` past a hole of a sparse file (what ``truncate -s 1T`` leaves: zeros never
+    written) to its next data; False when no data follows.  Where the file system cannot say,
+    True: read on."""
+    fd = fh.fileno()
+    pos = fh.tell()
+    raw = os.lseek(fd, 0, os.SEEK_CUR)
+    try:
+        data = os.lseek(fd, pos, os.SEEK_DATA)
+    except OSError as exc:
+        os.lseek(fd, raw, os.SEEK_SET)
+        return exc.errno != errno.ENXIO
+    os.lseek(fd, raw, os.SEEK_SET)   # the buffered reader's own idea of the offset stays true
+    if data != pos:
+        fh.seek(data)
+    return True

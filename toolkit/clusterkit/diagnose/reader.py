@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit.diagnose import catalogue, lines
-from clusterkit.safefile import open_regular
+from clusterkit.safefile import open_regular, skip_hole
 
 try:  # a dependency; the fallback keeps doctor working where the wheel cannot be installed
     import re2 as _fast_re
@@ -230,7 +230,7 @@ def scan_file(path: Path, progress: Callable[[int], None] | None = None) -> File
         carry = b""
         while True:
             try:
-                data = fh.read(min(CHUNK, FILE_MAX_BYTES - scan.bytes_read))
+                data = fh.read(min(CHUNK, FILE_MAX_BYTES - scan.bytes_read)) if skip_hole(fh) else b""  # holes: none
                 if not data and scan.bytes_read >= FILE_MAX_BYTES:
                     scan.cut = bool(fh.read(1))  # more there than doctor reads of one file
             except OSError as exc:
