@@ -150,9 +150,9 @@ def _rank(scan: FileScan, f: lines.LineFacts) -> int | None:
 
 
 def _node(scan: FileScan, f: lines.LineFacts, slurm: bool) -> str | None:
-    """The node of srun's per-node file (``123.r0.node4.out``), whatever a line in it claims; only
-    Slurm's own messages (``srun: error: Node failure on node4``) name the node they are about."""
-    return (f.node or scan.node) if slurm else (scan.node or f.node)
+    """The node of srun's per-node file (``123.r0.node4.out``), whatever a line in it claims; Slurm's own messages
+    (``srun: error: Node failure on node4``) name their node in the batch log, never in a rank's file."""
+    return f.node or scan.node if slurm and scan.rank is None and scan.node in (None, "sbatch") else scan.node or f.node
 
 
 def name_facts(path: Path) -> tuple[int | None, str | None, int | None]:
