@@ -14,9 +14,12 @@ from pathlib import Path
 
 from clusterkit.scheduler.logs import MAX_LOG_FILES
 
+# the program's own peak resident size: VmHWM starts afresh at exec, while ru_maxrss keeps that of the
+# forked test process (which grows as the suite runs)
 MAXRSS = ("import resource, sys\nfrom clusterkit.cli import main\nrc = 0\n"
           "try:\n main(sys.argv[1:])\nexcept SystemExit as e:\n rc = e.code\n"
-          "print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(rc)\n")
+          "hwm = next(ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:'))\n"
+          "print('MAXRSS', hwm.split()[1], file=sys.stderr)\nsys.exit(rc)\n")
 
 
 def _job(tmp_path: Path) -> tuple[dict[str, str], Path]:

@@ -45,7 +45,8 @@ def test_array_indices_are_ascii_digits_only(ck, tmp_path: Path, spec: str) -> N
 def test_an_array_past_max_array_size_is_refused_before_it_is_built(tmp_path: Path, spec: str) -> None:
     code = ("import resource, sys\nfrom clusterkit.cli import main\nrc = 0\n"
             "try:\n main(sys.argv[1:])\nexcept SystemExit as e:\n rc = e.code\n"
-            "print('MAXRSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(rc)\n")
+            "hwm = next(ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:'))\n"
+            "print('MAXRSS', hwm.split()[1], file=sys.stderr)\nsys.exit(rc)\n")
     p = subprocess.run([sys.executable, "-c", code, "render", "--site", "testbed", "--array", spec, "--out",
                         str(tmp_path / "run"), "--", "python", "t.py"], capture_output=True, text=True, timeout=60,
                        cwd=tmp_path)
