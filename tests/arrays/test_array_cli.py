@@ -78,15 +78,22 @@ def test_a_task_of_a_job_that_is_no_array_names_no_record(ck, tmp_path: Path) ->
     assert_one_line_error(result, 2, "no job record")
 
 
-@pytest.mark.parametrize("capture,limit", [
+@pytest.mark.parametrize("capture,limit,edit", [
     # read off by hand: "MaxArraySize            = 25000" / "= 1001"
-    (REPO / "tests" / "data" / "captures" / "scontrol" / "config-gcm-23.02.2.txt", 25000),
-    (REPO / "tests" / "data" / "sites" / "slurm-22.05" / "show-config.txt", 1001),
+    (REPO / "tests" / "data" / "captures" / "scontrol" / "config-gcm-23.02.2.txt", 25000, None),
+    (REPO / "tests" / "data" / "sites" / "slurm-22.05" / "show-config.txt", 1001, None),
+    # the 22.05 capture with its one MaxArraySize line changed to 500 (a cluster below the default)
+    (REPO / "tests" / "data" / "sites" / "slurm-22.05" / "show-config.txt", 500,
+     ("MaxArraySize            = 1001", "MaxArraySize            = 500")),
 ])
-def test_submit_asks_slurm_for_max_array_size(capture: Path, limit: int) -> None:
-    """Without the site key, ``scontrol show config`` (here a real capture through the client seam)
-    decides: an index at MaxArraySize is refused before queueing, one below it passes."""
+def test_submit_asks_slurm_for_max_array_size(capture: Path, limit: int, edit: tuple[str, str] | None) -> None:
+    """Without the site key, planning holds an array to Slurm's default MaxArraySize (1001) before
+    building it, and ``scontrol show config`` (here a real capture through the client seam)
+    refuses, before queueing, an index at a lower cluster limit; one below it passes."""
     body = capture.read_text().split("# ---\n", 1)[-1]
+    if edit is not None:
+        assert edit[0] in body
+        body = body.replace(*edit)
     asked: list[list[str]] = []
 
     def runner(argv, timeout):
@@ -94,16 +101,19 @@ def test_submit_asks_slurm_for_max_array_size(capture: Path, limit: int) -> None
         return subprocess.CompletedProcess(argv, 0, body, "")
 
     site = load_site("testbed")
-    for top, refused in ((limit - 1, False), (limit, True)):
-        request = job_request(["python", "t.py"])
-        plan = make_plan(site, replace(request, array=arrays.request(f"0-{top}%8", [])))
-        if refused:
-            with pytest.raises(PlanError, match=rf"largest index {top} past MaxArraySize {limit} "
-                                                r"\(Slurm's scontrol show config\)"):
-                check_array_size(site, plan, runner)
-        else:
+    request = job_request(["python", "t.py"])
+    below = min(limit, arrays.DEFAULT_MAX_ARRAY_SIZE) - 1
+    check_array_size(site, make_plan(site, replace(request, array=arrays.request(f"0-{below}%8", []))), runner)
+    if limit < arrays.DEFAULT_MAX_ARRAY_SIZE:
+        plan = make_plan(site, replace(request, array=arrays.request(f"0-{limit}%8", [])))
+        with pytest.raises(PlanError, match=rf"largest index {limit} past MaxArraySize {limit} "
+                                            r"\(Slurm's scontrol show config\)"):
             check_array_size(site, plan, runner)
-    assert asked == [["scontrol", "show", "config"]] * 2
+    else:   # past the default: refused while planning, naming the site key that allows more
+        with pytest.raises(PlanError, match=r"past MaxArraySize 1001 \(Slurm's default; a cluster that allows "
+                                            r"more: set the site's scheduler.max_array_size\)"):
+            make_plan(site, replace(request, array=arrays.request(f"0-{limit}%8", [])))
+    assert asked == [["scontrol", "show", "config"]] * (2 if limit < arrays.DEFAULT_MAX_ARRAY_SIZE else 1)
 
 
 def test_the_python_api_takes_array_and_sweep(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from clusterkit.job import array as arrays
 ])
 def test_slurm_array_syntax_parses_to_its_indices(spec: str, indices: tuple[int, ...], throttle: int | None) -> None:
     got = arrays.parse_spec(spec)
-    assert (got.text, got.indices, got.throttle) == (spec, indices, throttle)
+    assert (got.text, got.indices(), got.throttle) == (spec, indices, throttle)
 
 
 @pytest.mark.parametrize("spec,words", [

@@ -61,3 +61,34 @@ def test_a_restart_number_no_int_takes_is_no_restart(ck: CLI, tmp_path: Path) ->
     (tmp_path / "123.r0.node1.out").write_text(f"clusterkit: job 123 on node1 (restart {'9' * 5000} of at most 2)\n"
                                                f"{OOM}\n")
     doctor(ck, tmp_path)
+
+
+def test_a_ranks_own_file_cannot_name_another_node_with_slurms_words(ck: CLI, tmp_path: Path) -> None:
+    # srun's message form, printed by a rank into its own (per-node) file: not Slurm speaking
+    (tmp_path / "123.r0.node1.out").write_text("[rank0]: step 5\n"
+                                               "srun: error: Node failure on node99\n")
+    verdict = doctor(ck, tmp_path)
+    assert verdict["node"] == "node1", verdict
+
+
+def test_doctor_job_keeps_ranks_and_nodes_within_the_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch log is one file for every rank (a launcher started once): a line there naming rank 7
+    of a 2-rank job, or a node Slurm never gave it, names nothing."""
+    from clusterkit.diagnose import doctor as doc
+    from clusterkit.diagnose.verdict import SlurmView
+    from clusterkit.scheduler.records import JobRecord, RecordStore
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "slurm-123.out").write_text(f"[rank7]:{OOM}\nsrun: error: node99: task 7: Exited with exit code 1\n")
+    store = RecordStore(tmp_path / "state" / "jobs")
+    rec = JobRecord(job_id="123", scheduler="slurm", site="s", site_source="s.yaml", stage="multi-node",
+                    launcher="torchrun", job_name="ck", nnodes=2, world_size=2, command=["python", "t.py"],
+                    run_dir=str(run), script="job.sbatch", submitted_at="2026-01-01T00:00:00.000000Z",
+                    host="login1", plan={})
+    store.save(rec)
+    view = SlurmView(state="RUNNING", nodes="node[1-2]")
+    monkeypatch.setattr(doc, "slurm_view", lambda rec, query: (view, {"state": "RUNNING"}))
+    v = doc.diagnose_job("123", store=store).report["verdict"]
+    assert v["category"] == "gpu-oom", v
+    assert v["rank"] is None and v["node"] is None, v

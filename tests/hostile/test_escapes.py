@@ -93,3 +93,60 @@ def test_drift_prints_a_node_reason_without_escapes(ck, tmp_path: Path) -> None:
     assert "node3: IDLE+DRAIN (bad gpu" in res.out, res  # the words before the attack stay
     _clean(res.out)
     _clean(res.err)
+
+
+def test_a_perf_tasks_error_and_backend_reach_the_report_printable() -> None:
+    from clusterkit.preflight.perf import judge, parse_output
+    from tests.preflight.test_perf import HOSTS, LIMITS, _capture, _rewrite
+
+    marker, lines = _capture("healthy")
+    lines = _rewrite(lines, marker, lambda ev: ev["ev"] == "init", lambda ev: {**ev, "backend": f"gloo{ATTACK}"})
+    lines = _rewrite(lines, marker, lambda ev: ev["rank"] == 2 and ev["ev"] == "done", lambda ev: None)
+    lines.append(f"2: {marker} " + json.dumps({"ev": "error", "rank": 2, "host": "node3", "error": f"boom {ATTACK}"}))
+    report = judge(HOSTS, parse_output(lines, marker, HOSTS), LIMITS)
+    _clean(report.backend or "")
+    node3 = next(n for n in report.nodes if n.host == "node3")
+    assert node3.status == "failed" and "boom ALL OK" in node3.reason
+    _clean(node3.reason)
+    _clean(json.dumps(report.to_dict(), ensure_ascii=False))
+
+
+def test_a_log_files_name_is_printed_without_escapes(ck, tmp_path: Path) -> None:
+    env = {"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")}
+    _record(tmp_path / "state" / "jobs", tmp_path / "run", state="FAILED", exit_code=1)
+    (tmp_path / "run" / "logs").mkdir()
+    name = "7.r0.\x1b]0;pwned\x07\x1b[2Jrank0.out"
+    (tmp_path / "run" / "logs" / name).write_text("hello\n")
+    res = ck.proc("logs", "7", env=env)
+    assert res.code == 0 and "hello" in res.out, res
+    assert "==> " in res.out
+    _clean(res.out)
+    _clean(res.err)
+
+
+def test_a_long_reason_in_a_record_is_printed_bounded(ck, tmp_path: Path) -> None:
+    env = {"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")}
+    _record(tmp_path / "state" / "jobs", tmp_path / "run", state="FAILED", exit_code=1,
+            reason="node failure " + "x" * 900_000 + ATTACK)   # within a record's 1 MiB
+    res = ck.proc("status", "7", env=env)
+    assert res.code == 0 and "reason: node failure xxx" in res.out, res
+    assert len(res.out) < 4000 and "more chars" in res.out
+    _clean(res.out)
+
+
+def test_a_four_megabyte_slurm_reason_is_bounded(tmp_path: Path) -> None:
+    """A job's reason file (the job script writes it) or Slurm's Reason= of 4 MB: one bounded line."""
+    from clusterkit.scheduler.base import REASON_MAX, JobStatus
+    from clusterkit.scheduler.slurm import SlurmScheduler
+    from clusterkit.vocab import JobState
+    from tests.scheduler.test_slurm_status import _Answers, _rec
+
+    huge = "bad node " + "x" * (4 << 20) + ATTACK
+    st = JobStatus(state=JobState.FAILED, reason=huge, source="squeue")
+    assert st.reason is not None and len(st.reason) < REASON_MAX + 40 and st.reason.startswith("bad node xxx")
+    (tmp_path / "31.result").write_text("1\n")
+    (tmp_path / "31.reason").write_text(huge)
+    [got] = SlurmScheduler(_Answers({"31": JobStatus(state=JobState.FAILED, exit_code=1, source="sacct")})).status(
+        [_rec(tmp_path, "31")])
+    assert got.reason is not None and len(got.reason) < REASON_MAX + 40
+    _clean(got.reason)

@@ -136,3 +136,46 @@ def test_include_override_writable_by_others_is_refused(ck, tmp_path: Path) -> N
     os.chmod(site.parent / "tpl" / INCLUDE, 0o666)
     assert_one_line_error(dry_run(ck, tmp_path, site), 2, "templates: template override refused",
                           "is writable by others (mode 0666)")
+
+
+# Folded by Jinja while it compiles (before the old clock started), or built by one filter or
+# method call at run time: each is held by the budget, from compile to output.
+BUDGET_TEMPLATES = {
+    "folded-percent": "{{ '%0250000000d' % 1 }}",
+    "folded-format-filter": "{{ '%0250000000d' | format(1) }}",
+    "folded-center": "{{ 'x' | center(250000000) }}",
+    "folded-indent": "{{ 'a\\nb' | indent(250000000) }}",
+    "percent-star": "{{ '%*d' % (250000000, 1) }}",
+    "runtime-ljust": "{% set n = 250000000 %}{{ 'x'.ljust(n) }}",
+    "runtime-format-method": "{{ '{:0250000000d}'.format(1) }}",
+    "runtime-replace": "{% set s = 'a' * 1000000 %}{{ s.replace('a', 'a' * 1000) }}",
+    "set-folded": "{% set s = 'x' | center(250000000) %}ok",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUDGET_TEMPLATES))
+def test_a_template_building_a_huge_value_is_held_by_the_budget(tmp_path: Path, name: str) -> None:
+    """Run in its own process: a regression allocates hundreds of MB; the limit shows it."""
+    import resource
+    import subprocess
+    import sys
+
+    site = site_with_template(tmp_path, BUDGET_TEMPLATES[name])
+    code = ("import resource, sys\n"
+            "from clusterkit.cli import main\n"
+            "rc = 0\n"
+            "try:\n main(sys.argv[1:])\n"
+            "except SystemExit as e:\n rc = e.code\n"
+            "hwm = next(ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:'))\n"
+            "print('MAXRSS', hwm.split()[1], file=sys.stderr)\n"
+            "sys.exit(rc)\n")
+    p = subprocess.run([sys.executable, "-c", code, "submit", "--dry-run", "--site", str(site), "--out",
+                        str(tmp_path / "run"), "--", "python", "t.py"], capture_output=True, text=True, timeout=60,
+                       cwd=tmp_path)
+    assert p.returncode == 2, p.stderr
+    err = [ln for ln in p.stderr.splitlines() if not ln.startswith("MAXRSS")]
+    assert len(err) == 1 and "templates: template" in err[0] and "Traceback" not in p.stderr, p.stderr
+    maxrss_kib = int(next(ln for ln in p.stderr.splitlines() if ln.startswith("MAXRSS")).split()[1])
+    assert maxrss_kib < 400 * 1024, f"{maxrss_kib} KiB resident"
+    assert not (tmp_path / "run").exists()
+    del resource

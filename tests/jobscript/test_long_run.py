@@ -17,6 +17,8 @@ from clusterkit.api import Plan, Site
 from clusterkit.job.longrun import ChainLink
 from tests.jobscript.harness import JOB_ID, RANK, Job
 
+# squeue -t PENDING -o '%i %E' as Slurm 23.02 prints it while member 4321 runs
+PENDING_CHAIN = "4322 afterany:4321(unfulfilled)\n4323 afterany:4322(unfulfilled)"
 WAITING = "waiting for Slurm to end this run; no result is written"
 
 
@@ -58,7 +60,8 @@ def _chain_member(tmp_path: Path, index: int, previous: Path | None = None) -> P
 def test_a_chain_member_failing_in_user_code_cancels_the_later_members(tmp_path: Path) -> None:
     run = _chain_member(tmp_path, 1)
     (run / "chain.ids").write_text(f"{JOB_ID}\n4322\n4323\n")
-    j = Job(run, tmp_path / "work", nodes=2, JS_RANK_RC="1", JS_DOCTOR_CATEGORY="user-code").start()
+    j = Job(run, tmp_path / "work", nodes=2, JS_RANK_RC="1", JS_DOCTOR_CATEGORY="user-code",
+            JS_SQUEUE=PENDING_CHAIN).start()
     try:
         j.await_ranks()
         j.touch("finish")
@@ -90,7 +93,8 @@ def test_a_member_whose_previous_stopped_the_chain_runs_nothing(tmp_path: Path) 
     (first / f"{JOB_ID}.unfixable").write_text("user-code\n")
     (first / "chain.ids").write_text(f"{JOB_ID}\n4325\n4326\n")
     run = _chain_member(tmp_path, 2, previous=first)
-    j = Job(run, tmp_path / "work", nodes=2, SLURM_JOB_ID="4325").start()
+    j = Job(run, tmp_path / "work", nodes=2, SLURM_JOB_ID="4325",
+            JS_SQUEUE="4326 afterany:4325(unfulfilled)").start()
     try:
         assert j.wait() == 1, j.log()
     finally:

@@ -8,8 +8,10 @@ terabyte; :func:`open_regular` refuses the first three and :func:`read_capped` s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 import stat
 from pathlib import Path
 from typing import BinaryIO
@@ -78,3 +80,42 @@ def is_real_dir(path: Path) -> bool:
         return stat.S_ISDIR(os.lstat(path).st_mode)
     except OSError:
         return False
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """``data`` as the file ``path``, whole or not at all, in a directory others may reach: the
+    directory must be a real one (not a symlink), the temporary file is a new name created with
+    ``O_EXCL | O_NOFOLLOW`` (a planted file or symlink of any name is never written through),
+    synced, then renamed over ``path`` (which replaces a symlink there, never its target)."""
+    if not is_real_dir(path.parent):
+        raise NotRegular(errno.ENOTDIR, "not a directory (or a symbolic link)", str(path.parent))
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def skip_hole(fh: BinaryIO) -> bool:
+    """Move ``fh`` past a hole of a sparse file (what ``truncate -s 1T`` leaves: zeros never
+    written) to its next data; False when no data follows.  Where the file system cannot say,
+    True: read on."""
+    fd = fh.fileno()
+    pos = fh.tell()
+    raw = os.lseek(fd, 0, os.SEEK_CUR)
+    try:
+        data = os.lseek(fd, pos, os.SEEK_DATA)
+    except OSError as exc:
+        os.lseek(fd, raw, os.SEEK_SET)
+        return exc.errno != errno.ENXIO
+    os.lseek(fd, raw, os.SEEK_SET)   # the buffered reader's own idea of the offset stays true
+    if data != pos:
+        fh.seek(data)
+    return True

@@ -6,9 +6,11 @@ bytes from outside become values (never an exception: None for what is not one).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _ASCII_INT = re.compile(r"[0-9]+")
 _ASCII_SIGNED = re.compile(r"[+-]?[0-9]+")
@@ -42,6 +44,66 @@ def parse_float(text: str, *, limit: float = 1e18) -> float | None:
         return None
     value = float(text)
     return value if math.isfinite(value) and abs(value) <= limit else None
+
+JSON_MAX_DEPTH = 32  # no document clusterkit reads from outside nests deeper
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number out of range: {text[:40]}")
+    return value
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > NUMBER_MAX_CHARS:
+        raise ValueError(f"integer of {len(text)} digits")
+    return int(text)
+
+
+def _json_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests (iteratively: a deep document cannot exhaust the stack here)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, d = todo.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, d)
+            if d <= JSON_MAX_DEPTH:
+                todo.extend((v, d + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"key {twice[:40]!r} given twice")
+    return out
+
+
+def load_json(text: str, *, max_depth: int = JSON_MAX_DEPTH, allow_nan: bool = False,
+              unique_keys: bool = False) -> Any:
+    """Strict JSON from outside (node output, run-directory files, records): ``ValueError`` for
+    ``NaN``/``Infinity``, a number that overflows, an integer longer than a number, nesting
+    deeper than ``max_depth``, or a document so deep the parser runs out of stack; never another
+    exception.  ``allow_nan``: non-finite numbers are read as floats, for a reader that checks
+    each figure itself.  ``unique_keys``: a key given twice in one object is a ``ValueError`` (which
+    of two values a reader takes is not for the writer to choose)."""
+    try:
+        value = json.loads(text, parse_float=float if allow_nan else _json_float, parse_int=_json_int,
+                           parse_constant=float if allow_nan else _json_constant,
+                           object_pairs_hook=_unique if unique_keys else None)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if _depth(value) > max_depth:
+        raise ValueError(f"JSON nested deeper than {max_depth} levels")
+    return value
+
 
 # CSI and OSC sequences, then any other escape: a node could print "ALL OK" over its own failure
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b.?")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError
 from clusterkit.scheduler.base import JobStatus
-from clusterkit.scheduler.records import JobRecord, RecordStore
+from clusterkit.scheduler.records import JobRecord, RecordStore, load_record
 from clusterkit.vocab import JobState
 
 if TYPE_CHECKING:
@@ -94,15 +94,26 @@ class Job:
     def find(cls, ref: str, *, store: RecordStore | None = None) -> Job:
         """The job named ``ref``: a job id as ``submit`` printed it (the newest record with that
         id), or ``SITE:JOB_ID``.  Raises :class:`~clusterkit.errors.RecordError` if none."""
+        from .inputs import of
+
         store = _store(store)
-        return cls(store.find(ref), store)
+        return cls(store.find(of("ref", ref, "text")), store)
 
     @classmethod
-    def latest(cls, *, store: RecordStore | None = None) -> Job:
+    def latest(cls, *, store: RecordStore | None = None, skipped: list[RecordError] | None = None) -> Job:
         """The job submitted last (the newest record of this user's records directory).  Raises
-        :class:`~clusterkit.errors.NoJobRecord` when there is none."""
+        :class:`~clusterkit.errors.NoJobRecord` when there is none.  With ``skipped``, newer records
+        that cannot be read (truncated, wrong types) are passed over and listed there, up to
+        100 of them; without it, an unreadable newest record is the error."""
         store = _store(store)
-        return cls(store.latest(), store)
+        if skipped is None:
+            return cls(store.latest(), store)
+        for path in reversed(store.files()[-100:]):
+            try:
+                return cls(load_record(path), store)
+            except RecordError as err:
+                skipped.append(err)
+        return cls(store.latest(), store)   # none readable: the newest one's error (or none at all)
 
     @property
     def id(self) -> str:
@@ -256,8 +267,10 @@ class Job:
 
         if self.record.scheduler != "slurm":
             return []
-        try:
-            return dropped_nodes(self.run_dir, self.record.job_id)
+        spares = self.record.plan.get("spares", 0) if isinstance(self.record.plan, dict) else 0
+        allocated = self.record.nnodes + spares if isinstance(spares, int) and not isinstance(spares, bool) else None
+        try:   # only selections of an allocation of the job's size: a forged file cannot outgrow it
+            return dropped_nodes(self.run_dir, self.record.job_id, allocated)
         except ChooseError:
             return []
 
@@ -299,4 +312,6 @@ def diagnose_logs(paths: Sequence[StrPath], progress: ProgressBar | None = None)
     them) of any job, submitted by clusterkit or not."""
     from clusterkit.diagnose import diagnose_logs as diagnose
 
-    return diagnose([Path(p) for p in paths], progress)
+    from .inputs import of
+
+    return diagnose([Path(p) for p in of("paths", paths, "paths")], progress)

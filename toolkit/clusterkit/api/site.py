@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +15,11 @@ from clusterkit.config.load import load_site
 from clusterkit.config.schema import Site as SiteConfig
 from clusterkit.errors import InputError
 from clusterkit.job import settings as settings_mod
-from clusterkit.job.request import EnvEntry, JobRequest, JobSetup
+from clusterkit.job.request import JobRequest, JobSetup
 from clusterkit.scheduler.records import RecordStore
 from clusterkit.vocab import stage_for_nodes
 
+from . import inputs
 from .job import Job, StrPath
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class Site:
         """The site named ``name_or_path`` on the site search path (``local``, ``testbed``, ...), or
         the site file at that path.  Raises :class:`~clusterkit.errors.ConfigError` (every problem,
         each with ``file:line``) for an invalid file."""
-        return cls(load_site(os.fspath(name_or_path)))
+        return cls(load_site(os.fspath(inputs.of("site", name_or_path, "path"))))
 
     @classmethod
     def load_file(cls, path: StrPath) -> Site:
@@ -71,7 +71,7 @@ class Site:
         search path); :class:`~clusterkit.errors.ConfigError` lists every problem."""
         from clusterkit.config.load import load_file
 
-        return cls(load_file(path))
+        return cls(load_file(inputs.of("path", path, "path")))
 
     @staticmethod
     def check_partial(path: StrPath) -> bool:
@@ -205,7 +205,8 @@ class Site:
                 raise InputError("is for the srun transport only (--transport srun)", field="srun_args",
                                  value=repr(srun_args[0][:60]))
             jobargs.check_srun(srun_args)
-        hosts = nodes if nodes is None or isinstance(nodes, str) else ",".join(nodes)
+        hosts = nodes if nodes is None or isinstance(nodes, str) else ",".join(inputs.of("nodes", nodes, "words"))
+        inputs.check(None, {"nodes": hosts, "stage": stage})
         return run_preflight(self.config, stage, hosts, transport, accept_new_host_keys=accept_new_host_keys,
                              on_start=on_start, on_result=on_result, srun_args=srun_args)
 
@@ -215,6 +216,7 @@ class Site:
         optional constraints); ``sizing.recommended`` is the choice, ``sizing.to_dict()`` all of it."""
         from clusterkit import sizing as est
 
+        inputs.instance("request", request, est.SizingRequest, "a clusterkit.sizing.SizingRequest")
         return est.size_job(est.Hardware.from_site(self.config), request)
 
     def render_sized(self, sizing: Sizing, command: Sequence[str], *, out: StrPath | None = None,
@@ -223,6 +225,9 @@ class Site:
         """``clusterkit plan --render``: render the recommended setup of ``sizing`` (launcher, stage,
         nodes and its settings) for ``command``; ``settings`` win over the recommendation's.
         ``origin``: the command line that asked for it, recorded in job.sbatch."""
+        from clusterkit.sizing import Sizing as SizingResult
+
+        inputs.instance("sizing", sizing, SizingResult, "the Sizing that Site.size returned")
         request = job_request(command, job_name=job_name, settings=settings)
         run = actions.render_sized(self.config, sizing, request.command, _out(out), job_name=job_name,
                                    settings=request.settings, origin=tuple(origin))
@@ -244,7 +249,8 @@ def drift(refs: Sequence[str] = (), *, every: bool = False, probe_with: str | No
     ``dry_run`` only computes that diff.  ``run.exit_code``, ``run.to_json()``, ``run.diffs``."""
     from clusterkit.sites.admin import drift_sites
 
-    return drift_sites(refs, every=every, probe_with=probe_with, write=write, dry_run=dry_run)
+    return drift_sites(inputs.of("refs", refs, "words"), every=every, probe_with=probe_with, write=write,
+                       dry_run=dry_run)
 
 
 def job_request(command: Sequence[str], *, stage: str | None = None, launcher: str | None = None,
@@ -272,6 +278,7 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
     ``<checkpoint storage>/checkpoints/<run_name>`` (default: the job name and its first job id).
     ``array`` (Slurm's ``--array`` syntax, ``"0-15%4"``) and ``sweep`` (``["lr=0.1,0.01", "seed=1,2"]``:
     the cartesian product is the array) make a job array (:mod:`clusterkit.job.array`)."""
+    inputs.check(command, locals())   # the parameters alone: each of its shape, all text UTF-8
     from clusterkit import hostlist
     from clusterkit.vocab import LAUNCHERS, STAGE_NAMES
 
@@ -300,10 +307,11 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
     settings_mod.build(values)  # every problem now, each at settings.<key>
     if stage is None:
         stage = stage_for_nodes(nodes) if nodes is not None else "single-node"
-    job = JobSetup(env=(*_env_files(env_file), *_env(env)), setup=_words("setup", setup),
-                   node_setup=_words("node_setup", node_setup), srun_args=_words("srun_args", srun_args),
-                   launcher_args=_words("launcher_args", launcher_args), venv=_text("venv", venv),
-                   conda=_text("conda", conda), modules=_words("modules", modules), sbatch=_sbatch(sbatch))
+    w = inputs.words
+    job = JobSetup(env=(*inputs.env_files(env_file), *inputs.env(env)), setup=w("setup", setup),
+                   node_setup=w("node_setup", node_setup), srun_args=w("srun_args", srun_args),
+                   launcher_args=w("launcher_args", launcher_args), venv=inputs.text("venv", venv),
+                   conda=inputs.text("conda", conda), modules=w("modules", modules), sbatch=inputs.sbatch(sbatch))
     from clusterkit.job import array as arrays
 
     if array is not None and not isinstance(array, str):
@@ -315,93 +323,7 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
             raise InputError(RUN_NAME_RULE, field="run_name", value=repr(str(run_name)[:80]))
     return JobRequest(stage=stage, command=words, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
                       job_name=job_name, settings=values, debug=debug, exclude=excluded, job=job,
-                      run_name=run_name, array=arrays.request(array, _words("sweep", sweep)))
-
-
-def _words(name: str, given: Sequence[str] | None) -> tuple[str, ...]:
-    if given is None:
-        return ()
-    if isinstance(given, str) or not all(isinstance(w, str) for w in given):
-        raise InputError("give a list of strings", field=name)
-    for word in given:
-        if "\0" in word or not word.strip():
-            raise InputError("must be non-empty text without NUL bytes" if word.strip() else "is empty",
-                             field=name, value=repr(word[:60]))
-    return tuple(given)
-
-
-def _text(name: str, given: str | None) -> str | None:
-    if given is not None and (not isinstance(given, str) or not given or "\0" in given):
-        raise InputError("give a non-empty string without NUL bytes", field=name, value=repr(given))
-    return given
-
-
-def _env(given: Mapping[str, str] | Sequence[str] | None) -> tuple[EnvEntry, ...]:
-    from clusterkit.job import jobenv
-
-    if given is None:
-        return ()
-    if isinstance(given, Mapping):
-        out = []
-        for name, value in given.items():
-            if not isinstance(name, str) or not isinstance(value, str):
-                raise InputError("give names and values as strings", field="env", value=repr(name))
-            jobenv.check_entry(name, value, field="env")
-            out.append(EnvEntry(name, value, "--env"))
-        return tuple(out)
-    return jobenv.parse_pairs(_words("env", given))
-
-
-def _env_files(given: StrPath | Sequence[StrPath] | None) -> tuple[EnvEntry, ...]:
-    """Each env file's entries, in order; read here (regular files only, bounded)."""
-    from clusterkit import safefile
-    from clusterkit.job import jobenv
-
-    if given is None:
-        return ()
-    paths = [given] if isinstance(given, (str, os.PathLike)) else list(given)
-    out: list[EnvEntry] = []
-    for path in paths:
-        shown = os.fspath(path)
-        try:
-            data, more = safefile.read_capped(path, jobenv.MAX_ENV_FILE_BYTES)
-        except OSError as exc:
-            raise InputError(f"cannot read it: {exc.strerror or exc}", field="env_file", value=shown) from None
-        if more:
-            raise InputError(f"larger than {jobenv.MAX_ENV_FILE_BYTES // (1024 * 1024)} MiB", field="env_file",
-                             value=shown)
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            line = data[:exc.start].count(b"\n") + 1
-            raise InputError("is not UTF-8 text", field="env_file", value=f"{shown}:{line}") from None
-        out += jobenv.parse_file(text, shown)
-    return tuple(out)
-
-
-def _sbatch(given: Mapping[str, str | bool | None] | Sequence[str] | None) -> tuple[tuple[str, str | None], ...]:
-    """``KEY[=VALUE]`` options as (key, value or None); which keys Slurm takes is checked in the plan."""
-    if given is None:
-        return ()
-    out: list[tuple[str, str | None]] = []
-    items: list[tuple[str, str | bool | None]]
-    if isinstance(given, Mapping):
-        items = list(given.items())
-    else:
-        items = []
-        for word in _words("sbatch", given):
-            name, sep, text = word.partition("=")
-            items.append((name, text if sep else None))
-    for key, value in items:
-        if not isinstance(key, str) or not re.fullmatch(r"[a-z][a-z0-9-]*", key.removeprefix("--")):
-            raise InputError("write KEY[=VALUE] with a Slurm long option name, e.g. constraint=a100",
-                             field="sbatch", value=repr(key))
-        if value is False:
-            continue
-        if value is not None and value is not True and not isinstance(value, str):
-            raise InputError("give the value as a string", field="sbatch", value=repr(key))
-        out.append((key.removeprefix("--"), None if value is None or value is True else value))
-    return tuple(out)
+                      run_name=run_name, array=arrays.request(array, inputs.words("sweep", sweep)))
 
 
 # --------------------------------------------------------------------------- plan and run directory
@@ -493,7 +415,7 @@ class Plan:
         a restart cannot fix (doctor's verdict: user code, launcher config, imports) cancels the
         rest.  With ``out``, member K's run directory is ``<out>/member-K``.  Slurm sites only."""
         return self._submit(out=out, preflight=preflight, preflight_transport=preflight_transport,
-                            on_gate=on_gate, after=after, chain=n)
+                            on_gate=on_gate, after=after, chain=inputs.count("chain", n))
 
     def _submit(self, *, out: StrPath | None, preflight: bool, preflight_transport: str | None,
                 on_gate: Callable[[actions.Gate], None] | None, after: str | None, chain: int | None) -> list[Job]:
@@ -502,15 +424,15 @@ class Plan:
 
         store = RecordStore()
         queued = chain_mod.submit(self.site.config, self.request, _out(out), store,
-                                  after=None if after is None else parse_after(after), chain=chain,
-                                  skip_preflight=not preflight, preflight_transport=preflight_transport,
+                                  after=None if after is None else parse_after(inputs.of("after", after, "text")),
+                                  chain=chain, skip_preflight=not preflight, preflight_transport=preflight_transport,
                                   on_gate=on_gate)
         return [Job(q.submission.record, store, unsaved=q.submission.unsaved, run=RunDir._of(q.run, self.site))
                 for q in queued]
 
 
 def _out(out: StrPath | None) -> str | None:
-    return None if out is None else os.fspath(out)
+    return None if out is None else os.fspath(inputs.of("out", out, "path"))
 
 
 # --------------------------------------------------------------------------- job

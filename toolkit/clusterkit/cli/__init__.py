@@ -205,6 +205,10 @@ INVOKED: list[str] = []
 def main(argv: list[str] | None = None) -> Any:
     """Entry point: run the CLI with one error boundary and documented exit codes."""
     INVOKED[:] = ["clusterkit", *(sys.argv[1:] if argv is None else argv)]  # job.sbatch records it
+    for i, arg in enumerate(INVOKED[1:], 1):   # a non-UTF-8 byte arrives as a lone surrogate (surrogateescape)
+        if not arg.isascii() and any("\udc80" <= ch <= "\udcff" for ch in arg):
+            click.echo(f"clusterkit: error: argument {i} ({ascii(arg)[:60]}) is not valid UTF-8 text", err=True)
+            sys.exit(int(ExitCode.USAGE))
     try:
         rv = cli.main(args=argv, prog_name="clusterkit", standalone_mode=False)
     except ClusterkitError as err:

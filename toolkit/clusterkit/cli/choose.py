@@ -62,7 +62,9 @@ def choose_nodes(run_dir: str, job_id: str, restart: int, allocation: str, wante
         raise InputError(str(exc), field="allocation") from None
     base = Path(run_dir)
     verdicts = ch.read_report(ch.report_path(base, job_id, restart))
-    earlier = [h for s in ch.selections(base, job_id) if s.restart < restart for h in s.exclude]
+    # the nodes earlier restarts dropped (each within an allocation of this one's size), not their
+    # exclusion lists: a selection file is data others may have written
+    earlier = [v.host for s in ch.selections(base, job_id, len(alloc)) if s.restart < restart for v in s.dropped]
     sel = ch.choose(verdicts, alloc, wanted=wanted, spares=spares, job_id=job_id, restart=restart, check=check,
                     restarts_left=restarts_left, exclude=[*keep_out, *earlier],
                     resubmit=printable(resubmit).replace("@JOB@", job_id), site_nodes=site_nodes)

@@ -11,8 +11,11 @@ from typing import TYPE_CHECKING
 
 import click
 
+from clusterkit.tooltext import printable
+
 if TYPE_CHECKING:
     from clusterkit.api import Job
+    from clusterkit.errors import RecordError
     from clusterkit.scheduler.base import JobStatus
     from clusterkit.scheduler.logs import LogTail
     from clusterkit.scheduler.records import JobRecord, RecordStore
@@ -45,7 +48,10 @@ def latest_job(store: RecordStore | None = None) -> Job:
     from clusterkit.api import Job
     from clusterkit.cli import output
 
-    job = Job.latest(store=store)
+    skipped: list[RecordError] = []
+    job = Job.latest(store=store, skipped=skipped)
+    for err in skipped:   # a newer record that cannot be read: said, then passed over
+        output.warn(f"skipping unreadable record: {err}")
     output.info(f"clusterkit: job {job.key}, the latest you submitted")
     return job
 
@@ -281,29 +287,40 @@ def logs(job: str | None, follow: bool, lines: int, as_json: bool) -> int:
         output.emit_json({"job": rec.key, "files": [
             {"path": str(p), "lines": text} for p, text in found.log_lines(lines).items()]})
         return 0
-    files: dict[Path, list[str]] = found.log_lines(lines) if lines else {p: [] for p in found.log_files()}
+    shown = found.log_files()
+    files: dict[Path, list[str]] = found.log_lines(lines) if lines else {p: [] for p in shown}
     if not files:
         output.info(f"clusterkit: job {rec.job_id} has no log files yet in {rec.run_dir}")
+    if getattr(shown, "total", 0) > len(shown):
+        output.warn(f"job {rec.job_id} has {shown.total} log files; the first {len(shown)} are shown")  # type: ignore[attr-defined]
     for p, last in files.items():
-        click.echo(f"==> {p} <==")
-        click.echo("\n".join(last) if lines else _read(p), nl=lines > 0)  # in full: as written, byte for byte
+        click.echo(f"==> {printable(str(p))} <==")
+        if lines:
+            click.echo("\n".join(last))
+        else:
+            _copy(p)   # in full: as written, byte for byte, a chunk at a time
     return 0
 
 
-def _read(path: Path) -> str:
-    """The file as written, up to the cap of ``read_log`` (with a warning when cut)."""
-    from clusterkit.cli import output
-    from clusterkit.scheduler.logs import LOG_MAX_BYTES, read_log
+def _copy(path: Path) -> None:
+    """The file as written to stdout, up to the cap of ``copy_log`` (with a warning when cut)."""
+    import sys
 
+    from clusterkit.cli import output
+    from clusterkit.scheduler.logs import LOG_MAX_BYTES, copy_log
+
+    sys.stdout.flush()
+    binary = getattr(sys.stdout, "buffer", None)
+    write = binary.write if binary is not None else (lambda b: sys.stdout.write(b.decode("utf-8", "replace")))
     try:
-        text, cut = read_log(path)
+        cut = copy_log(path, write)
     except OSError as exc:
         output.warn(f"cannot read {path}: {exc.strerror or exc}")
-        return ""
+        return
+    (binary or sys.stdout).flush()
     if cut:
         output.warn(f"{path}: larger than {LOG_MAX_BYTES // 2**20} MiB, cut there; "
                     "`clusterkit logs --tail N` shows its last lines")
-    return text
 
 
 def _follow(job: Job) -> int:
@@ -311,7 +328,7 @@ def _follow(job: Job) -> int:
     current: Path | None = None
     for line in job.logs(follow=True):
         if line.path != current:
-            click.echo(f"==> {line.path} <==")
+            click.echo(f"==> {printable(str(line.path))} <==")
             current = line.path
         click.echo(line)
     return 0

@@ -92,8 +92,15 @@ def _diagnose_record(rec: JobRecord, bar: ProgressBar | None, store: RecordStore
         raise LogsUnreadable(f"job {rec.job_id}: no log files in {rec.run_dir}, and {err}")
     notes = [] if files else [f"job {rec.job_id} has no log files in {rec.run_dir}"]
     report = _scan(files, view, rec.key, bar)
+    nodes = _job_nodes(view) if rec.scheduler == "slurm" else set()
     for run in report["restarts"]:  # the advice in words the job's launcher takes
-        run["verdict"]["advice"] = catalogue.advice(run["verdict"]["category"], rec.launcher)
+        v = run["verdict"]
+        v["advice"] = catalogue.advice(v["category"], rec.launcher)
+        # a line names a rank or node only within the job: its world size, the nodes Slurm gave it
+        if isinstance(v.get("rank"), int) and not 0 <= v["rank"] < rec.world_size:
+            v["rank"] = None
+        if nodes and v.get("node") is not None and v["node"] not in nodes:
+            v["node"] = None
     # the scheduler's view under its own name; "slurm" only for a Slurm job, never for a local one
     report["scheduler"] = None if slurm is None else {"kind": rec.scheduler, **slurm}
     report["slurm"] = slurm if rec.scheduler == "slurm" else None
@@ -103,6 +110,16 @@ def _diagnose_record(rec: JobRecord, bar: ProgressBar | None, store: RecordStore
     elif view is not None and JobState.parse(view.state or "").is_terminal and not arrays.is_task(rec):
         store.save(rec.model_copy(update={"diagnosis": one_line(report)}))
     return Diagnosis(report, notes)
+
+
+def _job_nodes(view: verdict.SlurmView | None) -> set[str]:
+    """The nodes Slurm gave the job (its NodeList), or none where it is not known."""
+    from clusterkit.hostlist import HostlistError, expand
+
+    try:
+        return set(expand(view.nodes)) if view is not None and view.nodes else set()
+    except HostlistError:
+        return set()
 
 
 def diagnose_files(files: Sequence[Path], view: verdict.SlurmView | None = None, *, job: str | None = None,

@@ -8,19 +8,19 @@ a pickled dict whose ``entries`` list the last collectives of every process grou
 
 A dump is a file others wrote: it is read as a regular file, at most :data:`MAX_BYTES`, and
 unpickled with every global refused, so only plain data (dicts, lists, strings, numbers) can
-come out of it, never an object or a call.  Its fields are checked before use.
+come out of it, never an object or a call, within bounds of opcodes, expansion and time
+(:mod:`clusterkit.diagnose.flight_pickle`).  Its fields are checked before use.
 """
 
 from __future__ import annotations
 
-import io
-import pickle
 import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterkit.diagnose import flight_pickle
 from clusterkit.safefile import is_real_dir, is_regular_file, read_capped
 from clusterkit.tooltext import printable
 
@@ -58,13 +58,6 @@ def job_dumps(run_dir: Path, job_id: str) -> list[Path]:
     return sorted(found, key=lambda p: (name_facts(p) or ("", 0, 0))[1:])
 
 
-class _PlainData(pickle.Unpickler):
-    """Unpickles plain data only: any class or function a pickle names is refused."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        raise pickle.UnpicklingError(f"refused {module}.{name}: a flight-recorder dump holds plain data")
-
-
 @dataclass(frozen=True)
 class Collective:
     seq: int
@@ -82,7 +75,12 @@ class Dump:
 
 
 def _text(v: Any, limit: int = 120) -> str:
-    return printable(v if isinstance(v, str) else str(v))[:limit]
+    """A scalar field as one bounded line; a container or a huge number is not expanded."""
+    if isinstance(v, str):
+        return printable(v[: limit * 4])[:limit]
+    if isinstance(v, (int, float)) and not (isinstance(v, int) and v.bit_length() > 64):
+        return str(v)[:limit]
+    return f"<{type(v).__name__}>"
 
 
 def _group(entry: dict[str, Any]) -> str:
@@ -105,9 +103,9 @@ def read_dump(path: Path) -> Dump | str:
     if more:
         return f"{path}: larger than {MAX_BYTES >> 20} MiB, not read"
     try:
-        obj = _PlainData(io.BytesIO(data)).load()
+        obj = flight_pickle.load(data)
     except Exception as exc:  # any malformed pickle is one unreadable dump
-        return f"{path}: not a flight-recorder dump ({_text(exc, 100)})"
+        return f"{path}: not a flight-recorder dump ({_text(str(exc), 100)})"
     entries = obj.get("entries") if isinstance(obj, dict) else None
     if not isinstance(entries, list):
         return f"{path}: not a flight-recorder dump (no entries list)"

@@ -24,7 +24,7 @@ from typing import Any
 from clusterkit.diagnose import catalogue, lines, marks
 from clusterkit.diagnose.names import expand as expand  # re-exported: doctor walks directories with it
 from clusterkit.diagnose.names import name_facts
-from clusterkit.safefile import open_regular
+from clusterkit.safefile import open_regular, skip_hole
 
 try:  # a dependency; the fallback keeps doctor working where the wheel cannot be installed
     import re2 as _fast_re
@@ -149,9 +149,9 @@ def _rank(scan: FileScan, f: lines.LineFacts) -> int | None:
 
 
 def _node(scan: FileScan, f: lines.LineFacts, slurm: bool) -> str | None:
-    """The node of srun's per-node file (``123.r0.node4.out``), whatever a line in it claims; only
-    Slurm's own messages (``srun: error: Node failure on node4``) name the node they are about."""
-    return (f.node or scan.node) if slurm else (scan.node or f.node)
+    """The node of srun's per-node file (``123.r0.node4.out``), whatever a line in it claims; Slurm's own messages
+    (``srun: error: Node failure on node4``) name their node in the batch log, never in a rank's file."""
+    return f.node or scan.node if slurm and scan.rank is None and scan.node in (None, "sbatch") else scan.node or f.node
 
 
 @dataclass
@@ -216,7 +216,7 @@ def scan_file(path: Path, progress: Callable[[int], None] | None = None) -> File
         carry = b""
         while True:
             try:
-                data = fh.read(min(CHUNK, FILE_MAX_BYTES - scan.bytes_read))
+                data = fh.read(min(CHUNK, FILE_MAX_BYTES - scan.bytes_read)) if skip_hole(fh) else b""  # holes: none
                 if not data and scan.bytes_read >= FILE_MAX_BYTES:
                     scan.cut = bool(fh.read(1))  # more there than doctor reads of one file
             except OSError as exc:

@@ -24,9 +24,14 @@ from clusterkit.errors import InputError, PlanError
 
 #: Slurm's own ceiling on MaxArraySize (slurm.conf(5)): no index may reach it on any cluster.
 SLURM_MAX_ARRAY_SIZE = 4_000_001
+#: Slurm's default MaxArraySize: the limit where neither the site (``scheduler.max_array_size``)
+#: nor, at submit, the cluster says otherwise.
+DEFAULT_MAX_ARRAY_SIZE = 1001
+#: Arrays of at most this many tasks have their indices checked while parsing.
+MAX_CHECKED_NOW = 100_000
 #: The most tasks one sweep may make (one ``case`` line each in the job script).
 MAX_SWEEP_TASKS = 10_000
-_ITEM = re.compile(r"(\d{1,7})(?:-(\d{1,7})(?::(\d{1,7}))?)?")
+_ITEM = re.compile(r"([0-9]{1,7})(?:-([0-9]{1,7})(?::([0-9]{1,7}))?)?")   # ASCII digits: '٣' is none
 _KEY = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,31}")
 _BAD_VALUE = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -37,8 +42,20 @@ class ArraySpec:
     tasks running at once)."""
 
     text: str                   # as Slurm reads it (the #SBATCH --array value)
-    indices: tuple[int, ...]
+    ranges: tuple[range, ...]   # the items, never expanded before the size is checked
     throttle: int | None = None
+
+    @property
+    def top(self) -> int:
+        return max(r[-1] for r in self.ranges)
+
+    def indices(self) -> tuple[int, ...]:
+        """Every index, sorted (built only once the largest is known to be within the limit)."""
+        every = [i for r in self.ranges for i in r]
+        unique = tuple(sorted(set(every)))
+        if len(unique) != len(every):
+            raise InputError("an index is listed twice", field="array", value=repr(self.text[:80]))
+        return unique
 
 
 @dataclass(frozen=True)
@@ -88,14 +105,14 @@ def parse_spec(text: str) -> ArraySpec:
     body, pct, limit = text.partition("%")
     throttle = None
     if pct:
-        if not re.fullmatch(r"\d{1,7}", limit) or int(limit) < 1:
+        if not re.fullmatch(r"[0-9]{1,7}", limit) or int(limit) < 1:
             raise InputError("the throttle after '%' must be a whole number of at least 1 (0-15%4: at most 4 "
                              "tasks at once)", field="array", value=shown)
         throttle = int(limit)
     if not body:
         raise InputError("give the task indices, e.g. 0-15 or 1,3,5 (with %N: at most N at once)",
                          field="array", value=shown)
-    indices: list[int] = []
+    ranges: list[range] = []
     count = 0
     for item in body.split(","):
         m = _ITEM.fullmatch(item)
@@ -114,11 +131,11 @@ def parse_spec(text: str) -> ArraySpec:
         count += (last - first) // step + 1
         if count > SLURM_MAX_ARRAY_SIZE:
             raise InputError(f"more than {SLURM_MAX_ARRAY_SIZE} tasks", field="array", value=shown)
-        indices.extend(range(first, last + 1, step))
-    unique = tuple(sorted(set(indices)))
-    if len(unique) != len(indices):
-        raise InputError("an index is listed twice", field="array", value=shown)
-    return ArraySpec(text, unique, throttle)
+        ranges.append(range(first, last + 1, step))
+    spec = ArraySpec(text, tuple(ranges), throttle)
+    if count <= MAX_CHECKED_NOW:
+        spec.indices()   # an index listed twice: said now; a larger array, once its size is known to fit
+    return spec
 
 
 def parse_sweep(items: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -152,7 +169,7 @@ def request(array: str | None, sweep: Sequence[str]) -> ArrayRequest | None:
         return None
     keys = parse_sweep(sweep)
     if array is not None and keys:
-        m = re.fullmatch(r"%(\d{1,7})", array)
+        m = re.fullmatch(r"%([0-9]{1,7})", array)
         if m is None or int(m.group(1)) < 1:
             raise InputError("with --sweep the sweep makes the tasks: give only a throttle, e.g. --array %4",
                              field="array", value=repr(array[:80]))
@@ -178,7 +195,14 @@ def plan(ask: ArrayRequest, *, slurm: bool, site: str, max_array_size: int | Non
         out = ArrayPlan(text, tuple(range(size)), throttle, keys, values)
     else:
         assert ask.spec is not None
-        out = ArrayPlan(ask.spec.text, ask.spec.indices, ask.spec.throttle)
+        limit, where = ((max_array_size, "the site's scheduler.max_array_size") if max_array_size is not None else
+                        (DEFAULT_MAX_ARRAY_SIZE, "Slurm's default; a cluster that allows more: set the site's "
+                                                 "scheduler.max_array_size"))
+        if ask.spec.top >= limit:   # before a single index is built: 0-4000000 would be 4 million
+            raise PlanError(f"largest index {ask.spec.top} past MaxArraySize {limit} ({where}): the largest index "
+                            "must be below it; split the array, or ask the cluster's admins", field="array",
+                            value=repr(ask.spec.text[:80]))
+        out = ArrayPlan(ask.spec.text, ask.spec.indices(), ask.spec.throttle)
     if max_array_size is not None:
         check_size(out, max_array_size, "the site's scheduler.max_array_size")
     return out

@@ -50,11 +50,26 @@ OWNED_SRUN: dict[str, str] = {
 }
 #: srun's short options that take a value (the rest of a ``-xVALUE`` cluster is that value).
 SRUN_SHORT_WITH_VALUE = "ABcCdDeGiJLmMnNopqStTwWx"
-#: srun's long options that take no value: a bare word after one would be the step's command.
-SRUN_FLAGS = frozenset({
-    "--label", "--unbuffered", "--quiet", "--verbose", "--overlap", "--exact", "--exclusive", "--overcommit",
-    "--spread-job", "--no-kill", "--disable-status", "--multi-prog", "--quit-on-interrupt", "--test-only",
-    "--contiguous", "--preserve-env", "--use-min-nodes", "--no-allocate", "--whole",
+#: srun's long options that take a required value (srun(1), Slurm 23.11-24.11, and pyxis's): only
+#: these take the next word as their value.  Every other option (``--oversubscribe``, ``--label``, and
+#: those whose value is optional, such as ``--exclusive[=user]``, which getopt takes only after '=')
+#: takes none, so a bare word after it is refused rather than becoming the step's program.
+SRUN_WITH_VALUE = frozenset({
+    "--account", "--acctg-freq", "--extra-node-info", "--bb", "--bbf", "--bcast-exclude", "--begin",
+    "--cluster-constraint", "--clusters", "--comment", "--constraint", "--container", "--container-id",
+    "--core-spec", "--cores-per-socket", "--cpu-bind", "--cpu-freq", "--cpus-per-gpu", "--cpus-per-task",
+    "--deadline", "--delay-boot", "--dependency", "--chdir", "--distribution", "--error", "--epilog", "--exclude",
+    "--export", "--gres", "--gres-flags", "--gpu-bind", "--gpu-freq", "--gpus", "--gpus-per-node",
+    "--gpus-per-socket", "--gpus-per-task", "--het-group", "--hint", "--input", "--job-name", "--jobid",
+    "--licenses", "--mail-type", "--mail-user", "--mcs-label", "--mem", "--mem-per-cpu", "--mem-per-gpu",
+    "--mem-bind", "--mincpus", "--mpi", "--network", "--ntasks", "--ntasks-per-core", "--ntasks-per-gpu",
+    "--ntasks-per-node", "--ntasks-per-socket", "--tasks-per-node", "--nodefile", "--nodelist", "--nodes",
+    "--open-mode", "--output", "--partition", "--power", "--prefer", "--priority", "--profile", "--prolog",
+    "--qos", "--reservation", "--segment", "--signal", "--slurmd-debug", "--sockets-per-node", "--switches",
+    "--task-epilog", "--task-prolog", "--thread-spec", "--threads-per-core", "--time", "--time-min", "--tmp",
+    "--tres-bind", "--tres-per-task", "--uid", "--gid", "--wait", "--wckey",
+    "--container-image", "--container-mounts", "--container-workdir", "--container-name", "--container-save",
+    "--container-env",
 })
 
 
@@ -87,11 +102,12 @@ def _check_word(word: str, what: str, field: str) -> None:
 
 
 def check(words: Sequence[str], owned: Mapping[str, str], *, what: str, field: str,
-          flags: frozenset[str] = frozenset(), short_with_value: str = "", origin: str = "") -> None:
+          with_value: frozenset[str] | None = None, short_with_value: str = "", origin: str = "") -> None:
     """Refuse an owned flag among ``words`` (one argv word each), naming what sets it.
 
-    ``flags``: options that take no value, so a bare word after one is refused (it would be taken
-    for the command); ``short_with_value``: single-letter options that take one (srun's).
+    ``with_value``: the long options that take a value (the next word, unless given with '='); a
+    bare word after any other is refused (it would be taken for the command); None: every long
+    option may take one.  ``short_with_value``: single-letter options that take one (srun's).
     ``origin`` says where the words came from when not the command line (``site job.srun_args``).
     """
     where = f" (from {origin})" if origin else ""
@@ -123,7 +139,7 @@ def check(words: Sequence[str], owned: Mapping[str, str], *, what: str, field: s
         elif "=" in word:
             expect_value = False
         else:
-            expect_value = name not in flags
+            expect_value = with_value is None or _owned(name, dict.fromkeys(with_value, "")) is not None
         if hit is not None:
             raise PlanError(f"{what} option {hit} is clusterkit's: it is set from {owned[hit]}{where}",
                             field=field, value=shown)
@@ -131,5 +147,5 @@ def check(words: Sequence[str], owned: Mapping[str, str], *, what: str, field: s
 
 def check_srun(words: Sequence[str], origin: str = "") -> None:
     """:func:`check` for srun's words: its owned options, flags and short options."""
-    check(words, OWNED_SRUN, what="srun", field="srun_args", flags=SRUN_FLAGS, short_with_value=SRUN_SHORT_WITH_VALUE,
-          origin=origin)
+    check(words, OWNED_SRUN, what="srun", field="srun_args", with_value=SRUN_WITH_VALUE,
+          short_with_value=SRUN_SHORT_WITH_VALUE, origin=origin)

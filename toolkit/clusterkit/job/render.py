@@ -16,10 +16,6 @@ import json
 import os
 import re
 import shlex
-import signal
-import threading
-import time
-from collections.abc import Iterator
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
@@ -31,7 +27,7 @@ import jinja2.sandbox
 from clusterkit.config.schema import Site
 from clusterkit.errors import ConfigError, PlanError
 from clusterkit.job import array as arrays
-from clusterkit.job import jobenv, nccl
+from clusterkit.job import jobenv, nccl, template_budget
 from clusterkit.job import plan as planning
 from clusterkit.job.launchers import Sh, Word, shell_join
 from clusterkit.job.nccl import EnvVar
@@ -85,7 +81,7 @@ class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
         return super().call_binop(context, operator, left, right)
 
 
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
+def _bytecode_cache(site: bool = False) -> jinja2.BytecodeCache | None:
     """Compiled templates, kept between runs (compiling job.sbatch.j2 costs ~30 ms per render).
 
     Jinja's own per-user directory (``$TMPDIR/_jinja2-cache-<uid>``): it creates it 0700 and
@@ -95,7 +91,8 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
     try:
         # clusterkit's own file names: the sandbox compiles '*' and '**' into budget checks, so
         # bytecode another Jinja program compiled from the same file must not be taken for ours
-        return jinja2.FileSystemBytecodeCache(pattern="__clusterkit_sandbox_%s.cache")
+        # (a site environment compiles unoptimized: its bytecode is kept apart from the built-ins')
+        return jinja2.FileSystemBytecodeCache(pattern=f"__clusterkit_{'site' if site else 'sandbox'}_%s.cache")
     except (OSError, RuntimeError):
         return None
 
@@ -113,8 +110,12 @@ def environment(override_dir: str | None) -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
-        bytecode_cache=_bytecode_cache(),
+        bytecode_cache=_bytecode_cache(bool(override_dir)),
+        **(template_budget.SITE_OPTIONS if override_dir else {}),
     )
+    if override_dir:   # '%' checked like '*' (and so never folded at compile time)
+        env.intercepted_binops = frozenset({*env.intercepted_binops, "%"})
+        env.binop_table = {**env.binop_table, "%": template_budget.checked_mod}
     env.filters["shell_quote"] = shell_quote
     env.filters["shell_join"] = shell_join
     env.filters["slurm_pattern"] = slurm_pattern
@@ -471,10 +472,9 @@ def _renderer(env: jinja2.Environment, override_dir: str | None) -> Any:
     template it includes may be one), the whole rendering runs within the budget."""
 
     def draw(name: str, ctx: dict[str, Any]) -> str:
-        template = _load(env, name, override_dir)
         if override_dir is None:
-            return template.render(ctx)
-        return _render_bounded(template, ctx, name, override_dir)
+            return _load(env, name, override_dir).render(ctx)
+        return _render_bounded(lambda: _load(env, name, override_dir), ctx, name, override_dir)
 
     return draw
 
@@ -492,40 +492,33 @@ def _template_error(file: str, line: int | None, message: str) -> ConfigError:
     return ConfigError.single(file, line, "templates", message.splitlines()[0] if message else "template error")
 
 
-def _render_bounded(template: jinja2.Template, ctx: dict[str, Any], name: str, override_dir: str) -> str:
+def _render_bounded(load: Any, ctx: dict[str, Any], name: str, override_dir: str) -> str:
     # errors name the site's own file where it is known, else the site's template directory
-    file = template.filename or name
-    if not file.startswith(override_dir + os.sep):
-        file = override_dir
+    file = os.path.join(override_dir, name) if os.path.isfile(os.path.join(override_dir, name)) else override_dir
     parts: list[str] = []
     size = 0
-    try:
-        with _deadline(TEMPLATE_SECONDS):
-            for chunk in _chunks(template, ctx):
+    try:   # compiling is inside the budget too: Jinja evaluates what it can while it compiles
+        with template_budget.deadline(TEMPLATE_SECONDS), template_budget.memory_cap():
+            template = load()
+            for chunk in template_budget.chunks(template.generate(ctx), TEMPLATE_SECONDS):
                 size += len(chunk.encode("utf-8"))
                 if size > TEMPLATE_MAX_BYTES:
                     raise _BudgetExceeded(f"output larger than {TEMPLATE_MAX_BYTES} bytes")
                 parts.append(chunk)
-    except _BudgetExceeded as exc:
+    except (_BudgetExceeded, template_budget.OverBudget, MemoryError) as exc:
         where = _template_line(exc, file, override_dir)[0]
         raise _template_error(where, None, f"template over its budget ({TEMPLATE_SECONDS:g} s, "
-                                           f"{TEMPLATE_MAX_BYTES // 1024} KiB): {exc}") from None
+                                           f"{TEMPLATE_MAX_BYTES // 1024} KiB out, "
+                                           f"{template_budget.TEMPLATE_MEMORY >> 20} MiB of memory): "
+                                           f"{exc or 'out of memory'}") from None
     except jinja2.TemplateSyntaxError as exc:   # an included template, loaded as it is reached
         raise _template_error(exc.filename or file, exc.lineno, f"template syntax error: {exc.message}") from None
     except jinja2.TemplateError as exc:
         raise _template_error(*_template_line(exc, file, override_dir), f"template error: {exc}") from None
-    except (ArithmeticError, TypeError, ValueError, LookupError, RecursionError, MemoryError) as exc:
+    except (ArithmeticError, TypeError, ValueError, LookupError, RecursionError) as exc:
         raise _template_error(*_template_line(exc, file, override_dir),
                               f"template error: {type(exc).__name__}: {exc}") from None
     return "".join(parts)
-
-
-def _chunks(template: jinja2.Template, ctx: dict[str, Any]) -> Iterator[str]:
-    deadline = time.monotonic() + TEMPLATE_SECONDS
-    for chunk in template.generate(ctx):
-        if time.monotonic() > deadline:  # the alarm covers loops that print nothing
-            raise _BudgetExceeded(f"rendering took longer than {TEMPLATE_SECONDS:g} s")
-        yield chunk
 
 
 def _template_line(exc: BaseException, file: str, override_dir: str) -> tuple[str, int | None]:
@@ -539,25 +532,3 @@ def _template_line(exc: BaseException, file: str, override_dir: str) -> tuple[st
             where = (name, tb.tb_lineno)
         tb = tb.tb_next
     return where
-
-
-class _deadline:
-    """SIGALRM after ``seconds`` (main thread only: elsewhere the per-chunk check stands alone)."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.armed = False
-
-    def __enter__(self) -> None:
-        if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
-            self.previous = signal.signal(signal.SIGALRM, self._expired)
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
-            self.armed = True
-
-    def _expired(self, signum: int, frame: Any) -> None:
-        raise _BudgetExceeded(f"rendering took longer than {self.seconds:g} s")
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.armed:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, self.previous)

@@ -35,8 +35,9 @@ from typing import Any, Literal
 
 from clusterkit.errors import ClusterkitError, ExitCode
 from clusterkit.hostlist import HostlistError, check_host, fold
-from clusterkit.safefile import read_capped
-from clusterkit.tooltext import decode, printable
+from clusterkit.preflight.choose_check import problem
+from clusterkit.safefile import is_real_dir, read_capped, write_atomic
+from clusterkit.tooltext import decode, load_json, printable
 from clusterkit.vocab import is_job_id
 
 SELECTION_VERSION = 1
@@ -114,13 +115,16 @@ class Selection:
             if outcome not in ("launch", "requeue", "end"):
                 raise ValueError(f"outcome {outcome!r}")
             dropped = tuple(_verdict_back(d) for d in _list(data["dropped"]))
-            return cls(job_id=_text(data["job_id"], 40), restart=_count(data["restart"]),
+            sel = cls(job_id=_text(data["job_id"], 40), restart=_count(data["restart"]),
                        check=_text(data["check"], 10), allocation=_hosts(data["allocation"]),
                        wanted=_count(data["wanted"]), spares=_count(data["spares"]), outcome=outcome,
                        chosen=_hosts(data["chosen"]), dropped=dropped, unused=_hosts(data["unused"]),
                        reason=_text(data["reason"], 4000), exclude=_hosts(data.get("exclude", [])))
         except (KeyError, TypeError, ValueError, HostlistError) as exc:
             raise ChooseError(f"{where}: not a valid node selection ({printable(str(exc))[:200]})") from None
+        if (wrong := problem(sel)) is not None:
+            raise ChooseError(f"{where}: not a valid node selection ({wrong})")
+        return sel
 
 
 def _list(v: Any) -> list[Any]:
@@ -185,7 +189,7 @@ def read_report(path: Path) -> dict[str, NodeVerdict]:
     if more:
         raise ChooseError(f"preflight report {path} is larger than {REPORT_MAX_BYTES} bytes")
     try:
-        data = json.loads(decode(raw))
+        data = load_json(decode(raw), allow_nan=True)   # a non-finite figure is dropped by _figures
     except ValueError as exc:
         raise ChooseError(f"preflight report {path} is not JSON ({printable(str(exc))[:120]})") from None
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
@@ -333,11 +337,14 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
-def selections(run_dir: Path, job_id: str) -> list[Selection]:
+def selections(run_dir: Path, job_id: str, allocated: int | None = None) -> list[Selection]:
     """The job's node selections in its run directory, one per restart that made one, in restart
-    order; unreadable or invalid files are skipped (ChooseError for the first, if none is readable)."""
+    order; unreadable, invalid or inconsistent files are skipped: another job's or restart's (by
+    their own fields), an allocation of other than ``allocated`` nodes, a ``logs`` that is a link."""
     check_job_id(job_id)
     logs = run_dir / "logs"
+    if not is_real_dir(logs):
+        return []
     found: list[tuple[int, Path]] = []
     pattern = re.compile(rf"nodes-{re.escape(job_id)}\.r([0-9]{{1,6}})\.json")
     try:
@@ -349,21 +356,21 @@ def selections(run_dir: Path, job_id: str) -> list[Selection]:
         if m:
             found.append((int(m.group(1)), logs / name))
     out: list[Selection] = []
-    for _, path in sorted(found):
+    for restart, path in sorted(found):
         try:
             raw, more = read_capped(path, SELECTION_MAX_BYTES, follow_symlinks=False)
-            if more:
-                continue
-            out.append(Selection.from_dict(json.loads(decode(raw)), str(path)))
+            sel = None if more else Selection.from_dict(load_json(decode(raw)), str(path))
         except (OSError, ValueError, ChooseError):
             continue
+        if sel and (sel.job_id, sel.restart) == (job_id, restart) and allocated in (None, len(sel.allocation)):
+            out.append(sel)
     return out
 
 
-def dropped_nodes(run_dir: Path, job_id: str) -> list[NodeVerdict]:
+def dropped_nodes(run_dir: Path, job_id: str, allocated: int | None = None) -> list[NodeVerdict]:
     """Every node the job dropped, in any restart (the latest verdict of each)."""
     latest: dict[str, NodeVerdict] = {}
-    for sel in selections(run_dir, job_id):
+    for sel in selections(run_dir, job_id, allocated):
         for v in sel.dropped:
             latest.pop(v.host, None)
             latest[v.host] = v
@@ -372,6 +379,4 @@ def dropped_nodes(run_dir: Path, job_id: str) -> list[NodeVerdict]:
 
 def write_selection(sel: Selection, path: Path) -> None:
     """Write ``sel`` whole or not at all (a temporary file renamed into place)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(sel.to_dict(), indent=2) + "\n")
-    tmp.replace(path)
+    write_atomic(path, (json.dumps(sel.to_dict(), indent=2) + "\n").encode())

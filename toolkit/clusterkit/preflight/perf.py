@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ExitCode
 from clusterkit.hostlist import fold
-from clusterkit.tooltext import printable
+from clusterkit.preflight import perf_claims
+from clusterkit.preflight.perf_claims import label_of
+from clusterkit.tooltext import load_json, printable
 
 if TYPE_CHECKING:
     from clusterkit.config.schema import Perf, Site
@@ -134,14 +136,6 @@ _FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
 }
 
 
-def _label(line: str) -> tuple[int | None, str]:
-    """srun --label's ``"  3: text"`` -> (3, "text"); (None, line) for srun's own lines."""
-    head, sep, rest = line.partition(": ")
-    if sep and head.strip().isdigit() and len(head) < 12:
-        return int(head.strip()), rest
-    return None, line
-
-
 def parse_output(lines: Iterable[str], marker: str, hosts: Sequence[str]) -> list[dict[str, Any]]:
     """The figure lines (``MARKER {json}``) of the step's stdout, validated: an event with
     an unknown kind, a field of the wrong type, or a host not among ``hosts`` is dropped."""
@@ -150,11 +144,11 @@ def parse_output(lines: Iterable[str], marker: str, hosts: Sequence[str]) -> lis
     for raw in lines:
         if len(raw) > MAX_LINE_CHARS:
             continue
-        label, text = _label(raw)
+        label, text = label_of(raw)
         if not text.startswith(marker + " "):
             continue
         try:
-            ev = json.loads(text[len(marker) + 1:])
+            ev = load_json(text[len(marker) + 1:])  # NaN, 1e400, a 5,000-digit int or deep nesting: no figure
         except ValueError:
             continue
         if not isinstance(ev, dict) or ev.get("ev") not in _FIELDS:
@@ -176,7 +170,7 @@ def task_errors(lines: Iterable[str]) -> tuple[dict[int, str], list[str]]:
     last: dict[int, str] = {}
     srun_lines: list[str] = []
     for raw in lines:
-        label, text = _label(raw)
+        label, text = label_of(raw)
         text = printable(text.strip())[:300]
         if not text:
             continue
@@ -320,6 +314,7 @@ def judge(hosts: Sequence[str], events: Sequence[dict[str, Any]], limits: Limits
     """
     task_stderr = task_stderr or {}
     nodes = {h: NodeVerdict(h) for h in hosts}
+    events, claimed = perf_claims.attribute(events, tasks_per_node, hosts)
     by_rank: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for ev in events:
         by_rank.setdefault(int(ev["rank"]), {}).setdefault(str(ev["ev"]), []).append(ev)
@@ -341,7 +336,8 @@ def judge(hosts: Sequence[str], events: Sequence[dict[str, Any]], limits: Limits
         v = nodes[h]
         if not ranks:
             said = next((ln for ln in reversed(srun_lines) if h in ln), srun_lines[-1] if srun_lines else "")
-            v.mark("unreachable", "perf.start", f"no task started on {h}" + (f": {said}" if said else ""))
+            v.mark(*(("failed", "perf.start", claimed[h]) if h in claimed else
+                     ("unreachable", "perf.start", f"no task started on {h}" + (f": {said}" if said else ""))))
             continue
         for r in ranks:
             evs = by_rank[r]

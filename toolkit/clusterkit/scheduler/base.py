@@ -14,7 +14,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from clusterkit.tooltext import printable
 from clusterkit.vocab import JobState, SchedulerKind
+
+#: Characters of a job's reason (Slurm's free text) kept: Slurm's own reasons are a line.
+REASON_MAX = 500
 
 if TYPE_CHECKING:
     from clusterkit.rundir import RenderedRun
@@ -41,6 +45,12 @@ class JobStatus:
     def __post_init__(self) -> None:
         if not isinstance(self.state, JobState):  # Slurm's text (or a test's string): its state
             object.__setattr__(self, "state", JobState.parse(self.state))
+        for name in ("reason", "nodes"):   # Slurm's free text (or a record's): one bounded, printable line
+            text = getattr(self, name)
+            if isinstance(text, str) and (len(text) > REASON_MAX or not text.isprintable()):
+                cut = printable(text[: REASON_MAX * 4])
+                object.__setattr__(self, name, cut if len(cut) <= REASON_MAX else
+                                   cut[:REASON_MAX] + f"... [{len(text) - REASON_MAX} more chars]")
 
     @property
     def terminal(self) -> bool:

@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from clusterkit.errors import ExitCode, NoJobRecord, RecordError
 from clusterkit.safefile import NotRegular, read_capped
+from clusterkit.tooltext import load_json
 from clusterkit.vocab import JobState, SchedulerKind, is_job_id
 
 RECORD_VERSION = 1
@@ -350,7 +351,7 @@ def load_record(path: Path) -> JobRecord:
         raw, cut = read_capped(path, RECORD_MAX_BYTES)
         if cut:
             raise RecordError(f"{path}: not a job record (larger than {RECORD_MAX_BYTES // 1024} KiB)")
-        data = json.loads(raw.decode("utf-8"))
+        data = load_json(raw.decode("utf-8"), unique_keys=True)   # strict: one value per key, finite, bounded
     except NotRegular as exc:
         raise RecordError(f"{path}: not a job record ({exc.strerror})") from None
     except OSError as exc:
@@ -359,9 +360,7 @@ def load_record(path: Path) -> JobRecord:
         raise RecordError(f"{path}: not a job record (not UTF-8 text at byte {exc.start})") from exc
     except json.JSONDecodeError as exc:
         raise RecordError(f"{path}: not a job record (invalid JSON at line {exc.lineno})") from exc
-    except RecursionError as exc:
-        raise RecordError(f"{path}: not a job record (JSON nested too deeply)") from exc
-    except ValueError as exc:  # an integer of more digits than Python converts
+    except ValueError as exc:  # a key twice, NaN, a huge integer, nesting too deep
         raise RecordError(f"{path}: not a job record ({str(exc)[:80]})") from exc
     if not isinstance(data, dict) or "version" not in data:
         raise RecordError(f"{path}: not a clusterkit job record (no 'version' field)")
@@ -370,11 +369,14 @@ def load_record(path: Path) -> JobRecord:
         raise RecordError(f"{path}: job record version {version!r} is not an integer")
     data = migrate(data, version, path)
     try:
-        return JobRecord.model_validate(data)
+        rec = JobRecord.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(x) for x in first["loc"]) or "(record)"
         raise RecordError(f"{path}: job record version {version}: {loc}: {first['msg']}") from exc
+    if not path.name.endswith(_file_name(rec).split("-", 1)[1]):  # a copy under another job's name: not listed twice
+        raise RecordError(f"{path}: not a job record (its site and job id name another file)")
+    return rec
 
 
 # Record schema history: version -> function upgrading a record of that version by one step.
