@@ -446,19 +446,22 @@ class Plan:
     site: Site
     request: JobRequest
 
-    def render(self, out: StrPath | None = None) -> RunDir:
+    def render(self, out: StrPath | None = None, *, write: bool = True) -> RunDir:
         """Write the run directory (``out``, which must be new or empty; default
         ``./runs/<job>-<time>``) without submitting: job.sbatch, nccl.env, plan.json and the
-        launcher's files.  Nothing is left behind when it fails.  Raises
-        :class:`~clusterkit.errors.PlanError`, :class:`~clusterkit.errors.RunDirError` (field
-        ``out``) or :class:`~clusterkit.errors.InputError`."""
-        return RunDir._of(actions.render_run(self.site.config, self.request, _out(out)), self.site)
+        launcher's files.  Nothing is left behind when it fails.  ``write=False``: the same
+        files in :attr:`RunDir.files`, nothing written or created (``path`` is where they would
+        go).  Raises :class:`~clusterkit.errors.PlanError`,
+        :class:`~clusterkit.errors.RunDirError` (field ``out``) or
+        :class:`~clusterkit.errors.InputError`."""
+        run = actions.render_run(self.site.config, self.request, _out(out), write=write)
+        return RunDir._of(run, self.site)
 
     def dry_run(self, out: StrPath | None = None) -> str:
-        """What :meth:`submit` would hand to the scheduler, byte for byte: the run directory is
-        rendered (as :meth:`render` does) and job.sbatch's text returned; nothing is submitted
-        and no node is contacted (so preflight's node exclusions are not applied)."""
-        return self.render(out).sbatch
+        """What :meth:`submit` would hand to the scheduler, byte for byte: job.sbatch's text; nothing
+        is submitted, no node is contacted (so preflight's node exclusions are not applied) and
+        nothing is written unless ``out`` is given (then the run directory is, as :meth:`render`)."""
+        return self.render(out, write=out is not None).sbatch
 
     def submit(self, *, out: StrPath | None = None, preflight: bool = True, wait: bool = False,
                preflight_transport: str | None = None,

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 @click.option("--exclude-from", "exclude_from", default=None, metavar="JOB",
               help="Keep out the nodes that job JOB's preflight dropped (added to --exclude).")
 @long_run_options
-def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
+def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
            sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
            as_json: bool, command: tuple[str, ...], dry_run: bool, wait: bool | None, follow: bool,
            skip_preflight: bool, preflight_transport: str | None, spares: int | None, exclude_from: str | None,
@@ -92,7 +92,7 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
         check_not_array(request)
     planned = Plan(Site.load(site), request)
     if dry_run:  # contacts no node: preflight's exclusions are the one thing a dry run cannot show
-        run = longrun_cli.dry_run_plan(planned, after, chain).render(out)
+        run = longrun_cli.dry_run_plan(planned, after, chain).render(out, write=out is not None)
         _note_preflight_skipped(planned.site.config, skip_preflight)
         return _show_dry_run(run, as_json, longrun_cli.dry_run_note(chain))
     try:
@@ -211,7 +211,9 @@ def _show_dry_run(run: RunDir, as_json: bool, chain_note: str | None = None) -> 
     click.echo(script, nl=False)  # byte for byte what sbatch would get
     if chain_note:
         output.info(f"clusterkit: dry run: {chain_note}")
-    output.info(f"clusterkit: dry run: nothing submitted; run directory {run.path}")
+    written = (f"run directory {run.path}" if run.path.is_dir()
+               else "nothing written (--out DIR writes the run directory)")
+    output.info(f"clusterkit: dry run: nothing submitted; {written}")
     return 0
 
 
