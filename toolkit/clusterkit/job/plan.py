@@ -316,12 +316,13 @@ def _check_long_run(site: Site, r: Resolved, spec: StageSpec) -> None:
 
 def checkpoint_base(site: Site, run_dir: str) -> str:
     """Where CK_CHECKPOINT_DIR lives (the job appends its run name): the site's shared checkpoint
-    storage, else any shared storage, else (one machine without storage entries) beside the run."""
+    storage, else any shared storage, else (one machine, no storage entries) ``checkpoints`` beside
+    the run directories (``./runs/checkpoints``), where the next job of the run name finds them."""
     shared = site.shared_storage
     pick = next((s for s in shared if "checkpoints" in s.use), None) or (shared[0] if shared else None)
     pick = pick or next((s for s in site.storage if "checkpoints" in s.use), None)
     if pick is None:
-        return f"{run_dir.rstrip('/')}/checkpoints"
+        return os.path.dirname(run_dir.rstrip("/")).rstrip("/") + "/checkpoints"
     return f"{pick.path.rstrip('/')}/checkpoints"
 
 
