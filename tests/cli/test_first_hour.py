@@ -4,6 +4,7 @@ command line as they typed it."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -38,3 +39,36 @@ def test_a_stage_that_does_not_hold_the_nodes_names_the_one_that_does(ck, tmp_pa
 
     with pytest.raises(PlanError, match=f"use stage={fix}$"):
         Site.load("ib-h100").plan(["python", "t.py"], stage=stage, nodes=int(nodes)).render(write=False)
+
+
+def _slurm_site(tmp_path: Path, name: str, extra: str = "") -> Path:
+    site = tmp_path / f"{name}.yaml"
+    site.write_text(f"name: {name}\nscheduler: {{kind: slurm}}\n"
+                    "nodes: {nodelist: 'nosuchnode[1-4].invalid', gpus_per_node: 8}\n" + extra)
+    return site
+
+
+def test_preflight_goes_the_sites_way_to_the_nodes(ck, tmp_path: Path) -> None:
+    """preflight.transport: srun in the site file is how `clusterkit preflight` reaches the nodes."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    srun = bin_dir / "srun"   # a stand-in for Slurm's srun, which needs a cluster: it is asked, and fails
+    srun.write_text("#!/bin/sh\necho 'srun: error: stand-in srun, no cluster here' >&2\nexit 1\n")
+    srun.chmod(0o755)
+    site = _slurm_site(tmp_path, "nossh", "preflight: {transport: srun}\n")
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    result = ck.proc("preflight", "--site", str(site), env=env, cwd=tmp_path)
+    assert result.code == 3, result
+    assert "(multi-node, srun)" in result.out and "stand-in srun" in result.out
+    assert "cannot resolve" not in result.out and "hint:" not in result.out
+    report = json.loads(ck.proc("preflight", "--site", str(site), "--json", env=env, cwd=tmp_path).out)
+    assert report["transport"] == "srun"
+    over_ssh = ck.proc("preflight", "--site", str(site), "--transport", "ssh", env=env, cwd=tmp_path)
+    assert "(multi-node, ssh)" in over_ssh.out and "stand-in srun" not in over_ssh.out
+
+
+def test_preflight_that_reaches_no_node_over_ssh_says_what_to_try(ck, tmp_path: Path) -> None:
+    result = ck.proc("preflight", "--site", str(_slurm_site(tmp_path, "ssh-site")), cwd=tmp_path)
+    assert result.code == 3 and result.out.count("UNREACHABLE") == 4, result
+    assert ("hint: 4 of 4 nodes did not answer over SSH; where compute nodes take no SSH, check them through "
+            "Slurm: --transport srun, or preflight.transport: srun in the site file") in result.out

@@ -181,7 +181,7 @@ class Site:
                   srun_args: Sequence[str] = ()) -> Report:
         """Check ``nodes`` (a Slurm host list or a list of hosts; default: the site's nodelist) for
         ``stage`` over ``transport`` (``ssh``, ``srun`` or ``local``; default ``local`` on a local
-        site, else ``ssh``): GPUs and driver, InfiniBand/RoCE ports, GPUDirect RDMA, storage.
+        site, else the site's ``preflight.transport``, ``ssh`` unless set): GPUs and driver, InfiniBand/RoCE ports, GPUDirect RDMA, storage.
         ``srun_args`` go on the srun step (``transport="srun"`` only; a job's ``--srun-arg``
         words, checked as a job's are).
 
@@ -196,7 +196,7 @@ class Site:
 
         if transport is not None and transport not in TRANSPORTS:
             raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
-        transport = transport or ("local" if self.scheduler == "local" else "ssh")
+        transport = transport or ("local" if self.scheduler == "local" else self.config.preflight.transport)
         srun_args = tuple(srun_args)
         if srun_args:
             from clusterkit.job import jobargs
