@@ -35,9 +35,12 @@ def test_bad_array_options_are_one_line_errors_and_write_nothing(ck, tmp_path: P
     assert not out.exists()
 
 
-def test_arrays_are_refused_on_a_local_site(ck, tmp_path: Path) -> None:
+def test_arrays_run_their_tasks_in_turn_on_a_local_site(ck, tmp_path: Path) -> None:
     result = ck("render", "--site", "local", "--out", str(tmp_path / "run"), "--array", "0-1", "--", "python", "t.py")
-    assert_one_line_error(result, 2, "--array: site local is a local site: job arrays are Slurm's")
+    assert result.code == 0, result.err
+    assert "array: 2 task(s), one after another on this machine" in result.out
+    script = (tmp_path / "run" / "job.sbatch").read_text()
+    assert "for CK_ARRAY_INDEX in 0 1; do" in script and "#SBATCH" not in script
 
 
 def test_the_sites_max_array_size_refuses_an_index_at_it(ck, tmp_path: Path) -> None:

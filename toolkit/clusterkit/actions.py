@@ -229,7 +229,7 @@ def check_array_size(site: Site, plan: Plan, runner: slurmclient.Run | None = No
     the site's ``scheduler.max_array_size`` (checked when planning), else Slurm's own
     (``scontrol show config``).  An array that fits, or no answer from Slurm, passes: sbatch
     has the last word."""
-    if plan.array is None or site.scheduler.max_array_size is not None:
+    if plan.array is None or site.scheduler.max_array_size is not None or site.scheduler.kind != "slurm":
         return
     from clusterkit.job.array import check_size
     from clusterkit.sites.slurm_text import parse_config

@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from clusterkit.job.array import ArrayPlan
 
 
-def task_lines(arr: ArrayPlan) -> list[str]:
-    """``array: 4 tasks (#SBATCH --array=0-3%2), at most 2 at once`` and, for a sweep, one line per
-    task with its values (``task 0: lr=0.1 seed=1``)."""
+def task_lines(arr: ArrayPlan, *, slurm: bool = True) -> list[str]:
+    """``array: 4 tasks (#SBATCH --array=0-3%2), at most 2 at once`` (on a local site: ``4 task(s),
+    one after another on this machine``) and, for a sweep, one line per task with its values
+    (``task 0: lr=0.1 seed=1``)."""
     at_once = f", at most {arr.throttle} at once" if arr.throttle else ""
-    lines = [f"array: {arr.size} task(s) (#SBATCH --array={arr.spec}){at_once}"]
-    if arr.keys:
-        lines += [f"  task {i}: " + " ".join(f"{k}={v}" for k, v in arr.task_values(i).items()) for i in arr.indices]
-    return lines
+    head = (f"array: {arr.size} task(s) (#SBATCH --array={arr.spec}){at_once}" if slurm
+            else f"{'sweep' if arr.keys else 'array'}: {arr.size} task(s), one after another on this machine")
+    return [head, *values_lines(arr.indices, arr.keys, arr.values)]
+
+
+def values_lines(indices: Sequence[int], keys: Sequence[str], values: Sequence[Sequence[str]]) -> list[str]:
+    """One line per task of a sweep with its values (none without a sweep)."""
+    if not keys:
+        return []
+    return [f"  task {i}: " + " ".join(f"{k}={v}" for k, v in zip(keys, vals, strict=True))
+            for i, vals in zip(indices, values, strict=True)]
 
 
 def tasks_json(arr: ArrayPlan | None) -> dict[str, Any]:

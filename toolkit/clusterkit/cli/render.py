@@ -61,7 +61,7 @@ def show_rendered(run: RunDir, as_json: bool) -> None:
     if p.array is not None:
         from clusterkit.cli.arrays import task_lines
 
-        for line in task_lines(p.array):
+        for line in task_lines(p.array, slurm=p.scheduler == "slurm"):
             output.line(f"  {line}")
 
 

@@ -206,7 +206,7 @@ def _show_dry_run(run: RunDir, as_json: bool, chain_note: str | None = None) -> 
     if run.plan.array is not None:
         from clusterkit.cli.arrays import task_lines
 
-        for line in task_lines(run.plan.array):
+        for line in task_lines(run.plan.array, slurm=run.plan.scheduler == "slurm"):
             output.info(f"clusterkit: dry run: {line}")
     click.echo(script, nl=False)  # byte for byte what sbatch would get
     if chain_note:
@@ -231,8 +231,16 @@ def _show_submitted(rec: JobRecord, as_json: bool) -> None:
     output.line(f"  run directory: {rec.run_dir}")
     arr = rec.plan.get("array")
     if isinstance(arr, dict):   # a job array: its tasks are named JOB_INDEX
-        output.line(f"  array: {len(arr['indices'])} task(s) (#SBATCH --array={arr['spec']}); "
-                    f"one task: clusterkit status {rec.job_id}_<index>")
+        from clusterkit.cli.arrays import values_lines
+
+        if rec.scheduler == "slurm":
+            output.line(f"  array: {len(arr['indices'])} task(s) (#SBATCH --array={arr['spec']}); "
+                        f"one task: clusterkit status {rec.job_id}_<index>")
+        else:
+            output.line(f"  {'sweep' if arr['sweep_keys'] else 'array'}: {len(arr['indices'])} task(s), one after "
+                        "another in this job; its log has each task's lines")
+        for line in values_lines(arr["indices"], arr["sweep_keys"], arr["sweep_values"]):
+            output.line(f"  {line}")
     ref = rec.job_id if re.fullmatch(r"\d+", rec.job_id) else rec.key
     output.line(f"  its state: clusterkit status {ref}")
     output.line(f"  its logs:  clusterkit logs {ref} --follow")

@@ -244,7 +244,7 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
         # a dependency that can never be met (afterok on a job that failed) ends the job, not a forever-pending one
         out += [("dependency", r.request.dependency), ("kill-on-invalid-dep", "yes")]
     arr = array_plan(site, r.request)
-    if arr is not None:
+    if arr is not None and site.scheduler.kind == "slurm":   # a local site runs the tasks in turn
         out.append(("array", arr.spec))
     own = dict(r.job.sbatch)   # the job's --sbatch options win over the site's of the same name
     for name, extra in sorted(sch.sbatch.items()):
