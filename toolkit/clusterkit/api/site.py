@@ -181,7 +181,8 @@ class Site:
                   srun_args: Sequence[str] = ()) -> Report:
         """Check ``nodes`` (a Slurm host list or a list of hosts; default: the site's nodelist) for
         ``stage`` over ``transport`` (``ssh``, ``srun`` or ``local``; default ``local`` on a local
-        site, else the site's ``preflight.transport``, ``ssh`` unless set): GPUs and driver, InfiniBand/RoCE ports, GPUDirect RDMA, storage.
+        site, else the site's ``preflight.transport``, ``ssh`` unless set): GPUs and driver,
+        InfiniBand/RoCE ports, GPUDirect RDMA, storage.
         ``srun_args`` go on the srun step (``transport="srun"`` only; a job's ``--srun-arg``
         words, checked as a job's are).
 
