@@ -72,3 +72,22 @@ def test_preflight_that_reaches_no_node_over_ssh_says_what_to_try(ck, tmp_path: 
     assert result.code == 3 and result.out.count("UNREACHABLE") == 4, result
     assert ("hint: 4 of 4 nodes did not answer over SSH; where compute nodes take no SSH, check them through "
             "Slurm: --transport srun, or preflight.transport: srun in the site file") in result.out
+
+
+def test_readme_shows_the_cpu_only_torch_install_beside_command_one() -> None:
+    """Set-up command 1 stays as it is; its CPU-only alternative installs torch from PyTorch's CPU
+    index first, then runs the same command 1."""
+    import re
+    import shlex
+
+    from ..conftest import REPO
+
+    setup = (REPO / "README.md").read_text().split("## Set-up: two commands", 1)[1].split("**2.", 1)[0]
+    blocks = re.findall(r"```bash\n(.*?)```", setup, re.S)
+    command_one = "pip install '.[examples]' && clusterkit submit --site local --wait -- python examples/allreduce.py"
+    assert blocks[0].strip() == command_one
+    cpu = blocks[1].strip().splitlines()
+    assert shlex.split(cpu[0]) == ["pip", "install", "--index-url", "https://download.pytorch.org/whl/cpu", "torch"]
+    assert cpu[1:] == [command_one]
+    extra = re.search(r'examples = \["(torch[^"]*)"', (REPO / "pyproject.toml").read_text())
+    assert extra and extra.group(1) == "torch>=2.1"   # a +cpu wheel satisfies it: pip keeps the CPU build
