@@ -91,3 +91,61 @@ def test_readme_shows_the_cpu_only_torch_install_beside_command_one() -> None:
     assert cpu[1:] == [command_one]
     extra = re.search(r'examples = \["(torch[^"]*)"', (REPO / "pyproject.toml").read_text())
     assert extra and extra.group(1) == "torch>=2.1"   # a +cpu wheel satisfies it: pip keeps the CPU build
+
+
+def test_sites_init_out_creates_its_folder(ck, tmp_path: Path) -> None:
+    """The README's own example, in a checkout with no site_configs/ yet."""
+    result = ck("sites", "init", "mycluster", "--from-example", "ib-h100", "--out", "site_configs/mycluster.yaml",
+                cwd=tmp_path)
+    assert result.code == 0, result.err
+    written = tmp_path / "site_configs" / "mycluster.yaml"
+    assert "name: mycluster" in written.read_text()
+    assert ck("sites", "validate", str(written)).code == 0
+
+
+def test_sites_help_shows_whole_summaries_and_the_top_level_names_init_and_drift(ck) -> None:
+    top = ck("--help")
+    (line,) = [ln for ln in top.out.splitlines() if ln.strip().startswith("sites ")]
+    assert "init" in line and "drift" in line, top.out
+    group = ck("sites", "--help").out
+    commands = group.split("Commands:", 1)[1].split("Exit codes", 1)[0]
+    rows = [ln.split(None, 1) for ln in commands.splitlines() if ln.strip()]
+    assert [r[0] for r in rows] == ["drift", "init", "list", "schema", "show", "validate"]
+    assert all(not r[1].endswith("...") for r in rows), commands
+
+
+def test_sites_list_marks_the_built_in_examples(ck, tmp_path: Path) -> None:
+    (tmp_path / "site_configs").mkdir()
+    (tmp_path / "site_configs" / "prod.yaml").write_text(
+        "name: prod\nscheduler: {kind: slurm}\nnodes: {nodelist: 'g[1-2]', gpus_per_node: 8}\n")
+    listed = ck("sites", "list", "--json", cwd=tmp_path)
+    by_name = {r["name"]: r for r in json.loads(listed.out)}
+    assert by_name["prod"]["example"] is False and by_name["local"]["example"] is False
+    assert by_name["ib-h100"]["example"] is True
+    table = ck("sites", "list", cwd=tmp_path).out.splitlines()
+    assert [ln.split()[1] for ln in table if ln.startswith("ib-h100 ")] == ["built-in"]
+    assert any(ln.startswith("ib-h100 ") and "built-in example" in ln for ln in table)
+    assert not any(ln.startswith("prod ") and "example" in ln for ln in table)
+
+
+def test_every_key_of_the_site_schema_is_described(ck) -> None:
+    schema = json.loads(ck("sites", "schema").out)
+    bare = [f"{name}.{key}" for name, body in [("Site", schema), *schema["$defs"].items()]
+            for key, prop in body.get("properties", {}).items() if not prop.get("description")]
+    assert bare == []
+
+
+def test_drift_all_leaves_the_built_in_examples_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the drift seam (Slurm's answers captured from 22.05): the admin's site is checked,
+    and no built-in example is listed as skipped."""
+    from clusterkit.sites import admin
+    from tests.sites.test_admin import slurm
+
+    draft = admin.init_site("tb", partition=None, nodes=None, probe_with=None, run=slurm())
+    (tmp_path / "site_configs").mkdir()
+    (tmp_path / "site_configs" / "tb.yaml").write_text(draft.text)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("CLUSTERKIT_SITES", raising=False)
+    run = admin.drift_sites([], every=True, run=slurm())
+    assert [r.site for r in run.reports] == ["tb"], run
+    assert run.skipped == [], run.skipped

@@ -92,7 +92,7 @@ COMMAND_EXIT_CODES: dict[str, str] = {
 
 # name -> (module, attribute, one-line help shown by `clusterkit --help` without importing)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "sites": ("clusterkit.cli.sites", "sites", "List, show, validate site configs; print the JSON Schema."),
+    "sites": ("clusterkit.cli.sites", "sites", "Site files: list, show, validate, init (write one), drift, schema."),
     "render": ("clusterkit.cli.render", "render", "Render the job script, hostfiles and configs into a run directory."),
     "submit": ("clusterkit.cli.submit", "submit", "Render, preflight and submit a job (Slurm or the local site)."),
     "status": ("clusterkit.cli.jobs", "status", "Show your latest job, or one job; --all: your recent jobs."),
