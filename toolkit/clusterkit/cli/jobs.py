@@ -138,7 +138,18 @@ def follow_to_end(job: Job, as_json: bool) -> int:
     else:
         _print_tails(result.tails)
         output.line(_final_line(job, result.state, result.exit_code, result.signal))
+        _cause(job, result.exit_status)
     return result.exit_status
+
+
+def _cause(job: Job, exit_status: int) -> None:
+    """A failed job's cause in one line, and the doctor command (:mod:`clusterkit.cli.ending`)."""
+    if exit_status:
+        from clusterkit.cli import output
+        from clusterkit.cli.ending import cause_lines
+
+        for line in cause_lines(job):
+            output.line(f"  {line}")
 
 
 def _final_line(job: Job, state: object, exit_code: int | None, signal: int | None) -> str:
@@ -155,6 +166,7 @@ def stream_to_end(job: Job) -> int:
     from clusterkit.cli import output
 
     output.line(_final_line(job, result.state, result.exit_code, result.signal))
+    _cause(job, result.exit_status)
     return result.exit_status
 
 
@@ -262,7 +274,10 @@ def _status_table(store: RecordStore, limit: int, as_json: bool) -> int:
 @click.option("--tail", "lines", type=click.IntRange(min=0), default=0,
               help="Only the last N lines of each file (0: everything).")
 @click.option("--json", "as_json", is_flag=True, help="Print the logs as JSON (not with --follow).")
-def logs(job: str | None, follow: bool, lines: int, as_json: bool) -> int:
+@click.option("--rank", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Only rank N's lines: its own file, or lines whose prefix names it ([rank5]:).")
+@click.option("--node", default=None, metavar="NODE", help="Only NODE's lines: its own file, or lines naming it.")
+def logs(job: str | None, follow: bool, lines: int, as_json: bool, rank: int | None, node: str | None) -> int:
     """Show a job's logs: the batch log, then one file per node or rank.
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID; without it, the job you submitted
@@ -275,11 +290,16 @@ def logs(job: str | None, follow: bool, lines: int, as_json: bool) -> int:
         raise InputError("--follow and --json cannot be combined")
     found = _find_or_latest(job)
     rec = found.record
+    picked = rank is not None or node is not None
     if follow:
-        return _follow(found)
+        return _follow(found, rank, node)
     if as_json:
         output.emit_json({"job": rec.key, "files": [
-            {"path": str(p), "lines": text} for p, text in found.log_lines(lines).items()]})
+            {"path": str(p), "lines": text} for p, text in found.log_lines(lines, rank=rank, node=node).items()]})
+        return 0
+    if picked:
+        for p, kept in found.log_lines(lines, rank=rank, node=node).items():
+            click.echo(f"==> {p} <==\n" + "\n".join(kept))
         return 0
     files: dict[Path, list[str]] = found.log_lines(lines) if lines else {p: [] for p in found.log_files()}
     if not files:
@@ -306,10 +326,10 @@ def _read(path: Path) -> str:
     return text
 
 
-def _follow(job: Job) -> int:
+def _follow(job: Job, rank: int | None = None, node: str | None = None) -> int:
     """Print log lines as they arrive (like ``tail -f`` on every file) until the job ends."""
     current: Path | None = None
-    for line in job.logs(follow=True):
+    for line in job.logs(follow=True, rank=rank, node=node):
         if line.path != current:
             click.echo(f"==> {line.path} <==")
             current = line.path
