@@ -16,8 +16,8 @@ from clusterkit.vocab import JobState
 
 if TYPE_CHECKING:
     from clusterkit.diagnose import Diagnosis
-    from clusterkit.diagnose.logfilter import LogFilter
     from clusterkit.diagnose.doctor import ProgressBar
+    from clusterkit.diagnose.logfilter import LogFilter
     from clusterkit.preflight.choose import NodeVerdict
     from clusterkit.scheduler.base import OnGrace
     from clusterkit.scheduler.jobs import Cancellation, Look, Overview
