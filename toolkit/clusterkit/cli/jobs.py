@@ -257,14 +257,13 @@ def _status_table(store: RecordStore, limit: int, as_json: bool) -> int:
     if not rows:
         output.line(f"No jobs recorded in {store.root}.")
         return code
-    output.print_table(None, ["JOB", "SITE", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE", "EXIT", "SUBMITTED"],
-                       [[r["job_id"], r["site"], r["name"], r["stage"], r["launcher"], r["nodes"],
-                         r.get("tasks") or (f"{r['state']} (stale)" if r["stale"] else r["state"]),
-                         r["exit_code"] if r["exit_code"] is not None
-                         else (f"sig {r['signal']}" if r["signal"] else ""),
-                         r["submitted_at"][:19].replace("T", " ")] for r in reversed(rows)],
-                       keys=("JOB", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE", "EXIT"), right=("NODES", "EXIT"),
-                       drop=("LAUNCHER", "STAGE", "SITE", "SUBMITTED"))
+    from clusterkit.cli import jobtable
+    from clusterkit.vocab import JobState
+
+    ended = [JobState.parse(r["state"]).is_terminal for r in rows]
+    columns, cells = jobtable.table(rows, ended)
+    output.print_table(None, columns, cells, keys=jobtable.KEYS,
+                       right=("NODES", "EXIT", "ELAPSED", "RESTARTS"), drop=jobtable.DROP)
     return code
 
 
