@@ -149,3 +149,17 @@ def test_drift_all_leaves_the_built_in_examples_out(tmp_path: Path, monkeypatch:
     run = admin.drift_sites([], every=True, run=slurm())
     assert [r.site for r in run.reports] == ["tb"], run
     assert run.skipped == [], run.skipped
+
+
+def test_doctor_advice_names_the_node_it_knows(ck) -> None:
+    """A real log (NVIDIA/nccl-tests issue 188, its host named "user"): the advice names that node;
+    where no node is known the placeholder stays NODE."""
+    from ..conftest import REPO
+
+    corpus = REPO / "tests" / "diagnose" / "corpus"
+    known = ck("doctor", "--logs", str(corpus / "nccltests-188-socket-accept.log"))
+    assert known.code == 1 and "  node user" in known.out, known   # 1: a failure found
+    assert "advice: exclude the node and check its links: clusterkit preflight --nodelist user" in known.out
+    assert "NODE" not in known.out
+    unknown = ck("doctor", "--logs", str(corpus / "awsome-203-ofi-mr.log"))
+    assert "resubmit with --exclude NODE" in unknown.out and "\n  node " not in unknown.out, unknown

@@ -93,7 +93,8 @@ def _diagnose_record(rec: JobRecord, bar: ProgressBar | None, store: RecordStore
     notes = [] if files else [f"job {rec.job_id} has no log files in {rec.run_dir}"]
     report = _scan(files, view, rec.key, bar)
     for run in report["restarts"]:  # the advice in words the job's launcher takes
-        run["verdict"]["advice"] = catalogue.advice(run["verdict"]["category"], rec.launcher)
+        run["verdict"]["advice"] = verdict.with_node(catalogue.advice(run["verdict"]["category"], rec.launcher),
+                                                     run["verdict"]["node"])
     # the scheduler's view under its own name; "slurm" only for a Slurm job, never for a local one
     report["scheduler"] = None if slurm is None else {"kind": rec.scheduler, **slurm}
     report["slurm"] = slurm if rec.scheduler == "slurm" else None
