@@ -163,3 +163,16 @@ def test_doctor_advice_names_the_node_it_knows(ck) -> None:
     assert "NODE" not in known.out
     unknown = ck("doctor", "--logs", str(corpus / "awsome-203-ofi-mr.log"))
     assert "resubmit with --exclude NODE" in unknown.out and "\n  node " not in unknown.out, unknown
+
+
+COMMANDS = [(), ("submit",), ("render",), ("status",), ("logs",), ("cancel",), ("doctor",), ("plan",), ("preflight",),
+            ("sites",), ("sites", "init"), ("sites", "drift"), ("sites", "list"), ("sites", "show"),
+            ("sites", "validate"), ("sites", "schema"), ("choose-nodes",)]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) or "clusterkit" for c in COMMANDS])
+def test_help_fits_80_columns(ck, command: tuple[str, ...]) -> None:
+    result = ck.proc(*command, "--help", env={"COLUMNS": "80"})
+    assert result.code == 0, result.err
+    wide = [line for line in result.out.splitlines() if len(line) > 80]
+    assert wide == [], wide

@@ -24,7 +24,8 @@ Exit codes:
   2  usage or config error (bad option, invalid site config, impossible plan,
      no job record for the JOB given)
   3  preflight could not reach some nodes; the Slurm controller could not be
-     reached (status still shows every job, Slurm ones with their last known state)
+     reached (status still shows every job, Slurm ones with their last known
+     state)
 """
 
 _NO_RECORD = """\

@@ -190,8 +190,8 @@ def init(name: str, from_slurm: bool, example: str | None, partition: str | None
 
     \b
     Examples:
-      clusterkit sites init mycluster --from-slurm --out site_configs/mycluster.yaml
-      clusterkit sites init mycluster --from-example ib-h100 --out site_configs/mycluster.yaml
+      clusterkit sites init mine --from-slurm --out site_configs/mine.yaml
+      clusterkit sites init mine --from-example ib-h100 --out site_configs/m.yaml
     """
     from pathlib import Path
 

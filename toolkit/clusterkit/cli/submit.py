@@ -53,7 +53,7 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
     \b
     Examples:
       clusterkit submit --site local -- python examples/allreduce.py
-      clusterkit submit --site testbed --stage multi-node --nodes 4 --launcher torchrun -- python examples/allreduce.py
+      clusterkit submit --site testbed --nodes 4 -- python examples/allreduce.py
 
     Slurm receives the rendered job.sbatch byte for byte (see it with --dry-run).  Every
     submission leaves a job record; follow it with `clusterkit status`, `logs` and `cancel`.
