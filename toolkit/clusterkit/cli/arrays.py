@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from clusterkit.job.array import ArrayPlan
+    from clusterkit.scheduler.base import JobStatus
+    from clusterkit.scheduler.records import JobRecord
 
 
 def task_lines(arr: ArrayPlan, *, slurm: bool = True) -> list[str]:
@@ -33,3 +35,22 @@ def tasks_json(arr: ArrayPlan | None) -> dict[str, Any]:
         return {}
     return {"array": {"spec": arr.spec, "tasks": len(arr.indices), "throttle": arr.throttle,
                       "task_list": [{"index": i, "values": arr.task_values(i)} for i in arr.indices]}}
+
+
+def show_tasks(rec: JobRecord, st: JobStatus) -> None:
+    """A job array's tasks, one line each (``status ARRAYJOB``), a sweep's with its values."""
+    from clusterkit.cli import output
+    from clusterkit.tooltext import printable
+
+    arr = rec.plan.get("array") if isinstance(rec.plan.get("array"), dict) else {}
+    keys, values = arr.get("sweep_keys") or [], dict(zip(arr.get("indices") or [], arr.get("sweep_values") or []))
+    for jid, t in st.tasks:
+        index = jid.rpartition("_")[2]
+        vals = values.get(int(index)) if index.isdigit() else None
+        detail = [" ".join(f"{k}={v}" for k, v in zip(keys, vals, strict=False))] if keys and vals else []
+        detail += [f"exit code {t.exit_code}"] if t.exit_code is not None else []
+        detail += [f"signal {t.signal}"] if t.signal is not None else []
+        detail += [f"{t.restarts} restart(s)"] if t.restarts else []
+        detail += [f"nodes {t.nodes}"] if t.nodes else []
+        detail += [f"reason: {t.reason}"] if t.reason else []
+        output.line(printable(f"  task {jid:<14} {t.state.value:<11} {', '.join(detail)}".rstrip()))

@@ -110,19 +110,6 @@ def _final_json(rec: JobRecord, st: JobStatus, tails: list[LogTail]) -> dict[str
     return {**summarize(rec, st), **({"task_list": task_rows(st)} if st.tasks else {}), "logs": tails}
 
 
-def _show_tasks(st: JobStatus) -> None:
-    """A job array's tasks, one line each (``status ARRAYJOB``)."""
-    from clusterkit.cli import output
-
-    for jid, t in st.tasks:
-        detail = [f"exit code {t.exit_code}"] if t.exit_code is not None else []
-        detail += [f"signal {t.signal}"] if t.signal is not None else []
-        detail += [f"{t.restarts} restart(s)"] if t.restarts else []
-        detail += [f"nodes {t.nodes}"] if t.nodes else []
-        detail += [f"reason: {t.reason}"] if t.reason else []
-        output.line(f"  task {jid:<14} {t.state.value:<11} {', '.join(detail)}".rstrip())
-
-
 def follow_to_end(job: Job, as_json: bool) -> int:
     """Wait for the job's end, print its final state and log tails; return its exit status."""
     from clusterkit.cli import output
@@ -231,7 +218,9 @@ def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) ->
     for v in dropped:   # the in-job preflight's choice (read from the run directory, validated)
         output.line(f"  dropped: {printable(v.worded())}{_figures(v.figures)}")
     output.line(f"  run directory: {rec.run_dir}")
-    _show_tasks(st)
+    from clusterkit.cli.arrays import show_tasks
+
+    show_tasks(rec, st)
     if st.terminal and st.state != "COMPLETED":
         # the verdict doctor cached; status itself never scans logs
         output.line(f"  doctor: {rec.diagnosis}" if rec.diagnosis
