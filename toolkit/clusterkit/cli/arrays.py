@@ -43,7 +43,8 @@ def show_tasks(rec: JobRecord, st: JobStatus) -> None:
     from clusterkit.tooltext import printable
 
     arr = rec.plan.get("array") if isinstance(rec.plan.get("array"), dict) else {}
-    keys, values = arr.get("sweep_keys") or [], dict(zip(arr.get("indices") or [], arr.get("sweep_values") or [], strict=False))
+    keys = arr.get("sweep_keys") or []
+    values = dict(zip(arr.get("indices") or [], arr.get("sweep_values") or [], strict=False))
     for jid, t in st.tasks:
         index = jid.rpartition("_")[2]
         vals = values.get(int(index)) if index.isdigit() else None
