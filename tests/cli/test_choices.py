@@ -50,7 +50,7 @@ def test_render_json_carries_the_choices(ck, tmp_path: Path) -> None:
     assert doc["launcher"] == {"value": "torchrun", "from": "flag"}
     assert doc["time"] == {"value": "12:00:00", "from": "site"}
     assert doc["strategy"] == {"value": "the training script's", "from": "default"}   # torchrun: the script chooses
-    assert doc["max_restarts"] == {"value": "none (no requeue on this stage)", "from": "default"}
+    assert doc["max_restarts"] == {"value": "3", "from": "site"}   # a single-node job requeues too
     assert "zero_stage" not in doc and "grad_accum" not in doc and "gpus_per_node" in doc
 
 

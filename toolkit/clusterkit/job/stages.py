@@ -53,3 +53,11 @@ def check_site(spec: StageSpec, site: Site) -> list[str]:
             f"site {site.name} has only NFS shared storage: at {spec.name} scale, checkpoint and data "
             "reads from every node can overload one NFS server; prefer Lustre or GPFS")
     return warnings
+
+
+def requeues(spec: StageSpec, mode: str) -> bool:
+    """Whether a Slurm job of this stage gets the time-limit warning and requeues itself: every
+    stage does, but a one-node job whose launcher starts its workers itself on the batch host
+    (``mode`` ``once``: horovod, colossalai, deepspeed's pdsh) has no job steps the warning could
+    reach; there it is off unless asked for (then refused with the reason, as on several nodes)."""
+    return spec.requeue and not (mode == "once" and spec.max_nodes == 1)
