@@ -42,7 +42,8 @@ def show_tasks(rec: JobRecord, st: JobStatus) -> None:
     from clusterkit.cli import output
     from clusterkit.tooltext import printable
 
-    arr = rec.plan.get("array") if isinstance(rec.plan.get("array"), dict) else {}
+    found = rec.plan.get("array")
+    arr: dict[str, Any] = found if isinstance(found, dict) else {}
     keys = arr.get("sweep_keys") or []
     values = dict(zip(arr.get("indices") or [], arr.get("sweep_values") or [], strict=False))
     for jid, t in st.tasks:

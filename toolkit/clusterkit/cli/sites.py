@@ -55,7 +55,7 @@ def list_(as_json: bool) -> None:
     for r in rows:   # the sites shipped with clusterkit are examples (local: this machine), not the admin's
         if r["example"]:
             r["from"] = "built-in example"
-    shown = [r for r in rows if not (r["shadowed"] and r["from"].startswith("built-in"))]
+    shown = [r for r in rows if not (r["shadowed"] and str(r["from"]).startswith("built-in"))]
     columns = ["site", "from", "scheduler", "nodes", "gpus/node", "fabric", "description"]
     table = [[f"{r['name']}{' (shadowed)' if r['shadowed'] else ''}", r["from"], r.get("scheduler", "INVALID"),
               r.get("nodes", ""), r.get("gpus_per_node", ""), r.get("fabric", ""),
