@@ -35,9 +35,12 @@ def test_bad_array_options_are_one_line_errors_and_write_nothing(ck, tmp_path: P
     assert not out.exists()
 
 
-def test_arrays_are_refused_on_a_local_site(ck, tmp_path: Path) -> None:
+def test_arrays_run_their_tasks_in_turn_on_a_local_site(ck, tmp_path: Path) -> None:
     result = ck("render", "--site", "local", "--out", str(tmp_path / "run"), "--array", "0-1", "--", "python", "t.py")
-    assert_one_line_error(result, 2, "--array: site local is a local site: job arrays are Slurm's")
+    assert result.code == 0, result.err
+    assert "array: 2 task(s), one after another on this machine" in result.out
+    script = (tmp_path / "run" / "job.sbatch").read_text()
+    assert "for CK_ARRAY_INDEX in 0 1; do" in script and "#SBATCH" not in script
 
 
 def test_the_sites_max_array_size_refuses_an_index_at_it(ck, tmp_path: Path) -> None:
@@ -127,3 +130,23 @@ def test_the_python_api_takes_array_and_sweep(tmp_path: Path) -> None:
     with pytest.raises(InputError) as err:
         Site.load("testbed").plan(["python", "t.py"], array="0-")
     assert err.value.problems[0].field == "array"
+
+
+def test_status_of_a_sweep_lists_each_task_with_its_values(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``status ARRAYJOB``'s task lines (the statuses as Slurm's tables give them) carry the sweep's values."""
+    from clusterkit.cli.arrays import show_tasks
+    from clusterkit.scheduler.base import JobStatus
+    from clusterkit.scheduler.records import JobRecord
+
+    arr = {"spec": "0-1", "indices": [0, 1], "throttle": None, "sweep_keys": ["lr", "seed"],
+           "sweep_values": [["0.1", "1"], ["0.2", "1"]]}
+    rec = JobRecord(job_id="4242", scheduler="slurm", site="testbed", site_source="s.yaml", stage="single-node",
+                    launcher="torchrun", job_name="sw", nnodes=1, world_size=8, command=["python", "t.py"],
+                    run_dir=str(tmp_path), script=str(tmp_path / "job.sbatch"), submitted_at="2026-01-01T00:00:00Z",
+                    host="login", plan={"array": arr})
+    st = JobStatus("RUNNING", tasks=(("4242_0", JobStatus("COMPLETED", exit_code=0)),
+                                     ("4242_1", JobStatus("FAILED", exit_code=1))))
+    show_tasks(rec, st)
+    assert capsys.readouterr().out.splitlines() == [
+        "  task 4242_0         COMPLETED   lr=0.1 seed=1, exit code 0",
+        "  task 4242_1         FAILED      lr=0.2 seed=1, exit code 1"]

@@ -50,7 +50,7 @@ def test_render_json_carries_the_choices(ck, tmp_path: Path) -> None:
     assert doc["launcher"] == {"value": "torchrun", "from": "flag"}
     assert doc["time"] == {"value": "12:00:00", "from": "site"}
     assert doc["strategy"] == {"value": "the training script's", "from": "default"}   # torchrun: the script chooses
-    assert doc["max_restarts"] == {"value": "none (no requeue on this stage)", "from": "default"}
+    assert doc["max_restarts"] == {"value": "3", "from": "site"}   # a single-node job requeues too
     assert "zero_stage" not in doc and "grad_accum" not in doc and "gpus_per_node" in doc
 
 
@@ -102,7 +102,8 @@ def test_plan_errors_are_reported_all_at_once(ck, tmp_path: Path) -> None:
                 "--", "python", "t.py")
     assert_one_line_error(result, 2)
     assert result.err.splitlines() == [
-        "clusterkit: error: --nodes 12 is outside stage multi-node (2-8 nodes); pick the stage that fits 12 nodes",
+        "clusterkit: error: --nodes 12 is outside stage multi-node (2-8 nodes); stage large-cluster holds 12 nodes; "
+        "use --stage large-cluster",
         "clusterkit: error: --gpus-per-node 9: site ib-h100 nodes have 8 GPUs",
         "clusterkit: error: --exclude: cannot exclude gpu999: not in ib-h100's nodelist gpu[001-064]",
         "clusterkit: error: --set tp: the torchrun launcher does not use it; it is used by megatron",

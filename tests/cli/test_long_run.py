@@ -67,8 +67,6 @@ def test_after_defaults_to_ok(ck, tmp_path: Path) -> None:
     (("--set", "stop_signal=HUP"), "testbed", "--set stop_signal='HUP': Input should be 'TERM', 'USR1', 'USR2' or"),
     (("--stage", "multi-node", "--nodes", "2", "--launcher", "torchrun", "--set", "stop_signal=USR1"), "testbed",
      "--set stop_signal: the torchrun launcher does not use it; it is used by srun"),
-    (("--set", "requeue_by=framework"), "testbed",
-     "--set requeue_by=framework: the single-node stage does not requeue"),
     (("--set", "requeue_by=framework"), "local", "--set requeue_by: site local is a local site (no Slurm)"),
     (("--chain", "2", "--array", "0-3"), "testbed", "--chain with --array or --sweep: a chain of job arrays is not"),
     (("--chain", "2", "--sweep", "lr=0.1,0.2"), "testbed", "--chain with --array or --sweep"),

@@ -52,10 +52,16 @@ def test_time_limit_just_long_enough_renders(ck, tmp_path: Path) -> None:
     assert result.code == 0, result.err
 
 
-def test_single_node_has_no_warning_so_no_floor(ck, tmp_path: Path) -> None:
+def test_without_restarts_a_short_job_has_no_warning_so_no_floor(ck, tmp_path: Path) -> None:
+    """Every Slurm stage requeues (single-node too), so the floor holds there; max_restarts=0 lifts it."""
+    refused = ck("render", "--site", "testbed", "--stage", "single-node", "--set", "time=00:01:00",
+                 "--out", str(tmp_path / "run"), "--", "python", "train.py")
+    assert_one_line_error(refused, 2, "time limit 00:01:00 leaves no room", "or --set max_restarts=0")
     result = ck("render", "--site", "testbed", "--stage", "single-node", "--set", "time=00:01:00",
-                "--out", str(tmp_path / "run"), "--", "python", "train.py")
+                "--set", "max_restarts=0", "--out", str(tmp_path / "run"), "--", "python", "train.py")
     assert result.code == 0, result.err
+    script = (tmp_path / "run" / "job.sbatch").read_text()
+    assert "#SBATCH --signal" not in script and "#SBATCH --no-requeue" in script
 
 
 @pytest.mark.parametrize("launcher, extra", [("horovod", []), ("colossalai", []),

@@ -5,7 +5,6 @@ when the current directory is not on it (jobs are submitted from a login node)."
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from pathlib import Path
 
@@ -25,7 +24,7 @@ def _help_example(ck, command: str) -> list[str]:
 def test_render_help_example_works_from_a_clone(ck, tmp_path: Path) -> None:
     cwd = tmp_path   # a checkout on a laptop: not the site's shared storage
     argv = _help_example(ck, "render")
-    assert "--site" in argv and "multi-node" in argv   # the example needs shared storage
+    assert "--site" in argv and "--nodes" in argv and "--out" in argv   # 4 nodes: shared storage needed
     result = ck(*argv, cwd=cwd)
     assert result.code == 0, result.err
     assert "shared storage" in result.err and "`submit` refuses this run directory" in result.err
@@ -64,11 +63,11 @@ def test_default_out_goes_to_the_users_shared_folder(ck, tmp_path: Path, monkeyp
     (tmp_path / "scratch" / "alice").mkdir(parents=True)
     (tmp_path / "work").mkdir()
     cwd = tmp_path / "work"
-    result = ck("render", "--site", str(site), "--stage", "multi-node", "--", "python", "t.py", cwd=cwd)
+    result = ck("render", "--json", "--site", str(site), "--stage", "multi-node", "--", "python", "t.py", cwd=cwd)
     assert result.code == 0, result.err
     assert "shared storage" not in result.err
-    where = re.search(r"run directory: (\S+)", result.out)
-    assert where is not None and Path(where.group(1)).parent == tmp_path / "scratch" / "alice" / "clusterkit-runs"
+    where = Path(json.loads(result.out)["run_dir"])
+    assert where.parent == tmp_path / "scratch" / "alice" / "clusterkit-runs" and not where.exists()
     assert not (tmp_path / "work" / "runs").exists()
 
 

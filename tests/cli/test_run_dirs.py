@@ -1,10 +1,14 @@
 """Run directories: one per render even when renders race for a name, the user's umask, and an
-existing empty --out directory kept as the user made it."""
+existing empty --out directory kept as the user made it.  The CLI's `render` writes only with
+--out, so the default directory (what `submit` claims) is made here through the Python API's
+`Plan.render()`, in a process of its own where a umask or a race needs one."""
 
 from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -17,13 +21,23 @@ def _render(ck: CLI, cwd: Path, *args: str, umask: int | None = None) -> CLIResu
     return ck.proc("render", "--site", "local", *args, "--", "python", "train.py", cwd=cwd, umask=umask)
 
 
+def _api_render(cwd: Path, job_name: str = "ck-train", umask: int | None = None) -> CLIResult:
+    """``Plan.render()`` without ``out``: the default run directory, claimed as `submit` claims it."""
+    code = ("import clusterkit as ck; "
+            f"print('run directory:', ck.Site.load('local').plan(['python', 'train.py'], job_name={job_name!r})"
+            ".render().path)")
+    p = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, timeout=120,
+                       preexec_fn=None if umask is None else (lambda: os.umask(umask)))
+    return CLIResult(p.returncode, p.stdout, p.stderr)
+
+
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
 def test_ten_parallel_renders_with_one_job_name_get_ten_directories(ck, tmp_path: Path) -> None:
     with ThreadPoolExecutor(max_workers=10) as pool:
-        procs = list(pool.map(lambda _: _render(ck, tmp_path, "--job-name", "same"), range(10)))
+        procs = list(pool.map(lambda _: _api_render(tmp_path, "same"), range(10)))
     assert [p.code for p in procs] == [0] * 10, [p.err for p in procs if p.code]
     dirs = sorted((tmp_path / "runs").iterdir())
     assert len(dirs) == 10 and all(d.name.startswith("same-") for d in dirs)
@@ -41,7 +55,7 @@ def test_run_directory_follows_the_umask(ck, tmp_path: Path) -> None:
     run = tmp_path / "run"
     assert (_mode(run), _mode(run / "logs"), _mode(run / "job.sbatch"), _mode(run / "nccl.env")) == (
         0o750, 0o750, 0o750, 0o640)
-    default = _render(ck, tmp_path, umask=0o077)
+    default = _api_render(tmp_path, umask=0o077)
     assert default.code == 0, default.err
     (made,) = (tmp_path / "runs").iterdir()
     assert (_mode(made), _mode(made / "job.sbatch"), _mode(made / "plan.json")) == (0o700, 0o700, 0o600)
@@ -78,8 +92,12 @@ def test_failed_write_leaves_existing_out_empty_and_default_dir_gone(ck, tmp_pat
     assert_one_line_error(ck("render", "--site", "local", "--out", str(out), "--", "python", "x.py"), 2,
                           "No space left on device")
     assert (list(out.iterdir()), _mode(out)) == ([], 0o2750)
-    assert_one_line_error(ck("render", "--site", "local", "--", "python", "x.py", cwd=tmp_path), 2,
-                          "No space left on device")
+    from clusterkit import Site
+    from clusterkit.errors import RunDirError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RunDirError, match="No space left on device"):
+        Site.load("local").plan(["python", "x.py"]).render()
     assert not (tmp_path / "runs").exists()   # the default directory, and ./runs made for it, are gone
 
 
@@ -99,6 +117,28 @@ def test_out_being_written_by_another_render_is_refused(ck, tmp_path: Path) -> N
 
 def test_render_from_repo_root_still_defaults_to_runs(ck, tmp_path: Path) -> None:
     """The default base is the current directory's runs/, wherever clusterkit is run from."""
-    proc = _render(ck, tmp_path, "--job-name", "where")
+    proc = _api_render(tmp_path, "where")
     assert proc.code == 0 and not (REPO / "runs" / "where").exists()
     assert [d.name.split("-")[0] for d in (tmp_path / "runs").iterdir()] == ["where"]
+
+
+def test_render_and_dry_run_without_out_write_nothing(ck, tmp_path: Path) -> None:
+    """A preview touches no disk: no ./runs, and no folder of the site's storage is made (a
+    workstation has no /lustre); with --out the run directory is written."""
+    site = tmp_path / "lustre-site.yaml"
+    scratch = tmp_path / "lustre" / "scratch"
+    site.write_text("name: lustre-site\nscheduler: {kind: slurm}\nnodes: {nodelist: 'n[1-4]', gpus_per_node: 8}\n"
+                    f"storage:\n  - {{path: {scratch}, type: lustre}}\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    for args in (("render",), ("submit", "--dry-run"), ("render", "--json"), ("submit", "--dry-run", "--json")):
+        result = ck(*args, "--site", str(site), "--nodes", "4", "--", "python", "t.py", cwd=work)
+        assert result.code == 0, result.err
+        assert list(work.iterdir()) == [] and not (tmp_path / "lustre").exists(), args
+    assert "nothing written (--out DIR writes the run directory)" in ck(
+        "submit", "--dry-run", "--site", "local", "--", "python", "t.py", cwd=work).err
+    shown = ck("render", "--site", "local", "--", "python", "t.py", cwd=work)
+    assert "run directory: none written (preview); --out DIR writes these files" in shown.out
+    assert list(work.iterdir()) == []
+    written = ck("submit", "--dry-run", "--site", "local", "--out", "run", "--", "python", "t.py", cwd=work)
+    assert written.code == 0 and (work / "run" / "job.sbatch").read_text() in written.out

@@ -98,7 +98,7 @@ def jobs_env(tmp_path: Path) -> dict[str, str]:
 def test_status_keeps_job_ids_and_states_whole(jobs_env: dict[str, str]) -> None:
     piped = _in_pipe(["status", "--all"], jobs_env)
     rows = _assert_plain_aligned(piped, ["JOB", "SITE", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE",
-                                         "EXIT", "SUBMITTED"])
+                                         "EXIT", "ELAPSED", "SUBMITTED"])
     assert [(r[0], r[6]) for r in rows] == [("4242422", "CANCELLED"), ("4242421", "FAILED"), ("4242420", "COMPLETED")]
     assert all(r[2] == "ck-a-rather-long-training-job-name" for r in rows)
     shown = _on_terminal(["status", "--all"], jobs_env)
@@ -106,7 +106,7 @@ def test_status_keeps_job_ids_and_states_whole(jobs_env: dict[str, str]) -> None
     assert "…" not in shown
     # the name is one word: never split; too wide for all columns, the least useful are left out
     assert shown.count("ck-a-rather-long-training-job-name") == 3
-    assert "(left out: LAUNCHER, STAGE, SITE; --json has them)" in shown.splitlines()
+    assert "(left out: LAUNCHER, STAGE, SITE, SUBMITTED; --json has them)" in shown.splitlines()
     wide = _on_terminal(["status", "--all"], jobs_env, columns=140)
     assert "left out" not in wide and re.search(r"^JOB\s+SITE\s+NAME\s+STAGE\s+LAUNCHER", wide, re.M), wide
     for job, state in (("4242420", "COMPLETED"), ("4242421", "FAILED"), ("4242422", "CANCELLED")):
@@ -177,3 +177,39 @@ def test_drift_lines_are_never_cut(tmp_path: Path) -> None:
     shown = _on_terminal(["sites", "drift", str(site)], env)
     assert not BOX & set(piped) and "node3: IDLE+DRAIN (bad gpu" in piped
     assert [line.rstrip() for line in piped.splitlines()] == [line.rstrip() for line in shown.splitlines() if line]
+
+
+def test_status_all_fits_80_columns_with_elapsed_time_and_reason(tmp_path: Path) -> None:
+    """A user's usual job names: the state, exit code, elapsed time and reason all fit 80 columns."""
+    import os
+    import time
+
+    from clusterkit.cli.jobtable import table_rows
+    from clusterkit.scheduler.records import JobRecord, RecordStore
+
+    env = {"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")}
+    store = RecordStore(root=tmp_path / "state" / "jobs")
+    submitted = time.time() - 3723
+    ended = [("COMPLETED", 0, None), ("FAILED", 1, "setup step 2 failed (exit 3)")]
+    for n, (state, code, reason) in enumerate(ended):
+        run = tmp_path / f"run{n}"
+        run.mkdir()
+        job_id = str(4242430 + n)
+        (run / f"{job_id}.result").write_text(f"{code}\n")
+        os.utime(run / f"{job_id}.result", (submitted + 3723, submitted + 3723))   # ended 1:02:03 after submit
+        store.save(JobRecord(job_id=job_id, scheduler="local", site="local", site_source="site_configs/local.yaml",
+                             stage="single-node", launcher="torchrun", job_name="ck-train", nnodes=1, world_size=2,
+                             command=["python", "train.py"], run_dir=str(run), script=str(run / "job.sh"),
+                             submitted_at=time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(submitted)),
+                             host="login1", plan={}, state=state, exit_code=code, reason=reason))
+    shown = _on_terminal(["status", "--all"], env)
+    _assert_fits(shown)
+    assert re.search(r"^JOB\s.*NAME\s+.*STATE\s+EXIT\s+ELAPSED\s+REASON", shown, re.M), shown
+    assert re.search(r"^4242431\s.*ck-train\s.*FAILED\s+1\s+1:02:03\s+setup\b", shown, re.M), shown
+    assert re.search(r"^\s+failed\s*$|\(exit 3\)", shown, re.M), shown   # the reason, wrapped at its spaces
+    assert re.search(r"^4242430\s.*ck-train\s.*COMPLETED\s+0\s+1:02:03", shown, re.M), shown
+    row = {"job_id": "7", "site": "s", "name": "n", "stage": "multi-node", "launcher": "torchrun", "nodes": 4,
+           "state": "RUNNING", "stale": False, "exit_code": None, "signal": None, "restarts": 2, "reason": None,
+           "submitted_at": "2026-01-01T00:00:00Z", "ended_at": None}
+    (cells,) = table_rows([row], [False])
+    assert cells[9] == 2   # RESTARTS

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import REPO
 
-TOUR = ["render", "--site", "testbed", "--stage", "multi-node", "--nodes", "4", "--", "python",
+TOUR = ["render", "--site", "testbed", "--nodes", "4", "--out", "runs/tour", "--", "python",
         "examples/allreduce.py"]
 
 
@@ -47,7 +47,7 @@ def test_readme_tour_renders_from_a_checkout_anywhere(checkout_elsewhere: Path) 
     p = subprocess.run([sys.executable, "-m", "clusterkit", *TOUR], cwd=root, env=env, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
-    (run,) = (root / "runs").glob("ck-allreduce-*")
+    (run,) = (root / "runs").glob("tour")
     script = (run / "job.sbatch").read_text()
     assert "#SBATCH --nodes=4" in script and f"{root}/runs/" in script
     # it is the copy that ran (its own site file and package), not the checkout the tests run from

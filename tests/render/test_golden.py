@@ -29,7 +29,8 @@ CASES = [(s, st, la) for s in SITES for st in STAGES for la in LAUNCHERS]
 
 def normalise(text: str, run_dir: Path) -> str:
     sites = run_dir.parent / "sites"
-    return text.replace(str(run_dir), "@RUN_DIR@").replace(str(sites), "@TEST_SITES@").replace(str(REPO), "@REPO@")
+    text = text.replace(str(run_dir), "@RUN_DIR@").replace(str(sites), "@TEST_SITES@").replace(str(REPO), "@REPO@")
+    return text.replace(f"{run_dir.parent}/checkpoints", "@RUN_DIR@/../checkpoints")   # beside the run directory
 
 
 def site_arg(tmp_path: Path, site: str, stage: str) -> str:

@@ -93,7 +93,7 @@ def jobs(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator
              f"127.0.0.1:{held.getsockname()[1]}", "--rdzv-conf", "is_host=true", TRAIN)
     j.submit("import-env", *multi, "--gpus-per-node", "1", *PAIR, "--", "python", TRAIN,
              "--needs-module", "ckdoc_extra", "--node-site", str(node_site))
-    j.submit("time-limit", *single, "--set", "time=00:01:00", *PAIR, "--", "python", TRAIN,
+    j.submit("time-limit", *single, "--set", "time=00:01:00", "--set", "max_restarts=0", *PAIR, "--", "python", TRAIN,
              "--steps", "1000", "--step-s", "1")
     j.submit("cancel", *single, *PAIR, "--", "python", TRAIN, "--steps", "1000", "--step-s", "1")
     j.submit("requeue", *multi, "--gpus-per-node", "1", *PAIR, "--", "python", TRAIN, "--steps", "20",

@@ -58,13 +58,13 @@ class Jobs:
     """One job per launcher, submitted together, with their checkpoint directories."""
 
     def __init__(self, cli: CK, site: Path, event: str, launchers: dict[str, list[str]], *extra: str,
-                 script: tuple[str, ...] = ()) -> None:
+                 script: tuple[str, ...] = (),
+                 shape: tuple[str, ...] = ("--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "2")) -> None:
         self.cli, self.event = cli, event
         self.ids: dict[str, str] = {}
         for name, args in launchers.items():
-            proc = cli("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "2",
-                       "--launcher", name, *args, "--set", "cpus_per_task=1", *extra,
-                       "--job-name", f"{event}-{name}", "--out", str(cli.runs / f"{event}-{name}"),
+            proc = cli("submit", "--site", str(site), *shape, "--launcher", name, *args, "--set", "cpus_per_task=1",
+                       *extra, "--job-name", f"{event}-{name}", "--out", str(cli.runs / f"{event}-{name}"),
                        "--json", "--", "python", STANDIN, *script)
             assert proc.returncode == 0, proc.stdout + proc.stderr
             self.ids[name] = json.loads(proc.stdout)["job_id"]
@@ -162,6 +162,22 @@ def test_time_limit_warning_every_rank_saves_then_the_job_resumes(cli: CK, site:
         log = (cli.runs / f"warn-{name}" / "logs" / f"slurm-{jobs.ids[name]}.out").read_text()
         assert "SIGTERM to every rank" in log and "requeueing (restart 1 of 2)" in log, log
         assert not (cli.runs / f"warn-{name}" / f"{jobs.ids[name]}.result").exists()
+    jobs.release()
+    _check_resumed(jobs)
+
+
+def test_a_single_node_job_gets_the_warning_saves_and_resumes(cli: CK, site: Path) -> None:
+    """Every Slurm stage requeues: one node with 4 GPUs (the stage follows --nodes 1) is warned,
+    every rank saves, the job requeues itself and resumes from the saved step."""
+    cli.bed.wait_idle()
+    jobs = Jobs(cli, site, "single", {"torchrun": []}, shape=("--nodes", "1", "--gpus-per-node", "4"))
+    (job,) = jobs.ids.values()
+    jobs.wait_markers("started", 0, START_S)
+    cli.bed.run("scancel", "--batch", "--signal=USR2", job)
+    _check_saved(jobs.wait_markers("saved", 0, 60), 0)
+    jobs.wait_state(lambda s: s["state"] == "PENDING" and s["restarts"] == 1, "requeued")
+    log = (cli.runs / "single-torchrun" / "logs" / f"slurm-{job}.out").read_text()
+    assert "(restart 0 of at most 2)" in log and "requeueing (restart 1 of 2)" in log, log
     jobs.release()
     _check_resumed(jobs)
 

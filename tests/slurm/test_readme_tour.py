@@ -32,7 +32,7 @@ def test_readme_tour_runs_on_the_testbed(cli: CK, checkout_elsewhere: Path) -> N
     env.pop("CLUSTERKIT_SITES", None)
     env.pop("CLUSTERKIT_SITE", None)
     tour = _tour()
-    assert [a[1] for a in tour] == ["sites", "render", "runs/ck-allreduce-*/job.sbatch", "submit", "status", "status",
+    assert [a[1] for a in tour] == ["sites", "render", "runs/tour/job.sbatch", "submit", "status", "status",
                                     "logs", "cancel"], tour
     job = ""
     for argv in tour:

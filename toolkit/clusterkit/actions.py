@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 
 def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
-               gate: Callable[[Plan], Plan] | None = None) -> RenderedRun:
+               gate: Callable[[Plan], Plan] | None = None, write: bool = True) -> RenderedRun:
     """Plan ``request`` on ``site`` once and write the run directory atomically.
 
     The request is resolved against the site once (job name, launcher, every setting); the run
@@ -44,12 +44,14 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
     Slurm site when the current directory is not on its shared storage, under the first shared
     folder of the user's there (:func:`clusterkit.rundir.default_base`).  On any failure the
     default run directory (created here, where ``--out`` is only checked), and ``./runs`` if it
-    was made for it, is removed again.
+    was made for it, is removed again.  ``write=False`` renders the same artifacts and writes
+    nothing (no directory made either; the run directory is the one a write would make now).
     """
     site_obj = load_site(site) if isinstance(site, str) else site
     resolved = resolve(site_obj, request)
     inputs = read_inputs(resolved.launcher, request, resolved.job.launcher_args).inputs
-    claim = rundir.resolve_out(out, resolved.job_name, base=None if out else rundir.default_base(site_obj))
+    claim = rundir.resolve_out(out, resolved.job_name, base=None if out else rundir.default_base(site_obj),
+                               write=write)
     run_dir = claim.path
     try:
         plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs))
@@ -58,7 +60,8 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
         from clusterkit.job import render as render_mod  # jinja2: not on preflight's path
 
         artifacts = render_mod.render(site_obj, plan)
-        rundir.write_run_dir(run_dir, artifacts)
+        if write:
+            rundir.write_run_dir(run_dir, artifacts)
     except BaseException:
         claim.release()  # the default directory (and ./runs) when resolve_out created them
         raise
@@ -226,7 +229,7 @@ def check_array_size(site: Site, plan: Plan, runner: slurmclient.Run | None = No
     the site's ``scheduler.max_array_size`` (checked when planning), else Slurm's own
     (``scontrol show config``).  An array that fits, or no answer from Slurm, passes: sbatch
     has the last word."""
-    if plan.array is None or site.scheduler.max_array_size is not None:
+    if plan.array is None or site.scheduler.max_array_size is not None or site.scheduler.kind != "slurm":
         return
     from clusterkit.job.array import check_size
     from clusterkit.sites.slurm_text import parse_config

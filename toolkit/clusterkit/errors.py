@@ -42,14 +42,14 @@ class FieldProblem:
     message: str
     value: str | None = None
     sep: str = ": "
+    fix: tuple[str, str] | None = None   # (field, value) that would fix it, worded like the field
 
     def worded(self, name: Callable[[str, str | None], str] | None = None) -> str:
-        """The problem as one line; ``name(field, value)`` words the field (default: ``field=value``)."""
-        if name is None:
-            head = self.field if self.value is None else f"{self.field}={self.value}"
-        else:
-            head = name(self.field, self.value)
-        return f"{head}{self.sep}{self.message}"
+        """The problem as one line; ``name(field, value)`` words the field (default: ``field=value``),
+        and the input that fixes it, if known (``; use stage=multi-node`` / ``--stage multi-node``)."""
+        word = name or (lambda field, value: field if value is None else f"{field}={value}")
+        fix = "" if self.fix is None else f"; use {word(*self.fix)}"
+        return f"{word(self.field, self.value)}{self.sep}{self.message}{fix}"
 
 
 _E = TypeVar("_E", bound="ClusterkitError")
@@ -66,9 +66,9 @@ class ClusterkitError(Exception):
     exit_code: ExitCode = ExitCode.USAGE
 
     def __init__(self, message: str = "", *, field: str | None = None, value: str | None = None,
-                 sep: str = ": ") -> None:
+                 sep: str = ": ", fix: tuple[str, str] | None = None) -> None:
         self.problems: tuple[FieldProblem, ...] = (
-            (FieldProblem(field, message, value, sep),) if field is not None else ())
+            (FieldProblem(field, message, value, sep, fix),) if field is not None else ())
         super().__init__(self.problems[0].worded() if self.problems else message)
 
     @classmethod

@@ -110,6 +110,13 @@ def default_run_dir(job_name: str, base: Path | None = None) -> RunDir:
     raise AssertionError("unreachable")  # itertools.count never ends
 
 
+def preview_run_dir(job_name: str, base: Path | None = None) -> RunDir:
+    """The run directory :func:`default_run_dir` would create now, named and not created: what a
+    dry run (``render`` or ``submit --dry-run`` without ``--out``) shows, writing nothing."""
+    base = check_path(Path(os.path.abspath(base or Path.cwd() / "runs")))
+    return RunDir(base / f"{job_name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+
+
 DEFAULT_BASE_NAME = "clusterkit-runs"
 
 
@@ -138,9 +145,12 @@ def default_base(site: Site, cwd: Path | None = None) -> Path | None:
     return None
 
 
-def resolve_out(out: str | None, job_name: str, *, base: Path | None = None) -> RunDir:
+def resolve_out(out: str | None, job_name: str, *, base: Path | None = None, write: bool = True) -> RunDir:
     """The absolute run directory for ``--out`` (or the default, created under ``base``, else
-    ``./runs``), checked before any rendering."""
+    ``./runs``), checked before any rendering.  ``write=False`` without ``out``: the default's
+    name only, nothing created (:func:`preview_run_dir`)."""
+    if not out and not write:
+        return preview_run_dir(job_name, base)
     claim = RunDir(Path(out).expanduser()) if out else default_run_dir(job_name, base)
     path = check_path(Path(os.path.abspath(claim.path)))
     if path.exists() and (not path.is_dir() or any(path.iterdir())):

@@ -50,7 +50,7 @@ class StageSpec:
 
 STAGES: dict[str, StageSpec] = {
     "single-node": StageSpec(
-        "single-node", 1, 1, 1, "torchrun", False, False, False, False,
+        "single-node", 1, 1, 1, "torchrun", False, False, False, True,
         "one machine, many GPUs; torchrun on the job's own port; no IB or shared storage needed"),
     "multi-node": StageSpec(
         "multi-node", 2, 8, 2, "torchrun", True, True, False, True,

@@ -17,6 +17,7 @@ from clusterkit.vocab import JobState
 if TYPE_CHECKING:
     from clusterkit.diagnose import Diagnosis
     from clusterkit.diagnose.doctor import ProgressBar
+    from clusterkit.diagnose.logfilter import LogFilter
     from clusterkit.preflight.choose import NodeVerdict
     from clusterkit.scheduler.base import OnGrace
     from clusterkit.scheduler.jobs import Cancellation, Look, Overview
@@ -195,20 +196,36 @@ class Job:
 
         return log_files(self._record)
 
-    def logs(self, follow: bool = False, *, tail: int = 0, poll_s: float = 1.0) -> Iterator[LogLine]:
+    def logs(self, follow: bool = False, *, tail: int = 0, poll_s: float = 1.0, rank: int | None = None,
+             node: str | None = None) -> Iterator[LogLine]:
         """The lines of the job's logs, file after file (each :class:`LogLine` knows its
         :attr:`~LogLine.path`); with ``tail``, only the last ``tail`` lines of each file.  With
         ``follow``, keep yielding new lines as they are written, like ``tail -f`` on every file,
-        until the job ended and its last lines were read."""
+        until the job ended and its last lines were read.  ``rank``/``node``: only that rank's or
+        node's lines (:mod:`clusterkit.diagnose.logfilter`)."""
         if follow:
-            yield from self._follow(poll_s)
+            pick = self._filter(rank, node)
+            yield from (line for line in self._follow(poll_s) if pick is None or pick.keeps(line, line.path))
             return
-        for p, lines in self.log_lines(tail).items():
+        for p, lines in self.log_lines(tail, rank=rank, node=node).items():
             for line in lines:
                 yield LogLine(line, p)
 
-    def log_lines(self, tail: int = 0) -> dict[Path, list[str]]:
-        """Each log file (batch log first) and its lines, or its last ``tail`` lines (0: all)."""
+    @staticmethod
+    def _filter(rank: int | None, node: str | None) -> LogFilter | None:
+        from clusterkit.diagnose.logfilter import LogFilter
+
+        if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
+            raise InputError("must be a rank, a whole number from 0", field="rank", value=repr(rank))
+        return None if rank is None and node is None else LogFilter(rank, node)
+
+    def log_lines(self, tail: int = 0, *, rank: int | None = None, node: str | None = None) -> dict[Path, list[str]]:
+        """Each log file (batch log first) and its lines, or its last ``tail`` lines (0: all);
+        ``rank``/``node``: only that rank's or node's lines, files with none left out."""
+        pick = self._filter(rank, node)
+        if pick is not None:
+            kept = {p: [ln for ln in lines if pick.keeps(ln, p)] for p, lines in self.log_lines().items()}
+            return {p: lines[-tail:] if tail else lines for p, lines in kept.items() if lines}
         from clusterkit.scheduler.logs import read_log
         from clusterkit.scheduler.logs import tail as last_lines
 

@@ -181,7 +181,8 @@ class Site:
                   srun_args: Sequence[str] = ()) -> Report:
         """Check ``nodes`` (a Slurm host list or a list of hosts; default: the site's nodelist) for
         ``stage`` over ``transport`` (``ssh``, ``srun`` or ``local``; default ``local`` on a local
-        site, else ``ssh``): GPUs and driver, InfiniBand/RoCE ports, GPUDirect RDMA, storage.
+        site, else the site's ``preflight.transport``, ``ssh`` unless set): GPUs and driver,
+        InfiniBand/RoCE ports, GPUDirect RDMA, storage.
         ``srun_args`` go on the srun step (``transport="srun"`` only; a job's ``--srun-arg``
         words, checked as a job's are).
 
@@ -196,7 +197,7 @@ class Site:
 
         if transport is not None and transport not in TRANSPORTS:
             raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
-        transport = transport or ("local" if self.scheduler == "local" else "ssh")
+        transport = transport or ("local" if self.scheduler == "local" else self.config.preflight.transport)
         srun_args = tuple(srun_args)
         if srun_args:
             from clusterkit.job import jobargs
@@ -368,19 +369,22 @@ class Plan:
     site: Site
     request: JobRequest
 
-    def render(self, out: StrPath | None = None) -> RunDir:
+    def render(self, out: StrPath | None = None, *, write: bool = True) -> RunDir:
         """Write the run directory (``out``, which must be new or empty; default
         ``./runs/<job>-<time>``) without submitting: job.sbatch, nccl.env, plan.json and the
-        launcher's files.  Nothing is left behind when it fails.  Raises
-        :class:`~clusterkit.errors.PlanError`, :class:`~clusterkit.errors.RunDirError` (field
-        ``out``) or :class:`~clusterkit.errors.InputError`."""
-        return RunDir._of(actions.render_run(self.site.config, self.request, _out(out)), self.site)
+        launcher's files.  Nothing is left behind when it fails.  ``write=False``: the same
+        files in :attr:`RunDir.files`, nothing written or created (``path`` is where they would
+        go).  Raises :class:`~clusterkit.errors.PlanError`,
+        :class:`~clusterkit.errors.RunDirError` (field ``out``) or
+        :class:`~clusterkit.errors.InputError`."""
+        run = actions.render_run(self.site.config, self.request, _out(out), write=write)
+        return RunDir._of(run, self.site)
 
     def dry_run(self, out: StrPath | None = None) -> str:
-        """What :meth:`submit` would hand to the scheduler, byte for byte: the run directory is
-        rendered (as :meth:`render` does) and job.sbatch's text returned; nothing is submitted
-        and no node is contacted (so preflight's node exclusions are not applied)."""
-        return self.render(out).sbatch
+        """What :meth:`submit` would hand to the scheduler, byte for byte: job.sbatch's text; nothing
+        is submitted, no node is contacted (so preflight's node exclusions are not applied) and
+        nothing is written unless ``out`` is given (then the run directory is, as :meth:`render`)."""
+        return self.render(out, write=out is not None).sbatch
 
     def submit(self, *, out: StrPath | None = None, preflight: bool = True, wait: bool = False,
                preflight_transport: str | None = None,

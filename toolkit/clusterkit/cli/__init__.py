@@ -24,7 +24,8 @@ Exit codes:
   2  usage or config error (bad option, invalid site config, impossible plan,
      no job record for the JOB given)
   3  preflight could not reach some nodes; the Slurm controller could not be
-     reached (status still shows every job, Slurm ones with their last known state)
+     reached (status still shows every job, Slurm ones with their last known
+     state)
 """
 
 _NO_RECORD = """\
@@ -92,7 +93,7 @@ COMMAND_EXIT_CODES: dict[str, str] = {
 
 # name -> (module, attribute, one-line help shown by `clusterkit --help` without importing)
 COMMANDS: dict[str, tuple[str, str, str]] = {
-    "sites": ("clusterkit.cli.sites", "sites", "List, show, validate site configs; print the JSON Schema."),
+    "sites": ("clusterkit.cli.sites", "sites", "Site files: list, show, validate, init (write one), drift, schema."),
     "render": ("clusterkit.cli.render", "render", "Render the job script, hostfiles and configs into a run directory."),
     "submit": ("clusterkit.cli.submit", "submit", "Render, preflight and submit a job (Slurm or the local site)."),
     "status": ("clusterkit.cli.jobs", "status", "Show your latest job, or one job; --all: your recent jobs."),

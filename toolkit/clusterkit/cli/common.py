@@ -84,8 +84,9 @@ def job_options(f: F) -> F:
     job setup options (:func:`job_setup_options`) + COMMAND."""
     decorators: list[Callable[[F], F]] = [
         site_option,
-        click.option("--stage", type=click.Choice(STAGE_NAMES), default="single-node", show_default=True,
-                     help="Deployment stage: single-node (1), multi-node (2-8), large-cluster (9+ nodes)."),
+        click.option("--stage", type=click.Choice(STAGE_NAMES), default=None,
+                     help="Deployment stage: single-node (1), multi-node (2-8), large-cluster (9+ nodes) "
+                          "(default: the one that holds --nodes, else single-node)."),
         click.option("--launcher", type=click.Choice(LAUNCHER_NAMES), default=None,
                      help="Launcher (default: the site's choice for the stage, else the stage's)."),
         click.option("--nodes", type=click.IntRange(min=1), default=None,
@@ -162,7 +163,7 @@ def job_setup_args(given: dict[str, Any]) -> dict[str, Any]:
     return {k: given[k] for k in names if given.get(k) not in (None, ())}
 
 
-def build_request(*, stage: str, command: Sequence[str], launcher: str | None, nodes: int | None,
+def build_request(*, stage: str | None, command: Sequence[str], launcher: str | None, nodes: int | None,
                   gpus_per_node: int | None, sets: Sequence[str], job_name: str | None,
                   exclude: str | None, debug: bool, extra_settings: dict[str, Any] | None = None,
                   job: dict[str, Any] | None = None) -> JobRequest:

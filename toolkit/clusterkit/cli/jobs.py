@@ -116,19 +116,6 @@ def _final_json(rec: JobRecord, st: JobStatus, tails: list[LogTail]) -> dict[str
     return {**summarize(rec, st), **({"task_list": task_rows(st)} if st.tasks else {}), "logs": tails}
 
 
-def _show_tasks(st: JobStatus) -> None:
-    """A job array's tasks, one line each (``status ARRAYJOB``)."""
-    from clusterkit.cli import output
-
-    for jid, t in st.tasks:
-        detail = [f"exit code {t.exit_code}"] if t.exit_code is not None else []
-        detail += [f"signal {t.signal}"] if t.signal is not None else []
-        detail += [f"{t.restarts} restart(s)"] if t.restarts else []
-        detail += [f"nodes {t.nodes}"] if t.nodes else []
-        detail += [f"reason: {t.reason}"] if t.reason else []
-        output.line(f"  task {jid:<14} {t.state.value:<11} {', '.join(detail)}".rstrip())
-
-
 def follow_to_end(job: Job, as_json: bool) -> int:
     """Wait for the job's end, print its final state and log tails; return its exit status."""
     from clusterkit.cli import output
@@ -144,7 +131,18 @@ def follow_to_end(job: Job, as_json: bool) -> int:
     else:
         _print_tails(result.tails)
         output.line(_final_line(job, result.state, result.exit_code, result.signal))
+        _cause(job, result.exit_status)
     return result.exit_status
+
+
+def _cause(job: Job, exit_status: int) -> None:
+    """A failed job's cause in one line, and the doctor command (:mod:`clusterkit.cli.ending`)."""
+    if exit_status:
+        from clusterkit.cli import output
+        from clusterkit.cli.ending import cause_lines
+
+        for line in cause_lines(job):
+            output.line(f"  {line}")
 
 
 def _final_line(job: Job, state: object, exit_code: int | None, signal: int | None) -> str:
@@ -161,6 +159,7 @@ def stream_to_end(job: Job) -> int:
     from clusterkit.cli import output
 
     output.line(_final_line(job, result.state, result.exit_code, result.signal))
+    _cause(job, result.exit_status)
     return result.exit_status
 
 
@@ -225,7 +224,9 @@ def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) ->
     for v in dropped:   # the in-job preflight's choice (read from the run directory, validated)
         output.line(f"  dropped: {printable(v.worded())}{_figures(v.figures)}")
     output.line(f"  run directory: {rec.run_dir}")
-    _show_tasks(st)
+    from clusterkit.cli.arrays import show_tasks
+
+    show_tasks(rec, st)
     if st.terminal and st.state != "COMPLETED":
         # the verdict doctor cached; status itself never scans logs
         output.line(f"  doctor: {rec.diagnosis}" if rec.diagnosis
@@ -251,14 +252,13 @@ def _status_table(store: RecordStore, limit: int, as_json: bool) -> int:
     if not rows:
         output.line(f"No jobs recorded in {store.root}.")
         return code
-    output.print_table(None, ["JOB", "SITE", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE", "EXIT", "SUBMITTED"],
-                       [[r["job_id"], r["site"], r["name"], r["stage"], r["launcher"], r["nodes"],
-                         r.get("tasks") or (f"{r['state']} (stale)" if r["stale"] else r["state"]),
-                         r["exit_code"] if r["exit_code"] is not None
-                         else (f"sig {r['signal']}" if r["signal"] else ""),
-                         r["submitted_at"][:19].replace("T", " ")] for r in reversed(rows)],
-                       keys=("JOB", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE", "EXIT"), right=("NODES", "EXIT"),
-                       drop=("LAUNCHER", "STAGE", "SITE", "SUBMITTED"))
+    from clusterkit.cli import jobtable
+    from clusterkit.vocab import JobState
+
+    ended = [JobState.parse(r["state"]).is_terminal for r in rows]
+    columns, cells = jobtable.table(rows, ended)
+    output.print_table(None, columns, cells, keys=jobtable.KEYS,
+                       right=("NODES", "EXIT", "ELAPSED", "RESTARTS"), drop=jobtable.DROP)
     return code
 
 
@@ -268,7 +268,10 @@ def _status_table(store: RecordStore, limit: int, as_json: bool) -> int:
 @click.option("--tail", "lines", type=click.IntRange(min=0), default=0,
               help="Only the last N lines of each file (0: everything).")
 @click.option("--json", "as_json", is_flag=True, help="Print the logs as JSON (not with --follow).")
-def logs(job: str | None, follow: bool, lines: int, as_json: bool) -> int:
+@click.option("--rank", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Only rank N's lines: its own file, or lines whose prefix names it ([rank5]:).")
+@click.option("--node", default=None, metavar="NODE", help="Only NODE's lines: its own file, or lines naming it.")
+def logs(job: str | None, follow: bool, lines: int, as_json: bool, rank: int | None, node: str | None) -> int:
     """Show a job's logs: the batch log, then one file per node or rank.
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID; without it, the job you submitted
@@ -281,11 +284,16 @@ def logs(job: str | None, follow: bool, lines: int, as_json: bool) -> int:
         raise InputError("--follow and --json cannot be combined")
     found = _find_or_latest(job)
     rec = found.record
+    picked = rank is not None or node is not None
     if follow:
-        return _follow(found)
+        return _follow(found, rank, node)
     if as_json:
         output.emit_json({"job": rec.key, "files": [
-            {"path": str(p), "lines": text} for p, text in found.log_lines(lines).items()]})
+            {"path": str(p), "lines": text} for p, text in found.log_lines(lines, rank=rank, node=node).items()]})
+        return 0
+    if picked:
+        for p, kept in found.log_lines(lines, rank=rank, node=node).items():
+            click.echo(f"==> {p} <==\n" + "\n".join(kept))
         return 0
     shown = found.log_files()
     files: dict[Path, list[str]] = found.log_lines(lines) if lines else {p: [] for p in shown}
@@ -323,10 +331,10 @@ def _copy(path: Path) -> None:
                     "`clusterkit logs --tail N` shows its last lines")
 
 
-def _follow(job: Job) -> int:
+def _follow(job: Job, rank: int | None = None, node: str | None = None) -> int:
     """Print log lines as they arrive (like ``tail -f`` on every file) until the job ends."""
     current: Path | None = None
-    for line in job.logs(follow=True):
+    for line in job.logs(follow=True, rank=rank, node=node):
         if line.path != current:
             click.echo(f"==> {printable(str(line.path))} <==")
             current = line.path

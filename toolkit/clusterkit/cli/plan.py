@@ -112,8 +112,8 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
     \b
     Examples:
       clusterkit plan --site ib-h100 --model-params 7B
-      clusterkit plan --site ib-h100 --model-params 176B --nodes 16 --hours 24 --json
-      clusterkit plan --site ib-h100 --model-params 13B --render --out runs/13b -- python train.py
+      clusterkit plan --site ib-h100 --model-params 176B --nodes 16 --hours 24
+      clusterkit plan --site ib-h100 --model-params 13B --render -- python t.py
     """
     from clusterkit.api import Site
 

@@ -45,7 +45,7 @@ _STYLE = {"unreachable": "bold magenta", "failed": "bold red", "warn": "yellow",
 @click.option("--nodes", "old_nodes", metavar="NODESET", hidden=True,
               help="Deprecated spelling of --nodelist (--nodes is a number of nodes elsewhere).")
 @click.option("--transport", metavar="ssh|srun|local", help="How to reach the nodes "
-              "(default: ssh; local for a site whose scheduler is local).")
+              "(default: the site's preflight.transport, ssh unless set; local for a local site).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as one JSON document.")
 @click.option("--accept-new-host-keys", is_flag=True, help="Store host keys not yet in known_hosts "
               "(changed keys are still refused).")
@@ -164,7 +164,19 @@ def _render(report: Report) -> None:
         console.print(f"{'UNCHECKED':<11} {_fold(report.unchecked())}: interrupted before these answered", markup=False)
     for note in report.notes:
         console.print(f"note: {note}", markup=False, style="dim")
+    hint = _ssh_hint(report)
+    if hint:
+        console.print(f"hint: {hint}", markup=False)
     console.print(_headline(report), markup=False)
+
+
+def _ssh_hint(report: Report) -> str | None:
+    """Most nodes unreachable over SSH: the cluster may take no SSH to compute nodes."""
+    unreachable = report.unreachable_nodes()
+    if report.transport != "ssh" or len(unreachable) < 2 or 2 * len(unreachable) < len(report.nodes):
+        return None
+    return (f"{len(unreachable)} of {len(report.nodes)} nodes did not answer over SSH; where compute nodes take "
+            "no SSH, check them through Slurm: --transport srun, or preflight.transport: srun in the site file")
 
 
 def _perf(site: SiteConfig, stage: str | None, nodes: str | None, srun_args: tuple[str, ...], as_json: bool) -> int:

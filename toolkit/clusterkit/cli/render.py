@@ -54,32 +54,35 @@ def show_rendered(run: RunDir, as_json: bool) -> None:
     output.line(f"Rendered {p.job_name}: {p.launcher} on {p.nnodes} node(s) x {p.gpus_per_node} GPU(s) "
                        f"(site {p.site}, stage {p.stage})")
     output.line(choices_line(run))
-    output.line(f"  run directory: {run.path}")
+    written = run.path.is_dir()
+    output.line(f"  run directory: {run.path}" if written
+                else "  run directory: none written (preview); --out DIR writes these files")
     output.line(f"  files: {', '.join(sorted(run.files))}")
     if p.array is not None:
         from clusterkit.cli.arrays import task_lines
 
-        for line in task_lines(p.array):
+        for line in task_lines(p.array, slurm=p.scheduler == "slurm"):
             output.line(f"  {line}")
 
 
 @click.command()
 @job_options
-def render(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
+def render(site: str, stage: str | None, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
            sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
            as_json: bool, command: tuple[str, ...], **job_setup: Any) -> None:
-    """Render everything a job needs into a run directory, without submitting.
+    """Render everything a job needs, without submitting; --out DIR writes it to a run directory.
 
     \b
     Example:
-      clusterkit render --site ib-h100 --stage multi-node --nodes 4 -- python train.py --lr 3e-4
+      clusterkit render --site ib-h100 --nodes 4 --out runs/try -- python train.py
 
-    The run directory holds job.sbatch (exactly what `submit` hands to sbatch), nccl.env,
-    plan.json, and the launcher's files (hostfile, ds_config.json, accelerate.yaml).
+    Without --out nothing is written: the summary shows what would be.  The run
+    directory holds job.sbatch (exactly what `submit` hands to sbatch), nccl.env, plan.json,
+    and the launcher's files (hostfile, ds_config.json, accelerate.yaml).
     """
     from clusterkit.api import Plan, Site
 
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
                             gpus_per_node=gpus_per_node, sets=sets, job_name=job_name,
                             exclude=exclude, debug=debug, job=job_setup)
-    show_rendered(Plan(Site.load(site), request).render(out), as_json)
+    show_rendered(Plan(Site.load(site), request).render(out, write=out is not None), as_json)

@@ -26,13 +26,14 @@ def sites() -> None:
     """
 
 
-@sites.command("list")
+@sites.command("list", short_help="List the sites on the search path and where each comes from.")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def list_(as_json: bool) -> None:
     """List the sites on the search path, and where each comes from.
 
-    A built-in example site shadowed by a site of the same name is listed once, as the site
-    that wins (--json lists every file, each with "shadowed").
+    The sites built into clusterkit but local are examples, marked "built-in example" ("example"
+    in --json).  One shadowed by a site of the same name is listed once, as the site that wins
+    (--json lists every file, each with "shadowed").
     """
     from clusterkit.api import Site, sites
     from clusterkit.cli import output
@@ -46,11 +47,15 @@ def list_(as_json: bool) -> None:
                        gpus_per_node=s.nodes.gpus_per_node, fabric=s.network.fabric, description=s.description)
         except ConfigError as exc:
             row.update(valid=False, error=exc.lines()[0])
+        row["example"] = entry.origin == "built-in" and entry.name != "local"
         rows.append(row)
     if as_json:
         output.emit_json(rows)
         return
-    shown = [r for r in rows if not (r["shadowed"] and r["from"] == "built-in")]
+    for r in rows:   # the sites shipped with clusterkit are examples (local: this machine), not the admin's
+        if r["example"]:
+            r["from"] = "built-in example"
+    shown = [r for r in rows if not (r["shadowed"] and str(r["from"]).startswith("built-in"))]
     columns = ["site", "from", "scheduler", "nodes", "gpus/node", "fabric", "description"]
     table = [[f"{r['name']}{' (shadowed)' if r['shadowed'] else ''}", r["from"], r.get("scheduler", "INVALID"),
               r.get("nodes", ""), r.get("gpus_per_node", ""), r.get("fabric", ""),
@@ -64,7 +69,7 @@ def list_(as_json: bool) -> None:
     output.print_table(title, columns, table, keys=("site", "nodes"))
 
 
-@sites.command()
+@sites.command(short_help="Show a site with extends merged and defaults filled in.")
 @click.argument("site")
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON instead of YAML.")
 def show(site: str, as_json: bool) -> None:
@@ -87,7 +92,7 @@ def show(site: str, as_json: bool) -> None:
     click.echo(yaml.safe_dump(data, sort_keys=False).rstrip())
 
 
-@sites.command()
+@sites.command(short_help="Validate site files; every problem as file:line: key.")
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print results as JSON.")
 def validate(paths: tuple[str, ...], as_json: bool) -> None:
@@ -124,7 +129,7 @@ def validate(paths: tuple[str, ...], as_json: bool) -> None:
         raise click.exceptions.Exit(2)
 
 
-@sites.command()
+@sites.command(short_help="Print the JSON Schema of site files (for editors).")
 def schema() -> None:
     """Print the JSON Schema of site configs (for editors: yaml-language-server, VS Code)."""
     from clusterkit.api import Site
@@ -161,7 +166,8 @@ def _complete_example(ctx: click.Context, param: click.Parameter, incomplete: st
             if not p.name.startswith("_") and p.stem.startswith(incomplete)]
 
 
-@sites.command("init", epilog=INIT_EXIT_HELP)
+@sites.command("init", epilog=INIT_EXIT_HELP,
+               short_help="Write a commented site file from Slurm or an example.")
 @click.argument("name")
 @click.option("--from-slurm", "from_slurm", is_flag=True,
               help="Read the cluster through scontrol (show config, partition, node).")
@@ -184,8 +190,8 @@ def init(name: str, from_slurm: bool, example: str | None, partition: str | None
 
     \b
     Examples:
-      clusterkit sites init mycluster --from-slurm --out site_configs/mycluster.yaml
-      clusterkit sites init mycluster --from-example ib-h100 --out site_configs/mycluster.yaml
+      clusterkit sites init mine --from-slurm --out site_configs/mine.yaml
+      clusterkit sites init mine --from-example ib-h100 --out site_configs/m.yaml
     """
     from pathlib import Path
 
@@ -222,7 +228,7 @@ def init(name: str, from_slurm: bool, example: str | None, partition: str | None
     return 3 if draft.unreachable else 0
 
 
-@sites.command(epilog=DRIFT_EXIT_HELP)
+@sites.command(epilog=DRIFT_EXIT_HELP, short_help="Compare site files with the live cluster, key by key.")
 @click.argument("refs", nargs=-1, metavar="SITE...")
 @click.option("--all", "every", is_flag=True,
               help="Every site on the search path whose scheduler.cluster is this cluster.")

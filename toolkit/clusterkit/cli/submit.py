@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 @click.option("--exclude-from", "exclude_from", default=None, metavar="JOB",
               help="Keep out the nodes that job JOB's preflight dropped (added to --exclude).")
 @long_run_options
-def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
+def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
            sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
            as_json: bool, command: tuple[str, ...], dry_run: bool, wait: bool | None, follow: bool,
            skip_preflight: bool, preflight_transport: str | None, spares: int | None, exclude_from: str | None,
@@ -53,7 +53,7 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
     \b
     Examples:
       clusterkit submit --site local -- python examples/allreduce.py
-      clusterkit submit --site testbed --stage multi-node --nodes 4 --launcher torchrun -- python examples/allreduce.py
+      clusterkit submit --site testbed --nodes 4 -- python examples/allreduce.py
 
     Slurm receives the rendered job.sbatch byte for byte (see it with --dry-run).  Every
     submission leaves a job record; follow it with `clusterkit status`, `logs` and `cancel`.
@@ -92,7 +92,7 @@ def submit(site: str, stage: str, launcher: str | None, nodes: int | None, gpus_
         check_not_array(request)
     planned = Plan(Site.load(site), request)
     if dry_run:  # contacts no node: preflight's exclusions are the one thing a dry run cannot show
-        run = longrun_cli.dry_run_plan(planned, after, chain).render(out)
+        run = longrun_cli.dry_run_plan(planned, after, chain).render(out, write=out is not None)
         _note_preflight_skipped(planned.site.config, skip_preflight)
         return _show_dry_run(run, as_json, longrun_cli.dry_run_note(chain))
     try:
@@ -206,12 +206,14 @@ def _show_dry_run(run: RunDir, as_json: bool, chain_note: str | None = None) -> 
     if run.plan.array is not None:
         from clusterkit.cli.arrays import task_lines
 
-        for line in task_lines(run.plan.array):
+        for line in task_lines(run.plan.array, slurm=run.plan.scheduler == "slurm"):
             output.info(f"clusterkit: dry run: {line}")
     click.echo(script, nl=False)  # byte for byte what sbatch would get
     if chain_note:
         output.info(f"clusterkit: dry run: {chain_note}")
-    output.info(f"clusterkit: dry run: nothing submitted; run directory {run.path}")
+    written = (f"run directory {run.path}" if run.path.is_dir()
+               else "nothing written (--out DIR writes the run directory)")
+    output.info(f"clusterkit: dry run: nothing submitted; {written}")
     return 0
 
 
@@ -229,8 +231,16 @@ def _show_submitted(rec: JobRecord, as_json: bool) -> None:
     output.line(f"  run directory: {rec.run_dir}")
     arr = rec.plan.get("array")
     if isinstance(arr, dict):   # a job array: its tasks are named JOB_INDEX
-        output.line(f"  array: {len(arr['indices'])} task(s) (#SBATCH --array={arr['spec']}); "
-                    f"one task: clusterkit status {rec.job_id}_<index>")
+        from clusterkit.cli.arrays import values_lines
+
+        if rec.scheduler == "slurm":
+            output.line(f"  array: {len(arr['indices'])} task(s) (#SBATCH --array={arr['spec']}); "
+                        f"one task: clusterkit status {rec.job_id}_<index>")
+        else:
+            output.line(f"  {'sweep' if arr['sweep_keys'] else 'array'}: {len(arr['indices'])} task(s), one after "
+                        "another in this job; its log has each task's lines")
+        for line in values_lines(arr["indices"], arr["sweep_keys"], arr["sweep_values"]):
+            output.line(f"  {line}")
     ref = rec.job_id if re.fullmatch(r"\d+", rec.job_id) else rec.key
     output.line(f"  its state: clusterkit status {ref}")
     output.line(f"  its logs:  clusterkit logs {ref} --follow")

@@ -365,4 +365,6 @@ def json_schema() -> dict[str, Any]:
     schema["title"] = "clusterkit site config"
     schema.setdefault("properties", {})["extends"] = {"type": "string",
                                                       "description": "parent config to deep-merge (child wins)"}
-    return schema
+    from clusterkit.config.key_docs import describe
+
+    return describe(schema)

@@ -428,7 +428,8 @@ class Preflight(_Model):
         raise ValueError("choose true, false or perf")
     max_excluded_fraction: float = Field(0.1, ge=0, le=1)
     before_submit: bool = Field(False, description="check the nodes the job could get before submitting")
-    transport: ProbeTransport = Field("ssh", description="how the before-submit check reaches nodes")
+    transport: ProbeTransport = Field("ssh", description="how `clusterkit preflight` and the before-submit check "
+                                      "reach nodes: ssh, or srun where compute nodes take no SSH")
 
 
 class Perf(_Model):

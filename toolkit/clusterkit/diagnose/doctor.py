@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterkit.diagnose import catalogue, flight, hardware, reader, verdict
+from clusterkit.diagnose import catalogue, evidence, flight, hardware, reader, verdict
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SlurmUnreachable, SubmitError
 from clusterkit.scheduler import arrays
 from clusterkit.scheduler.base import JobStatus
@@ -95,12 +95,12 @@ def _diagnose_record(rec: JobRecord, bar: ProgressBar | None, store: RecordStore
     nodes = _job_nodes(view) if rec.scheduler == "slurm" else set()
     for run in report["restarts"]:  # the advice in words the job's launcher takes
         v = run["verdict"]
-        v["advice"] = catalogue.advice(v["category"], rec.launcher)
         # a line names a rank or node only within the job: its world size, the nodes Slurm gave it
         if isinstance(v.get("rank"), int) and not 0 <= v["rank"] < rec.world_size:
             v["rank"] = None
         if nodes and v.get("node") is not None and v["node"] not in nodes:
             v["node"] = None
+        v["advice"] = evidence.with_node(catalogue.advice(v["category"], rec.launcher), v["node"])
     # the scheduler's view under its own name; "slurm" only for a Slurm job, never for a local one
     report["scheduler"] = None if slurm is None else {"kind": rec.scheduler, **slurm}
     report["slurm"] = slurm if rec.scheduler == "slurm" else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from clusterkit.diagnose import catalogue
@@ -18,15 +19,27 @@ def key(f: Finding) -> tuple[float, int, str, int]:
 
 def make(category: str, lead: Finding | None, evidence: list[str], *, node: str | None = None,
              rank: int | None = None, time: float | None = None, summary: str | None = None) -> dict[str, Any]:
+    node = node if node is not None else (lead.node if lead else None)
     return {
         "category": category,
-        "node": node if node is not None else (lead.node if lead else None),
+        "node": node,
         "rank": rank if rank is not None else (lead.rank if lead else None),
         "time": iso(time if time is not None else (lead.time if lead else None)),
         "summary": summary or catalogue.SUMMARIES[category],
         "evidence": evidence[:MAX_EVIDENCE],
-        "advice": catalogue.advice(category),
+        "advice": with_node(catalogue.advice(category), node),
     }
+
+
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def with_node(advice: list[str], node: str | None) -> list[str]:
+    """The advice with its ``NODE`` placeholder (``--exclude NODE``) as the node the verdict names,
+    when that is a host name; unchanged otherwise."""
+    if node is None or not _HOST.fullmatch(node):
+        return advice
+    return [re.sub(r"\bNODE\b", node, line) for line in advice]
 
 
 def ev(f: Finding) -> str:

@@ -178,10 +178,9 @@ def request(array: str | None, sweep: Sequence[str]) -> ArrayRequest | None:
 
 
 def plan(ask: ArrayRequest, *, slurm: bool, site: str, max_array_size: int | None) -> ArrayPlan:
-    """The array of ``ask`` on a site: a sweep's product numbered 0..N-1; refused where the site is
-    not a Slurm site, or an index reaches the site's ``max_array_size`` (Slurm's MaxArraySize)."""
-    if not slurm:
-        raise PlanError(f"site {site} is a local site: job arrays are Slurm's (--array, --sweep)", field="array")
+    """The array of ``ask`` on a site: a sweep's product numbered 0..N-1; refused where an index
+    reaches the site's ``max_array_size`` (Slurm's MaxArraySize).  On a local site (``slurm``
+    false) the one job script runs the tasks one after another (``templates/job-sweep.local.j2``)."""
     if ask.sweep:
         keys = tuple(k for k, _ in ask.sweep)
         size = 1
@@ -203,7 +202,7 @@ def plan(ask: ArrayRequest, *, slurm: bool, site: str, max_array_size: int | Non
                             "must be below it; split the array, or ask the cluster's admins", field="array",
                             value=repr(ask.spec.text[:80]))
         out = ArrayPlan(ask.spec.text, ask.spec.indices(), ask.spec.throttle)
-    if max_array_size is not None:
+    if max_array_size is not None and slurm:
         check_size(out, max_array_size, "the site's scheduler.max_array_size")
     return out
 

@@ -171,7 +171,7 @@ def choices(plan: Plan) -> list[Choice]:
     sources = plan.basis.resolved.sources
     values: dict[str, Any] = {
         "launcher": plan.launcher, "nodes": plan.nnodes, "gpus_per_node": plan.gpus_per_node, "time": plan.time,
-        "max_restarts": plan.max_restarts if plan.requeue else "none (no requeue on this stage)",
+        "max_restarts": plan.max_restarts if plan.requeue else f"none ({plan.launcher} runs outside Slurm's steps)",
         "container": plan.container.image if plan.container else "none",
         "preflight_in_job": "perf" if plan.preflight_in_job == "perf" else "yes" if plan.preflight_in_job else "no",
         "spares": plan.spares,
@@ -234,17 +234,18 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
     if exclude:
         from clusterkit.hostlist import fold
         out.append(("exclude", fold(exclude)))
-    if r.spec.requeue:
+    if stages.requeues(r.spec, launch.mode):
         # B: signal only the batch shell; its trap forwards TERM to the launcher (torchrun
         # forwards only INT/TERM/HUP/QUIT, and NCCL itself grabs USR1).
-        out.append(("signal", f"B:USR2@{sch.preempt_signal_s}"))
+        if r.max_restarts > 0 or slurm_seconds(r.time) > sch.preempt_signal_s + 60:   # room for the warning
+            out.append(("signal", f"B:USR2@{sch.preempt_signal_s}"))
         out.append(("requeue", None) if r.max_restarts > 0 else ("no-requeue", None))
         out.append(("open-mode", "append"))   # a requeued run appends to the same log
     if r.request.dependency:
         # a dependency that can never be met (afterok on a job that failed) ends the job, not a forever-pending one
         out += [("dependency", r.request.dependency), ("kill-on-invalid-dep", "yes")]
     arr = array_plan(site, r.request)
-    if arr is not None:
+    if arr is not None and site.scheduler.kind == "slurm":   # a local site runs the tasks in turn
         out.append(("array", arr.spec))
     own = dict(r.job.sbatch)   # the job's --sbatch options win over the site's of the same name
     for name, extra in sorted(sch.sbatch.items()):
@@ -284,15 +285,17 @@ def array_plan(site: Site, request: JobRequest) -> arrays.ArrayPlan | None:
                        max_array_size=site.scheduler.max_array_size)
 
 
-def _check_preemption(site: Site, launch: Launch, spec: StageSpec, time: str, max_restarts: int) -> None:
+def _check_preemption(site: Site, launch: Launch, spec: StageSpec, time: str, max_restarts: int,
+                      flagged: bool = False) -> None:
     """Refuse what the preemption path cannot serve: no room for the warning, ranks out of reach."""
-    if site.scheduler.kind != "slurm" or not spec.requeue:
+    if site.scheduler.kind != "slurm" or not (stages.requeues(spec, launch.mode) or flagged):
         return
     signal_s = site.scheduler.preempt_signal_s
     # Slurm checks --signal times about once a minute, so the warning may come up to 60 s early
-    if slurm_seconds(time) <= signal_s + 60:
+    if slurm_seconds(time) <= signal_s + 60 and max_restarts > 0:
         raise PlanError(f"time limit {time} leaves no room for the time-limit warning: it must be longer than "
-                        f"scheduler.preempt_signal_s {signal_s} s + 60 s (Slurm may signal up to 60 s early)")
+                        f"scheduler.preempt_signal_s {signal_s} s + 60 s (Slurm may signal up to 60 s early); "
+                        "or --set max_restarts=0: no warning, no requeue")
     if launch.mode == "once" and max_restarts > 0:
         # The warning reaches the ranks through their Slurm job steps (scancel --signal=TERM);
         # a launcher that starts its workers over SSH/MPI from the batch host has no steps.
@@ -316,12 +319,13 @@ def _check_long_run(site: Site, r: Resolved, spec: StageSpec) -> None:
 
 def checkpoint_base(site: Site, run_dir: str) -> str:
     """Where CK_CHECKPOINT_DIR lives (the job appends its run name): the site's shared checkpoint
-    storage, else any shared storage, else (one machine without storage entries) beside the run."""
+    storage, else any shared storage, else (one machine, no storage entries) ``checkpoints`` beside
+    the run directories (``./runs/checkpoints``), where the next job of the run name finds them."""
     shared = site.shared_storage
     pick = next((s for s in shared if "checkpoints" in s.use), None) or (shared[0] if shared else None)
     pick = pick or next((s for s in site.storage if "checkpoints" in s.use), None)
     if pick is None:
-        return f"{run_dir.rstrip('/')}/checkpoints"
+        return os.path.dirname(run_dir.rstrip("/")).rstrip("/") + "/checkpoints"
     return f"{pick.path.rstrip('/')}/checkpoints"
 
 
@@ -513,7 +517,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     ctx = _context(site, r, nnodes, gpn, use_container, exclude, spares)
     launch = launchers.get(launcher)(ctx)
     _check_not_launched_twice(launch, request.command)
-    _check_preemption(site, launch, spec, time, max_restarts)
+    _check_preemption(site, launch, spec, time, max_restarts, r.sources.get("max_restarts") == "flag")
     _check_long_run(site, r, spec)
     cpus, omp = cpu_share(site, s, gpn, launch)
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
@@ -539,7 +543,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         modules=(*site.software.modules, *r.job.modules),
         container=container_cfg if use_container else None,
         max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s,
-        grace_s=site.scheduler.grace_s, requeue=spec.requeue,
+        grace_s=site.scheduler.grace_s, requeue=stages.requeues(spec, launch.mode) and site.scheduler.kind == "slurm",
         checkpoint_dir=checkpoint_base(site, request.run_dir),
         time=time, settings=s, cpus_per_task=cpus,
         preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings), job=r.job,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from clusterkit.config.schema import Site
 from clusterkit.errors import PlanError
-from clusterkit.vocab import STAGES, StageSpec
+from clusterkit.vocab import STAGES, StageSpec, stage_for_nodes
 
 
 def get(stage: str) -> StageSpec:
@@ -26,8 +26,9 @@ def node_count(spec: StageSpec, site: Site, requested: int | None) -> int:
     n = requested if requested is not None else spec.default_nodes
     if n < spec.min_nodes or (spec.max_nodes is not None and n > spec.max_nodes):
         rng = f"{spec.min_nodes} or more" if spec.max_nodes is None else spec.node_range
-        raise PlanError(f"is outside stage {spec.name} ({rng} nodes); pick the stage that fits {n} nodes",
-                        field="nodes", value=str(n), sep=" ")
+        fits, unit = stage_for_nodes(n), "node" if rng == "1" else "nodes"
+        raise PlanError(f"is outside stage {spec.name} ({rng} {unit}); stage {fits} holds {n} nodes",
+                        field="nodes", value=str(n), sep=" ", fix=("stage", fits))
     available = len(site.nodes.hosts)
     if n > available:
         raise PlanError(f"but site {site.name} has only {available} nodes ({site.nodes.nodelist})",
@@ -52,3 +53,11 @@ def check_site(spec: StageSpec, site: Site) -> list[str]:
             f"site {site.name} has only NFS shared storage: at {spec.name} scale, checkpoint and data "
             "reads from every node can overload one NFS server; prefer Lustre or GPFS")
     return warnings
+
+
+def requeues(spec: StageSpec, mode: str) -> bool:
+    """Whether a Slurm job of this stage gets the time-limit warning and requeues itself: every
+    stage does, but a one-node job whose launcher starts its workers itself on the batch host
+    (``mode`` ``once``: horovod, colossalai, deepspeed's pdsh) has no job steps the warning could
+    reach; there it is off unless asked for (then refused with the reason, as on several nodes)."""
+    return spec.requeue and not (mode == "once" and spec.max_nodes == 1)

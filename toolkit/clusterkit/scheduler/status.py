@@ -110,6 +110,21 @@ def exit_status_of(st: JobStatus) -> int:
     return 0 if st.state == JobState.COMPLETED else 1
 
 
+def ended_at(rec: JobRecord) -> str | None:
+    """When the job script wrote its result (the result file's time, UTC ISO), or None."""
+    from datetime import datetime, timezone
+
+    from clusterkit.safefile import is_regular_file
+
+    path = rec.result_file
+    try:
+        if not is_regular_file(path):
+            return None
+        return datetime.fromtimestamp(path.lstat().st_mtime, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except OSError:
+        return None
+
+
 def summarize(rec: JobRecord, st: JobStatus) -> Mapping[str, Any]:
     """The JSON shape of one job's status (what ``status --json`` prints)."""
     return {
@@ -117,6 +132,7 @@ def summarize(rec: JobRecord, st: JobStatus) -> Mapping[str, Any]:
         "launcher": rec.launcher, "name": rec.job_name, "nodes": rec.nnodes, "world_size": rec.world_size,
         "state": st.state.value, "exit_code": st.exit_code, "signal": st.signal, "reason": st.reason,
         "node_list": st.nodes, "restarts": st.restarts, "source": st.source, "stale": shown_stale(st),
-        "submitted_at": rec.submitted_at, "run_dir": rec.run_dir, "diagnosis": rec.diagnosis,
+        "submitted_at": rec.submitted_at, "ended_at": ended_at(rec) if st.terminal else None,
+        "run_dir": rec.run_dir, "diagnosis": rec.diagnosis,
         **({"tasks": st.reason} if st.tasks else {}),   # a job array: its tasks by state
     }

@@ -161,8 +161,10 @@ def write_new(path: Path, text: str) -> None:
     """Write a new site file atomically; never overwrite one."""
     if path.exists():
         raise InputError(f"--out {path}: file exists (drift --write edits an existing site)")
-    if not path.parent.is_dir():
-        raise InputError(f"--out {path}: directory {path.parent} does not exist")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)   # site_configs/ of a new checkout
+    except OSError as exc:
+        raise InputError(f"--out {path}: cannot create directory {path.parent}: {exc.strerror or exc}") from None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -219,8 +221,8 @@ def _targets(refs: Sequence[str], every: bool, result: DriftRun) -> list[tuple[s
     entries: list[tuple[str, Callable[[], Located]]] = [(r, partial(_load, r)) for r in refs]
     if every:
         for e in list_sites():
-            if e.shadowed and e.origin == "built-in":
-                continue  # the example shipped with clusterkit, overridden: the site that wins is checked
+            if e.origin == "built-in":
+                continue  # an example shipped with clusterkit (shadowed or not) describes no cluster of yours
             if e.shadowed:
                 result.skipped.append((f"{e.name} ({e.path})", "shadowed by a site of the same name"))
                 continue

@@ -1,0 +1,43 @@
+"""Reading a local job's results: a failed --wait ends with doctor's cause (the exception, not
+torchrun's error_file boilerplate) and the doctor command; logs --rank keeps one rank's lines."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CLI
+from tests.submit.conftest import submitted_job_id
+
+BAD = 'import os\nprint(f"[rank{os.environ[\'RANK\']}]: step 1", flush=True)\nx = {}\nx["missing_key"]\n'
+
+
+@pytest.mark.torch
+def test_a_failed_wait_names_the_exception_and_doctor_and_logs_filter_by_rank(local_ck: CLI, tmp_path: Path) -> None:
+    pytest.importorskip("torch")  # torchrun is the local site's launcher
+    (tmp_path / "bad.py").write_text(BAD)   # each rank prefixes its line as torchrun's --tee does: [rankN]:
+    proc = local_ck("submit", "--site", "local", "--gpus-per-node", "2", "--", "python", "bad.py", cwd=tmp_path)
+    job = submitted_job_id(proc.out)
+    assert proc.code == 1, proc.out + proc.err
+    last = proc.out.rstrip().splitlines()[-3:]
+    assert last[0] == f"Job {job} FAILED (exit code 1)"
+    assert re.fullmatch(r"  cause: the training code raised an exception: KeyError: 'missing_key' "
+                        r"\(rank [01], node \S+\)", last[1]), last
+    assert last[2] == f"  why in full: clusterkit doctor {job}"
+    one = local_ck("logs", job, "--rank", "1", cwd=tmp_path)
+    assert one.code == 0, one.err
+    kept = [ln for ln in one.out.splitlines() if not ln.startswith("==> ")]
+    assert kept == ["[rank1]: step 1"], one.out
+    both = local_ck("logs", job, cwd=tmp_path).out
+    assert "[rank0]: step 1" in both and "[rank1]: step 1" in both
+
+
+def test_a_log_file_named_for_a_node_or_rank_is_kept_whole_or_left_out() -> None:
+    from clusterkit.diagnose.logfilter import LogFilter
+
+    node4, rank5, batch = Path("123.r0.node4.out"), Path("123.r0.rank5.out"), Path("slurm-123.out")
+    assert LogFilter(node="node4").keeps("anything", node4) and not LogFilter(node="node5").keeps("x", node4)
+    assert LogFilter(rank=5).keeps("anything", rank5) and not LogFilter(rank=4).keeps("[rank4]: x", rank5)
+    assert LogFilter(rank=4).keeps("[rank4]: x", batch) and not LogFilter(rank=4).keeps("[rank3]: x", batch)

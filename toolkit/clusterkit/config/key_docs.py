@@ -1,0 +1,99 @@
+"""What each site key means, for the keys whose model field carries no description of its own:
+``clusterkit sites schema`` (:func:`clusterkit.config.load.json_schema`) puts these into the JSON
+Schema, so an editor shows every key's meaning.  Keyed by ``Model.field`` as pydantic names them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+KEY_DOCS: dict[str, str] = {
+    "Site.name": "the site's name (what --site and `sites list` use)",
+    "Site.description": "one line shown by `sites list`",
+    "Site.scheduler": "how jobs reach the machines: Slurm (partition, account, time, restarts) or this machine",
+    "Site.nodes": "the compute nodes: host list, GPUs, CPUs and memory per node",
+    "Site.ssh": "how preflight reaches nodes over SSH (user, port, jump host, host keys, timeouts)",
+    "Site.software": "driver and CUDA the nodes must have, modules to load, the job's container",
+    "Site.network": "the fabric between nodes (infiniband, roce, efa, ethernet), its HCAs and interfaces",
+    "Site.storage": "file systems the nodes mount; shared ones (nfs, lustre, gpfs) hold run and checkpoint folders",
+    "Site.nccl": "NCCL settings every job of this site gets (communication settings only)",
+    "Site.job": "what every job of this site adds: environment, setup steps, srun and launcher arguments",
+    "Site.stages": "per-stage settings (single-node, multi-node, large-cluster): launcher, nodes, time, ...",
+    "Site.preflight": "when nodes are checked (in the job, before submit) and what is done with bad ones",
+    "Site.perf": "what `preflight --perf` measures and what a node must reach",
+    "Site.cost": "price per GPU hour, for `clusterkit plan`'s cost figures",
+    "Site.templates": "a folder of job script templates replacing the built-in ones of the same name",
+    "Container.runtime": "pyxis (srun --container-image) or apptainer",
+    "Container.image": "the image every rank runs in (pyxis: registry#image or a .sqsh file)",
+    "Container.mounts": "SRC:DST mounts into the container",
+    "Cost.gpu_hour": "price of one GPU for one hour",
+    "Cost.currency": "currency of gpu_hour",
+    "JobSection.env": "NAME=VALUE pairs every job exports",
+    "JobSection.setup": "shell commands the batch script runs before the launcher",
+    "JobSection.node_setup": "shell commands run once on every node before the launcher",
+    "JobSection.srun_args": "arguments added to the job's srun steps",
+    "JobSection.launcher_args": "arguments added to the launcher's command line",
+    "JobSection.venv": "a Python virtual environment to activate",
+    "JobSection.conda": "a conda environment to activate",
+    "JobSection.modules": "environment modules to load",
+    "NCCL.env": "NCCL_* variables (they win over clusterkit's policy)",
+    "Network.fabric": "infiniband, roce, efa or ethernet: picks the NCCL policy and the preflight checks",
+    "Network.hcas": "the HCAs NCCL may use (mlx5_0, ...), also checked by preflight",
+    "Network.port_rate_gbps": "the rate every HCA port must run at, Gbit/s",
+    "Network.socket_ifname": "the interface NCCL's bootstrap and socket transport use (NCCL_SOCKET_IFNAME)",
+    "Network.rail_optimized": "one HCA per GPU on separate rails: NCCL crosses rails through NVLink",
+    "Network.roce": "RoCE settings (gid_index, traffic_class, service_level); fabric roce only",
+    "Nodes.nodelist": "the nodes, Slurm host list syntax (gpu[001-064])",
+    "Nodes.gpus_per_node": "GPUs per node (processes per node for the launchers)",
+    "Nodes.gpu_model": "the GPU model, as nvidia-smi names it (checked by preflight)",
+    "Nodes.gpu_mem_gb": "memory of one GPU, GB (clusterkit plan sizes jobs with it)",
+    "Nodes.cpus_per_node": "CPU cores per node (a partial-node job asks for its share)",
+    "Nodes.mem_gb": "memory per node, GB",
+    "Perf.gemm_iters": "matmul repetitions per measurement",
+    "Preflight.max_excluded_fraction": "the most of the candidate nodes preflight may exclude before it refuses",
+    "RoCE.gid_index": "the GID index NCCL uses (NCCL_IB_GID_INDEX; RoCE v2 is often 3)",
+    "RoCE.traffic_class": "the traffic class of NCCL's RDMA traffic (NCCL_IB_TC)",
+    "RoCE.service_level": "the service level of NCCL's RDMA traffic (NCCL_IB_SL)",
+    "SSH.user": "the user name on the nodes (default: ~/.ssh/config's, else yours)",
+    "SSH.port": "the SSH port on the nodes",
+    "SSH.jump_host": "a host to reach the nodes through (ProxyJump)",
+    "SSH.known_hosts": "the known_hosts file host keys are checked against",
+    "SSH.identity_file": "the private key to log in with",
+    "SSH.connect_timeout_s": "seconds to wait for a node's connection",
+    "SSH.command_timeout_s": "seconds a node's checks may take",
+    "SSH.fanout": "nodes worked on at once",
+    "Scheduler.kind": "slurm, or local (this machine, no scheduler)",
+    "Scheduler.partition": "the partition jobs go to (#SBATCH --partition)",
+    "Scheduler.account": "the account jobs are charged to (#SBATCH --account)",
+    "Scheduler.qos": "the quality of service (#SBATCH --qos)",
+    "Scheduler.time": "the time limit of a job, Slurm's syntax (HH:MM:SS, D-HH:MM)",
+    "Scheduler.sbatch": "further #SBATCH options, name: value (those clusterkit writes itself are refused)",
+    "Scheduler.max_restarts": "how often a job is requeued after preemption or a time-limit stop",
+    "Scheduler.preempt_signal_s": "seconds before the time limit the job is warned (#SBATCH --signal)",
+    "Software.driver_min": "the lowest NVIDIA driver version preflight accepts",
+    "Software.cuda": "the CUDA version the nodes provide",
+    "Software.modules": "environment modules every job loads",
+    "Software.container": "the container every job runs in (pyxis or apptainer)",
+    "StageOverride.launcher": "the launcher of this stage",
+    "StageOverride.nodes": "the default node count of this stage",
+    "StageOverride.time": "the time limit of this stage's jobs",
+    "StageOverride.partition": "the partition of this stage's jobs",
+    "StageOverride.max_restarts": "how often this stage's jobs are requeued",
+    "StageOverride.container": "the container of this stage's jobs",
+    "StageOverride.job": "what this stage's jobs add (env, setup, args), after the site's job:",
+    "Storage.path": "the mount point (absolute)",
+    "Storage.type": "lustre, nfs, gpfs or local",
+    "Storage.min_free_gb": "the least free space preflight accepts, GB",
+    "Storage.use": "what it holds: data, checkpoints, scratch, home, software",
+    "Storage.timeout_s": "seconds preflight waits for the mount to answer",
+}
+
+
+def describe(schema: dict[str, Any]) -> dict[str, Any]:
+    """Give every property of ``schema`` (the Site model's and its ``$defs``') without a
+    description the one in :data:`KEY_DOCS`; returns ``schema``."""
+    for model, body in [("Site", schema), *schema.get("$defs", {}).items()]:
+        for key, prop in body.get("properties", {}).items():
+            text = KEY_DOCS.get(f"{model}.{key}")
+            if text is not None and "description" not in prop:
+                prop["description"] = text
+    return schema
