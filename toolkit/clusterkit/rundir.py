@@ -160,9 +160,11 @@ def write_run_dir(path: Path, artifacts: Mapping[str, str]) -> Path:
     """Write every artifact into the empty (or new) directory ``path``; return ``path``.
 
     On any failure the artifacts written so far are removed, and ``path`` too if this call
-    created it.
+    created it.  A name that is not a plain relative path inside ``path`` is refused first.
     """
     path = check_path(Path(os.path.abspath(path)))
+    for name in artifacts:   # before anything is made: nothing half-written
+        check_artifact_name(name)
     created = _make_dir(path)
     moved: list[Path] = []
     try:
@@ -212,11 +214,27 @@ def _claim(path: Path) -> Path:
     return staging
 
 
+_BAD_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+def check_artifact_name(name: str) -> str:
+    """Refuse an artifact name that is not a plain relative path inside the run directory: no
+    absolute path, no empty, '.' or '..' part, no control character or backslash, nothing in
+    the staging or ``logs`` folder the writer keeps for itself."""
+    parts = name.split("/")
+    if (not name or name.startswith("/") or _BAD_NAME_CHARS.search(name) or parts[0] in (STAGING, "logs")
+            or any(part in ("", ".", "..") or len(os.fsencode(part)) > 255 for part in parts)):
+        raise RunDirError(f"artifact name {_short(name)!r}: not a plain relative path inside the run directory")
+    return name
+
+
 def _write_artifacts(staging: Path, artifacts: Mapping[str, str]) -> None:
     mask = _umask()
     for name, text in artifacts.items():
         target = staging / name
-        target.write_text(text, encoding="utf-8")  # created 0666 & ~umask
+        target.parent.mkdir(parents=True, exist_ok=True)   # inside staging, which this writer made
+        with open(target, "x", encoding="utf-8") as out:   # created 0666 & ~umask, never through a link
+            out.write(text)
         if name in EXECUTABLE:
             os.chmod(target, 0o777 & ~mask)
     (staging / "logs").mkdir()

@@ -69,8 +69,9 @@ class _BudgetExceeded(Exception):
     pass
 
 
-class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
-    """The sandbox, plus a size check on '*' and '**' (``'x' * 10**9`` is one expression)."""
+class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
+    """The immutable sandbox (a template cannot change the dicts and lists it is handed, such as
+    the plan's artifact map), plus a size check on '*' and '**' (``'x' * 10**9``)."""
 
     intercepted_binops = frozenset({"*", "**"})
 
@@ -400,6 +401,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
     """Every artifact of the plan, by file name, in a deterministic order."""
     env = environment(site.templates)
     draw = _renderer(env, site.templates)
+    files, templated = dict(plan.launch.files), dict(plan.launch.templated)
     ctx = {
         "plan": plan,
         "launch": plan.launch,
@@ -443,9 +445,9 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
     hostfile = _hostfile(plan)
     if hostfile is not None:
         out["hostfile"] = hostfile
-    for name, text in sorted(plan.launch.files.items()):
+    for name, text in sorted(files.items()):
         out[name] = text
-    for name, template in sorted(plan.launch.templated.items()):
+    for name, template in sorted(templated.items()):
         out[name] = draw(template, ctx)
     out["plan.json"] = json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n"
     return out
