@@ -52,7 +52,8 @@ def test_template_cannot_change_what_it_is_handed(ck, tmp_path: Path, name: str,
 
 
 def test_a_template_reading_the_artifact_map_still_renders(ck, tmp_path: Path) -> None:
-    text = "#!/bin/bash\n# artifacts: {{ plan.launch.files | list | join(',') }} {{ plan.launch.files.copy() | length }}\n"
+    text = ("#!/bin/bash\n# artifacts: {{ plan.launch.files | list | join(',') }} "
+            "{{ plan.launch.files.copy() | length }}\n")
     result = dry_run(ck, tmp_path, site_with_template(tmp_path, text))
     assert result.code == 0, result.err
     assert result.out.startswith("#!/bin/bash\n# artifacts: ")

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from clusterkit import __version__
-from clusterkit.config.schema import ENV_REF, OWNED_SBATCH, Container, Site, owned_sbatch
+from clusterkit.config.envrules import ENV_REF
+from clusterkit.config.schema import OWNED_SBATCH, Container, Site, owned_sbatch
 from clusterkit.errors import FieldProblem, PlanError
 from clusterkit.job import array as arrays
 from clusterkit.job import jobargs, launchers, nccl, stages
