@@ -22,6 +22,7 @@ from clusterkit.config.envrules import (
     container_env_problem,
     job_env_problem,
 )
+from clusterkit.config.sbatch_options import meanings
 from clusterkit.vocab import Launcher, ProbeTransport, SchedulerKind, Stage, check_slurm_time
 
 #: ``#SBATCH`` options clusterkit writes itself, and where a site or user sets them instead.
@@ -29,7 +30,10 @@ OWNED_SBATCH = {
     "job-name": "--job-name", "nodes": "--nodes (or the stage)", "ntasks": "--launcher (it decides the tasks)",
     "ntasks-per-node": "--launcher (it decides the tasks)", "ntasks-per-core": "--launcher (it decides the tasks)",
     "ntasks-per-socket": "--launcher (it decides the tasks)", "ntasks-per-gpu": "--launcher (it decides the tasks)",
-    "gpus-per-node": "--gpus-per-node", "gpus": "--gpus-per-node", "cpus-per-task": "--set cpus_per_task=N",
+    "ntasks-per-tres": "--launcher (it decides the tasks)",
+    "tres-per-task": "--set cpus_per_task=N and --gpus-per-node",
+    "gpus-per-node": "--gpus-per-node", "gpus": "--gpus-per-node", "gpus-per-task": "--gpus-per-node",
+    "gpus-per-socket": "--gpus-per-node", "cpus-per-task": "--set cpus_per_task=N",
     "partition": "scheduler.partition", "account": "scheduler.account", "qos": "scheduler.qos",
     "time": "scheduler.time", "output": "--out (logs go to the run directory)",
     "error": "--out (logs go to the run directory)", "input": "the training command",
@@ -44,10 +48,12 @@ OWNED_SBATCH = {
 
 
 def owned_sbatch(key: str) -> str | None:
-    """The option of :data:`OWNED_SBATCH` that sbatch option ``key`` sets, if any: sbatch reads
-    #SBATCH lines with getopt_long, which takes any unambiguous prefix ('--out' is '--output'),
-    so a prefix of an owned option is that option."""
-    return next((name for name in OWNED_SBATCH if name.startswith(key)), None)
+    """The option of :data:`OWNED_SBATCH` that sbatch option ``key`` sets, if any, by sbatch's own
+    option table (:mod:`clusterkit.config.sbatch_options`): an alias (``tasks-per-node`` is
+    ``ntasks-per-node``) or an abbreviation, which getopt_long takes (``--out`` is ``--output``); a
+    prefix several options share is owned when any of them is (sbatch would refuse it anyway)."""
+    return (next((name for name in meanings(key) if name in OWNED_SBATCH), None)
+            or next((name for name in OWNED_SBATCH if name.startswith(key)), None))
 
 
 class _Model(BaseModel):
