@@ -316,7 +316,7 @@ def _check_long_run(site: Site, r: Resolved, spec: StageSpec) -> None:
 
 
 def checkpoint_base(site: Site, run_dir: str) -> str:
-    """Where CK_CHECKPOINT_DIR lives (the job appends its run name): the site's shared checkpoint
+    """Where CK_CHECKPOINT_DIR lives (the job appends its user and run name): the site's shared checkpoint
     storage, else any shared storage, else (one machine without storage entries) beside the run."""
     shared = site.shared_storage
     pick = next((s for s in shared if "checkpoints" in s.use), None) or (shared[0] if shared else None)
