@@ -181,7 +181,7 @@ def test_cancel_of_the_array_lets_every_running_task_save_then_cancels_them_all(
     job = _submit(cli, run_dir, "--launcher", "srun", "--gpus-per-node", "1", "--set", "cpus_per_task=1",
                   "--array", "0-2", "--", "python", TASK, "--steps", "600")
     cli.wait_for(job, lambda s: s["tasks"] == "3 RUNNING" and len(
-        list(Path("/tmp/checkpoints").glob(f"ck-array_task-{job}_*/ckpt.json"))) == 3,
+        list(Path("/tmp/checkpoints", USER).glob(f"ck-array_task-{job}_*/ckpt.json"))) == 3,
         timeout=240, what="3 tasks training")
     out = cli("cancel", job, "--json", timeout=120)
     assert out.returncode == 0, out.stderr
