@@ -231,6 +231,16 @@ def _exports(run_dir: Path) -> dict[str, str]:
     return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
 
 
+def launcher_env(run_dir: Path) -> dict[str, str]:
+    """What the launcher's command (srun, or bash on the batch host) gets set on its own: the
+    assignments before it in ck_start_launcher, as bash reads them."""
+    text = (run_dir / "job.sbatch").read_text()
+    body = text.split("ck_start_launcher() {\n", 1)[1]
+    prefix = re.split(r"^  (?:srun|bash -c) ", body, maxsplit=1, flags=re.M)[0].rstrip().rstrip("\\")
+    out = subprocess.run(["bash", "-c", prefix + " env -0"], capture_output=True, text=True, env={}).stdout
+    return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+
+
 CONTAINER_ENV = "{HF_HOME: /lustre/hf cache, WANDB_MODE: offline, NVTE_FLASH_ATTN: 0}"
 
 
@@ -245,9 +255,11 @@ def test_pyxis_container_env_name_and_home(ck, tmp_path: Path) -> None:
     names = next(w for w in words if w.startswith("--container-env=")).split("=", 1)[1].split(",")
     assert names[-3:] == ["HF_HOME", "WANDB_MODE", "NVTE_FLASH_ATTN"] and "NCCL_DEBUG" in names
     assert "--container-name=pt2405" in words and "--no-container-mount-home" in words
-    env = _exports(run_dir)
+    env = launcher_env(run_dir)
     assert (env["HF_HOME"], env["WANDB_MODE"], env["NVTE_FLASH_ATTN"]) == ("/lustre/hf cache", "offline", "0")
     assert not any(k.startswith("APPTAINERENV_") for k in env)
+    # set on the launcher's step alone: the batch shell (clusterkit's own preflight, choose-nodes) never has them
+    assert not {"HF_HOME", "WANDB_MODE", "NVTE_FLASH_ATTN"} & set(_exports(run_dir))
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["container"]["env"] == {"HF_HOME": "/lustre/hf cache", "WANDB_MODE": "offline", "NVTE_FLASH_ATTN": "0"}
     assert (plan["container"]["name"], plan["container"]["mount_home"]) == ("pt2405", False)
@@ -273,9 +285,10 @@ def test_apptainer_gpu_flag_home_and_env(ck, tmp_path: Path, model: str | None, 
     exec_words = shlex.split(body.split("exec ", 1)[1])
     assert exec_words[:2 + len(gpu_flag) + 1] == ["apptainer", "exec", *gpu_flag, "--no-home"]
     assert ("--nv" in exec_words) == (gpu_flag == ["--nv"])
-    env = _exports(run_dir)
+    env = launcher_env(run_dir)
     assert env["APPTAINERENV_HF_HOME"] == env["HF_HOME"] == "/lustre/hf cache"
     assert env["APPTAINERENV_NVTE_FLASH_ATTN"] == "0"
+    assert not {"HF_HOME", "APPTAINERENV_HF_HOME"} & set(_exports(run_dir))
 
 
 @pytest.mark.parametrize("container,needle", [

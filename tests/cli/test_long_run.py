@@ -44,7 +44,8 @@ def test_the_default_run_name_is_the_job_name_and_its_first_job_id(ck, tmp_path:
     result = _dry_run(ck, tmp_path, "--job-name", "lm")
     assert result.code == 0, result.err
     assert 'export CK_RUN_NAME=lm-"$CK_JOB_ID"' in result.out
-    assert 'export CK_CHECKPOINT_DIR=/tmp/checkpoints/"$CK_RUN_NAME"' in result.out
+    assert ('ck_checkpoints=/tmp/checkpoints\n'
+            'export CK_CHECKPOINT_DIR="$ck_checkpoints/$ck_user/$CK_RUN_NAME"') in result.out
     assert "--dependency" not in result.out and "ck_chain_ids" not in result.out
     assert 'ck_warn_ranks() { scancel --signal=TERM "$CK_JOB_ID"; }' in result.out
 

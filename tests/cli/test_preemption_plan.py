@@ -87,7 +87,8 @@ def test_checkpoint_dir_is_on_shared_checkpoint_storage(ck, tmp_path: Path) -> N
     script = (tmp_path / "run" / "job.sbatch").read_text()
     # no --run-name: the run is the job name and its first job id, so unrelated runs never share one
     assert 'export CK_RUN_NAME=llm-"$CK_JOB_ID"' in script
-    assert 'export CK_CHECKPOINT_DIR=/lustre/scratch/checkpoints/"$CK_RUN_NAME"' in script
+    assert ('ck_checkpoints=/lustre/scratch/checkpoints\n'
+            'export CK_CHECKPOINT_DIR="$ck_checkpoints/$ck_user/$CK_RUN_NAME"') in script   # the user's own folder
     assert 'export CK_RESTART_COUNT="$ck_restarts"' in script
 
 

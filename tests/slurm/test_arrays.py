@@ -10,10 +10,15 @@ with a job in partition ``high`` pinned to that task's nodes.
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import time
 from pathlib import Path
 
 from .conftest import CK, REPO
+
+#: the user the jobs run as: CK_CHECKPOINT_DIR is <storage>/checkpoints/<user>/<run name>
+USER = pwd.getpwuid(os.getuid()).pw_name
 
 TASK = "tests/slurm/array_task.py"
 STANDIN = "tests/slurm/train_standin.py"
@@ -113,7 +118,7 @@ def test_preempting_one_array_task_requeues_that_task_only(cli: CK, tmp_path: Pa
 
 
 def _preempt_one_task(cli: CK, job: str, shared: Path) -> None:
-    ckpt = {i: shared / "checkpoints" / f"arr-{job}_{i}" for i in (0, 1)}   # the run name: job name and task id
+    ckpt = {i: shared / "checkpoints" / USER / f"arr-{job}_{i}" for i in (0, 1)}   # the run name: job name and task id
     started = {i: ckpt[i] / "started.r1.n0.json" for i in (0, 1)}
     cli.wait_for(job, lambda s: all(p.exists() for p in started.values()), timeout=420, what="both tasks training")
     # the last task keeps the array's own job id in Slurm: a requeue by that id would take every task along
@@ -176,7 +181,7 @@ def test_cancel_of_the_array_lets_every_running_task_save_then_cancels_them_all(
     job = _submit(cli, run_dir, "--launcher", "srun", "--gpus-per-node", "1", "--set", "cpus_per_task=1",
                   "--array", "0-2", "--", "python", TASK, "--steps", "600")
     cli.wait_for(job, lambda s: s["tasks"] == "3 RUNNING" and len(
-        list(Path("/tmp/checkpoints").glob(f"ck-array_task-{job}_*/ckpt.json"))) == 3,
+        list(Path("/tmp/checkpoints", USER).glob(f"ck-array_task-{job}_*/ckpt.json"))) == 3,
         timeout=240, what="3 tasks training")
     out = cli("cancel", job, "--json", timeout=120)
     assert out.returncode == 0, out.stderr

@@ -8,11 +8,16 @@ step; a member that fails in the user's code (doctor's verdict ``user-code``) ca
 from __future__ import annotations
 
 import json
+import os
+import pwd
 from pathlib import Path
 
 import pytest
 
 from .conftest import CK, REPO
+
+#: the user the jobs run as: CK_CHECKPOINT_DIR is <storage>/checkpoints/<user>/<run name>
+USER = pwd.getpwuid(os.getuid()).pw_name
 
 STANDIN = "tests/slurm/chain_train.py"
 
@@ -52,7 +57,7 @@ def test_chain_of_three_each_resumes_from_the_last_and_shares_one_run(cli: CK, s
     assert (cli.runs / "chain3" / "member-1" / "chain.ids").read_text().split() == ids
     for job in ids:
         cli.wait_for(job, lambda s: s["state"] == "COMPLETED", timeout=240, what="COMPLETED")
-    ckpt = site.parent / "shared" / "checkpoints" / run
+    ckpt = site.parent / "shared" / "checkpoints" / USER / run
     started = {j: json.loads((ckpt / f"started.{j}.json").read_text()) for j in ids}
     ended = {j: json.loads((ckpt / f"ended.{j}.json").read_text()) for j in ids}
     assert [started[j]["resumed_step"] for j in ids] == [0, 5, 10], started
@@ -81,7 +86,7 @@ def test_a_user_code_failure_in_the_first_member_cancels_the_rest(cli: CK, site:
     assert "chain: doctor says user-code, which a restart cannot fix: the chain stops here" in log, log
     assert f"chain: cancelling the later members: {ids[1]} {ids[2]}" in log, log
     assert (cli.runs / "chainfail" / "member-1" / f"{ids[0]}.unfixable").read_text().strip() == "user-code"
-    ckpt = site.parent / "shared" / "checkpoints" / f"chainfail-{ids[0]}"
+    ckpt = site.parent / "shared" / "checkpoints" / USER / f"chainfail-{ids[0]}"
     assert sorted(p.name for p in ckpt.glob("started.*.json")) == [f"started.{ids[0]}.json"]
 
 
@@ -103,6 +108,6 @@ def test_a_run_name_written_by_a_live_job_is_refused_and_resumes_after_it(cli: C
     assert after.code == 0, after.err
     job2 = json.loads(after.out)["job_id"]
     cli.wait_for(job2, lambda s: s["state"] == "COMPLETED", timeout=240, what="COMPLETED")
-    ckpt = site.parent / "shared" / "checkpoints" / "lm-a"
+    ckpt = site.parent / "shared" / "checkpoints" / USER / "lm-a"
     ended1 = json.loads((ckpt / f"ended.{job1}.json").read_text())
     assert json.loads((ckpt / f"started.{job2}.json").read_text())["resumed_step"] == ended1["step"] == 25

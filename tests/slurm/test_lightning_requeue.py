@@ -14,6 +14,8 @@ when the signal reaches every rank at the same point of a step (see lightning_tr
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,9 @@ from typing import Any
 import pytest
 
 from .conftest import CK, REPO
+
+#: the user the jobs run as: CK_CHECKPOINT_DIR is <storage>/checkpoints/<user>/<run name>
+USER = pwd.getpwuid(os.getuid()).pw_name
 
 pytest.importorskip("lightning", reason="PyTorch Lightning (pip install -e '.[test]')")
 
@@ -67,7 +72,7 @@ def test_lightning_saves_on_every_rank_requeues_once_and_resumes(cli: CK, site: 
     assert proc.code == 0, proc.err
     job = json.loads(proc.out)["job_id"]
     try:
-        ckpt = site.parent / "shared" / "checkpoints" / "pl-run"
+        ckpt = site.parent / "shared" / "checkpoints" / USER / "pl-run"
         log = out / "logs" / f"slurm-{job}.out"
         started = _wait_markers(ckpt, "started", 0, START_S, log)
         assert {m["world"] for m in started} == {RANKS}

@@ -22,6 +22,8 @@ restart) hold on 22.05 and 24.11.
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +33,9 @@ from typing import Any
 import pytest
 
 from .conftest import CK, REPO
+
+#: the user the jobs run as: CK_CHECKPOINT_DIR is <storage>/checkpoints/<user>/<run name>
+USER = pwd.getpwuid(os.getuid()).pw_name
 
 pytest.importorskip("torch", reason="the training stand-in joins a gloo world (pip install torch, CPU build)")
 
@@ -69,7 +74,7 @@ class Jobs:
             assert proc.returncode == 0, proc.stdout + proc.stderr
             self.ids[name] = json.loads(proc.stdout)["job_id"]
         # no --run-name: each job's run is its name and job id
-        self.dirs = {n: site.parent / "shared" / "checkpoints" / f"{event}-{n}-{j}" for n, j in self.ids.items()}
+        self.dirs = {n: site.parent / "shared" / "checkpoints" / USER / f"{event}-{n}-{j}" for n, j in self.ids.items()}
 
     def markers(self, kind: str, restart: int | None = None) -> dict[str, list[dict[str, Any]]]:
         pattern = f"{kind}.r*.n{restart}.json" if restart is not None else f"{kind}.r*.json"

@@ -215,6 +215,7 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
         if off_shared is not None:  # render shows it as a warning; a job is not queued with it
             raise PlanError(off_shared)
         check_array_size(site, plan)   # before preflight: an array Slurm refuses is not worth a check
+        rundir.check_job_dirs(plan.run_dir, plan.checkpoint_dir, plan.run_name)
         decided = preflight_gate(site, plan, skip=skip_preflight, transport=preflight_transport)
         if on_gate is not None:
             on_gate(decided)

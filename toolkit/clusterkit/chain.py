@@ -2,7 +2,7 @@
 
 * ``--after JOB[:ok|any]``: ``#SBATCH --dependency=afterok:ID`` (or ``afterany``); JOB is a
   Slurm job id or a clusterkit record (``SITE:JOB_ID``), which must be a Slurm job.
-* ``--run-name NAME``: the job's ``CK_CHECKPOINT_DIR`` is ``<checkpoint storage>/checkpoints/NAME``.
+* ``--run-name NAME``: the job's ``CK_CHECKPOINT_DIR`` is ``<checkpoint storage>/checkpoints/<user>/NAME``.
   A run name another live job writes (its record, and Slurm's state of it) is refused, unless the
   new job waits for that job (``--after``) or for a member of its chain.
 * ``--chain N``: N jobs, the first as asked, each later one ``afterany`` the one before and

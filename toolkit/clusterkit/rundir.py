@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import pwd
 import re
 import shutil
+import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -170,9 +172,11 @@ def write_run_dir(path: Path, artifacts: Mapping[str, str]) -> Path:
     """Write every artifact into the empty (or new) directory ``path``; return ``path``.
 
     On any failure the artifacts written so far are removed, and ``path`` too if this call
-    created it.
+    created it.  A name that is not a plain relative path inside ``path`` is refused first.
     """
     path = check_path(Path(os.path.abspath(path)))
+    for name in artifacts:   # before anything is made: nothing half-written
+        check_artifact_name(name)
     created = _make_dir(path)
     moved: list[Path] = []
     try:
@@ -222,10 +226,25 @@ def _claim(path: Path) -> Path:
     return staging
 
 
+_BAD_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
+
+
+def check_artifact_name(name: str) -> str:
+    """Refuse an artifact name that is not a plain relative path inside the run directory: no
+    absolute path, no empty, '.' or '..' part, no control character or backslash, nothing in
+    the staging or ``logs`` folder the writer keeps for itself."""
+    parts = name.split("/")
+    if (not name or name.startswith("/") or _BAD_NAME_CHARS.search(name) or parts[0] in (STAGING, "logs")
+            or any(part in ("", ".", "..") or len(os.fsencode(part)) > 255 for part in parts)):
+        raise RunDirError(f"artifact name {_short(name)!r}: not a plain relative path inside the run directory")
+    return name
+
+
 def _write_artifacts(staging: Path, artifacts: Mapping[str, str]) -> None:
     mask = _umask()
     for name, text in artifacts.items():
         target = staging / name
+        target.parent.mkdir(parents=True, exist_ok=True)   # inside staging, which this writer made
         target.write_text(text, encoding="utf-8")  # created 0666 & ~umask
         if name in EXECUTABLE:
             os.chmod(target, 0o777 & ~mask)
@@ -246,3 +265,38 @@ def _undo(path: Path, moved: list[Path], created: bool) -> None:
             entry.unlink(missing_ok=True)
     if created:
         _remove_empty(path)
+
+
+def not_own_dir(path: Path, kind: str) -> str | None:
+    """Why ``path`` is not a directory of the user's alone (None: it is, or it does not exist yet).
+    ``own``: a real directory (no link) you own that others cannot write; ``run``: the same, a link
+    followed; ``shared``: the folder that holds every user's own (yours or root's; writable by
+    others only with the sticky bit, as /tmp).  The job script checks the same before it starts."""
+    try:
+        st = os.lstat(path) if kind == "own" else os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path} cannot be checked ({exc.strerror})"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is {'a symbolic link' if stat.S_ISLNK(st.st_mode) else 'not a directory'}"
+    if st.st_uid != os.getuid() and (kind != "shared" or st.st_uid != 0):
+        return f"{path} is owned by uid {st.st_uid}, not by you"
+    if st.st_mode & stat.S_IWOTH and (kind != "shared" or not st.st_mode & stat.S_ISVTX):
+        return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def check_job_dirs(run_dir: str, checkpoints: str, run_name: str | None) -> None:
+    """Refuse a job whose run directory or checkpoint folders another user could fill: the run
+    directory, ``<checkpoints>``, ``<checkpoints>/<you>`` and, with a run name, its folder (those
+    that exist here; the job script checks them again, and what it creates, before it starts)."""
+    checks = [(Path(run_dir), "run"), (Path(checkpoints), "shared")]
+    with contextlib.suppress(KeyError):   # a uid with no name here: the job script (id -un) says so
+        mine = Path(checkpoints) / pwd.getpwuid(os.getuid()).pw_name
+        checks += [(mine, "own"), *([(mine / run_name, "own")] if run_name else [])]
+    for path, kind in checks:
+        problem = not_own_dir(path, kind)
+        if problem is not None:
+            raise RunDirError(f"{problem}: another user could plant what the job loads (checkpoints are "
+                              "unpickled: code); see the Security model in the README")

@@ -276,7 +276,7 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
     ``venv``/``conda`` (activated in the job), ``modules`` (loaded after the site's) and
     ``sbatch`` (per-job Slurm options: ``{"constraint": "a100"}`` or ``["constraint=a100"]``).
     ``run_name`` names the training run across jobs: ``CK_CHECKPOINT_DIR`` is
-    ``<checkpoint storage>/checkpoints/<run_name>`` (default: the job name and its first job id).
+    ``<checkpoint storage>/checkpoints/<user>/<run_name>`` (default: the job name and its first job id).
     ``array`` (Slurm's ``--array`` syntax, ``"0-15%4"``) and ``sweep`` (``["lr=0.1,0.01", "seed=1,2"]``:
     the cartesian product is the array) make a job array (:mod:`clusterkit.job.array`)."""
     inputs.check(command, locals())   # the parameters alone: each of its shape, all text UTF-8

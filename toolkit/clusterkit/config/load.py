@@ -1,5 +1,5 @@
 """Loading site configs: ``extends:`` deep merge, validation errors as ``file:line``, the
-template trust check, and the search path.
+trust checks (`config.trust`), and the search path.
 
 Loading never probes the cluster: it reads files and validates.  Every problem is reported at once
 as ``file:line: key.path: message`` (a :class:`~clusterkit.errors.ConfigError`), with the line taken
@@ -9,7 +9,6 @@ from whichever file in the ``extends`` chain set that key.
 from __future__ import annotations
 
 import os
-import stat
 import types
 import typing
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from clusterkit.config import trust
 from clusterkit.config.schema import Site, StageOverride
 from clusterkit.config.yaml_lines import Doc, KeyPath, display, dotted, read_doc
 from clusterkit.errors import ConfigError, ConfigIssue
@@ -189,58 +189,16 @@ def validate_data(data: Mapping[str, Any], lines: dict[KeyPath, tuple[str, int]]
         issues = [_issue_from_error(e, doc, file) for e in exc.errors()]
         issues.sort(key=lambda i: (i.file != file, i.file, i.line or 0))
         raise ConfigError(issues) from None
-    _check_job_commands_trust(site, lines, file)
+    trust.check_job_code(site, lambda key: _line_for(lines, key, file))
     if site.templates is not None:
         tdir = (base_dir / os.path.expanduser(site.templates)).resolve()
         where = _line_for(lines, ("templates",), file)
         if not tdir.is_dir():
             raise ConfigError.single(where[0], where[1], "templates",
                                      f"template override directory {site.templates!r} not found")
-        _check_template_trust(Path(where[0]), tdir, where)
+        trust.check_templates(Path(where[0]), tdir, where)
         site = site.model_copy(update={"templates": str(tdir)})
     return site
-
-
-def _check_template_trust(site_file: Path, tdir: Path, where: tuple[str, int | None]) -> None:
-    """A template override is code: honour it only where no other user could have written it."""
-    paths = [site_file.resolve(), site_file.resolve().parent, tdir, *sorted(tdir.iterdir())]
-    for path in paths:
-        problem = _writable_by_others(path)
-        if problem:
-            raise ConfigError.single(where[0], where[1], "templates",
-                                     f"template override refused: {path} {problem}; templates are code and are used "
-                                     "only from files that no other user can write")
-
-
-def _check_job_commands_trust(site: Site, lines: dict[KeyPath, tuple[str, int]], file: str) -> None:
-    """``job.setup``/``job.node_setup`` (and a stage's) are commands every job runs on the cluster:
-    like a template override, honour them only from files no other user can write."""
-    keys: list[KeyPath] = [("job", k) for k in ("setup", "node_setup") if getattr(site.job, k)]
-    for stage, override in site.stages.items():
-        if override.job is not None:
-            keys += [("stages", stage, "job", k) for k in ("setup", "node_setup") if getattr(override.job, k)]
-    for key in keys:
-        where = _line_for(lines, key, file)
-        path = Path(where[0]).resolve()
-        for p in (path, path.parent):
-            problem = _writable_by_others(p)
-            if problem:
-                raise ConfigError.single(where[0], where[1], ".".join(map(str, key)),
-                                         f"refused: {p} {problem}; setup commands run in every job and are used "
-                                         "only from site files that no other user can write")
-
-
-def _writable_by_others(path: Path) -> str | None:
-    try:
-        st = path.stat()
-    except OSError as exc:
-        return f"cannot be checked ({exc.strerror})"
-    if st.st_uid not in (0, os.getuid()):
-        return f"is owned by uid {st.st_uid}, not by you or root"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        who = "others" if st.st_mode & stat.S_IWOTH else "its group"
-        return f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
 
 
 def is_partial(path: str | os.PathLike[str]) -> bool:

@@ -15,74 +15,25 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from clusterkit import hostlist
+from clusterkit.config.envrules import (
+    ENV_NAME,
+    NCCL_ENV_NAMES,
+    NCCL_ENV_PREFIXES,
+    container_env_problem,
+    job_env_problem,
+)
+from clusterkit.config.sbatch_options import meanings
 from clusterkit.vocab import Launcher, ProbeTransport, SchedulerKind, Stage, check_slurm_time
-
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-#: ``nccl.env`` takes communication settings only: names with these prefixes ...
-NCCL_ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "UCX_", "FI_", "GLOO_", "TORCH_FR_", "OFI_NCCL_")
-#: ... and these names (what NCCL's performance depends on outside its own namespace).
-NCCL_ENV_NAMES = ("CUDA_DEVICE_MAX_CONNECTIONS", "TORCH_DISTRIBUTED_DEBUG")
-
-#: Job environment names clusterkit sets itself (``job.env``, ``--env``), and what to use instead.
-OWNED_ENV = {
-    "MASTER_ADDR": "nothing: the rendezvous is the allocation's first host (CK_HEAD)",
-    "MASTER_PORT": "nothing: the port comes from the job id (CK_PORT)",
-    "RANK": "--nodes and --gpus-per-node (the launcher numbers the ranks)",
-    "LOCAL_RANK": "--gpus-per-node (the launcher numbers the ranks)",
-    "WORLD_SIZE": "--nodes and --gpus-per-node", "LOCAL_WORLD_SIZE": "--gpus-per-node",
-    "NODE_RANK": "--nodes (each node's rank comes from Slurm)", "GROUP_RANK": "--nodes",
-    "CUDA_VISIBLE_DEVICES": "--gpus-per-node (Slurm binds the GPUs)",
-    "DS_ENV_FILE": "--set ds_launcher", "OMPI_MCA_orte_default_hostfile": "--launcher",
-}
-#: ... and name prefixes clusterkit, Slurm and the process managers own.
-OWNED_ENV_PREFIXES = {
-    "CK_": "nothing: CK_* are clusterkit's runtime variables", "SLURM_": "--sbatch KEY=VALUE or --srun-arg",
-    "SBATCH_": "--sbatch KEY=VALUE", "SRUN_": "--srun-arg", "SALLOC_": "--sbatch KEY=VALUE",
-    "PMI_": "--srun-arg=--mpi=...", "PMIX_": "--srun-arg=--mpi=...",
-}
-#: Names that change how the job script's own shells start: refused everywhere.
-SHELL_ENV = ("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS4", "PROMPT_COMMAND", "CDPATH", "GLOBIGNORE")
-#: Names that change how shells, the loader or interpreters start: refused in a site file's
-#: ``job.env`` (the site file is data; these would make it code for every rank).  A job's own
-#: ``--env`` may set them: it is the user's own job.
-SITE_REFUSED_ENV = (*SHELL_ENV, "PATH", "LD_LIBRARY_PATH", "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYOPT",
-                    "RUBYLIB", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "GCONV_PATH", "LOCPATH",
-                    "HOSTALIASES", "TCLLIBPATH", "MODULEPATH")
-SITE_REFUSED_ENV_PREFIXES = ("LD_", "PYTHON", "BASH_FUNC_", "LUA_", "LMOD_", "CONDA", "VIRTUAL_ENV")
-#: ``${NAME}`` references a value may hold: each node expands its own at launch.
-ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-ENV_REF_PREFIXES = ("SLURM_", "CK_")
-
-
-def job_env_problem(name: str, value: str, *, site: bool) -> str | None:
-    """Why ``name=value`` may not be a job's environment (``site``: given in a site file), or None."""
-    if not _ENV_NAME_RE.fullmatch(name):
-        return f"{name[:60]!r} is not an environment variable name (letters, digits and '_', not starting with a digit)"
-    owner = OWNED_ENV.get(name) or next((v for p, v in OWNED_ENV_PREFIXES.items() if name.startswith(p)), None)
-    if owner is not None:
-        return f"{name} is set by clusterkit, Slurm or the launcher for each job; use {owner}"
-    if name in SHELL_ENV or name.startswith("BASH_FUNC_"):
-        return f"{name} changes how the job script's shells start; use --setup or --node-setup for commands"
-    if site and (name in SITE_REFUSED_ENV or name.startswith(SITE_REFUSED_ENV_PREFIXES)):
-        return (f"{name} changes how shells, the loader or interpreters start, which a site file may not decide "
-                "for every job (see the Security model): use software.modules or the container, "
-                "or the job's own --env")
-    for ref in ENV_REF.finditer(value):
-        if not ref.group(1).startswith(ENV_REF_PREFIXES):
-            return (f"{name}: {ref.group(0)} would not be expanded: values are literal except ${{SLURM_*}} and "
-                    "${CK_*}, which each node expands for itself")
-    if "\0" in value:
-        return f"{name}: a value cannot hold a NUL byte"
-    return None
-
 
 #: ``#SBATCH`` options clusterkit writes itself, and where a site or user sets them instead.
 OWNED_SBATCH = {
     "job-name": "--job-name", "nodes": "--nodes (or the stage)", "ntasks": "--launcher (it decides the tasks)",
     "ntasks-per-node": "--launcher (it decides the tasks)", "ntasks-per-core": "--launcher (it decides the tasks)",
     "ntasks-per-socket": "--launcher (it decides the tasks)", "ntasks-per-gpu": "--launcher (it decides the tasks)",
-    "gpus-per-node": "--gpus-per-node", "gpus": "--gpus-per-node", "cpus-per-task": "--set cpus_per_task=N",
+    "ntasks-per-tres": "--launcher (it decides the tasks)",
+    "tres-per-task": "--set cpus_per_task=N and --gpus-per-node",
+    "gpus-per-node": "--gpus-per-node", "gpus": "--gpus-per-node", "gpus-per-task": "--gpus-per-node",
+    "gpus-per-socket": "--gpus-per-node", "cpus-per-task": "--set cpus_per_task=N",
     "partition": "scheduler.partition", "account": "scheduler.account", "qos": "scheduler.qos",
     "time": "scheduler.time", "output": "--out (logs go to the run directory)",
     "error": "--out (logs go to the run directory)", "input": "the training command",
@@ -97,10 +48,12 @@ OWNED_SBATCH = {
 
 
 def owned_sbatch(key: str) -> str | None:
-    """The option of :data:`OWNED_SBATCH` that sbatch option ``key`` sets, if any: sbatch reads
-    #SBATCH lines with getopt_long, which takes any unambiguous prefix ('--out' is '--output'),
-    so a prefix of an owned option is that option."""
-    return next((name for name in OWNED_SBATCH if name.startswith(key)), None)
+    """The option of :data:`OWNED_SBATCH` that sbatch option ``key`` sets, if any, by sbatch's own
+    option table (:mod:`clusterkit.config.sbatch_options`): an alias (``tasks-per-node`` is
+    ``ntasks-per-node``) or an abbreviation, which getopt_long takes (``--out`` is ``--output``); a
+    prefix several options share is owned when any of them is (sbatch would refuse it anyway)."""
+    return (next((name for name in meanings(key) if name in OWNED_SBATCH), None)
+            or next((name for name in OWNED_SBATCH if name.startswith(key)), None))
 
 
 class _Model(BaseModel):
@@ -204,17 +157,6 @@ class SSH(_Model):
     fanout: int = Field(64, ge=1, le=1024)
 
 
-#: Names a container's ``env`` may not set: clusterkit's own (each rank's place in the job, the
-#: job's paths), Slurm's, NCCL's (``nccl.env`` sets those) and what changes how a shell, the
-#: loader or an interpreter starts (the Security model: a site file runs nothing on its own).
-CONTAINER_ENV_OWNED = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-                       "NODE_RANK", "GROUP_RANK", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PATH", "HOME",
-                       "SHELL", "IFS", "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND",
-                       "PYTHONSTARTUP", "PYTHONHOME", "PYTHONINSPECT", "PERL5OPT", "NODE_OPTIONS")
-CONTAINER_ENV_OWNED_PREFIXES = ("CK_", "SLURM_", "SRUN_", "SBATCH_", "PMI", "PYXIS_", "ENROOT_", "APPTAINER",
-                                "SINGULARITY", "LD_", "BASH_FUNC_")
-
-
 class Container(_Model):
     """The container each launcher runs in (pyxis: ``srun --container-*``; apptainer: ``apptainer exec``)."""
 
@@ -242,13 +184,9 @@ class Container(_Model):
     @classmethod
     def _env(cls, v: dict[str, Any]) -> dict[str, str]:
         for k, val in v.items():
-            if not _ENV_NAME_RE.fullmatch(k):
-                raise ValueError(f"{k!r} is not an environment variable name")
-            if k in CONTAINER_ENV_OWNED or k.startswith(CONTAINER_ENV_OWNED_PREFIXES):
-                raise ValueError(f"{k}: software.container.env cannot set it: clusterkit sets it per rank or job, "
-                                 "or it changes how shells and interpreters start")
-            if k.startswith(NCCL_ENV_PREFIXES) or k in NCCL_ENV_NAMES:
-                raise ValueError(f"{k}: set communication settings in nccl.env (they reach the container too)")
+            problem = container_env_problem(k)
+            if problem:
+                raise ValueError(problem)
             if "\x00" in str(val):
                 raise ValueError(f"{k}: a value cannot hold a NUL byte")
             if len(f"{k}={val}".encode()) > 32 * 4096 - 1:
@@ -357,7 +295,7 @@ class NCCL(_Model):
     @classmethod
     def _names(cls, v: dict[str, Any]) -> dict[str, str]:
         for k in v:
-            if not _ENV_NAME_RE.fullmatch(k):
+            if not ENV_NAME.fullmatch(k):
                 raise ValueError(f"{k!r} is not an environment variable name")
             if not (k.startswith(NCCL_ENV_PREFIXES) or k in NCCL_ENV_NAMES):
                 raise ValueError(f"{k}: nccl.env takes communication settings only: names starting with "

@@ -11,7 +11,7 @@ import re
 import shlex
 from collections.abc import Iterable
 
-from clusterkit.config.schema import ENV_REF, job_env_problem
+from clusterkit.config.envrules import ENV_REF, job_env_problem
 from clusterkit.errors import InputError
 from clusterkit.job.request import EnvEntry
 

@@ -1,7 +1,7 @@
 """Runs longer than one job: run names, dependencies (``--after``) and chains (``--chain N``).
 
 A *run name* names one training run across jobs: ``CK_CHECKPOINT_DIR`` is
-``<checkpoint storage>/checkpoints/<run name>``, so a resubmission with the same name, a requeue
+``<checkpoint storage>/checkpoints/<user>/<run name>``, so a resubmission with the same name, a requeue
 and every member of a chain resume from the same directory.  Without ``--run-name`` it is the
 job name and the first job id (``ck-train-1234``), so unrelated runs never share a directory.
 

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
 from clusterkit import __version__
-from clusterkit.config.schema import ENV_REF, OWNED_SBATCH, Container, Site, owned_sbatch
+from clusterkit.config.envrules import ENV_REF
+from clusterkit.config.schema import OWNED_SBATCH, Container, Site, owned_sbatch
 from clusterkit.errors import FieldProblem, PlanError
 from clusterkit.job import array as arrays
 from clusterkit.job import jobargs, launchers, nccl, stages
@@ -318,9 +319,9 @@ def _check_long_run(site: Site, r: Resolved, spec: StageSpec) -> None:
 
 
 def checkpoint_base(site: Site, run_dir: str) -> str:
-    """Where CK_CHECKPOINT_DIR lives (the job appends its run name): the site's shared checkpoint
-    storage, else any shared storage, else (one machine, no storage entries) ``checkpoints`` beside
-    the run directories (``./runs/checkpoints``), where the next job of the run name finds them."""
+    """Where CK_CHECKPOINT_DIR lives (the job appends its user and run name): the site's shared
+    checkpoint storage, else any shared storage, else (one machine, no storage entries) ``checkpoints``
+    beside the run directories (``./runs/checkpoints``), where the next job of the run name finds them."""
     shared = site.shared_storage
     pick = next((s for s in shared if "checkpoints" in s.use), None) or (shared[0] if shared else None)
     pick = pick or next((s for s in site.storage if "checkpoints" in s.use), None)

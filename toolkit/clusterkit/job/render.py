@@ -29,6 +29,7 @@ from clusterkit.errors import ConfigError, PlanError
 from clusterkit.job import array as arrays
 from clusterkit.job import jobenv, nccl, template_budget
 from clusterkit.job import plan as planning
+from clusterkit.job.comments import comment_text
 from clusterkit.job.launchers import Sh, Word, shell_join
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.plan import Plan
@@ -65,8 +66,9 @@ class _BudgetExceeded(Exception):
     pass
 
 
-class _Sandbox(jinja2.sandbox.SandboxedEnvironment):
-    """The sandbox, plus a size check on '*' and '**' (``'x' * 10**9`` is one expression)."""
+class _Sandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
+    """The immutable sandbox (a template cannot change the dicts and lists it is handed, such as
+    the plan's artifact map), plus a size check on '*' and '**' (``'x' * 10**9``)."""
 
     intercepted_binops = frozenset({"*", "**"})
 
@@ -120,6 +122,7 @@ def environment(override_dir: str | None) -> jinja2.Environment:
     env.filters["shell_join"] = shell_join
     env.filters["slurm_pattern"] = slurm_pattern
     env.filters["env_word"] = env_word
+    env.filters["comment_text"] = comment_text
     return env
 
 
@@ -203,9 +206,9 @@ def _launcher_words(plan: Plan) -> list[Word]:
 
 
 def container_env(plan: Plan) -> list[tuple[str, str]]:
-    """What the job script exports for ``software.container.env``: each value under its name
-    (pyxis names it in ``--container-env``, so it wins over the image's), and for apptainer
-    under ``APPTAINERENV_<NAME>`` as well, which apptainer sets inside over the image's."""
+    """What the job script sets for ``software.container.env``, on the launcher's command alone (never
+    in the batch shell): each value under its name (pyxis names it in ``--container-env``, so it wins
+    over the image's), and for apptainer under ``APPTAINERENV_<NAME>``, which it sets inside."""
     c = plan.container
     if c is None:
         return []
@@ -401,6 +404,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
     """Every artifact of the plan, by file name, in a deterministic order."""
     env = environment(site.templates)
     draw = _renderer(env, site.templates)
+    files, templated = dict(plan.launch.files), dict(plan.launch.templated)
     ctx = {
         "plan": plan,
         "launch": plan.launch,
@@ -411,6 +415,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "dialect_line": plan.launch.dialect.line("${ck_host}", plan.gpus_per_node) if plan.launch.dialect else "",
         "env": plan.env,
         "container_env": container_env(plan),
+        "container_assign": "".join(f"{name}={shell_quote(value)} " for name, value in container_env(plan)),
         "launch_include": LAUNCH_INCLUDE[in_step(plan)],
         "launch_how": launch_how(plan),
         "job": plan.job,
@@ -444,9 +449,9 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
     hostfile = _hostfile(plan)
     if hostfile is not None:
         out["hostfile"] = hostfile
-    for name, text in sorted(plan.launch.files.items()):
+    for name, text in sorted(files.items()):
         out[name] = text
-    for name, template in sorted(plan.launch.templated.items()):
+    for name, template in sorted(templated.items()):
         out[name] = draw(template, ctx)
     out["plan.json"] = json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n"
     return out

@@ -1,0 +1,115 @@
+"""What a site file may run: one trust rule (docs/architecture.md §3, the job environment's trust
+boundary).
+
+A site file is data, but some of its keys are code every job runs: a ``templates:`` override
+(and every file under its directory, an include's ``parts/`` too), ``job.setup`` and
+``job.node_setup`` (commands), ``job.venv`` and ``job.conda`` (their activation scripts run in
+the job's shell), and ``job.srun_args`` that name a program srun runs (``--task-prolog``,
+``--task-epilog``, ``--prolog``, ``--epilog``, or any abbreviation of them, which srun's
+getopt_long accepts).  Each is honoured only from files, and their directories, that no user but
+you or root can write.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from clusterkit.config.schema import JobSection, Site
+from clusterkit.config.yaml_lines import KeyPath
+from clusterkit.errors import ConfigError
+
+#: srun options whose value is a program srun (or slurmstepd) runs for the step or each task.
+SRUN_CODE_OPTIONS = ("--task-prolog", "--task-epilog", "--prolog", "--epilog")
+#: ``job:`` keys that run code in every job, and what they run (for the error).
+CODE_KEYS = {"setup": "setup commands run", "node_setup": "setup commands run",
+             "venv": "a venv's activate script runs", "conda": "a conda environment's activation scripts run",
+             "srun_args": "srun runs a --task-prolog/--task-epilog/--prolog/--epilog program"}
+#: The most entries a template directory may hold (each is checked).
+MAX_TEMPLATE_ENTRIES = 10_000
+
+Where = Callable[[KeyPath], "tuple[str, int | None]"]
+
+
+def writable_by_others(path: Path) -> str | None:
+    """Why ``path`` (followed, if a link) is not yours alone to write, or None."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return f"cannot be checked ({exc.strerror})"
+    if st.st_uid not in (0, os.getuid()):
+        return f"is owned by uid {st.st_uid}, not by you or root"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        who = "others" if st.st_mode & stat.S_IWOTH else "its group"
+        return f"is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def check_templates(site_file: Path, tdir: Path, where: tuple[str, int | None]) -> None:
+    """A template override is code: honour it only where no other user could have written it,
+    every file and folder under its directory included (Jinja opens ``parts/x.j2`` as readily)."""
+    paths = [site_file.resolve(), site_file.resolve().parent, tdir, *_tree(tdir, where)]
+    for path in paths:
+        problem = writable_by_others(path)
+        if problem:
+            raise ConfigError.single(where[0], where[1], "templates",
+                                     f"template override refused: {path} {problem}; templates are code and are used "
+                                     "only from files that no other user can write")
+
+
+def _tree(top: Path, where: tuple[str, int | None]) -> list[Path]:
+    """Every entry under ``top``; for a symlink, what it points to and the folder that holds that
+    (Jinja follows links).  Bounded: a link loop or a huge tree is refused, not walked forever."""
+    found: list[Path] = []
+    for root, dirs, files in os.walk(top, followlinks=True):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            entry = Path(root) / name
+            found.append(entry)
+            if entry.is_symlink():
+                target = entry.resolve()
+                found += [target, target.parent]
+        if len(found) > MAX_TEMPLATE_ENTRIES:
+            raise ConfigError.single(where[0], where[1], "templates",
+                                     f"template override refused: more than {MAX_TEMPLATE_ENTRIES} entries under "
+                                     f"{top} (or a link loop)")
+    return found
+
+
+def runs_code(section: JobSection, key: str) -> bool:
+    """Whether ``job.<key>`` of ``section`` is set to something that runs code."""
+    if key == "srun_args":
+        return any(srun_code_option(word) for word in section.srun_args)
+    return bool(getattr(section, key))
+
+
+def srun_code_option(word: str) -> str | None:
+    """The program-running srun option ``word`` sets (itself or an abbreviation), or None."""
+    name = word.split("=", 1)[0].replace("_", "-")
+    if not name.startswith("--") or len(name) < 4:
+        return None
+    return next((opt for opt in SRUN_CODE_OPTIONS if opt.startswith(name)), None)
+
+
+def check_job_code(site: Site, where: Where) -> None:
+    """The site's ``job:`` keys that run code (and each stage's): honoured only from files no
+    other user can write, like a template override."""
+    sections: list[tuple[KeyPath, JobSection]] = [(("job",), site.job)]
+    sections += [(("stages", stage, "job"), o.job) for stage, o in site.stages.items() if o.job is not None]
+    for prefix, section in sections:
+        for key in CODE_KEYS:
+            if runs_code(section, key):
+                _check_key((*prefix, key), where)
+
+
+def _check_key(key: Sequence[str | int], where: Where) -> None:
+    file, line = where(tuple(key))
+    path = Path(file).resolve()
+    for p in (path, path.parent):
+        problem = writable_by_others(p)
+        if problem:
+            raise ConfigError.single(file, line, ".".join(map(str, key)),
+                                     f"refused: {p} {problem}; {CODE_KEYS[str(key[-1])]} in every job, so it is used "
+                                     "only from site files that no other user can write")
