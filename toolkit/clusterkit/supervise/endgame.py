@@ -78,6 +78,8 @@ class Supervisor:
         self.grace_end: float | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         slurm = spec.mode != "local"
+        if slurm:   # an INT ends a batch script as it ended the shell: by that signal, no traceback
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
         self.events = Events([signal.SIGUSR2, signal.SIGTERM, signal.SIGALRM] if slurm
                              else [signal.SIGINT, signal.SIGTERM])
 
