@@ -1,5 +1,5 @@
 """The supervisor at work: starts the launcher, hears Slurm's signals, acts on
-:mod:`clusterkit.supervise.decide`'s answers (docs/architecture.md §7, "The job's end").
+:mod:`clusterkit.supervise.decide`'s answers (docs/architecture.md §3, "Signals, requeue, budget").
 
 It runs as the batch script itself (the job script ``exec``s it), so Slurm's ``--signal=B:USR2``
 and TERM reach it directly.  srun answers SIGTERM with "forcing job termination" (SIGKILL to
