@@ -55,7 +55,7 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
     run_dir = claim.path
     try:
         plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs,
-                                                                  python=supervisor_python()))
+                                                                  python=request.python or supervisor_python()))
         if gate is not None:
             plan = gate(plan)
         from clusterkit.job import render as render_mod  # jinja2: not on preflight's path
@@ -69,9 +69,9 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
 
 
 def supervisor_python() -> str:
-    """The Python the job's supervisor runs under (``exec``'d by the job script): the interpreter
-    running clusterkit now, which has it installed.  The job script checks again on the batch
-    host that it runs clusterkit there."""
+    """The Python the job's supervisor runs under (``exec``'d by the job script) unless the
+    request names one (``JobRequest.python``): the interpreter running clusterkit now, which
+    has it installed.  The job script checks on the batch host that it runs clusterkit there."""
     python = sys.executable
     if not python or not os.access(python, os.X_OK):
         raise PlanError(f"the Python running clusterkit ({python or 'unknown: sys.executable is empty'}) is not "

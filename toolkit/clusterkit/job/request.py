@@ -87,8 +87,8 @@ class JobRequest:
     # the command line that asked for the job (the CLI's words, recorded in job.sbatch as data);
     # empty when the Python API builds the request
     origin: tuple[str, ...] = ()
-    # the Python that runs the job's supervisor (the one that submitted: sys.executable, set by
-    # actions.render_run); empty: python3 on the batch host's PATH
+    # the Python that runs the job's supervisor on the batch host; empty: the one that submits
+    # (sys.executable, set by actions.render_run)
     python: str = ""
     # the choices among launcher, nodes, gpus_per_node and settings that `plan --render` made
     # (not the user): their source is "plan"
