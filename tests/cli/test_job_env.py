@@ -177,7 +177,7 @@ def test_setup_steps_run_in_order_after_env_before_the_launcher(ck, tmp_path: Pa
     text = (run / "job.sbatch").read_text()
     order = [text.index(s) for s in ("module load cuda/12.4", "export A=1", "eval 'echo one'",
                                      "eval 'pip freeze > frozen.txt'", "bash -c 'mkdir -p /tmp/cache_$SLURM_NODEID'",
-                                     "ck_start_launcher() {", "\nck_start_launcher\n")]
+                                     "ck_launch=(\n  srun ", "\nexec \"$ck_python\" -m clusterkit.supervise ")]
     assert order == sorted(order)
     assert '"setup step 2 failed (exit $ck_step_rc)"' in text
     node = next(ln for ln in text.splitlines() if "mkdir -p /tmp/cache_" in ln and ln.startswith("srun "))

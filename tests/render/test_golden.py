@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,10 @@ CASES = [(s, st, la) for s in SITES for st in STAGES for la in LAUNCHERS]
 
 
 def normalise(text: str, run_dir: Path) -> str:
+    """The rendered text with the paths of this machine named: the run directory, the test
+    sites, the repository and the Python that rendered it (the job's supervisor runs under it)."""
     sites = run_dir.parent / "sites"
+    text = text.replace(f"ck_python={sys.executable}\n", "ck_python=@PYTHON@\n")
     text = text.replace(str(run_dir), "@RUN_DIR@").replace(str(sites), "@TEST_SITES@").replace(str(REPO), "@REPO@")
     return text.replace(f"{run_dir.parent}/checkpoints", "@RUN_DIR@/../checkpoints")   # beside the run directory
 

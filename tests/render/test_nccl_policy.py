@@ -181,7 +181,7 @@ def test_pdsh_env_file_leaves_run_time_names_out(ck: Any, tmp_path: Path, launch
 
 def test_memlock_raised_only_where_rdma_runs(ck: Any, tmp_path: Path) -> None:
     ib = (render(ck, tmp_path, "ib-h100", "--stage", "multi-node") / "job.sbatch").read_text()
-    assert ib.index("ulimit -l unlimited") < ib.index("ck_start_launcher()")
+    assert ib.index("ulimit -l unlimited") < ib.index("ck_launch=(")
     for site, stage in (("eth-nfs", "multi-node"), ("ib-h100", "single-node")):
         assert "ulimit -l" not in (render(ck, tmp_path, site, "--stage", stage) / "job.sbatch").read_text()
 

@@ -10,6 +10,8 @@ is planned once whatever preflight finds.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -54,7 +56,8 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
                                write=write)
     run_dir = claim.path
     try:
-        plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs))
+        plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs,
+                                                                  python=request.python or supervisor_python()))
         if gate is not None:
             plan = gate(plan)
         from clusterkit.job import render as render_mod  # jinja2: not on preflight's path
@@ -66,6 +69,18 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
         claim.release()  # the default directory (and ./runs) when resolve_out created them
         raise
     return RenderedRun(site_obj, plan, artifacts, run_dir)
+
+
+def supervisor_python() -> str:
+    """The Python the job's supervisor runs under (``exec``'d by the job script) unless the
+    request names one (``JobRequest.python``): the interpreter running clusterkit now, which
+    has it installed.  The job script checks on the batch host that it runs clusterkit there."""
+    python = sys.executable
+    if not python or not os.access(python, os.X_OK):
+        raise PlanError(f"the Python running clusterkit ({python or 'unknown: sys.executable is empty'}) is not "
+                        "an executable file, so the job's supervisor could not start: run clusterkit from an "
+                        "installed Python")
+    return python
 
 
 _MAX_INPUT_BYTES = 1 << 20

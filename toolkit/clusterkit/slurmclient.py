@@ -35,15 +35,18 @@ def decode(raw: bytes) -> str:
     return _CONTROL.sub("", raw.decode("utf-8", errors="replace"))
 
 
-def run(argv: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+def run(argv: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S, *,
+        ignore_term: bool = False) -> subprocess.CompletedProcess[str]:
     """Run a Slurm client; never waits longer than ``timeout_s`` (the client is killed then).
 
     Returns its exit status and bounded, decoded stdout and stderr; 127 when the client is not
-    installed, 124 when it did not answer in time.
+    installed, 124 when it did not answer in time.  ``ignore_term``: the client runs with SIGTERM
+    ignored (inside a job, where Slurm's TERM reaches every process of the job, a requeue's
+    answer included).
     """
     args = list(argv)
     try:
-        proc = start(args, stdin=subprocess.DEVNULL)
+        proc = start(args, stdin=subprocess.DEVNULL, ignore_term=ignore_term)
     except FileNotFoundError:  # worded as a shell words it
         return subprocess.CompletedProcess(args, NOT_FOUND, "", f"{args[0]}: command not found")
     except OSError as exc:
@@ -58,7 +61,7 @@ def run(argv: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S) -> subprocess
 
 
 def start(argv: Sequence[str], *, env: dict[str, str] | None = None,
-          stdin: int | None = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
+          stdin: int | None = subprocess.DEVNULL, ignore_term: bool = False) -> subprocess.Popen[bytes]:
     """Start a long-running client (srun) in its own session, stdout and stderr piped.
 
     Its own session: the terminal's Ctrl-C reaches clusterkit, which ends the client itself
@@ -66,7 +69,11 @@ def start(argv: Sequence[str], *, env: dict[str, str] | None = None,
     the client cannot be run.
     """
     return subprocess.Popen(list(argv), stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_ignore_term if ignore_term else None)
+
+
+def _ignore_term() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def stop(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:

@@ -430,8 +430,8 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "choices": [_CONTROL.sub("?", c.worded()) for c in planning.choices(plan)],
         # RDMA across nodes: the job raises its locked-memory limit (templates/job-limits.j2)
         "rdma": site.network.fabric != "ethernet" and plan.stage != "single-node",
-        "probe_python": probe_python(plan)[0],
-        "probe_python_missing": probe_python(plan)[1],
+        "probe_python": probe_python(plan)[0], "probe_python_missing": probe_python(plan)[1],
+        "python": plan.basis.resolved.request.python or "python3",   # the supervisor's (actions.render_run)
         "probe_checks": plan.nccl_checks,
         "fr_pairs": nccl.fr_pairs(list(plan.env)),
         "pdsh_env": ".deepspeed_env" in plan.launch.templated,
@@ -464,9 +464,9 @@ def _check_long_run_parts(site: Site, plan: Plan, script: str) -> None:
     if plan.chain is not None and "ck_chain_ids=" not in script:
         missing = ("job-chain.sbatch.j2", "a chain member would neither stop the chain nor see it stopped",
                    'add {% include "job-chain.sbatch.j2" %} after the end-game include')
-    elif plan.settings.requeue_by == "framework" and "ck_requeue_pending" not in script:
-        missing = ("the framework branch of job-endgame.sh.j2", "the job would requeue itself as well as the "
-                   "framework", "update the site's job-endgame.sh.j2 from clusterkit's")
+    elif plan.settings.requeue_by == "framework" and "--requeue-by framework" not in script:
+        missing = ("the supervisor's --requeue-by framework (job-supervise.j2)", "the job would requeue itself as "
+                   "well as the framework", "update the site's job-supervise.j2 from clusterkit's")
     if missing is not None:
         raise ConfigError.single(site.templates or "templates", None, "templates",
                                  f"the site's job script template lacks {missing[0]}, so {missing[1]}: {missing[2]}")

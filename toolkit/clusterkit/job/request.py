@@ -87,6 +87,9 @@ class JobRequest:
     # the command line that asked for the job (the CLI's words, recorded in job.sbatch as data);
     # empty when the Python API builds the request
     origin: tuple[str, ...] = ()
+    # the Python that runs the job's supervisor on the batch host; empty: the one that submits
+    # (sys.executable, set by actions.render_run)
+    python: str = ""
     # the choices among launcher, nodes, gpus_per_node and settings that `plan --render` made
     # (not the user): their source is "plan"
     planned: frozenset[str] = frozenset()
@@ -124,8 +127,8 @@ class Resolved:
 
     def with_request(self, **changes: Any) -> Resolved:
         """The same choices for the request with ``changes`` that choose nothing (run_dir, inputs)."""
-        if set(changes) - {"run_dir", "inputs", "origin"}:
-            raise ValueError(f"{sorted(changes)}: only run_dir, inputs and origin leave the choices as they are")
+        if set(changes) - {"run_dir", "inputs", "origin", "python"}:
+            raise ValueError(f"{sorted(changes)}: only run_dir, inputs, origin and python leave the choices alone")
         return replace(self, request=replace(self.request, **changes))
 
 

@@ -1,0 +1,74 @@
+"""``python -m clusterkit.supervise``: its argv and environment as the job script hands them over."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clusterkit.supervise.__main__ import parse
+from clusterkit.supervise.endgame import Spec
+
+ENV = {"CK_RUN_DIR": "/shared/runs/a", "CK_JOB_ID": "4321_7", "SLURM_RESTART_COUNT": "1"}
+
+
+def test_the_job_scripts_call_becomes_a_spec() -> None:
+    spec = parse(["--mode", "step", "--grace-s", "30", "--max-restarts", "2", "--stop-signal", "USR1",
+                  "--requeue-by", "framework", "--chain-ids", "/shared/runs/chain.ids", "--chain-stops",
+                  "user-code import-env", "--", "srun", "--nodes=2", "bash", "-c", "exec \"$@\"", "--", "x"], ENV)
+    assert spec == Spec(launch=("srun", "--nodes=2", "bash", "-c", "exec \"$@\"", "--", "x"), mode="step",
+                        run_dir="/shared/runs/a", job_id="4321_7", restarts=1, max_restarts=2, grace_s=30,
+                        stop_signal="USR1", requeue_by="framework", chain_ids="/shared/runs/chain.ids",
+                        chain_stops=("user-code", "import-env"))
+
+
+def test_a_local_job_has_no_restart_count() -> None:
+    spec = parse(["--mode", "local", "--", "bash", "-c", "true"], {"CK_RUN_DIR": "/r", "CK_JOB_ID": "local-9"})
+    assert (spec.mode, spec.restarts, spec.launch) == ("local", 0, ("bash", "-c", "true"))
+
+
+@pytest.mark.parametrize("argv,env,words", [
+    (["--mode", "step"], ENV, "no launch command after --"),
+    (["--mode", "step", "--"], ENV, "no launch command after --"),
+    (["--mode", "nowhere", "--", "srun"], ENV, "--mode"),
+    (["--mode", "step", "--grace-s", "-1", "--", "srun"], ENV, "--grace-s"),
+    (["--mode", "step", "--stop-signal", "TERM;id", "--", "srun"], ENV, "--stop-signal"),
+    (["--mode", "step", "--", "srun"], {"CK_RUN_DIR": "/r"}, "CK_JOB_ID not set"),
+    (["--mode", "step", "--", "srun"], {**ENV, "SLURM_RESTART_COUNT": "x"}, "SLURM_RESTART_COUNT='x'"),
+])
+def test_a_wrong_call_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
+                                             env: dict[str, str], words: str) -> None:
+    with pytest.raises(SystemExit) as stop:
+        parse(argv, env)
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and err.startswith("clusterkit supervise: ")
+
+
+def _supervise(*argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    keep = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH")}
+    return subprocess.run([sys.executable, "-m", "clusterkit.supervise", *argv], capture_output=True, text=True,
+                          env={**keep, **env}, timeout=60)
+
+
+def test_as_a_process_a_wrong_call_has_no_traceback() -> None:
+    p = _supervise("--mode", "step", **ENV)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_a_local_launcher_ending_on_its_own_leaves_its_status_in_the_result(tmp_path: Path) -> None:
+    p = _supervise("--mode", "local", "--", "bash", "-c", "exit 3", CK_RUN_DIR=str(tmp_path), CK_JOB_ID="local-1")
+    assert p.returncode == 3, p.stderr
+    assert "launcher exited with status 3" in p.stderr
+    assert (tmp_path / "local-1.result").read_text() == "3\n" and not (tmp_path / "local-1.reason").exists()
+
+
+def test_a_launcher_that_cannot_start_is_status_127_with_one_line(tmp_path: Path) -> None:
+    p = _supervise("--mode", "local", "--", str(tmp_path / "no-such-launcher"), CK_RUN_DIR=str(tmp_path),
+                   CK_JOB_ID="local-2")
+    assert p.returncode == 127 and "Traceback" not in p.stderr, p.stderr
+    assert f"clusterkit: {tmp_path}/no-such-launcher: No such file or directory" in p.stderr
+    assert (tmp_path / "local-2.result").read_text() == "127\n"

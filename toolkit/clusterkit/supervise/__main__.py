@@ -1,0 +1,59 @@
+"""``python -m clusterkit.supervise [options] -- LAUNCH ARGV...``: the job script's last line
+(``exec``).  The launch argv is the job script's own, expanded by it; the run directory, the
+job id and the restart count come from its environment (CK_RUN_DIR, CK_JOB_ID,
+SLURM_RESTART_COUNT).  A wrong call is a usage error: one line, exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from clusterkit.supervise.endgame import Spec, Supervisor
+
+USAGE = "python -m clusterkit.supervise --mode step|here|local [options] -- LAUNCH ARGV..."
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"clusterkit supervise: {message} (usage: {USAGE})", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
+    """The supervisor's :class:`Spec` from its argv and the job's environment; SystemExit(2)
+    with one line when either is wrong."""
+    words = list(argv)
+    if "--" not in words or words.index("--") == len(words) - 1:
+        _Parser().error("no launch command after --")
+    cut = words.index("--")
+    p = _Parser(prog="clusterkit.supervise", add_help=False)
+    p.add_argument("--mode", choices=("step", "here", "local"), required=True)
+    p.add_argument("--grace-s", type=int, default=0)
+    p.add_argument("--max-restarts", type=int, default=0)
+    p.add_argument("--stop-signal", default="TERM")
+    p.add_argument("--requeue-by", choices=("clusterkit", "framework"), default="clusterkit")
+    p.add_argument("--chain-ids", default="")
+    p.add_argument("--chain-stops", default="")
+    a = p.parse_args(words[:cut])
+    if a.grace_s < 0 or a.max_restarts < 0 or not a.stop_signal.isalnum():
+        p.error("--grace-s and --max-restarts must be 0 or more, --stop-signal a signal name")
+    missing = [name for name in ("CK_RUN_DIR", "CK_JOB_ID") if not env.get(name)]
+    if missing:
+        p.error(f"{' and '.join(missing)} not set: the job script sets them before it starts the supervisor")
+    restarts = env.get("SLURM_RESTART_COUNT", "0") or "0"
+    if not restarts.isdigit():
+        p.error(f"SLURM_RESTART_COUNT={restarts[:20]!r} is not a number")
+    return Spec(launch=tuple(words[cut + 1:]), mode=a.mode, run_dir=env["CK_RUN_DIR"], job_id=env["CK_JOB_ID"],
+                restarts=int(restarts), max_restarts=a.max_restarts, grace_s=a.grace_s, stop_signal=a.stop_signal,
+                requeue_by=a.requeue_by, chain_ids=a.chain_ids,
+                chain_stops=tuple(a.chain_stops.split()))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    Supervisor(parse(sys.argv[1:] if argv is None else argv, dict(os.environ))).run()
+
+
+if __name__ == "__main__":
+    main()

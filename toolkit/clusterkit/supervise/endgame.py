@@ -1,0 +1,287 @@
+"""The supervisor at work: starts the launcher, hears Slurm's signals, acts on
+:mod:`clusterkit.supervise.decide`'s answers (docs/architecture.md §3, "Signals, requeue, budget").
+
+It runs as the batch script itself (the job script ``exec``s it), so Slurm's ``--signal=B:USR2``
+and TERM reach it directly.  srun answers SIGTERM with "forcing job termination" (SIGKILL to
+every task), so it never signals srun: the time-limit warning reaches the ranks through their
+step (``scancel --signal=SIG JOBID``: every task and its children, not the batch host's
+processes), and Slurm's own TERM has reached them already.  A launcher on the batch host (no
+step) is told by TERM instead.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from clusterkit import slurmclient
+from clusterkit.safefile import read_capped
+from clusterkit.supervise import decide
+from clusterkit.supervise.events import Events, die_by_term
+
+WAITING = "waiting for Slurm to end this run; no result is written"
+SLURM_END_WAIT_S = 600.0   # how long a run waits for Slurm to end it before it exits itself
+DOCTOR_TIMEOUT_S = 300.0
+_LOOP_S = 30.0             # the longest one wait lasts (the pipe ends it on any signal)
+
+Client = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the job script hands over: the launch argv and how this run ends."""
+
+    launch: tuple[str, ...]
+    mode: str                      # step (srun step), here (launcher on the batch host), local (no Slurm)
+    run_dir: str
+    job_id: str
+    restarts: int = 0
+    max_restarts: int = 0
+    grace_s: int = 0
+    stop_signal: str = "TERM"
+    requeue_by: str = "clusterkit"
+    chain_ids: str = ""            # a chain member that is not the last: the chain's ids file
+    chain_stops: tuple[str, ...] = ()
+
+
+def log(text: str) -> None:
+    """One line of the job's log, as the job script's ``ck_log`` writes it."""
+    print(f"clusterkit: {time.strftime('%H:%M:%S', time.gmtime())} {text}", file=sys.stderr, flush=True)
+
+
+def say(text: str) -> None:
+    print(f"clusterkit: {text}", file=sys.stderr, flush=True)
+
+
+def relay(answer: subprocess.CompletedProcess[str]) -> None:
+    """A client's own words (its stderr, bounded and cleaned by slurmclient), in the job's log."""
+    if answer.stderr.strip():
+        print(answer.stderr.rstrip("\n"), file=sys.stderr, flush=True)
+
+
+class Supervisor:
+    """One run of one job: the launcher, the signals, the end."""
+
+    def __init__(self, spec: Spec, client: Client = slurmclient.run) -> None:
+        self.spec, self.client = spec, client
+        self.warned: str | None = None
+        self.preempted = False
+        self.stopping = False
+        self.grace_end: float | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        slurm = spec.mode != "local"
+        if slurm:   # an INT ends a batch script as it ended the shell: by that signal, no traceback
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        self.events = Events([signal.SIGUSR2, signal.SIGTERM, signal.SIGALRM] if slurm
+                             else [signal.SIGINT, signal.SIGTERM])
+
+    # ---- the launcher
+    def start(self) -> int | None:
+        """Start the launcher as the job script's ``&`` did (stdin /dev/null, INT and QUIT
+        ignored, this process group); its status when it could not start at all."""
+        try:
+            self.proc = subprocess.Popen(list(self.spec.launch), stdin=subprocess.DEVNULL, preexec_fn=_background)
+        except OSError as exc:
+            say(f"{self.spec.launch[0]}: {exc.strerror or 'cannot run'}")
+            return 127
+        return None
+
+    def signal_launcher(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait_launcher(self) -> int:
+        """Until the launcher is gone, or, after a warning, the grace time is over (143 then)."""
+        assert self.proc is not None
+        while True:
+            for signum in self.events.take():
+                self.on_signal(signum)
+            if self.proc.poll() is not None:
+                return decide.exit_status(self.proc.returncode)
+            if self.grace_end is not None and time.monotonic() >= self.grace_end:
+                log(f"the grace time of {self.spec.grace_s} s is over and ranks are still running")
+                return 143
+            left = _LOOP_S if self.grace_end is None else max(0.0, self.grace_end - time.monotonic())
+            for signum in self.events.wait(min(left, _LOOP_S)):
+                self.on_signal(signum)
+
+    # ---- the signals while the run is on
+    def on_signal(self, signum: int) -> None:
+        if self.spec.mode == "local":
+            log(f"{signal.Signals(signum).name} received: sending TERM to the launcher")
+            self.signal_launcher()
+        elif signum == signal.SIGUSR2:
+            self.warn()
+        elif signum == signal.SIGTERM:
+            self.stopping = True
+            log("SIGTERM: Slurm is ending this run (cancel, preemption or time limit); the ranks have it too")
+            if self.spec.mode == "here":
+                self.signal_launcher()
+
+    def warn(self) -> None:
+        """Slurm's USR2 before the time limit: the ranks get the stop signal and the grace time to save."""
+        if self.warned is not None:
+            return
+        self.warned = decide.WARNING
+        log(f"SIGUSR2: time limit near (or preempted): SIG{self.spec.stop_signal} to every rank, "
+            f"{self.spec.grace_s} s to save")
+        if self.spec.mode == "step":
+            relay(self.client(["scancel", f"--signal={self.spec.stop_signal}", self.spec.job_id]))
+        else:
+            self.signal_launcher()
+        self.grace_end = time.monotonic() + self.spec.grace_s
+
+    def drain(self) -> None:
+        """The signals that came while a client ran (Slurm's TERM reaches the job's every process)."""
+        for signum in self.events.take():
+            self.on_signal(signum)
+
+    # ---- the end
+    def facts(self, rc: int) -> decide.Facts:
+        s = self.spec
+        return decide.Facts(restarts=s.restarts, max_restarts=s.max_restarts, rc=rc, warned=self.warned,
+                            preempted=self.preempted, stopping=self.stopping, requeue_by=s.requeue_by,
+                            judges_chain=bool(s.chain_ids))
+
+    def show_job(self) -> str:
+        answer = self.client(["scontrol", "-o", "show", "job", self.spec.job_id], ignore_term=True)
+        self.drain()
+        return answer.stdout[:65536] if answer.returncode == 0 else ""
+
+    def look_for_preemption(self) -> None:
+        """A preempted job's steps get SIGTERM while the batch script hears nothing until the grace
+        time is over; ending now would record the run COMPLETED, and Slurm would never requeue it."""
+        seen = decide.preemption(self.show_job())
+        if seen is not None:
+            self.warned, self.preempted = seen, True
+
+    def run(self) -> NoReturn:
+        rc = self.start()
+        if rc is None:
+            rc = self.wait_launcher()
+        self.grace_end = None
+        log(f"launcher exited with status {rc}")
+        if self.spec.mode == "local":
+            self.result(rc)
+            sys.exit(rc)
+        self.drain()
+        if not self.stopping and self.warned is None:
+            self.look_for_preemption()
+        self.act(decide.end_game(self.facts(rc)), rc)
+
+    def act(self, action: decide.Action, rc: int) -> NoReturn:
+        if isinstance(action, decide.WaitForSlurm):
+            self.wait_for_slurm_end(action.status, action.why)
+        if isinstance(action, decide.Finish):
+            if action.judge_chain:
+                self.judge_chain()
+            self.result(action.status)
+            sys.exit(action.status)
+        if isinstance(action, decide.Fail):
+            say(action.line or action.reason)
+            self.result(action.status, action.reason)
+            sys.exit(action.status)
+        if isinstance(action, decide.Requeue):
+            log(action.line)
+            answer = self.client(["scontrol", "requeue", self.spec.job_id], ignore_term=True)
+            relay(answer)
+            self.drain()
+            self.act(decide.after_requeue(self.facts(rc), answer.returncode == 0), rc)
+        pending = decide.requeue_pending(self.show_job(), self.spec.restarts)
+        self.act(decide.after_framework(self.facts(rc), pending), rc)
+
+    def wait_for_slurm_end(self, status: int, why: str) -> NoReturn:
+        """The one wait for Slurm's end, wherever Slurm is ending this run itself (a requeue, a
+        preemption, a cancel, the time limit).  A result file now would mark the job as ended for
+        good, and exiting first races with Slurm (slurmctld may record a requeued run FAILED).
+        So: no result; Slurm's next TERM ends this process by that signal, as if untrapped, or its
+        KILL does; a late USR2 is noted and the wait goes on.  Bounded: after 600 s it exits STATUS."""
+        log(why)
+        log(WAITING)
+        end = time.monotonic() + SLURM_END_WAIT_S
+        while (left := end - time.monotonic()) > 0:
+            for signum in self.events.wait(min(left, _LOOP_S)):
+                if signum == signal.SIGTERM:
+                    die_by_term()
+                if signum == signal.SIGUSR2:
+                    log("SIGUSR2 while waiting for Slurm to end this run: ignored")
+        sys.exit(status)
+
+    def result(self, status: int, reason: str = "") -> None:
+        """The end for good: ``<job id>.result`` (one line: the status) tells ``clusterkit status``
+        and submitit the job ended; ``<job id>.reason`` says why, when there is more to say."""
+        s = self.spec
+        if s.mode != "local" and decide.requeue_off_first(s.restarts, self.preempted, self.warned):
+            answer = self.client(["scontrol", "update", f"JobId={s.job_id}", "Requeue=0"], ignore_term=True)
+            if answer.returncode != 0:
+                log("scontrol update Requeue=0 failed: Slurm 24.05 and later may requeue this job once more")
+        base = Path(s.run_dir) / s.job_id
+        try:
+            if reason:
+                Path(f"{base}.reason").write_text(f"{reason}\n")
+            Path(f"{base}.result.tmp").write_text(f"{status}\n")
+            os.replace(f"{base}.result.tmp", f"{base}.result")
+        except OSError as exc:
+            say(f"cannot write {base}.result: {exc.strerror or exc}")
+
+    # ---- a chain member that failed on its own (not stopped by Slurm)
+    def judge_chain(self) -> None:
+        """Ask doctor whether a restart can fix this failure; when not, mark this member
+        unfixable and cancel the later members."""
+        if shutil.which("clusterkit") is None:
+            log("chain: clusterkit is not on PATH on the batch host, so doctor cannot judge the failure: "
+                "the next member runs")
+            return
+        argv = ["clusterkit", "doctor", "--logs", f"{self.spec.run_dir}/logs", "--category"]
+        try:
+            out = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 timeout=DOCTOR_TIMEOUT_S, check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            out = b""
+        category = decide.chain_category(out[:64].decode("ascii", errors="replace"))
+        if (category or "none") not in self.spec.chain_stops:
+            log(f"chain: doctor says {category or 'nothing'}: a restart may fix it; the next member runs")
+            return
+        Path(self.spec.run_dir, f"{self.spec.job_id}.unfixable").write_text(f"{category}\n")
+        log(f"chain: doctor says {category}, which a restart cannot fix: the chain stops here")
+        self.cancel_later_members()
+
+    def cancel_later_members(self) -> None:
+        """The later members, cancelled (own jobs only).  The ids file lies in a run directory others
+        may reach: a regular file only (never a FIFO or a link), 4 KiB, and each id kept only while
+        Slurm holds it as this chain's next member (``decide.chain_successors``)."""
+        ids = self.spec.chain_ids
+        try:
+            text = read_capped(ids, 4096, follow_symlinks=False)[0].decode("ascii", errors="replace")
+        except OSError:
+            text = ""
+        listed = decide.later_members(text, self.spec.job_id)
+        if not listed:
+            log(f"chain: no later member listed in {ids} yet; the next member stops at its start")
+            return
+        user = pwd.getpwuid(os.getuid()).pw_name
+        pending = self.client(["squeue", "-h", "-u", user, "-t", "PENDING", "-o", "%i %E"]).stdout
+        rest = decide.chain_successors(listed, self.spec.job_id, pending)
+        if rest != listed:
+            log(f"chain: job {listed[len(rest)]} in {ids} is not a pending job of this user queued after job "
+                f"{rest[-1] if rest else self.spec.job_id}; not cancelled, nor what follows it")
+        if not rest:
+            return
+        log(f"chain: cancelling the later members: {' '.join(rest)}")
+        if self.client(["scancel", f"--user={user}", "--", *rest]).returncode != 0:
+            log(f"chain: scancel of {' '.join(rest)} failed")
+
+
+def _background() -> None:
+    """A background command of a non-interactive shell ignores INT and QUIT."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
