@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from clusterkit import slurmclient
-from clusterkit.safefile import read_capped
+from clusterkit.safefile import NotRegular, read_capped
 from clusterkit.supervise import decide
 from clusterkit.supervise.events import Events, die_by_term
 
@@ -262,6 +262,9 @@ class Supervisor:
         ids = self.spec.chain_ids
         try:
             text = read_capped(ids, 4096, follow_symlinks=False)[0].decode("ascii", errors="replace")
+        except NotRegular:
+            log(f"chain: {ids} is not a regular file; the next member stops at its start")
+            return
         except OSError:
             text = ""
         listed = decide.later_members(text, self.spec.job_id)
