@@ -233,11 +233,15 @@ def _exports(run_dir: Path) -> dict[str, str]:
 
 def launcher_env(run_dir: Path) -> dict[str, str]:
     """What the launcher's command (srun, or bash on the batch host) gets set on its own: the
-    assignments before it in ck_start_launcher, as bash reads them."""
+    assignments of the ``env`` that heads the launch argv (``ck_launch``), as bash reads them."""
     text = (run_dir / "job.sbatch").read_text()
-    body = text.split("ck_start_launcher() {\n", 1)[1]
-    prefix = re.split(r"^  (?:srun|bash -c) ", body, maxsplit=1, flags=re.M)[0].rstrip().rstrip("\\")
-    out = subprocess.run(["bash", "-c", prefix + " env -0"], capture_output=True, text=True, env={}).stdout
+    body = text.split("ck_launch=(\n", 1)[1]
+    prefix = re.split(r"^  (?:srun|bash -c) ", body, maxsplit=1, flags=re.M)[0].strip().rstrip("\\").strip()
+    if not prefix:
+        return {}
+    assert prefix.startswith("env "), prefix
+    out = subprocess.run(["bash", "-c", "printf '%s\\0' " + prefix.removeprefix("env ")], capture_output=True,
+                         text=True, env={}).stdout
     return dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
 
 
@@ -281,7 +285,7 @@ def test_apptainer_gpu_flag_home_and_env(ck, tmp_path: Path, model: str | None, 
                     f"env: {CONTAINER_ENV}}}}}\n")
     run_dir = render(ck, tmp_path / "r", "--site", str(site), "--launcher", "horovod")
     text = (run_dir / "job.sbatch").read_text()
-    body = shlex.split(text.split(srun_line(run_dir), 1)[1].split("bash -c ", 1)[1])[0]
+    body = shlex.split(text.split(srun_line(run_dir), 1)[1].split("bash -c ", 1)[1].split(" \\\n", 1)[0])[0]
     exec_words = shlex.split(body.split("exec ", 1)[1])
     assert exec_words[:2 + len(gpu_flag) + 1] == ["apptainer", "exec", *gpu_flag, "--no-home"]
     assert ("--nv" in exec_words) == (gpu_flag == ["--nv"])

@@ -132,9 +132,11 @@ def test_container_env_values_arrive_byte_for_byte(ck, tmp_path: Path) -> None:
     run_dir = tmp_path / "r"
     result = ck("render", "--site", str(site), "--out", str(run_dir), "--", "python", "train.py")
     assert result.code == 0, result.err
-    # the assignments before the launcher's srun, on it alone (the batch shell never has them)
+    # the assignments of the env before the launcher's srun, on it alone (the batch shell never has them)
     text = (run_dir / "job.sbatch").read_text()
-    prefix = text.split("ck_start_launcher() {\n", 1)[1].split("\n  srun ", 1)[0].rstrip().rstrip("\\")
+    prefix = text.split("ck_launch=(\n", 1)[1].split("\n  srun ", 1)[0].strip().rstrip("\\").strip()
+    assert prefix.startswith("env "), prefix   # the launch argv starts with env and the assignments
+    prefix = prefix.removeprefix("env ")
     assert "export V0" not in text
     got = _words(prefix + " bash -c 'for v in " + " ".join(f"V{i}" for i in range(len(env)))
                  + "; do printf \"%s\\0\" \"${!v}\"; done'", run_dir)

@@ -110,11 +110,13 @@ def test_container_env_reaches_the_launcher_step_alone(ck, tmp_path: Path) -> No
     result = _render(ck, tmp_path, site=site)
     assert result.code == 0, result.err
     text = (tmp_path / "run" / "job.sbatch").read_text()
-    head, launcher = text.split("ck_start_launcher() {\n", 1)
-    launcher, tail = launcher.split("\n}\n", 1)
+    head, launcher = text.split("ck_launch=(\n", 1)
+    launcher, tail = launcher.split("\n)\n", 1)
     for outside in (head, tail):   # the batch shell: clusterkit's preflight, choose-nodes, doctor run here
         assert "HF_HOME" not in outside and "SITE_ONLY_VAR" not in outside
-    prefix = launcher.split("\n  srun ", 1)[0].rstrip().rstrip("\\")
+    prefix = launcher.split("\n  srun ", 1)[0].strip().rstrip("\\").strip()
+    assert prefix.startswith("env "), prefix   # the launch argv: env with the assignments, then srun
+    prefix = prefix.removeprefix("env ")
     got = subprocess.run(["bash", "-c", prefix + ' bash -c \'printf "%s|%s" "$HF_HOME" "$SITE_ONLY_VAR"\'; '
                           'printf "|%s" "${HF_HOME-unset}"'], capture_output=True, text=True, env={}).stdout
     assert got == "/data/hf|a b|unset"      # set for the command, not for the shell after it

@@ -194,7 +194,9 @@ def plan(ask: ArrayRequest, *, slurm: bool, site: str, max_array_size: int | Non
         out = ArrayPlan(text, tuple(range(size)), throttle, keys, values)
     else:
         assert ask.spec is not None
-        limit, where = ((max_array_size, "the site's scheduler.max_array_size") if max_array_size is not None else
+        # Slurm's MaxArraySize; a local site runs the tasks one after another, as many as a sweep may have
+        limit, where = ((MAX_SWEEP_TASKS, "a local site's limit") if not slurm else
+                        (max_array_size, "the site's scheduler.max_array_size") if max_array_size is not None else
                         (DEFAULT_MAX_ARRAY_SIZE, "Slurm's default; a cluster that allows more: set the site's "
                                                  "scheduler.max_array_size"))
         if ask.spec.top >= limit:   # before a single index is built: 0-4000000 would be 4 million
