@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import getpass
 from pathlib import Path
 
 import pytest
@@ -33,5 +34,5 @@ def test_second_job_of_a_run_name_resumes_on_the_local_site(local_ck: CLI, tmp_p
         submitted_job_id(proc.out)
         outs.append(proc.out)
     assert "starting fresh" in outs[0] and "resumed at step 10" in outs[1], outs
-    assert (tmp_path / "runs" / "checkpoints" / "lm-a" / "step").read_text() == "20"
+    assert (tmp_path / "runs" / "checkpoints" / getpass.getuser() / "lm-a" / "step").read_text() == "20"
     assert len([d for d in (tmp_path / "runs").iterdir() if d.name != "checkpoints"]) == 2

@@ -72,6 +72,19 @@ def start(argv: Sequence[str], *, env: dict[str, str] | None = None,
                             start_new_session=True, preexec_fn=_ignore_term if ignore_term else None)
 
 
+def launch(argv: Sequence[str]) -> subprocess.Popen[bytes]:
+    """Start a job's launch step (srun, or the launcher on the batch host) as a job script's
+    ``&`` does: stdin from /dev/null, INT and QUIT ignored (a non-interactive shell's background
+    command), the caller's process group, stdout and stderr the job's log.  OSError when it
+    cannot be run."""
+    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, preexec_fn=_background)
+
+
+def _background() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
+
+
 def _ignore_term() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 

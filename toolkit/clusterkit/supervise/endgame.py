@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,12 +24,11 @@ from typing import NoReturn
 
 from clusterkit import slurmclient
 from clusterkit.safefile import NotRegular, read_capped
-from clusterkit.supervise import decide
+from clusterkit.supervise import decide, judge
 from clusterkit.supervise.events import Events, die_by_term
 
 WAITING = "waiting for Slurm to end this run; no result is written"
 SLURM_END_WAIT_S = 600.0   # how long a run waits for Slurm to end it before it exits itself
-DOCTOR_TIMEOUT_S = 300.0
 _LOOP_S = 30.0             # the longest one wait lasts (the pipe ends it on any signal)
 
 Client = Callable[..., "subprocess.CompletedProcess[str]"]
@@ -89,7 +87,7 @@ class Supervisor:
         """Start the launcher as the job script's ``&`` did (stdin /dev/null, INT and QUIT
         ignored, this process group); its status when it could not start at all."""
         try:
-            self.proc = subprocess.Popen(list(self.spec.launch), stdin=subprocess.DEVNULL, preexec_fn=_background)
+            self.proc = slurmclient.launch(self.spec.launch)
         except OSError as exc:
             say(f"{self.spec.launch[0]}: {exc.strerror or 'cannot run'}")
             return 127
@@ -237,17 +235,11 @@ class Supervisor:
     def judge_chain(self) -> None:
         """Ask doctor whether a restart can fix this failure; when not, mark this member
         unfixable and cancel the later members."""
-        if shutil.which("clusterkit") is None:
+        category = judge.doctor_category(f"{self.spec.run_dir}/logs")
+        if category is None:
             log("chain: clusterkit is not on PATH on the batch host, so doctor cannot judge the failure: "
                 "the next member runs")
             return
-        argv = ["clusterkit", "doctor", "--logs", f"{self.spec.run_dir}/logs", "--category"]
-        try:
-            out = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                 timeout=DOCTOR_TIMEOUT_S, check=False).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            out = b""
-        category = decide.chain_category(out[:64].decode("ascii", errors="replace"))
         if (category or "none") not in self.spec.chain_stops:
             log(f"chain: doctor says {category or 'nothing'}: a restart may fix it; the next member runs")
             return
@@ -284,7 +276,3 @@ class Supervisor:
             log(f"chain: scancel of {' '.join(rest)} failed")
 
 
-def _background() -> None:
-    """A background command of a non-interactive shell ignores INT and QUIT."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGQUIT, signal.SIG_IGN)
