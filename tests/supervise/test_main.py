@@ -72,3 +72,26 @@ def test_a_launcher_that_cannot_start_is_status_127_with_one_line(tmp_path: Path
     assert p.returncode == 127 and "Traceback" not in p.stderr, p.stderr
     assert f"clusterkit: {tmp_path}/no-such-launcher: No such file or directory" in p.stderr
     assert (tmp_path / "local-2.result").read_text() == "127\n"
+
+
+def test_a_checkpoint_folder_that_is_a_link_or_others_can_write_ends_the_job_before_the_launch(tmp_path: Path) -> None:
+    mine = tmp_path / "checkpoints" / "me"
+    mine.mkdir(parents=True, mode=0o700)
+    (tmp_path / "elsewhere").mkdir()
+    (mine / "run-a").symlink_to(tmp_path / "elsewhere")
+    marker = tmp_path / "launched"
+    p = _supervise("--mode", "local", "--", "touch", str(marker), CK_RUN_DIR=str(tmp_path), CK_JOB_ID="local-3",
+                   CK_CHECKPOINT_DIR=str(mine / "run-a"))
+    assert p.returncode == 1 and not marker.exists(), p.stderr
+    assert (tmp_path / "local-3.reason").read_text().startswith(f"{mine / 'run-a'} is a symbolic link: another user")
+    (mine / "run-a").unlink()
+    (mine / "run-a").mkdir(mode=0o700)
+    os.chmod(mine / "run-a", 0o777)   # chmod: mkdir's mode is cut by the umask
+    p = _supervise("--mode", "local", "--", "touch", str(marker), CK_RUN_DIR=str(tmp_path), CK_JOB_ID="local-4",
+                   CK_CHECKPOINT_DIR=str(mine / "run-a"))
+    assert p.returncode == 1 and not marker.exists(), p.stderr
+    assert "is writable by others (mode 777)" in (tmp_path / "local-4.reason").read_text()
+    os.chmod(mine / "run-a", 0o700)
+    p = _supervise("--mode", "local", "--", "touch", str(marker), CK_RUN_DIR=str(tmp_path), CK_JOB_ID="local-5",
+                   CK_CHECKPOINT_DIR=str(mine / "run-a"))
+    assert p.returncode == 0 and marker.exists(), p.stderr

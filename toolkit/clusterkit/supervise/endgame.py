@@ -24,7 +24,7 @@ from typing import NoReturn
 
 from clusterkit import slurmclient
 from clusterkit.safefile import NotRegular, read_capped
-from clusterkit.supervise import decide, judge
+from clusterkit.supervise import decide, judge, owned
 from clusterkit.supervise.events import Events, die_by_term
 
 WAITING = "waiting for Slurm to end this run; no result is written"
@@ -163,6 +163,11 @@ class Supervisor:
             self.warned, self.preempted = seen, True
 
     def run(self) -> NoReturn:
+        why = owned.problem(os.environ)
+        if why:   # checked again here, right before any rank starts (the job script did a moment ago)
+            say(why)
+            self.result(1, why)
+            sys.exit(1)
         rc = self.start()
         if rc is None:
             rc = self.wait_launcher()
