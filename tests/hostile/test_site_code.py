@@ -150,6 +150,12 @@ CODE = {
     "abbreviated": ("  srun_args: ['--task-pro=/tmp/pwned.sh']\n", "job.srun_args", "srun runs"),
     "underscored": ("  srun_args: ['--task_prolog=/tmp/pwned.sh']\n", "job.srun_args", "srun runs"),
     "setup": ("  setup: ['touch pwned']\n", "job.setup", "setup commands run"),
+    "launcher-args": ("  launcher_args: ['--launcher_args', '--mca plm_rsh_agent /tmp/pwned.sh']\n",
+                      "job.launcher_args", "on to pdsh or mpirun"),
+    "launcher-args-abbreviated": ("  launcher_args: ['--launcher_arg=-x LD_PRELOAD=/tmp/p.so']\n",
+                                  "job.launcher_args", "on to pdsh or mpirun"),
+    "mpi-args": ("  launcher_args: ['--mpi-args=--mca plm_rsh_agent /tmp/pwned.sh']\n", "job.launcher_args",
+                 "which run programs"),
     "stage-venv": ("  env: {A: b}\nstages:\n  multi-node:\n    job: {venv: /planted}\n", "stages.multi-node.job.venv",
                    "activate script"),
 }
@@ -175,7 +181,8 @@ def test_site_code_from_a_folder_others_can_write_is_refused(ck, tmp_path: Path)
 
 
 @pytest.mark.parametrize("job", ["  srun_args: ['--label', '--comment=task-prolog']\n", "  env: {HF_HOME: /x}\n",
-                                 "  launcher_args: ['--max-restarts=1']\n"])
+                                 "  launcher_args: ['--max-restarts=1']\n", "  launcher_args: ['--launcher', 'pdsh']\n",
+                                 "  launcher_args: ['--mpi']\n"])
 def test_site_data_that_runs_nothing_is_used_from_any_file(ck, tmp_path: Path, job: str) -> None:
     site = _site(tmp_path, job, 0o666)
     result = _render(ck, tmp_path, site)

@@ -6,8 +6,10 @@ A site file is data, but some of its keys are code every job runs: a ``templates
 ``job.node_setup`` (commands), ``job.venv`` and ``job.conda`` (their activation scripts run in
 the job's shell), and ``job.srun_args`` that name a program srun runs (``--task-prolog``,
 ``--task-epilog``, ``--prolog``, ``--epilog``, or any abbreviation of them, which srun's
-getopt_long accepts).  Each is honoured only from files, and their directories, that no user but
-you or root can write.
+getopt_long accepts), and ``job.launcher_args`` that hand words on to the program a launcher
+starts (DeepSpeed's ``--launcher_args`` to pdsh or mpirun, Horovod's ``--mpi-args`` to mpirun, or
+an abbreviation argparse accepts).  Each is honoured only from files, and their directories, that
+no user but you or root can write.
 """
 
 from __future__ import annotations
@@ -23,10 +25,15 @@ from clusterkit.errors import ConfigError
 
 #: srun options whose value is a program srun (or slurmstepd) runs for the step or each task.
 SRUN_CODE_OPTIONS = ("--task-prolog", "--task-epilog", "--prolog", "--epilog")
+#: launcher options whose value goes on to another program's command line (pdsh, mpirun), which
+#: can name programs to run (mpirun's ``--mca plm_rsh_agent``, ``-x LD_PRELOAD=...``); an
+#: abbreviation counts from the length that no longer means another option (``--launcher``, ``--mpi``).
+LAUNCHER_CODE_OPTIONS = {"--launcher-args": "--launcher-a", "--mpi-args": "--mpi-a"}
 #: ``job:`` keys that run code in every job, and what they run (for the error).
 CODE_KEYS = {"setup": "setup commands run", "node_setup": "setup commands run",
              "venv": "a venv's activate script runs", "conda": "a conda environment's activation scripts run",
-             "srun_args": "srun runs a --task-prolog/--task-epilog/--prolog/--epilog program"}
+             "srun_args": "srun runs a --task-prolog/--task-epilog/--prolog/--epilog program",
+             "launcher_args": "the launcher hands --launcher_args/--mpi-args on to pdsh or mpirun, which run programs"}
 #: The most entries a template directory may hold (each is checked).
 MAX_TEMPLATE_ENTRIES = 10_000
 
@@ -82,6 +89,8 @@ def runs_code(section: JobSection, key: str) -> bool:
     """Whether ``job.<key>`` of ``section`` is set to something that runs code."""
     if key == "srun_args":
         return any(srun_code_option(word) for word in section.srun_args)
+    if key == "launcher_args":
+        return any(launcher_code_option(word) for word in section.launcher_args)
     return bool(getattr(section, key))
 
 
@@ -91,6 +100,13 @@ def srun_code_option(word: str) -> str | None:
     if not name.startswith("--") or len(name) < 4:
         return None
     return next((opt for opt in SRUN_CODE_OPTIONS if opt.startswith(name)), None)
+
+
+def launcher_code_option(word: str) -> str | None:
+    """The launcher option ``word`` sets whose value reaches another program's command line, or None."""
+    name = word.split("=", 1)[0].replace("_", "-")
+    return next((opt for opt, shortest in LAUNCHER_CODE_OPTIONS.items()
+                 if name.startswith(shortest) and opt.startswith(name)), None)
 
 
 def check_job_code(site: Site, where: Where) -> None:
