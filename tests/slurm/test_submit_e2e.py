@@ -222,7 +222,10 @@ def test_submit_follow_prints_every_rank_s_log_and_exits_with_the_job_s_status(c
     for node in ("node1", "node2"):
         assert f"step one on {node}" in proc.stdout and f"step two on {node}" in proc.stdout
     assert f"==> {run_dir}/logs/{job}.r0.rank0.out <==" in proc.stdout
-    assert proc.stdout.rstrip().endswith(f"Job {job} FAILED (exit code 5)"), proc.stdout
+    # the job's end, then (a failed job) doctor's cause and where to read more, last
+    last = proc.stdout.rstrip().splitlines()
+    assert f"Job {job} FAILED (exit code 5)" in last[-3:], proc.stdout
+    assert last[-1] == f"  why in full: clusterkit doctor {job}", proc.stdout
     assert cli.status(job)["state"] == "FAILED"
 
 
