@@ -17,14 +17,7 @@ OTHER_JOBS = "5000 (null)\n5001 afterany:4999(unfulfilled)"
 
 
 def _fail_member(run: Path, work: Path, pending: str) -> Job:
-    j = Job(run, work, nodes=2, JS_RANK_RC="1", JS_DOCTOR_CATEGORY="user-code", JS_SQUEUE=pending).start()
-    try:
-        j.await_ranks()
-        j.touch("finish")
-        assert j.wait() == 1, j.log()
-    finally:
-        j.kill()
-    return j
+    return Job(run, work, nodes=2, JS_RANK_RC="1", JS_DOCTOR_CATEGORY="user-code", JS_SQUEUE=pending).run_through(1)
 
 
 def _cancelled(j: Job) -> list[str]:
@@ -85,11 +78,5 @@ def test_a_previous_mark_that_is_a_fifo_does_not_hang_the_next_member(tmp_path: 
     (first / "chain.ids").write_text(f"{JOB_ID}\n4325\n4326\n")
     run = _chain_member(tmp_path, 2, previous=first)
     j = Job(run, tmp_path / "work", nodes=2, SLURM_JOB_ID="4325", JS_RANK_RC="0",
-            JS_SQUEUE="4326 afterany:4325(unfulfilled)").start()
-    try:
-        j.await_ranks()
-        j.touch("finish")
-        assert j.wait() == 0, j.log()
-    finally:
-        j.kill()
+            JS_SQUEUE="4326 afterany:4325(unfulfilled)").run_through(0)
     assert _cancelled(j) == []

@@ -70,6 +70,18 @@ class Job:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def run_through(self, rc: int) -> Job:
+        """Start, let the ranks finish, and check that the job script ends with ``rc``; the job is
+        killed whatever happens, so a failure leaves nothing running."""
+        self.start()
+        try:
+            self.await_ranks()
+            self.touch("finish")
+            assert self.wait() == rc, self.log()
+        finally:
+            self.kill()
+        return self
+
     def kill(self) -> None:
         """Remove whatever is left of the job (Slurm's final SIGKILL to the job's processes)."""
         if self.proc is not None:

@@ -61,13 +61,7 @@ def test_a_chain_member_failing_in_user_code_cancels_the_later_members(tmp_path:
     run = _chain_member(tmp_path, 1)
     (run / "chain.ids").write_text(f"{JOB_ID}\n4322\n4323\n")
     j = Job(run, tmp_path / "work", nodes=2, JS_RANK_RC="1", JS_DOCTOR_CATEGORY="user-code",
-            JS_SQUEUE=PENDING_CHAIN).start()
-    try:
-        j.await_ranks()
-        j.touch("finish")
-        assert j.wait() == 1, j.log()
-    finally:
-        j.kill()
+            JS_SQUEUE=PENDING_CHAIN).run_through(1)
     assert f"doctor --logs {run}/logs --category" in j.calls("clusterkit")
     assert f"--user={getpass.getuser()} -- 4322 4323" in j.calls("scancel"), j.calls("scancel")
     assert (run / f"{JOB_ID}.unfixable").read_text() == "user-code\n"
@@ -77,13 +71,7 @@ def test_a_chain_member_failing_in_user_code_cancels_the_later_members(tmp_path:
 def test_a_chain_member_failing_for_a_reason_a_restart_may_fix_lets_the_next_run(tmp_path: Path) -> None:
     run = _chain_member(tmp_path, 1)
     (run / "chain.ids").write_text(f"{JOB_ID}\n4322\n")
-    j = Job(run, tmp_path / "work", nodes=2, JS_RANK_RC="1", JS_DOCTOR_CATEGORY="nccl-network").start()
-    try:
-        j.await_ranks()
-        j.touch("finish")
-        assert j.wait() == 1, j.log()
-    finally:
-        j.kill()
+    j = Job(run, tmp_path / "work", nodes=2, JS_RANK_RC="1", JS_DOCTOR_CATEGORY="nccl-network").run_through(1)
     assert j.calls("scancel") == [] and not (run / f"{JOB_ID}.unfixable").exists()
     assert "chain: doctor says nccl-network: a restart may fix it; the next member runs" in j.log()
 
