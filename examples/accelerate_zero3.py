@@ -20,6 +20,7 @@ parameters held on this rank) and the all-reduce line, and ends with ``Accelerat
 
 from __future__ import annotations
 
+import gc
 import sys
 
 from allreduce import check_sum, say
@@ -65,13 +66,19 @@ def main() -> int:
     say(f"zero3 rank {rank}/{world}: stage={stage} partitioned={held}/{total} "
         f"loss {losses[0]:.4f} -> {losses[-1]:.4f}")
     ok = stage == 3 and 0 < held < total and losses[-1] < losses[0]
-    try:
-        return check_sum(rank, world, also_ok=ok)
-    finally:
-        # destroy the process group before the interpreter exits: ZeRO-3's asynchronous
-        # gathers leave gloo work objects holding tensors, and freeing them during interpreter
-        # finalization can abort the rank (SIGABRT) after its work is done
-        acc.end_training()
+    code = check_sum(rank, world, also_ok=ok)
+    # Leave as a training script should.  ZeRO-3 gathers parameters asynchronously, so gloo's
+    # worker threads can still hold work (and its tensors) when the last collective returns;
+    # a rank that tears the group down then, or leaves the freeing to interpreter
+    # finalization, can abort (SIGABRT, "terminate called without an active exception")
+    # after its work is done.  gloo's barrier waits for every collective queued before it,
+    # on every rank; then the group is destroyed and the engine's objects are freed while
+    # the interpreter is still whole.
+    acc.wait_for_everyone()
+    acc.end_training()
+    del model, optimizer, data
+    gc.collect()
+    return code
 
 
 if __name__ == "__main__":

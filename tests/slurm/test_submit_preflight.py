@@ -56,6 +56,7 @@ def lab_site(sshlab_factory, tmp_path: Path):
 
 def test_bad_node_is_excluded_and_the_job_runs_on_the_rest(cli: CK, lab_site) -> None:
     site, extra = lab_site("exclude")
+    cli.bed.wait_idle()   # the count below is of idle nodes: earlier tests' jobs may still hold some
     run_dir = cli.runs / "preflight-exclude"
     proc = cli("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "3", "--gpus-per-node", "1",
                "--launcher", "srun", "--out", str(run_dir), "--wait", "--", "python", "examples/allreduce.py",
@@ -99,6 +100,7 @@ def test_a_drained_node_is_not_checked(cli: CK, lab_site, testbed) -> None:
     """Only the nodes the job could get are checked: node4 is drained, so it is left alone."""
     site, extra = lab_site("exclude")
     run_dir = cli.runs / "preflight-drained"
+    testbed.wait_idle()
     testbed.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=ck-preflight-test")
     try:
         proc = cli("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
@@ -117,6 +119,7 @@ def test_a_drained_node_is_not_checked(cli: CK, lab_site, testbed) -> None:
 
 def test_without_before_submit_only_the_option_checks_first(cli: CK, lab_site) -> None:
     site, extra = lab_site("refuse", before=False)
+    cli.bed.wait_idle()   # a node still draining from the test before would not be a candidate
     plain = cli("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
                 "--out", str(cli.runs / "no-before"), "--dry-run", "--", "python", "examples/allreduce.py",
                 env=cli.env(**extra))
