@@ -23,7 +23,8 @@ module costs no more than planning a job.
 from __future__ import annotations
 
 from .job import Job, JobResult, LogLine, WaitTimeout, diagnose_logs, doctor_job, jobs
-from .site import Plan, RunDir, Site, drift, job_request, sites
+from .request import job_request
+from .site import Plan, RunDir, Site, drift, sites
 
 __all__ = ["Job", "JobResult", "LogLine", "Plan", "RunDir", "Site", "WaitTimeout", "diagnose_logs", "doctor_job",
            "drift", "job_request", "jobs", "sites"]
