@@ -98,7 +98,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "submit": ("clusterkit.cli.submit", "submit", "Render, preflight and submit a job (Slurm or the local site)."),
     "status": ("clusterkit.cli.jobs", "status", "Show your latest job, or one job; --all: your recent jobs."),
     "logs": ("clusterkit.cli.jobs", "logs", "Show (or follow) a job's logs, per node and rank."),
-    "cancel": ("clusterkit.cli.jobs", "cancel", "Cancel jobs (one or several)."),
+    "cancel": ("clusterkit.cli.cancel", "cancel", "Cancel jobs (one or several)."),
     "preflight": ("clusterkit.cli.preflight", "preflight", "Check GPUs, drivers, IB links and mounts on the nodes."),
     "plan": ("clusterkit.cli.plan", "plan", "Choose framework, ZeRO stage and node count from model size."),
     "doctor": ("clusterkit.cli.doctor", "doctor", "Find why a job died (by default your latest): cause, node, rank."),
