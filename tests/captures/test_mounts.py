@@ -11,6 +11,7 @@ of that type.  The /proc/mounts captures also go through the real section as a n
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -21,7 +22,8 @@ from clusterkit.nodes import parsers as P
 from clusterkit.nodes.script import SectionOutput
 from clusterkit.nodes.sections import mounts_section
 from clusterkit.preflight.catalogue import Expectations, StorageExpect, select_checks
-from tests.captures.capture import Capture, captures
+from tests.captures.capture import Capture, captures, env_with
+from tests.captures.test_ibstat import HEALTHY_SMI, _init
 
 CAPTURES = captures("mounts")
 
@@ -86,3 +88,28 @@ def test_mount_command_lines_with_a_space_in_the_mount_point() -> None:
     assert [(m.source, m.mountpoint, m.fstype, m.options) for m in mounts] == [
         ("fs1", "/ibm/my fs", "gpfs", ("rw", "relatime"))]
     assert isinstance(P.parse_mounts("fs1 on /ibm/fs1 type gpfs\n"), P.ParseFailure)
+
+
+SITES_INIT = {   # the shared file systems sites init writes for a node with this mount table (read off by hand)
+    "gpfsexporter-osc-pitzer-proc-mounts": [("/", "nfs"), ("/fs/project", "gpfs"), ("/fs/scratch", "gpfs"),
+                                            ("/users/PZS0710", "nfs")],
+    "beegfsgo-proc-mounts-two": [("/mnt/2beegfs", "beegfs"), ("/mnt/beegfs", "beegfs")],
+    "golustre-mtab-lustre-lhsmd": [("/mnt/lustre", "lustre"), ("/var/lib/lhsmd/roots/lhsm-plugin-posix", "lustre"),
+                                   ("/var/lib/lhsmd/roots/lhsm-plugin-s3", "lustre")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SITES_INIT))
+def test_sites_init_writes_the_shared_file_systems_of_the_mount_table(name: str, tmp_path: Path) -> None:
+    """The capture as a node's /proc/mounts (its sysroot), probed by the real mounts section:
+    the draft's ``storage:`` names each Lustre, NFS, GPFS and BeeGFS mount with its type."""
+    (cap,) = [c for c in CAPTURES if c.path.stem == name]
+    root = tmp_path / "root"
+    (root / "proc").mkdir(parents=True)
+    (root / "proc" / "mounts").write_text(cap.body)
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvidia-smi").symlink_to(HEALTHY_SMI)
+    env = {**env_with(tmp_path / "bin"), "CLUSTERKIT_SYSROOT": str(root)}
+    text, _ = _init(tmp_path, env)
+    got = re.findall(r'^  - \{path: "([^"]+)", type: (\w+)\}', text, re.MULTILINE)
+    assert got == SITES_INIT[name], text

@@ -22,7 +22,8 @@ from clusterkit.sites.writer import emit
 from clusterkit.slurmtext import parse_time
 from clusterkit.tooltext import printable
 
-_FSTYPES = {"lustre": "lustre", "nfs": "nfs", "nfs4": "nfs", "gpfs": "gpfs", "beegfs": "beegfs"}
+# kernel file-system type -> the storage type a site declares (nfs4 -> nfs), from the one table
+_FSTYPES = {fstype: kind for kind, fstypes in S.FSTYPES.items() for fstype in fstypes}
 
 
 @dataclass
