@@ -270,11 +270,11 @@ class Network(_Model):
 
 class Storage(_Model):
     path: str
-    type: Literal["lustre", "nfs", "gpfs", "local"]
+    type: Literal["lustre", "nfs", "gpfs", "beegfs", "local"]
     min_free_gb: float = Field(0, ge=0)
     use: list[Literal["data", "checkpoints", "scratch", "home", "software"]] = Field(default_factory=list)
     timeout_s: float = Field(10, gt=0)
-    shared: bool | None = Field(None, description="seen by every node (default: true for lustre, nfs, gpfs)")
+    shared: bool | None = Field(None, description="seen by every node (default: true for lustre, nfs, gpfs, beegfs)")
 
     @field_validator("path")
     @classmethod
@@ -285,7 +285,7 @@ class Storage(_Model):
 
     @property
     def is_shared(self) -> bool:
-        return self.shared if self.shared is not None else self.type in ("lustre", "nfs", "gpfs")
+        return self.shared if self.shared is not None else self.type in ("lustre", "nfs", "gpfs", "beegfs")
 
 
 class NCCL(_Model):

@@ -43,12 +43,12 @@ def check_site(spec: StageSpec, site: Site) -> list[str]:
         raise PlanError(f"site {site.name} is a local site (one machine): stage {spec.name} needs a Slurm site")
     if spec.needs_shared_storage and not site.shared_storage:
         raise PlanError(
-            f"stage {spec.name} needs shared storage (nfs, lustre or gpfs) for data and checkpoints, "
+            f"stage {spec.name} needs shared storage (nfs, lustre, gpfs or beegfs) for data and checkpoints, "
             f"and site {site.name} lists none under storage:")
     if spec.checks_fabric and site.network.fabric == "ethernet":
         warnings.append(
             f"site {site.name} has an Ethernet fabric: NCCL will use TCP sockets, expect slow all-reduce across nodes")
-    if spec.wants_parallel_fs and not any(s.type in ("lustre", "gpfs") for s in site.shared_storage):
+    if spec.wants_parallel_fs and not any(s.type in ("lustre", "gpfs", "beegfs") for s in site.shared_storage):
         warnings.append(
             f"site {site.name} has only NFS shared storage: at {spec.name} scale, checkpoint and data "
             "reads from every node can overload one NFS server; prefer Lustre or GPFS")

@@ -1,6 +1,7 @@
 """Total parsers of the deeper health sections: the kernel log's Xid lines, ``nvidia-smi nvlink
--s`` and two reads of the InfiniBand error counters.  None runs anything, none raises; text
-they cannot read is a :class:`~clusterkit.tooltext.ParseFailure` with the raw text kept.
+-s``, two reads of ``nvidia-smi nvlink -e`` and two reads of the InfiniBand error counters.
+None runs anything, none raises; text they cannot read is a
+:class:`~clusterkit.tooltext.ParseFailure` with the raw text kept.
 What each Xid means is :mod:`clusterkit.nodes.xid`.
 """
 
@@ -169,3 +170,74 @@ def parse_ib_counters(text: str) -> CounterReads | ParseFailure:
     if 1 not in reads or 2 not in reads:
         return failure("InfiniBand counters", "the section did not print both reads", text)
     return CounterReads(reads[1], reads[2], interval)
+
+
+# ---------------------------------------------------------------------------------------------
+# nvidia-smi nvlink -e, read twice: "read 1", its output, "read 2 after N s", its output
+# ---------------------------------------------------------------------------------------------
+
+# "Link 0: Replay Errors: 0", "Link 0: Recovery Errors: 0", "Link 0: CRC Errors: 0" (the names
+# vary with the driver and GPU generation: any "Link N: NAME: VALUE" is a counter)
+_NVLINK_COUNTER = re.compile(r"Link (\d{1,3}): ([A-Za-z][A-Za-z0-9 ()/_-]{0,60}?): *(\S.*)")
+# nvidia-smi's answer where it has no such report (an old tool, a GPU without NVLink support)
+_NVLINK_NO_REPORT = re.compile(r"Invalid combination of input arguments|not supported|No devices were found", re.I)
+
+NvlinkCounterKey = tuple[int, int, str]  # (GPU index, link, counter name as printed)
+
+
+@dataclass(frozen=True)
+class NvlinkErrorReads:
+    """Each link's error counters at two reads ``interval_s`` apart (None: not a number).
+    ``unreported`` is nvidia-smi's own line where it gave no counters at all."""
+
+    first: dict[NvlinkCounterKey, int | None]
+    second: dict[NvlinkCounterKey, int | None]
+    interval_s: int | None = None
+    unreported: str = ""
+
+
+def _nvlink_error_read(lines: list[str], what: str, text: str) -> dict[NvlinkCounterKey, int | None] | ParseFailure:
+    counters: dict[NvlinkCounterKey, int | None] = {}
+    gpu: int | None = None
+    for s in lines:
+        if (g := _NVLINK_GPU.fullmatch(s)) and (index := parse_int(g.group(1), max_digits=3)) is not None:
+            gpu = index
+        elif gpu is not None and (c := _NVLINK_COUNTER.fullmatch(s)) and (
+                link := parse_int(c.group(1), max_digits=3)) is not None:
+            counters[(gpu, link, c.group(2).strip())] = parse_int(c.group(3).strip(), max_digits=20)
+        else:
+            return failure(what, f"unexpected line: {first_line(s)[:200]}", text)
+    return counters
+
+
+def parse_nvlink_errors(text: str) -> NvlinkErrorReads | ParseFailure:
+    """Two reads of ``nvidia-smi nvlink -e`` (``GPU N: NAME (UUID: ...)``, then per link one
+    ``Link N: NAME: COUNT`` line per counter; blank lines between links).  A read that is only
+    nvidia-smi saying it has no such report gives ``unreported``; empty reads are a node
+    without NVLink (nothing to compare)."""
+    what = "nvidia-smi nvlink -e"
+    reads: dict[int, list[str]] = {}
+    current: list[str] | None = None
+    interval: int | None = None
+    for line in text.splitlines()[:_MAX_LINES]:
+        s = line.strip()
+        if r := _READ.fullmatch(s):
+            current = reads.setdefault(int(r.group(1)), [])
+            interval = parse_int(r.group(2), max_digits=3) if r.group(2) else interval
+        elif current is None:
+            return failure(what, f"not the section's reads: {first_line(s)[:200]}", text)
+        elif s:
+            current.append(s)
+    if 1 not in reads:
+        return failure(what, "the section printed no read", text)
+    if reads[1] and _NVLINK_NO_REPORT.search(reads[1][0]) and not _NVLINK_GPU.fullmatch(reads[1][0]):
+        return NvlinkErrorReads({}, {}, interval, unreported=reads[1][0][:200])
+    first = _nvlink_error_read(reads[1], what, text)
+    if isinstance(first, ParseFailure):
+        return first
+    if first and 2 not in reads:
+        return failure(what, "the section did not print the second read", text)
+    second = _nvlink_error_read(reads.get(2, []), what, text)
+    if isinstance(second, ParseFailure):
+        return second
+    return NvlinkErrorReads(first, second, interval)

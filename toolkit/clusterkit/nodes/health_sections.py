@@ -1,5 +1,6 @@
 """The deeper health sections: ``nvidia-smi -q`` (row remapping, retired pages, the PCIe link,
-clock event reasons), ``nvidia-smi nvlink -s``, the kernel log's Xid lines since boot, and two
+clock event reasons), ``nvidia-smi nvlink -s``, two reads of ``nvidia-smi nvlink -e`` (the links'
+error counters), the kernel log's Xid lines since boot, and two
 reads of the InfiniBand error counters some seconds apart.  Their parsers are
 :mod:`clusterkit.nodes.smi_query` and :mod:`clusterkit.nodes.health_parsers`."""
 
@@ -35,6 +36,17 @@ def smi_query_section(timeout_s: float) -> Section:
 def nvlink_section(timeout_s: float) -> Section:
     """``nvidia-smi nvlink -s``; skipped when the GPU query hung."""
     return Section("nvlink", "nvidia-smi nvlink -s", timeout_s, unless_timed_out="gpu", simple=True)
+
+
+def nvlink_errors_section(timeout_s: float) -> Section:
+    """``nvidia-smi nvlink -e`` read, then read again :data:`COUNTER_INTERVAL_S` seconds later
+    where the first read listed links (a GPU without NVLink prints none: no wait); skipped when
+    the GPU query hung."""
+    read = "nvidia-smi nvlink -e 2>&1"
+    return Section("nvlink_e", f"a=$({read}); echo 'read 1'; printf '%s\\n' \"$a\"; "
+                   f"case \"$a\" in *'Link '*) sleep {COUNTER_INTERVAL_S}; "
+                   f"echo 'read 2 after {COUNTER_INTERVAL_S} s'; {read} ;; esac; true",
+                   2 * timeout_s + COUNTER_INTERVAL_S, unless_timed_out="gpu")
 
 
 # dmesg where the kernel lets this user read it (its ring buffer: the newest messages), else

@@ -3,7 +3,7 @@
 Every parser takes text and returns a typed result; none runs a command, and none raises on
 bad input: text it cannot read becomes a :class:`ParseFailure` that keeps the raw text, so a
 node printing garbage is reported as "could not parse" on that node instead of crashing the
-whole preflight.  The formats are those of the real tools (/proc/mounts, ``df -P``, lsmod,
+whole preflight.  The formats are those of the real tools (/proc/mounts or ``mount``, ``df -P``, lsmod,
 nvidia-smi and InfiniBand in
 :mod:`~clusterkit.nodes.device_parsers`); the tests feed them captured text in
 ``tests/data/preflight/``.
@@ -61,8 +61,26 @@ def _unescape_mount(field_text: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field_text)
 
 
+# what the ``mount`` command prints (util-linux, busybox): ``SOURCE on MOUNTPOINT type FSTYPE (OPTIONS)``;
+# it does not escape spaces, so the mount point runs to the last " type "
+_MOUNT_CMD_LINE = re.compile(r"(?P<src>.+?) on (?P<mnt>/.*) type (?P<fs>[^\s()]+) \((?P<opts>[^()]*)\)")
+
+
+def _mount_line(line: str) -> Mount | None:
+    """One line of /proc/mounts (``/etc/mtab``) or of the ``mount`` command; None if neither."""
+    parts = line.split()
+    if len(parts) == 6 and parts[1].startswith("/") and parts[4].isdigit() and parts[5].isdigit():
+        src, mnt, fstype, opts = (_unescape_mount(p) for p in parts[:4])
+        return Mount(src, mnt, fstype, tuple(opts.split(",")))
+    m = _MOUNT_CMD_LINE.fullmatch(line.strip())
+    if m:
+        return Mount(m.group("src"), m.group("mnt"), m.group("fs"), tuple(m.group("opts").split(",")))
+    return None
+
+
 def parse_mounts(text: str) -> tuple[Mount, ...] | ParseFailure:
-    """Parse /proc/mounts (``source mountpoint fstype options dump pass`` per line)."""
+    """Parse /proc/mounts (``source mountpoint fstype options dump pass`` per line), or the
+    ``mount`` command's ``source on mountpoint type fstype (options)`` lines (the two may mix)."""
     err = _tool_error("/proc/mounts", text, ("cat:",))
     if err is not None:
         return err
@@ -70,11 +88,10 @@ def parse_mounts(text: str) -> tuple[Mount, ...] | ParseFailure:
     for line in (text or "").splitlines():
         if not line.strip():
             continue
-        parts = line.split()
-        if len(parts) != 6 or not parts[1].startswith("/") or not (parts[4].isdigit() and parts[5].isdigit()):
+        mount = _mount_line(line)
+        if mount is None:
             return failure("/proc/mounts", f"unexpected line {line.strip()[:80]!r}", text)
-        src, mnt, fstype, opts = (_unescape_mount(p) for p in parts[:4])
-        mounts.append(Mount(src, mnt, fstype, tuple(opts.split(","))))
+        mounts.append(mount)
     if not mounts:
         return failure("/proc/mounts", "no mount entries", text or "")
     return tuple(mounts)

@@ -123,8 +123,10 @@ def fabric_tiers(invs: Sequence[D.IbInventory], fabric: str) -> tuple[list[str],
     return [h for h in hcas if h not in lower], lower
 
 
-# Kernel file-system type names per configured storage type.
-FSTYPES = {"lustre": {"lustre"}, "nfs": {"nfs", "nfs4"}, "gpfs": {"gpfs"}}
+# Kernel file-system type names per configured storage type, as /proc/mounts and ``mount``
+# print them: NFS v2/v3 mounts are ``nfs``, v4.x ``nfs4``; IBM Storage Scale (Spectrum Scale)
+# is ``gpfs``; BeeGFS's client module registers ``beegfs`` (its source is ``beegfs_nodev``).
+FSTYPES = {"lustre": {"lustre"}, "nfs": {"nfs", "nfs4"}, "gpfs": {"gpfs"}, "beegfs": {"beegfs"}}
 
 
 def mounted_as(m: P.Mount | None, storage_type: str) -> bool:

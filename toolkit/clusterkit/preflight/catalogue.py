@@ -39,7 +39,7 @@ class StorageExpect:
     """One ``storage:`` entry of the site, as the checks read it."""
 
     path: str
-    type: str  # lustre | nfs | gpfs | local
+    type: str  # lustre | nfs | gpfs | beegfs | local
     min_free_gb: float
     writable: bool  # used for checkpoints
     timeout_s: float

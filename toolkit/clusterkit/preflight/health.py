@@ -1,7 +1,7 @@
 """The deeper health checks: faults that end large runs and that the basic checks do not see -
 GPU memory rows waiting for remapping, Xid events since boot, a PCIe link trained below the
-GPU's maximum, NVLink links down, clocks slowed by the hardware, InfiniBand error counters
-rising while preflight watches.  :func:`health_parts` gives the catalogue their sections and
+GPU's maximum, NVLink links down or their error counters rising, clocks slowed by the hardware,
+InfiniBand error counters rising while preflight watches.  :func:`health_parts` gives the catalogue their sections and
 checks; each judge names the GPU (PCI bus id) or port it fails."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from clusterkit.nodes import xid as X
 from clusterkit.nodes.health_parsers import (
     CounterReads,
     KernelLog,
+    NvlinkErrorReads,
     NvlinkStatus,
     parse_ib_counters,
     parse_nvlink,
+    parse_nvlink_errors,
     parse_xid_log,
 )
 from clusterkit.nodes.script import Section, SectionOutput
@@ -132,6 +134,22 @@ def judge_nvlink(st: NvlinkStatus, _: SectionOutput) -> Verdict:
     return Verdict(not bad, _listing(bad) if bad else f"{len(st.gpus)} GPUs, every NVLink up")
 
 
+def judge_nvlink_errors(reads: NvlinkErrorReads, _: SectionOutput) -> Verdict:
+    """A link error counter (replay, recovery, CRC) that rose between the two reads fails."""
+    if reads.unreported:
+        return Verdict(True, f"NVLink error counters not reported by nvidia-smi ({reads.unreported})")
+    if not reads.first:
+        return Verdict(True, "no NVLink error counters (a GPU without NVLink)")
+    interval = f" in {reads.interval_s} s" if reads.interval_s else ""
+    rising = [f"GPU {gpu} link {link}: {name} +{after - before}{interval}"
+              for (gpu, link, name), after in sorted(reads.second.items())
+              if after is not None and (before := reads.first.get((gpu, link, name))) is not None and after > before]
+    if rising:
+        return Verdict(False, "NVLink errors rising: " + _listing(rising))
+    links = {(gpu, link) for gpu, link, _name in reads.first}
+    return Verdict(True, f"NVLink error counters steady on {len(links)} link(s){interval}")
+
+
 def counters_judge(e: Expectations) -> Judge:
     """A judge of two counter reads: a counter of a configured HCA's port that rose fails."""
 
@@ -147,9 +165,15 @@ def counters_judge(e: Expectations) -> Judge:
                 rising.append(f"{key[0]} port {key[1]}: {key[2]} +{after - before}{interval}")
         if rising:
             return Verdict(False, "error counters rising: " + _listing(rising))
-        if not wanted:
-            return Verdict(True, "no error counters readable for the configured HCAs")
-        return Verdict(True, f"error counters steady on {len(wanted)} port(s){interval}")
+        # a port whose counters read "N/A (no PMA)" (iWARP and some RoCE drivers) was not watched
+        readable = {(k[0], k[1]) for k, after in reads.second.items()
+                    if after is not None and reads.first.get(k) is not None} & wanted
+        blind = sorted(f"{h} port {p}" for h, p in wanted - readable)
+        if not readable:
+            return Verdict(True, "no error counters readable for the configured HCAs"
+                           + (f" ({_listing(blind)}: not numbers)" if blind else ""))
+        note = f"; not readable on {_listing(blind)}" if blind else ""
+        return Verdict(True, f"error counters steady on {len(readable)} port(s){interval}{note}")
 
     return judge
 
@@ -157,7 +181,7 @@ def counters_judge(e: Expectations) -> Judge:
 def health_parts(e: Expectations, *, ib: bool) -> tuple[list[Section], list[Check]]:
     """The deeper health checks for a stage: the GPU ones always, the counters with ``ib``."""
     t = min(20.0, max(2.0, e.command_timeout_s / 3))
-    sections = [H.smi_query_section(t), H.nvlink_section(t), H.xid_section(min(10.0, t))]
+    sections = [H.smi_query_section(t), H.nvlink_section(t), H.nvlink_errors_section(t), H.xid_section(min(10.0, t))]
     q = parse_smi_query
     checks = [
         Check("gpu.row_remap", "smi_q", q, judge_row_remap, requires="gpu.present",
@@ -168,6 +192,9 @@ def health_parts(e: Expectations, *, ib: bool) -> tuple[list[Section], list[Chec
               describe="no HW Slowdown, HW Thermal or HW Power Brake slowdown active (nvidia-smi -q)"),
         Check("gpu.nvlink", "nvlink", parse_nvlink, judge_nvlink, requires="gpu.present",
               describe="every NVLink link up where NVLink is in use (nvidia-smi nvlink -s)"),
+        Check("gpu.nvlink_errors", "nvlink_e", parse_nvlink_errors, judge_nvlink_errors, requires="gpu.present",
+              describe=f"NVLink replay, recovery and CRC error counters steady over {H.COUNTER_INTERVAL_S} s "
+                       "(nvidia-smi nvlink -e)"),
         Check("gpu.xid", "xid", parse_xid_log, judge_xid_hardware,
               describe="no hardware Xid in the kernel log since boot"),
         Check("gpu.xid_other", "xid", parse_xid_log, judge_xid_other, Severity.WARN,

@@ -201,7 +201,8 @@ def sacct_statuses(text: str, fields: Sequence[str] = SACCT_FIELDS) -> dict[str,
     Job steps (``123.batch``) are skipped.  With ``-D`` (``--duplicates``) a requeued job has
     one line per run, oldest first: the last one (the current run) gives the state, and the
     runs before it the restart count.  A last run that ended ``REQUEUED`` counts as a restart
-    too: its successor is pending but not recorded yet.
+    too: its successor is pending but not recorded yet.  A table without ``ExitCode`` or
+    ``NodeList`` (another ``--format``) gives statuses without them, never an error.
     """
     table = parse_sacct(text, fields, skip_bad_rows=True)
     out: dict[str, JobStatus] = {}
@@ -210,8 +211,8 @@ def sacct_statuses(text: str, fields: Sequence[str] = SACCT_FIELDS) -> dict[str,
         jid = r.job_id.strip()
         if not is_job_id(jid):  # steps, a header line, garbage
             continue
-        exit_code, sig = parse_exit_code(r.fields["ExitCode"])
-        nodes = r.fields["NodeList"].strip()
+        exit_code, sig = parse_exit_code(r.fields.get("ExitCode", ""))
+        nodes = r.fields.get("NodeList", "").strip()
         runs[jid] = runs.get(jid, 0) + 1
         state = JobState.parse(r.state)
         restarts = runs[jid] - 1 + (1 if state in _REQUEUED else 0)

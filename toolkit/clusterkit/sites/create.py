@@ -22,7 +22,8 @@ from clusterkit.sites.writer import emit
 from clusterkit.slurmtext import parse_time
 from clusterkit.tooltext import printable
 
-_FSTYPES = {"lustre": "lustre", "nfs": "nfs", "nfs4": "nfs", "gpfs": "gpfs"}
+# kernel file-system type -> the storage type a site declares (nfs4 -> nfs), from the one table
+_FSTYPES = {fstype: kind for kind, fstypes in S.FSTYPES.items() for fstype in fstypes}
 
 
 @dataclass
@@ -266,7 +267,7 @@ def _storage(out: _Out, probed: Mapping[str, NodeFacts] | None) -> None:
     shared = sorted(set.intersection(*per_node)) if per_node else []
     if not shared:
         out.todo(0, "storage", "storage: [{path: /lustre/scratch, type: lustre}]",
-                 "no Lustre/NFS/GPFS mount on every node")
+                 "no Lustre/NFS/GPFS/BeeGFS mount on every node")
         return
     out.put(0, "storage:", "mounted on every probed node")
     for path, kind in shared:
