@@ -29,7 +29,7 @@ from typing import Any
 
 from clusterkit.hostlist import HostlistError, check_host
 from clusterkit.safefile import NotRegular, is_real_dir, read_capped, write_atomic
-from clusterkit.tooltext import ParseFailure, load_json, printable
+from clusterkit.tooltext import load_json, printable
 from clusterkit.vocab import is_job_id
 
 HISTORY_VERSION = 1
@@ -124,13 +124,14 @@ class Loaded:
     skipped: int = 0             # entries that were not events
     first_problem: str = ""      # the first of them, worded
     warning: str = ""            # the whole file was unusable (one line), or empty
+    where: str = "node history"  # how the lines name the file
 
     def warnings(self) -> list[str]:
         """One line each: the file ignored, or entries left out."""
         if self.warning:
             return [self.warning]
         if self.skipped:
-            return [f"node history: {self.skipped} entr{'y' if self.skipped == 1 else 'ies'} left out "
+            return [f"{self.where}: {self.skipped} entr{'y' if self.skipped == 1 else 'ies'} left out "
                     f"({self.first_problem})"]
         return []
 
@@ -163,12 +164,19 @@ def load(path: Path) -> Loaded:
         return Loaded(warning=f"{where}: cannot read ({exc.strerror or exc}); ignored")
     if cut:
         return Loaded(warning=f"{where}: larger than {MAX_BYTES >> 20} MiB; ignored")
-    doc = load_json(data.decode("utf-8", errors="replace"))
-    if isinstance(doc, ParseFailure):
-        return Loaded(warning=f"{where}: not JSON ({printable(doc.reason)[:80]}); ignored")
+    try:   # the history is the user's own: one another user wrote could steer their jobs
+        owner = os.lstat(path).st_uid
+    except OSError:
+        return Loaded()
+    if owner != os.geteuid():
+        return Loaded(warning=f"{where}: owned by another user (uid {owner}); ignored")
+    try:
+        doc = load_json(data.decode("utf-8", errors="replace"), unique_keys=True)
+    except ValueError as exc:   # load_json's only exception: NaN, too deep, a key twice, not JSON
+        return Loaded(warning=f"{where}: not JSON ({printable(str(exc))[:80]}); ignored")
     if not isinstance(doc, dict) or doc.get("version") != HISTORY_VERSION or not isinstance(doc.get("events"), list):
         return Loaded(warning=f"{where}: not a clusterkit node history (version {HISTORY_VERSION}); ignored")
-    out = Loaded()
+    out = Loaded(where=where)
     for raw in doc["events"][: MAX_EVENTS * 2]:
         got = check_event(raw)
         if isinstance(got, Event):
