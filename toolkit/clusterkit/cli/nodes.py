@@ -42,7 +42,7 @@ def nodes(site: str, as_json: bool) -> int:
              "kept out" if n.kept_out else "allowed" if n.allowed else "")
             for n in found.nodes]
     output.print_table(f"Nodes that failed on {found.site}",
-                       ("NODE", "FAILED", f"HW IN {days}D", "LAST (UTC)", "VERDICTS", "JOBS", "NEW JOBS"), rows,
+                       ("NODE", "FAILED", f"HW IN {days}D", "LAST SEEN (UTC)", "VERDICTS", "JOBS", "NEW JOBS"), rows,
                        keys=("NODE",), right=("FAILED", f"HW IN {days}D"), drop=("JOBS", "VERDICTS"))
     rule = (f"kept out of new jobs: {found.keys.exclude_after} or more hardware failures in {days} day(s)"
             if found.keys.exclude_after else "node_history.exclude_after is 0: no node is kept out")
