@@ -20,6 +20,17 @@ class NodeHistoryKeys(BaseModel):
     allow: str = Field("", description="a host list let into jobs whatever its history "
                        "(e.g. after an admin repaired them)")
 
+    shared_dir: str | None = Field(None, description="a directory the cluster's admins own (root's, sticky where "
+                                   "others may write): each user's failures are written there too, as "
+                                   "<site>@<user>.json, and other users' count, at most one failure per user and node")
+
+    @field_validator("shared_dir")
+    @classmethod
+    def _shared(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"{v[:80]!r}: give an absolute path")
+        return v
+
     @field_validator("window_days", mode="before")
     @classmethod
     def _days(cls, v: object) -> object:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import PlanError
-from clusterkit.history import sources
+from clusterkit.history import shared, sources
 from clusterkit.history.store import Event, HistoryError, add, history_path, load
 from clusterkit.history.summary import NodeSummary, kept_out, summarize
 
@@ -84,11 +84,32 @@ def read(site: str, root: Path | None = None) -> Book:
 
 
 def nodes(site: Site, *, store: RecordStore | None = None, root: Path | None = None) -> tuple[Book, list[NodeSummary]]:
-    """``clusterkit nodes``: the history refreshed from the job records, per node."""
+    """``clusterkit nodes``: the history refreshed from the job records, per node; with the
+    site's ``node_history.shared_dir``, the user's history copied there and other users' read."""
     warnings = refresh(site.name, store, root)
     book = read(site.name, root)
     book.warnings = warnings + book.warnings
-    return book, summarize(book.events, site.node_history)
+    others: dict[str, list[Event]] = {}
+    if site.node_history.shared_dir:
+        book.warnings += _share(site.name, site.node_history.shared_dir, book.events)
+        found = shared.read_others(site.node_history.shared_dir, site.name)
+        book.warnings += found.warnings
+        others = found.by_user
+    return book, summarize(book.events, site.node_history, others=others)
+
+
+def _share(site: str, shared_dir: str, events: list[Event]) -> list[str]:
+    """The user's events into their file of the shared directory (readable by all)."""
+    if shared.dir_problem(Path(shared_dir)) is not None:
+        return []   # read_others says why
+    path = shared.own_path(shared_dir, site)
+    if path is None or not events:
+        return []
+    try:
+        add(path, events, mode=0o644)
+    except HistoryError as exc:
+        return [f"{exc}; not shared"]
+    return []
 
 
 def keep_out(site: Site, plan: Plan, *, store: RecordStore | None = None, root: Path | None = None) -> Plan:

@@ -151,8 +151,9 @@ def history_path(site: str, root: Path | None = None) -> Path:
     return (root or state_dir() / "nodes") / f"{safe}.json"
 
 
-def load(path: Path) -> Loaded:
-    """The events in ``path``; never raises for what the file holds (see the module docstring)."""
+def load(path: Path, owner_uid: int | None = None) -> Loaded:
+    """The events in ``path``; never raises for what the file holds (see the module docstring).
+    The file must be owned by ``owner_uid`` (default: the user running clusterkit)."""
     where = f"node history {path}"
     try:
         data, cut = read_capped(path, MAX_BYTES, follow_symlinks=False)
@@ -168,7 +169,7 @@ def load(path: Path) -> Loaded:
         owner = os.lstat(path).st_uid
     except OSError:
         return Loaded()
-    if owner != os.geteuid():
+    if owner != (os.geteuid() if owner_uid is None else owner_uid):
         return Loaded(warning=f"{where}: owned by another user (uid {owner}); ignored")
     try:
         doc = load_json(data.decode("utf-8", errors="replace"), unique_keys=True)
@@ -209,7 +210,8 @@ def dump(events: list[Event]) -> bytes:
 
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
-    lock = path.parent / ".lock"
+    # a lock of the file's own: in a shared directory another user's lock file is not ours to open
+    lock = path.with_name(f".{path.name}.lock")
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(lock, flags, 0o600)
@@ -222,7 +224,7 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def add(path: Path, new: Iterable[Event]) -> Loaded:
+def add(path: Path, new: Iterable[Event], mode: int = 0o600) -> Loaded:
     """Add ``new`` to the history in ``path`` (made 0700 if missing), under the directory's lock;
     returns what was there before.  A file that was unusable is replaced by one holding ``new``.
     Raises :class:`HistoryError` (one line) when the directory cannot be made or written."""
@@ -242,7 +244,7 @@ def add(path: Path, new: Iterable[Event]) -> Loaded:
         if not wanted or (events == before.events and not before.warning and not before.skipped):
             return before
         try:
-            write_atomic(path, dump(events), mode=0o600)
+            write_atomic(path, dump(events), mode=mode)
         except OSError as exc:
             reason = exc.strerror or os.strerror(exc.errno or errno.EIO)
             raise HistoryError(f"node history {path}: cannot write ({reason})") from None
