@@ -355,7 +355,7 @@ def main() -> None:
     ap.add_argument("--captures", default="healthy,node3,link,node2", help="which of the four")
     ap.add_argument("--only", choices=["scaling", "link", "capture", "example", "example-link"],
                     help="example: the plain output of one check with node3's interface limited to 100 Mbit/s; "
-                         "example-link: with node3's traffic to node4 only limited to 500 Mbit/s (the README's)")
+                         "example-link: with node3's traffic to node4 only limited to 500 Mbit/s (docs/admin.md's)")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stop the testbed on the way out
     lab, tb_env, exports = start_testbed()

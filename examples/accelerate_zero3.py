@@ -20,7 +20,6 @@ parameters held on this rank) and the all-reduce line, and ends with ``Accelerat
 
 from __future__ import annotations
 
-import gc
 import sys
 
 from allreduce import check_sum, say
@@ -72,12 +71,9 @@ def main() -> int:
     # a rank that tears the group down then, or leaves the freeing to interpreter
     # finalization, can abort (SIGABRT, "terminate called without an active exception")
     # after its work is done.  gloo's barrier waits for every collective queued before it,
-    # on every rank; then the group is destroyed and the engine's objects are freed while
-    # the interpreter is still whole.
+    # on every rank; then the group is destroyed while the interpreter is still whole.
     acc.wait_for_everyone()
     acc.end_training()
-    del model, optimizer, data
-    gc.collect()
     return code
 
 

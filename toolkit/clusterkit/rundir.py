@@ -299,4 +299,4 @@ def check_job_dirs(run_dir: str, checkpoints: str, run_name: str | None) -> None
         problem = not_own_dir(path, kind)
         if problem is not None:
             raise RunDirError(f"{problem}: another user could plant what the job loads (checkpoints are "
-                              "unpickled: code); see the Security model in the README")
+                              "unpickled: code); see docs/security.md")

@@ -1,7 +1,7 @@
 """The three deployment stages against a site: the node count, and whether the site can serve the stage.
 
 The stages themselves (node ranges, defaults, needs) are :data:`clusterkit.vocab.STAGES`; the
-README's stage table says what each is for.  A request outside a stage's node range, or on a
+stages in docs/jobs.md say what each is for.  A request outside a stage's node range, or on a
 site that cannot serve the stage, is a :class:`~clusterkit.errors.PlanError` that says why; a
 weak but legal setup is a warning carried on the plan.
 """
