@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from clusterkit.config.history_keys import NodeHistoryKeys
 
 if TYPE_CHECKING:
+    from clusterkit.history.store import Event
     from clusterkit.history.summary import NodeSummary
     from clusterkit.scheduler.records import RecordStore
 
@@ -24,6 +25,7 @@ class NodeHistory:
     keys: NodeHistoryKeys             #: the site's ``node_history:`` keys
     nodes: tuple[NodeSummary, ...]    #: most recent hardware failures first
     warnings: tuple[str, ...]         #: what could not be read or written, one line each
+    events: tuple[Event, ...] = ()    #: the user's own events, oldest first
 
     @property
     def kept_out(self) -> list[NodeSummary]:
@@ -33,6 +35,13 @@ class NodeHistory:
     def drain_commands(self) -> list[str]:
         """What an admin would run to drain the kept-out nodes (clusterkit never runs them)."""
         return [n.drain_command(self.keys.window_days) for n in self.kept_out]
+
+    def html(self) -> str:
+        """``clusterkit nodes --html``: one self-contained page, each node's timeline in it."""
+        from clusterkit.history.html import page
+
+        return page(self.site, self.nodes, self.events, window_days=self.keys.window_days,
+                    exclude_after=self.keys.exclude_after)
 
     def to_dict(self) -> dict[str, Any]:
         return {"site": self.site, "history_file": str(self.path), "exclude_after": self.keys.exclude_after,
@@ -47,4 +56,5 @@ def node_history(site: Site, *, store: RecordStore | None = None) -> NodeHistory
     from clusterkit.history.book import nodes
 
     book, summaries = nodes(site.config, store=store)
-    return NodeHistory(site.name, book.path, site.config.node_history, tuple(summaries), tuple(book.warnings))
+    return NodeHistory(site.name, book.path, site.config.node_history, tuple(summaries), tuple(book.warnings),
+                       tuple(book.events))

@@ -10,7 +10,9 @@ from clusterkit.cli.common import site_option
 @click.command()
 @site_option
 @click.option("--json", "as_json", is_flag=True, help="Print the history as JSON.")
-def nodes(site: str, as_json: bool) -> int:
+@click.option("--html", "html_file", metavar="FILE", default=None,
+              help="Also write the history as one self-contained HTML page, each node's timeline in it.")
+def nodes(site: str, as_json: bool, html_file: str | None) -> int:
     """Show the nodes that failed in your jobs on SITE: times failed, the last failure, the checks
     or verdicts, and the jobs.
 
@@ -29,6 +31,8 @@ def nodes(site: str, as_json: bool) -> int:
     found = node_history(Site.load(site))
     for w in found.warnings:
         output.warn(w)
+    if html_file is not None:
+        _write_html(html_file, found.html())
     if as_json:
         output.emit_json(found.to_dict())
         return 0
@@ -52,3 +56,19 @@ def nodes(site: str, as_json: bool) -> int:
         for cmd in found.drain_commands():
             output.line(f"  {cmd}")
     return 0
+
+
+def _write_html(path: str, text: str) -> None:
+    """The page at ``path``, whole or not at all; a path that cannot take it is a usage error."""
+    from pathlib import Path
+
+    from clusterkit.cli import output
+    from clusterkit.errors import InputError
+    from clusterkit.safefile import write_atomic
+
+    target = Path(path).expanduser().absolute()
+    try:
+        write_atomic(target, text.encode())
+    except OSError as exc:
+        raise InputError(f"cannot write {target} ({exc.strerror or exc})", field="html", value=path) from None
+    output.info(f"wrote {target}")
