@@ -74,7 +74,8 @@ COMMAND_EXIT_CODES: dict[str, str] = {
 """,
     "nodes": """\
   0  ok (a history file that cannot be read is a warning, and shows nothing)
-  2  usage or config error (bad option, unknown or invalid site)
+  2  usage or config error (bad option, unknown or invalid site, an --html
+     FILE that cannot be written)
 """,
     "sites list": """\
   0  ok (a site that does not validate is listed as INVALID)
