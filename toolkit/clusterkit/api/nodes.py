@@ -44,6 +44,7 @@ class NodeHistory:
                     exclude_after=self.keys.exclude_after)
 
     def to_dict(self) -> dict[str, Any]:
+        """``clusterkit nodes --json``'s document (without ``schema_version``)."""
         return {"site": self.site, "history_file": str(self.path), "exclude_after": self.keys.exclude_after,
                 "window_days": self.keys.window_days, "allow": self.keys.allow,
                 "nodes": [n.to_dict(self.keys.window_days) for n in self.nodes], "warnings": list(self.warnings)}

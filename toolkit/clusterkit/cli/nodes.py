@@ -24,8 +24,7 @@ def nodes(site: str, as_json: bool, html_file: str | None) -> int:
     --set node_history=false on one job, lets it in.  For those nodes the command an admin
     would run to drain them is printed, never run.
     """
-    from clusterkit.api import Site
-    from clusterkit.api.nodes import node_history
+    from clusterkit.api import Site, node_history
     from clusterkit.cli import output
 
     found = node_history(Site.load(site))
