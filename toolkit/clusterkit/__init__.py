@@ -24,17 +24,20 @@ if TYPE_CHECKING:
         RunDirError,
         SubmitError,
     )
+    from clusterkit.heartbeat import progress
 
 __all__ = [
     "ClusterkitError", "ConfigError", "InputError", "Job", "JobResult", "LogLine", "Plan", "PlanError",
     "PreflightError", "RecordError", "RunDir", "RunDirError", "Site", "SubmitError", "WaitTimeout",
-    "__version__", "diagnose_logs", "jobs",
+    "__version__", "diagnose_logs", "jobs", "progress",
 ]
 _ERRORS = frozenset(n for n in __all__ if n.endswith("Error"))
 
 
 def __getattr__(name: str) -> Any:
     """The public names, imported when first asked for (PEP 562)."""
+    if name == "progress":   # the training script's side: the standard library only
+        return importlib.import_module("clusterkit.heartbeat").progress
     if name in _ERRORS:
         return getattr(importlib.import_module("clusterkit.errors"), name)
     if name in __all__:

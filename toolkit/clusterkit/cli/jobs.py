@@ -215,14 +215,20 @@ def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) ->
     rec, st = seen.record, seen.status
     code = _warn_status_problems(seen.unreachable, seen.cache_failures)
     dropped = found.dropped_nodes()
+    from clusterkit import heartbeat
+
+    beat = heartbeat.read(Path(rec.run_dir) / "logs" / f"{rec.job_id}.progress")
     if as_json:
-        output.emit_json({**_final_json(rec, st, seen.tails), "dropped": [asdict(v) for v in dropped]})
+        output.emit_json({**_final_json(rec, st, seen.tails), "dropped": [asdict(v) for v in dropped],
+                          "progress": asdict(beat) if beat else None})
         return code
     output.line(_describe(rec, st))
     output.line(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
                 f"world size {rec.world_size}; nodes: {st.nodes or '-'}")
     for v in dropped:   # the in-job preflight's choice (read from the run directory, validated)
         output.line(f"  dropped: {printable(v.worded())}{_figures(v.figures)}")
+    if beat is not None:
+        output.line(f"  progress: {beat.worded()}")
     output.line(f"  run directory: {rec.run_dir}")
     from clusterkit.cli.arrays import show_tasks
 

@@ -18,7 +18,7 @@ def rendered_summary(run: RunDir) -> dict[str, Any]:
     return {"run_dir": str(run.path), "script": str(run.script), "files": sorted(run.files),
             "site": p.site, "stage": p.stage, "launcher": p.launcher, "nodes": p.nnodes,
             "gpus_per_node": p.gpus_per_node, "world_size": p.world_size, "job_name": p.job_name,
-            "warnings": list(p.warnings)}
+            "warnings": list(p.warnings), "cadence": p.cadence.to_dict() if p.cadence else None}
 
 
 def job_json(run: RunDir, *, dry_run: bool) -> dict[str, Any]:
@@ -59,6 +59,8 @@ def show_rendered(run: RunDir, as_json: bool) -> None:
     output.line(f"Rendered {p.job_name}: {p.launcher} on {p.nnodes} node(s) x {p.gpus_per_node} GPU(s) "
                        f"(site {p.site}, stage {p.stage})")
     output.line(choices_line(run))
+    if p.cadence is not None and p.slurm:   # on this machine alone it says nothing useful
+        output.line(f"  {p.cadence.worded()}")
     written = run.path.is_dir()
     output.line(f"  run directory: {run.path}" if written
                 else "  run directory: none written (preview); --out DIR writes these files")

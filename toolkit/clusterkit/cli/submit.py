@@ -122,6 +122,8 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
         from clusterkit.cli.render import choices_line
 
         output.info(choices_line(job.run).strip())
+        if job.run.plan.cadence is not None and job.run.plan.slurm:
+            output.info(job.run.plan.cadence.worded())
     if not wait:
         _show_submitted(rec, as_json)
         return 0
@@ -203,6 +205,8 @@ def _show_dry_run(run: RunDir, as_json: bool, chain_note: str | None = None) -> 
     from clusterkit.cli.render import choices_line
 
     output.info(f"clusterkit: dry run: {choices_line(run).strip()}")
+    if run.plan.cadence is not None and run.plan.slurm:
+        output.info(f"clusterkit: dry run: {run.plan.cadence.worded()}")
     if run.plan.array is not None:
         from clusterkit.cli.arrays import task_lines
 

@@ -400,6 +400,14 @@ class Cost(_Model):
     currency: str = "USD"
 
 
+class Reliability(_Model):
+    """What the checkpoint cadence rests on (job/goodput.py); the defaults are assumptions."""
+
+    gpu_failures_per_hour: float | None = Field(default=None, gt=0, lt=1)   # None: the Llama 3 rate
+    checkpoint_save_s: float = Field(default=60, gt=0, le=86400)
+    restart_s: float = Field(default=300, ge=0, le=86400)
+
+
 class Site(_Model):
     """One cluster, validated.  Frozen: build a new one rather than mutate."""
 
@@ -418,6 +426,7 @@ class Site(_Model):
     perf: Perf = Field(default_factory=Perf)
     node_history: NodeHistoryKeys = Field(default_factory=NodeHistoryKeys)
     cost: Cost | None = None
+    reliability: Reliability = Field(default_factory=Reliability)
     templates: str | None = None
 
     _source: str = PrivateAttr(default="")

@@ -24,7 +24,7 @@ from clusterkit.config.envrules import ENV_REF
 from clusterkit.config.schema import OWNED_SBATCH, Container, Site, owned_sbatch
 from clusterkit.errors import FieldProblem, PlanError
 from clusterkit.job import array as arrays
-from clusterkit.job import jobargs, launchers, nccl, stages
+from clusterkit.job import goodput, jobargs, launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.longrun import ChainLink, check_run_name
@@ -87,6 +87,7 @@ class Plan:
     # what the NCCL rules assume about NCCL's version, checked by the job against the one it finds
     nccl_checks: tuple[nccl.VersionCheck, ...] = ()
     spares: int = 0                     # allocated beyond nnodes; the in-job preflight picks the nnodes used
+    cadence: goodput.Cadence | None = None   # how often to checkpoint (CK_CHECKPOINT_INTERVAL_S)
 
     @property
     def allocated(self) -> int:
@@ -138,6 +139,7 @@ class Plan:
         if self.array is not None:   # only a job array's plan has the key
             d["array"] = self.array.to_dict()
         d["nccl_checks"] = [c.to_dict() for c in self.nccl_checks]
+        d["cadence"] = self.cadence.to_dict() if self.cadence is not None else None
         return d
 
 
@@ -553,4 +555,10 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         array=arr,
         nccl_checks=tuple(nccl.version_checks(site, env)),
         spares=spares,
+        cadence=_cadence(site, nnodes * gpn),
     )
+
+
+def _cadence(site: Site, gpus: int) -> goodput.Cadence | None:
+    rel = site.reliability
+    return None if gpus < 1 else goodput.cadence(gpus, rel.gpu_failures_per_hour, rel.checkpoint_save_s, rel.restart_s)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import NoJobRecord, SlurmUnreachable
 from clusterkit.scheduler.base import JobStatus, cached_status, preempted_then_ended, status_from_result
-from clusterkit.scheduler.records import read_result_file, result_file
+from clusterkit.scheduler.results import read_result_file, result_file
 from clusterkit.scheduler.slurm_tables import SQUEUE_FORMAT, sacct_statuses, squeue_statuses
 from clusterkit.slurmtext import last_line
 from clusterkit.vocab import JobState

@@ -30,7 +30,7 @@ from clusterkit.scheduler.base import (
     status_from_result,
 )
 from clusterkit.scheduler.logs import log_files
-from clusterkit.scheduler.records import read_result_file
+from clusterkit.scheduler.results import read_result_file
 from clusterkit.vocab import JobState, SchedulerKind, slurm_minutes
 
 if TYPE_CHECKING:

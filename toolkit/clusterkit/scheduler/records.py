@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from clusterkit.errors import ExitCode, NoJobRecord, RecordError
 from clusterkit.safefile import NotRegular, read_capped
+from clusterkit.scheduler.results import result_file
 from clusterkit.tooltext import load_json
 from clusterkit.vocab import JobState, SchedulerKind, is_job_id
 
@@ -97,21 +98,6 @@ class JobRecord(BaseModel):
     def result_file(self) -> Path:
         """Where the job script writes its exit status when it ends for good (not on requeue)."""
         return result_file(Path(self.run_dir), self.job_id)
-
-
-def result_file(run_dir: Path, job_id: str) -> Path:
-    """The result file of ``job_id`` in ``run_dir``: one line, the job script's exit status."""
-    return run_dir / f"{job_id}.result"
-
-
-def read_result_file(path: Path) -> int | None:
-    """The exit status in a result file, or None when there is none (yet) or it is garbled."""
-    try:  # the job writes it: a FIFO, a symlink or a huge file there is not a result
-        data, cut = read_capped(path, 64, follow_symlinks=False)
-        text = "" if cut else data.decode("utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return int(text) if re.fullmatch(r"-?\d{1,3}", text) else None
 
 
 def now_utc() -> str:

@@ -41,7 +41,7 @@ from clusterkit.scheduler.base import (
     status_from_result,
 )
 from clusterkit.scheduler.logs import log_files
-from clusterkit.scheduler.records import read_result_file
+from clusterkit.scheduler.results import read_result_file
 from clusterkit.scheduler.slurm_tables import SlurmQuery
 from clusterkit.slurmtext import UNREACHABLE
 from clusterkit.vocab import JobState, SchedulerKind, is_job_id

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.scheduler.arrays import is_task
 from clusterkit.scheduler.base import JobStatus
-from clusterkit.scheduler.records import read_result_file
+from clusterkit.scheduler.results import read_result_file
 from clusterkit.scheduler.slurm_tables import SlurmQuery
 from clusterkit.vocab import SCHEDULER_KINDS, JobState
 

@@ -1,0 +1,25 @@
+"""The files a job script writes and clusterkit reads back for a job's end: one place for their
+names and their reading, which the records, both schedulers and the array views share (so
+none of them imports another for it)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from clusterkit.safefile import read_capped
+
+
+def result_file(run_dir: Path, job_id: str) -> Path:
+    """The result file of ``job_id`` in ``run_dir``: one line, the job script's exit status."""
+    return run_dir / f"{job_id}.result"
+
+
+def read_result_file(path: Path) -> int | None:
+    """The exit status in a result file, or None when there is none (yet) or it is garbled."""
+    try:  # the job writes it: a FIFO, a symlink or a huge file there is not a result
+        data, cut = read_capped(path, 64, follow_symlinks=False)
+        text = "" if cut else data.decode("utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if re.fullmatch(r"-?\d{1,3}", text) else None
