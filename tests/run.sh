@@ -19,7 +19,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 PKGS=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server openssh-server openssh-client shellcheck pdsh clustershell iproute2 procps util-linux
       # to build the testbed's second Slurm (--slurm 24.11) from source
-      gcc make pkg-config libmunge-dev libjson-c-dev libyaml-dev libmariadb-dev libhwloc-dev liblz4-dev libcurl4-openssl-dev debian-archive-keyring)
+      gcc make pkg-config libmunge-dev libjson-c-dev libyaml-dev libmariadb-dev libhwloc-dev liblz4-dev libcurl4-openssl-dev debian-archive-keyring
+      # headless Chromium: `clusterkit nodes --html`'s page, screenshotted (tests/history/test_html.py)
+      chromium)
 if [ "${1:-}" = "--slurm" ]; then
   case "${2:-}" in
     22.05|24.11) export SLURMLAB_SLURM=$2 ;;

@@ -104,6 +104,22 @@ def test_a_spare_replaces_the_bad_node(cli: CK, tmp_path: Path) -> None:
                 "--", "python", "examples/allreduce.py", env=cli.env())
     assert again.code == 0, again.err
     assert f"#SBATCH --exclude={bad}\n" in (cli.runs / "again" / "job.sbatch").read_text()
+    # the node history remembers the node the job dropped; with the site keeping out a node after
+    # one hardware failure, the next job keeps it out by itself and says why
+    nodes = cli("nodes", "--site", str(site), "--json", env=cli.env(), timeout=60)
+    assert nodes.code == 0, nodes.err
+    [seen] = json.loads(nodes.out)["nodes"]
+    assert (seen["node"], seen["sources"], seen["jobs"], seen["verdicts"]) == (bad, ["in-job"], [job], {"gpu.count": 1})
+    assert seen["recent_hardware"] == 1 and seen["kept_out"] is False        # the site's default is 3
+    strict = tmp_path / "testbed-strict.yaml"
+    strict.write_text(f"extends: {site}\nnode_history: {{exclude_after: 1}}\n")
+    nxt = cli("render", "--site", str(strict), "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
+              "--launcher", "torchrun", "--out", str(cli.runs / "next"), "--", "python", "examples/allreduce.py",
+              env=cli.env())
+    assert nxt.code == 0, nxt.err
+    assert f"#SBATCH --exclude={bad}\n" in (cli.runs / "next" / "job.sbatch").read_text()
+    assert f"kept out: {bad} (node history)" in nxt.out
+    assert f"node history: keeping {bad} out of the job (#SBATCH --exclude): {bad}: 1 hardware failure(s)" in nxt.err
 
 
 def test_more_bad_nodes_than_spares_ends_before_training(cli: CK, tmp_path: Path) -> None:

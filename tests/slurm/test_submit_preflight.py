@@ -71,6 +71,15 @@ def test_bad_node_is_excluded_and_the_job_runs_on_the_rest(cli: CK, lab_site) ->
     hosts = set(re.findall(r"^allreduce rank \d+/3 on (\S+): .* ok$", logs, re.M))
     assert hosts == {"node1", "node2", "node4"}
     assert "allreduce OK: world_size=3" in logs
+    # the node history remembers what preflight found on node3, for this job
+    job = re.search(r"Submitted job (\d+)", proc.stdout).group(1)
+    nodes = cli("nodes", "--site", str(site), "--json", env=cli.env(**extra), timeout=60)
+    assert nodes.code == 0, nodes.err
+    [node3] = json.loads(nodes.out)["nodes"]
+    assert (node3["node"], node3["sources"], node3["jobs"]) == ("node3", ["preflight"], [job]), node3
+    # the ib_down profile's port 1 of mlx5_3 is down: its state and its rate each fail a check
+    assert node3["verdicts"] == {"ib.ports": 1, "ib.rate": 1}, node3
+    assert node3["failures"] == node3["recent_hardware"] == 2, node3
 
 
 def test_policy_refuse_submits_nothing(cli: CK, lab_site) -> None:

@@ -58,6 +58,9 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
     try:
         plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs,
                                                                   python=request.python or supervisor_python()))
+        from clusterkit.history.book import keep_out  # nodes that keep failing: before the gate, as --exclude
+
+        plan = keep_out(site_obj, plan)
         if gate is not None:
             plan = gate(plan)
         from clusterkit.job import render as render_mod  # jinja2: not on preflight's path
@@ -224,6 +227,7 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
     from clusterkit.scheduler.jobs import submit_run
 
     store.check_writable()
+    gated: list[Gate] = []
 
     def gate(plan: Plan) -> Plan:
         off_shared = planning.run_dir_off_shared(site, plan.run_dir, plan.nnodes)
@@ -232,12 +236,19 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
         check_array_size(site, plan)   # before preflight: an array Slurm refuses is not worth a check
         rundir.check_job_dirs(plan.run_dir, plan.checkpoint_dir, plan.run_name)
         decided = preflight_gate(site, plan, skip=skip_preflight, transport=preflight_transport)
+        gated.append(decided)
         if on_gate is not None:
             on_gate(decided)
         return decided.plan
 
     run = render_run(site, request, out, gate=gate)
-    return run, submit_run(run, store)
+    submission = submit_run(run, store)
+    if gated and gated[0].report is not None and gated[0].excluded:   # the node history remembers them
+        from clusterkit.history.book import record_preflight
+
+        # a history that cannot be written is said by the next render's keep_out, which writes it too
+        record_preflight(site.name, gated[0].report, gated[0].excluded, submission.record.job_id)
+    return run, submission
 
 
 def check_array_size(site: Site, plan: Plan, runner: slurmclient.Run | None = None) -> None:

@@ -318,10 +318,16 @@ def jobs(limit: int = 20, *, store: RecordStore | None = None) -> Overview:
 
 def doctor_job(ref: str, progress: ProgressBar | None = None, *, store: RecordStore | None = None) -> Diagnosis:
     """``clusterkit doctor JOB``: :meth:`Job.doctor` for the job named ``ref`` (``JOB_ID`` or
-    ``SITE:JOB_ID``).  A name no record has is an :class:`~clusterkit.errors.InputError` here."""
+    ``SITE:JOB_ID``).  A name no record has is an :class:`~clusterkit.errors.InputError` here.
+    A verdict that blames a node goes into the site's node history (``clusterkit nodes``); a
+    history that cannot be written is one of the diagnosis's notes."""
     from clusterkit.diagnose import diagnose_job
+    from clusterkit.history.book import record_diagnosis
 
-    return diagnose_job(ref, progress, _store(store))
+    store = _store(store)
+    found = diagnose_job(ref, progress, store)
+    found.notes.extend(record_diagnosis(store.find(ref), found.report))
+    return found
 
 
 def diagnose_logs(paths: Sequence[StrPath], progress: ProgressBar | None = None) -> Diagnosis:

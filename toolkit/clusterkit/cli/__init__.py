@@ -72,6 +72,11 @@ COMMAND_EXIT_CODES: dict[str, str] = {
   0  ok
   2  usage or config error (bad option, unknown or invalid site)
 """,
+    "nodes": """\
+  0  ok (a history file that cannot be read is a warning, and shows nothing)
+  2  usage or config error (bad option, unknown or invalid site, an --html
+     FILE that cannot be written)
+""",
     "sites list": """\
   0  ok (a site that does not validate is listed as INVALID)
   2  usage error (bad option)
@@ -102,6 +107,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "preflight": ("clusterkit.cli.preflight", "preflight", "Check GPUs, drivers, IB links and mounts on the nodes."),
     "plan": ("clusterkit.cli.plan", "plan", "Choose framework, ZeRO stage and node count from model size."),
     "doctor": ("clusterkit.cli.doctor", "doctor", "Find why a job died (by default your latest): cause, node, rank."),
+    "nodes": ("clusterkit.cli.nodes", "nodes", "Nodes that failed in your jobs: how often, how, in which jobs."),
     "choose-nodes": ("clusterkit.cli.choose", "choose_nodes",
                      "Inside a job: choose its nodes from its own preflight report (the job script runs it)."),
 }

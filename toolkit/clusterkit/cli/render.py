@@ -38,8 +38,13 @@ def choices(run: RunDir) -> list[Choice]:
 
 
 def choices_line(run: RunDir) -> str:
-    """The choices made for the job, each with where it came from (flag, stage, site, default)."""
-    return "  choices: " + ", ".join(c.worded() for c in choices(run))
+    """The choices made for the job, each with where it came from (flag, stage, site, default),
+    and the nodes the node history kept out of it."""
+    from clusterkit.history.book import kept_out_note
+
+    kept = kept_out_note(run.plan.warnings)
+    return "  choices: " + ", ".join(c.worded() for c in choices(run)) + (
+        f", kept out: {kept} (node history)" if kept else "")
 
 
 def show_rendered(run: RunDir, as_json: bool) -> None:

@@ -22,6 +22,7 @@ from clusterkit.config.envrules import (
     container_env_problem,
     job_env_problem,
 )
+from clusterkit.config.history_keys import NodeHistoryKeys
 from clusterkit.config.sbatch_options import meanings
 from clusterkit.vocab import Launcher, ProbeTransport, SchedulerKind, Stage, check_slurm_time
 
@@ -423,6 +424,7 @@ class Site(_Model):
     stages: dict[Stage, StageOverride] = Field(default_factory=dict)
     preflight: Preflight = Field(default_factory=Preflight)
     perf: Perf = Field(default_factory=Perf)
+    node_history: NodeHistoryKeys = Field(default_factory=NodeHistoryKeys)
     cost: Cost | None = None
     reliability: Reliability = Field(default_factory=Reliability)
     templates: str | None = None

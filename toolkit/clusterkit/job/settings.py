@@ -66,6 +66,9 @@ class Settings(BaseModel):
     requeue_by: Literal["clusterkit", "framework"] = Field(
         "clusterkit", description="who calls scontrol requeue after the time-limit warning: clusterkit, or the "
         "training framework on the stop signal (clusterkit then only delivers it and keeps the restart budget)")
+    # nodes that keep failing (the site's node_history: keys; docs/architecture.md §3, Node history)
+    node_history: bool = Field(True, description="keep out the nodes the user's node history of the site says keep "
+                               "failing (false: let them into this job)")
 
     @field_validator("preflight_in_job", mode="before")
     @classmethod
