@@ -160,6 +160,36 @@ def nodes_to_check(site: Site, plan: Plan, slurm: SlurmCommand | None = None) ->
     return free, note
 
 
+def preflight_skip(site: Site, nodes: str | None, transport: str,
+                   slurm: slurmclient.Run | None = None) -> dict[str, str]:
+    """The nodes a preflight over srun outside a job does not ask, with why: those Slurm has
+    drained, down or failing.  A step naming one waits for it, the healthy nodes with it, and
+    ends with every node unreachable.  Empty inside a job (its nodes are its own), for other
+    transports, and where Slurm does not answer (the step then says what it can)."""
+    if transport in ("ssh", "local") or site.scheduler.kind != "slurm" or os.environ.get("SLURM_JOB_ID"):
+        return {}
+    from clusterkit import hostlist
+    from clusterkit.preflight.run import resolve_hosts
+    from clusterkit.sites import slurm_text as st
+    from clusterkit.tooltext import printable
+
+    hosts = resolve_hosts(site, nodes, transport)
+    answer = (slurm or slurmclient.run)(("scontrol", "show", "node", "-o", hostlist.fold(hosts)), 15)
+    if answer.returncode != 0:
+        return {}
+    known = st.parse_nodes(answer.stdout).by_name()
+    out: dict[str, str] = {}
+    for host in hosts:
+        node = known.get(host)
+        if node is None or node.usable:
+            continue
+        words = node.state_words
+        what = "drained" if words & {"DRAIN", "DRAINED", "DRAINING"} else "down" if "DOWN" in words else "not usable"
+        why = f"State={node.state}" + (f", Reason={node.reason}" if node.reason else "")
+        out[host] = printable(f"{what} in Slurm ({why}): not checked; the other nodes are")[:300]
+    return out
+
+
 def preflight_gate(site: Site, plan: Plan, *, skip: bool = False, accept_new_host_keys: bool = False,
                    transport: str | None = None, slurm: SlurmCommand | None = None,
                    on_result: Callable[[NodeResult], None] | None = None) -> Gate:
