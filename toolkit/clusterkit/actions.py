@@ -260,6 +260,7 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
         if off_shared is not None:  # render shows it as a warning; a job is not queued with it
             raise PlanError(off_shared)
         check_array_size(site, plan)   # before preflight: an array Slurm refuses is not worth a check
+        check_partition_nodes(site, plan)
         rundir.check_job_dirs(plan.run_dir, plan.checkpoint_dir, plan.run_name)
         decided = preflight_gate(site, plan, skip=skip_preflight, transport=preflight_transport)
         if on_gate is not None:
@@ -286,6 +287,35 @@ def check_array_size(site: Site, plan: Plan, runner: slurmclient.Run | None = No
     value = parse_config(answer.stdout).values.get("MaxArraySize", "")
     if value.isdigit():
         check_size(plan.array, int(value), "Slurm's scontrol show config")
+
+
+def check_partition_nodes(site: Site, plan: Plan, runner: slurmclient.Run | None = None) -> None:
+    """Refuse, before queueing, a job for a partition (``stages.<stage>.partition``, ``--set
+    partition``) that holds none of the site's nodes: a site file describes one set of nodes, so
+    its node list, excludes and spares would be another partition's.  Two partitions with their
+    own nodes are two site files sharing a partial.  The site's own ``scheduler.partition``, a
+    partition Slurm does not list, or no answer from Slurm passes: sbatch has the last word."""
+    wanted = dict(plan.sbatch).get("partition")
+    if site.scheduler.kind != "slurm" or not wanted or wanted == site.scheduler.partition:
+        return
+    from clusterkit import hostlist
+    from clusterkit.sites import facts
+    from clusterkit.sites.slurm_text import parse_partitions
+
+    answer = (runner or slurmclient.run)(list(facts.COMMANDS["partitions"]), 30)
+    part = parse_partitions(answer.stdout).get(wanted) if answer.returncode == 0 else None
+    if part is None:
+        return
+    try:
+        members = set(hostlist.expand(part.nodes)) if part.nodes else set()
+    except hostlist.HostlistError:
+        return
+    if members.isdisjoint(site.nodes.hosts):
+        where = f"site {site.name}'s nodes ({site.nodes.nodelist})"
+        raise PlanError(f"partition {wanted} holds none of {where}: a site file describes one partition's "
+                        "nodes; for another partition with its own nodes write a second site file, both "
+                        "extending one shared partial (README: Two partitions)", field="settings.partition",
+                        value=wanted)
 
 
 def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | None, *, job_name: str | None,
