@@ -73,3 +73,21 @@ def test_policy_exclude_refuse_and_limits() -> None:
     assert not clean.refuse and clean.exclude == ()
     r.interrupted = True
     assert decide(r, "exclude").refuse
+
+
+def test_every_node_failing_alike_is_no_bad_node_and_refuses_nothing() -> None:
+    """nvidia-smi missing on all four nodes (the srun testbed's message): the check's environment.
+    Before: 4 nodes failed, more than max_excluded_fraction, the submission refused."""
+    smi = CheckResult("gpu.present", Status.FAIL, Severity.ERROR, "nvidia-smi not found (no NVIDIA driver installed?)")
+    r = report([NodeResult(f"n{i}", True, (smi,)) for i in range(1, 5)])
+    assert r.common_fault == "gpu.present: nvidia-smi not found (no NVIDIA driver installed?)"
+    assert r.bad_nodes() == [] and r.exit_code() is ExitCode.FAILURE
+    assert [g.status for g in r.groups()] == [NodeStatus.UNJUDGED] and r.counts()["unjudged"] == 4
+    for policy in ("exclude", "refuse"):
+        d = decide(r, policy, max_excluded_fraction=0.5, nodes_needed=4)
+        assert not d.refuse and d.exclude == ()
+        assert d.reason.startswith("preflight: the check failed on all 4 nodes alike: gpu.present: nvidia-smi")
+    # two different faults, or a node that passed: each node's own
+    other = NodeResult("n5", True, (SEVEN,))
+    assert report([*r.nodes, other]).common_fault is None
+    assert report([*r.nodes, healthy("n6")]).bad_nodes() == ["n1", "n2", "n3", "n4"]
