@@ -91,3 +91,13 @@ def test_every_node_failing_alike_is_no_bad_node_and_refuses_nothing() -> None:
     other = NodeResult("n5", True, (SEVEN,))
     assert report([*r.nodes, other]).common_fault is None
     assert report([*r.nodes, healthy("n6")]).bad_nodes() == ["n1", "n2", "n3", "n4"]
+
+
+def test_an_srun_step_refused_as_a_whole_is_the_checks_fault_on_one_node_too() -> None:
+    # srun's line as a public salloc/srun transcript shows it (2021: `srun -l --ntasks 8 -c 1 hostname`
+    # inside `salloc -w node05 -n 2`)
+    refused = "srun: error: Unable to create step for job 99825: More processors requested than permitted"
+    one = report([NodeResult("node05", False, error=refused, error_kind="launch")])
+    assert one.common_fault == refused and one.bad_nodes() == [] and one.exit_code() is ExitCode.FAILURE
+    named = "srun: error: Task launch for StepId=1.0 failed on node node05: Communication error"
+    assert report([NodeResult("node05", False, error=named, error_kind="launch")]).bad_nodes() == ["node05"]

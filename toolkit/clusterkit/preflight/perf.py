@@ -343,7 +343,7 @@ def _alike(report: PerfReport, *, started: bool, srun_lines: Sequence[str]) -> P
     if not started and refused and report.nodes:
         fault: str | None = alike.bounded(refused[-1])
     else:
-        fault = alike.common_fault((v.host, v.status != "ok", v.reasons) for v in report.nodes)
+        fault = alike.common_fault((v.host, v.status not in ("ok", "unreachable"), v.reasons) for v in report.nodes)
     if fault is not None:
         report.common_fault = fault
         for v in report.nodes:

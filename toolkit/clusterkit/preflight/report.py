@@ -129,8 +129,12 @@ class Report:
         then no node is bad and each is ``unjudged``."""
         if self.interrupted or self.unchecked():
             return None
-        bad = (NodeStatus.FAILED, NodeStatus.UNREACHABLE)
-        return alike.common_fault((n.host, n.status in bad, n.problems()) for n in self.nodes)
+        # srun refusing the step as a whole (an error naming no node): the check's fault on one node too.
+        # Nodes unreachable otherwise (SSH refused, no such name) stay unreachable: nothing was checked.
+        refused = bool(self.nodes) and all(n.error_kind == "launch" and "error" in (n.error or "").lower()
+                                           and not any(h in (n.error or "") for h in self.hosts) for n in self.nodes)
+        return alike.common_fault(((n.host, refused or n.status is NodeStatus.FAILED, n.problems())
+                                   for n in self.nodes), min_nodes=1 if refused else alike.MIN_NODES)
 
     def _status(self, n: NodeResult, fault: str | None) -> NodeStatus:
         return NodeStatus.UNJUDGED if fault is not None else n.status
