@@ -196,11 +196,21 @@ def _perf(site: SiteConfig, stage: str | None, nodes: str | None, srun_args: tup
     except ClusterkitError as err:  # the API's field "nodes" is this command's --nodelist
         err.problems = tuple(replace(p, field="nodelist") if p.field == "nodes" else p for p in err.problems)
         raise
+    from clusterkit.actions import preflight_skip
+    from clusterkit.preflight.perf import Limits, NodeVerdict, judge
+
+    skip = preflight_skip(site, nodes, "srun")   # drained or down in Slurm: a step naming one would wait
+    measured = [h for h in hosts if h not in skip]
     try:
-        report = run_perf(site, hosts, stage=stage or stage_for_nodes(len(hosts)), srun_args=srun_args,
-                          extra_srun_args=site_srun_args(site))
+        report = run_perf(site, measured, stage=stage or stage_for_nodes(len(hosts)), srun_args=srun_args,
+                          extra_srun_args=site_srun_args(site)) if measured else judge([], [], Limits())
     except OSError as exc:  # srun itself could not be started
         raise InputError(f"cannot run srun: {exc.strerror or exc}", field="transport", value="'srun'") from None
+    if skip:
+        said = {n.host: n for n in report.nodes}
+        said.update({h: NodeVerdict(h, "unreachable", [why]) for h, why in skip.items()})
+        report.hosts, report.nodes = list(hosts), [said[h] for h in hosts]
+        report.site, report.stage = site.name, stage or stage_for_nodes(len(hosts))
     if as_json:
         from clusterkit.cli import output
 
