@@ -122,3 +122,21 @@ def test_a_report_that_is_not_one_ends_the_job(job, tmp_path: Path) -> None:
     assert "is not a valid host name" in j.log()
     assert j.reason() == ("clusterkit choose-nodes failed (exit 2; the error above says why); "
                           "not starting the launcher\n")
+
+
+def test_a_kill_during_the_wait_after_a_requeue_leaves_no_sleep_behind(job, tmp_path: Path) -> None:
+    """Slurm's KILL to the batch shell alone (a node whose Slurm tracks processes by parentage):
+    the wait sleeps a second at a time, so nothing of it outlives the shell for long (before: a
+    `sleep 600` stayed on the node)."""
+    import os
+
+    j = job("--set", "preflight_in_job=true", restarts=0, JS_PREFLIGHT_REPORT=_report(tmp_path, node2="7 GPUs"),
+            JS_PREFLIGHT_RC="1").start()
+    try:
+        j.await_log(WAITING)
+        os.kill(j.pid, signal.SIGKILL)
+        assert j.wait() == -signal.SIGKILL
+        until("the wait's last sleep to end", lambda: j.group() == [], timeout=3)
+    finally:
+        j.kill()
+    assert j.result() is None

@@ -166,3 +166,11 @@ def test_a_selection_symlinked_elsewhere_is_not_read(tmp_path: Path) -> None:
     ch.write_selection(sel, outside)
     (tmp_path / "logs" / "nodes-77.r0.json").symlink_to(outside)
     assert ch.selections(tmp_path, "77") == []
+
+
+def test_a_check_that_failed_on_every_node_alike_drops_none_and_never_requeues(tmp_path: Path) -> None:
+    why = "task 0: ModuleNotFoundError: No module named 'torch'"
+    report = _write(tmp_path, [{"host": h, "status": "unjudged", "reason": why, "checks": []} for h in ("n1", "n2")])
+    sel = _pick(ch.read_report(report), ["n1", "n2"], 2, 0, restarts_left=3)
+    assert sel.outcome == "launch" and sel.chosen == ("n1", "n2") and sel.dropped == () and sel.exclude == ()
+    assert f"preflight judged no node: it failed on every node alike ({why})" in sel.reason

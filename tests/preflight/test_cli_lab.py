@@ -79,8 +79,8 @@ def test_unreachable_nodes_say_why(mixed_json) -> None:  # type: ignore[no-untyp
 def test_json_shape(mixed_json) -> None:  # type: ignore[no-untyped-def]
     _, report = mixed_json
     assert set(report) == {"schema_version", "version", "site", "stage", "transport", "exit_code", "interrupted",
-                           "elapsed_s", "counts", "failed", "unreachable", "unchecked", "notes", "groups", "checks",
-                           "nodes"}
+                           "elapsed_s", "counts", "failed", "unreachable", "unchecked", "common_fault", "notes",
+                           "groups", "checks", "nodes"}
     assert (report["version"], report["site"], report["stage"], report["transport"]) == (1, "lab", "multi-node", "ssh")
     # in hostlist order (ClusterShell's NodeSet sorts names)
     assert [n["host"] for n in report["nodes"]] == ["dead01"] + [f"node{i:02d}" for i in range(1, 13)] + ["tarpit01"]

@@ -194,6 +194,23 @@ def test_srun_step_runs_one_task_per_gpu_or_per_node(tmp_path: Path) -> None:
     assert argv[2:7] == ["2", "--ntasks", "2", "--ntasks-per-node", "1"] and "--gpus-per-task=1" not in argv
 
 
+def test_the_step_fits_what_the_job_holds(tmp_path: Path) -> None:
+    """One CPU a task with --overcommit (never the job's own --cpus-per-task, never more CPUs than
+    it holds), and inside a job one task per GPU the job holds where it holds fewer than the site's."""
+    from clusterkit.preflight.perf import tasks_per_node
+
+    site = tmp_path / "s.yaml"
+    site.write_text('name: s\nscheduler: {kind: slurm}\nnodes: {nodelist: "gpu[01-04]", gpus_per_node: 8}\n')
+    config = load_site(str(site))
+    argv = srun_argv(config, ["gpu01"], {"marker": "m"})
+    assert argv[argv.index("--cpus-per-task") + 1] == "1" and "--overcommit" in argv
+    assert tasks_per_node(config) == 8 and tasks_per_node(config, {}) == 8
+    assert tasks_per_node(config, {"SLURM_JOB_ID": "7", "SLURM_GPUS_PER_NODE": "h100:2"}) == 2
+    assert tasks_per_node(config, {"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "1"}) == 1
+    assert tasks_per_node(config, {"SLURM_GPUS_PER_NODE": "1"}) == 8   # not inside a job
+    assert tasks_per_node(config, {"SLURM_JOB_ID": "7", "SLURM_GPUS_PER_NODE": "16"}) == 8
+
+
 def test_bad_perf_key_is_a_file_line_error(tmp_path: Path) -> None:
     site = tmp_path / "s.yaml"
     site.write_text('name: s\nnodes: {nodelist: "n1", gpus_per_node: 1}\nperf:\n  slow_ratio: 1.5\n  rounds: 1\n')
@@ -202,3 +219,33 @@ def test_bad_perf_key_is_a_file_line_error(tmp_path: Path) -> None:
     text = str(info.value)
     assert f"{site}:4" in text and "perf.slow_ratio" in text
     assert f"{site}:5" in text and "perf.rounds" in text
+
+
+def test_every_task_failing_alike_is_the_checks_fault_and_no_node_is_bad() -> None:
+    """Each task's start and then the same error (what perf_worker prints where torch is missing)."""
+    marker = "@@ck-perf-0"
+    err = "ModuleNotFoundError: No module named 'torch'"
+    lines = [f"{r}: {marker} {json.dumps({'ev': ev, 'rank': r, 'host': h, **extra})}"
+             for r, h in enumerate(HOSTS) for ev, extra in (("start", {}), ("error", {"error": err}))]
+    report = judge(HOSTS, parse_output(lines, marker, HOSTS), LIMITS)
+    assert _status(report) == {h: "unjudged" for h in HOSTS} and int(report.exit_code()) == 1
+    assert report.common_fault == f"task 0: {err}"
+    data = report.to_dict()
+    assert data["failed"] == "" and data["unreachable"] == "" and data["counts"]["unjudged"] == 5
+    # one node alone failing that way is that node's own trouble
+    alone = judge(HOSTS[:1], parse_output(lines[:2], marker, HOSTS[:1]), LIMITS)
+    assert _status(alone) == {"node1": "failed"} and alone.common_fault is None
+
+
+def test_a_step_srun_refused_as_a_whole_is_the_checks_fault_on_one_node_too() -> None:
+    # srun's line as a public salloc/srun transcript shows it (2021: `srun -l --ntasks 8 -c 1 hostname`
+    # inside `salloc -w node05 -n 2`)
+    refused = "srun: error: Unable to create step for job 99825: More processors requested than permitted"
+    for hosts in (HOSTS, HOSTS[:1]):
+        report = judge(hosts, [], LIMITS, srun_lines=task_errors([refused])[1])
+        assert {n.status for n in report.nodes} == {"unjudged"}, report.to_dict()
+        assert report.common_fault == refused and int(report.exit_code()) == 1
+    # srun naming the node it could not reach: that node's fault
+    report = judge(HOSTS[:1], [], LIMITS, srun_lines=["srun: error: Task launch for StepId=1.0 failed on node "
+                                                      "node1: Communication error"])
+    assert _status(report) == {"node1": "unreachable"} and report.common_fault is None

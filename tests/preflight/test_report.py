@@ -73,3 +73,31 @@ def test_policy_exclude_refuse_and_limits() -> None:
     assert not clean.refuse and clean.exclude == ()
     r.interrupted = True
     assert decide(r, "exclude").refuse
+
+
+def test_every_node_failing_alike_is_no_bad_node_and_refuses_nothing() -> None:
+    """nvidia-smi missing on all four nodes (the srun testbed's message): the check's environment.
+    Before: 4 nodes failed, more than max_excluded_fraction, the submission refused."""
+    smi = CheckResult("gpu.present", Status.FAIL, Severity.ERROR, "nvidia-smi not found (no NVIDIA driver installed?)")
+    r = report([NodeResult(f"n{i}", True, (smi,)) for i in range(1, 5)])
+    assert r.common_fault == "gpu.present: nvidia-smi not found (no NVIDIA driver installed?)"
+    assert r.bad_nodes() == [] and r.exit_code() is ExitCode.FAILURE
+    assert [g.status for g in r.groups()] == [NodeStatus.UNJUDGED] and r.counts()["unjudged"] == 4
+    for policy in ("exclude", "refuse"):
+        d = decide(r, policy, max_excluded_fraction=0.5, nodes_needed=4)
+        assert not d.refuse and d.exclude == ()
+        assert d.reason.startswith("preflight: the check failed on all 4 nodes alike: gpu.present: nvidia-smi")
+    # two different faults, or a node that passed: each node's own
+    other = NodeResult("n5", True, (SEVEN,))
+    assert report([*r.nodes, other]).common_fault is None
+    assert report([*r.nodes, healthy("n6")]).bad_nodes() == ["n1", "n2", "n3", "n4"]
+
+
+def test_an_srun_step_refused_as_a_whole_is_the_checks_fault_on_one_node_too() -> None:
+    # srun's line as a public salloc/srun transcript shows it (2021: `srun -l --ntasks 8 -c 1 hostname`
+    # inside `salloc -w node05 -n 2`)
+    refused = "srun: error: Unable to create step for job 99825: More processors requested than permitted"
+    one = report([NodeResult("node05", False, error=refused, error_kind="launch")])
+    assert one.common_fault == refused and one.bad_nodes() == [] and one.exit_code() is ExitCode.FAILURE
+    named = "srun: error: Task launch for StepId=1.0 failed on node node05: Communication error"
+    assert report([NodeResult("node05", False, error=named, error_kind="launch")]).bad_nodes() == ["node05"]

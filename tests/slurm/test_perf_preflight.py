@@ -147,3 +147,22 @@ def test_node_with_a_limited_cpu_fails_the_compute_check(ck: CLI, testbed5: Test
     others = [n["gemm_tflops"] for n in report["nodes"] if n["host"] != "node2"]
     assert node2["gemm_tflops"] < 0.8 * min(others), report
 
+
+
+def test_a_drained_node_is_named_and_the_rest_measured(ck: CLI, testbed5: Testbed, tmp_path: Path) -> None:
+    """Before: the step waited for the drained node and called every node unreachable."""
+    testbed5.wait_idle()
+    testbed5.run("scontrol", "update", "NodeName=node2", "State=DRAIN", "Reason=ck-perf-drain")
+    try:
+        proc = ck.proc("preflight", "--site", str(_site(tmp_path)), "--transport", "srun", "--nodelist",
+                       "node[1-3]", "--perf", "--json", env=testbed5.env(login=True), timeout=300)
+    finally:
+        testbed5.resume("node2")
+    report = json.loads(proc.out)
+    assert proc.code == 3, json.dumps(report, indent=1) + proc.err
+    assert [n["host"] for n in report["nodes"]] == ["node1", "node2", "node3"]
+    status = _status(report)
+    assert status["node2"] == "unreachable" and status["node1"] == status["node3"] == "ok", _why(report)
+    node2 = report["nodes"][1]
+    assert node2["reason"].startswith("drained in Slurm (State=IDLE+DRAIN, Reason=ck-perf-drain): not checked")
+    assert report["perf"]["pairings"] == [[["node1", "node3"]]], report["perf"]

@@ -163,6 +163,36 @@ def nodes_to_check(site: Site, plan: Plan, slurm: SlurmCommand | None = None) ->
     return free, note
 
 
+def preflight_skip(site: Site, nodes: str | None, transport: str,
+                   slurm: slurmclient.Run | None = None) -> dict[str, str]:
+    """The nodes a preflight over srun outside a job does not ask, with why: those Slurm has
+    drained, down or failing.  A step naming one waits for it, the healthy nodes with it, and
+    ends with every node unreachable.  Empty inside a job (its nodes are its own), for other
+    transports, and where Slurm does not answer (the step then says what it can)."""
+    if transport in ("ssh", "local") or site.scheduler.kind != "slurm" or os.environ.get("SLURM_JOB_ID"):
+        return {}
+    from clusterkit import hostlist
+    from clusterkit.preflight.run import resolve_hosts
+    from clusterkit.sites import slurm_text as st
+    from clusterkit.tooltext import printable
+
+    hosts = resolve_hosts(site, nodes, transport)
+    answer = (slurm or slurmclient.run)(("scontrol", "show", "node", "-o", hostlist.fold(hosts)), 15)
+    if answer.returncode != 0:
+        return {}
+    known = st.parse_nodes(answer.stdout).by_name()
+    out: dict[str, str] = {}
+    for host in hosts:
+        node = known.get(host)
+        if node is None or node.usable:
+            continue
+        words = node.state_words
+        what = "drained" if words & {"DRAIN", "DRAINED", "DRAINING"} else "down" if "DOWN" in words else "not usable"
+        why = f"State={node.state}" + (f", Reason={node.reason}" if node.reason else "")
+        out[host] = printable(f"{what} in Slurm ({why}): not checked; the other nodes are")[:300]
+    return out
+
+
 def preflight_gate(site: Site, plan: Plan, *, skip: bool = False, accept_new_host_keys: bool = False,
                    transport: str | None = None, slurm: SlurmCommand | None = None,
                    on_result: Callable[[NodeResult], None] | None = None) -> Gate:
@@ -234,6 +264,7 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
         if off_shared is not None:  # render shows it as a warning; a job is not queued with it
             raise PlanError(off_shared)
         check_array_size(site, plan)   # before preflight: an array Slurm refuses is not worth a check
+        check_partition_nodes(site, plan)
         rundir.check_job_dirs(plan.run_dir, plan.checkpoint_dir, plan.run_name)
         decided = preflight_gate(site, plan, skip=skip_preflight, transport=preflight_transport)
         gated.append(decided)
@@ -267,6 +298,35 @@ def check_array_size(site: Site, plan: Plan, runner: slurmclient.Run | None = No
     value = parse_config(answer.stdout).values.get("MaxArraySize", "")
     if value.isdigit():
         check_size(plan.array, int(value), "Slurm's scontrol show config")
+
+
+def check_partition_nodes(site: Site, plan: Plan, runner: slurmclient.Run | None = None) -> None:
+    """Refuse, before queueing, a job for a partition (``stages.<stage>.partition``, ``--set
+    partition``) that holds none of the site's nodes: a site file describes one set of nodes, so
+    its node list, excludes and spares would be another partition's.  Two partitions with their
+    own nodes are two site files sharing a partial.  The site's own ``scheduler.partition``, a
+    partition Slurm does not list, or no answer from Slurm passes: sbatch has the last word."""
+    wanted = dict(plan.sbatch).get("partition")
+    if site.scheduler.kind != "slurm" or not wanted or wanted == site.scheduler.partition:
+        return
+    from clusterkit import hostlist
+    from clusterkit.sites import facts
+    from clusterkit.sites.slurm_text import parse_partitions
+
+    answer = (runner or slurmclient.run)(list(facts.COMMANDS["partitions"]), 30)
+    part = parse_partitions(answer.stdout).get(wanted) if answer.returncode == 0 else None
+    if part is None:
+        return
+    try:
+        members = set(hostlist.expand(part.nodes)) if part.nodes else set()
+    except hostlist.HostlistError:
+        return
+    if members.isdisjoint(site.nodes.hosts):
+        where = f"site {site.name}'s nodes ({site.nodes.nodelist})"
+        raise PlanError(f"partition {wanted} holds none of {where}: a site file describes one partition's "
+                        "nodes; for another partition with its own nodes write a second site file, both "
+                        "extending one shared partial (README: Two partitions)", field="settings.partition",
+                        value=wanted)
 
 
 def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | None, *, job_name: str | None,

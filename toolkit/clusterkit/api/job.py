@@ -160,6 +160,13 @@ class Job:
         self._record = seen.record
         return seen
 
+    def wait_started(self, on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+        """Wait until the job left the queue (any state but PENDING); ``on_change`` hears each new
+        state and, while it is pending, each new reason Slurm gives (Priority, Resources, ...)."""
+        from clusterkit.scheduler.status import wait_started
+
+        return wait_started(self._record, on_change=on_change)
+
     def wait(self, timeout: float | None = None, *,
              on_change: Callable[[JobStatus], None] | None = None) -> JobResult:
         """Wait until the job ended; its :class:`JobResult`.  ``on_change`` hears each new state.
@@ -168,15 +175,16 @@ class Job:
         A controller outage is waited out (the job is UNKNOWN, not ended).
         """
         from clusterkit.scheduler import jobs as job_fns
-        from clusterkit.scheduler.status import refresh
+        from clusterkit.scheduler.status import heard_key, refresh
 
         if timeout is not None:
             deadline = time.monotonic() + timeout
-            delay, last = 0.5, None
+            delay, last, heard = 0.5, None, None
             while True:
                 (_, st), = refresh([self._record])
-                if st.state != last and on_change is not None:
+                if heard != heard_key(st) and on_change is not None:
                     on_change(st)
+                heard = heard_key(st)
                 if st.terminal:
                     break
                 if time.monotonic() >= deadline:

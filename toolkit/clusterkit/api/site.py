@@ -16,6 +16,7 @@ from clusterkit.config.schema import Site as SiteConfig
 from clusterkit.errors import InputError
 from clusterkit.job.request import JobRequest
 from clusterkit.scheduler.records import RecordStore
+from clusterkit.vocab import TRANSPORTS
 
 from . import inputs
 from .job import Job, StrPath
@@ -185,14 +186,13 @@ class Site:
         ``srun_args`` go on the srun step (``transport="srun"`` only; a job's ``--srun-arg``
         words, checked as a job's are).
 
-        Returns the :class:`~clusterkit.preflight.report.Report` (``report.exit_code()``,
-        ``report.groups()``, ``report.to_dict()``); bad nodes are in the report, not raised.
+        Returns the :class:`~clusterkit.preflight.report.Report`; bad nodes are in it, not raised
+        (over srun, nodes Slurm has drained or down are not asked: :func:`actions.preflight_skip`).
         ``on_start(hosts)`` is called before any node is contacted, ``on_result(node)`` as each
         node answers.  Raises :class:`~clusterkit.errors.InputError` for a bad argument
         (``field`` ``nodes``, ``stage`` or ``transport``).
         """
         from clusterkit.preflight.run import run_preflight
-        from clusterkit.vocab import TRANSPORTS
 
         if transport is not None and transport not in TRANSPORTS:
             raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
@@ -208,7 +208,8 @@ class Site:
         hosts = nodes if nodes is None or isinstance(nodes, str) else ",".join(inputs.of("nodes", nodes, "words"))
         inputs.check(None, {"nodes": hosts, "stage": stage})
         return run_preflight(self.config, stage, hosts, transport, accept_new_host_keys=accept_new_host_keys,
-                             on_start=on_start, on_result=on_result, srun_args=srun_args)
+                             on_start=on_start, on_result=on_result, srun_args=srun_args,
+                             skip=actions.preflight_skip(self.config, hosts, transport))
 
     def size(self, request: SizingRequest) -> Sizing:
         """``clusterkit plan``: the launcher, ZeRO stage and node count for a model on this site's

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from clusterkit.cli.waiting import describe
 from clusterkit.tooltext import printable
 
 if TYPE_CHECKING:
@@ -67,27 +68,8 @@ def _print_tails(tails: list[LogTail]) -> None:
             output.line(line)
 
 
-def _describe(rec: JobRecord, st: JobStatus) -> str:
-    parts = [f"job {rec.job_id} {_state_text(st)}"]
-    if st.exit_code is not None:
-        parts.append(f"exit code {st.exit_code}")
-    if st.signal is not None:
-        parts.append(f"signal {st.signal}")
-    if st.restarts:
-        parts.append(f"{st.restarts} restart(s)")
-    if st.reason:
-        parts.append(f"reason: {st.reason}")
-    return ", ".join(parts)
-
-
 def _figures(figures: dict[str, float]) -> str:
     return " [" + ", ".join(f"{k} {v:g}" for k, v in sorted(figures.items())) + "]" if figures else ""
-
-
-def _state_text(st: JobStatus) -> str:
-    from clusterkit.scheduler.status import shown_stale
-
-    return f"{st.state} (stale)" if shown_stale(st) else st.state.value
 
 
 def _warn_cache_failures(failures: list[str]) -> None:
@@ -119,12 +101,9 @@ def _final_json(rec: JobRecord, st: JobStatus, tails: list[LogTail]) -> dict[str
 def follow_to_end(job: Job, as_json: bool) -> int:
     """Wait for the job's end, print its final state and log tails; return its exit status."""
     from clusterkit.cli import output
+    from clusterkit.cli.waiting import heard
 
-    def changed(st: JobStatus) -> None:
-        if not as_json:
-            output.info(f"clusterkit: {_describe(job.record, st)}")
-
-    result = job.wait(on_change=changed)
+    result = job.wait(on_change=None if as_json else heard(job))
     _warn_cache_failures(result.cache_failures)
     if as_json:
         output.emit_json(_final_json(job.record, result.status, result.tails))
@@ -152,7 +131,10 @@ def _final_line(job: Job, state: object, exit_code: int | None, signal: int | No
 
 def stream_to_end(job: Job) -> int:
     """Print the job's log lines as they are written until it ended (``submit --follow``), then
-    its final state; return its exit status."""
+    its final state; return its exit status.  While it is queued: its state and Slurm's reason."""
+    from clusterkit.cli.waiting import heard
+
+    job.wait_started(on_change=heard(job))
     _follow(job)
     result = job.wait()
     _warn_cache_failures(result.cache_failures)
@@ -222,7 +204,7 @@ def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) ->
         output.emit_json({**_final_json(rec, st, seen.tails), "dropped": [asdict(v) for v in dropped],
                           "progress": asdict(beat) if beat else None})
         return code
-    output.line(_describe(rec, st))
+    output.line(describe(rec, st))
     output.line(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
                 f"world size {rec.world_size}; nodes: {st.nodes or '-'}")
     for v in dropped:   # the in-job preflight's choice (read from the run directory, validated)

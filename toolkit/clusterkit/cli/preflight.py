@@ -27,13 +27,15 @@ EXIT_HELP = """\b
 Exit codes:
   0  every node passed (warnings do not fail)
   1  some nodes failed a check (--perf: a node slow, wrong-result or failed,
-     or a slow link)
+     or a slow link), or the check failed on every node alike: a fault of
+     the check or its environment, so every node is unjudged, none bad
   2  usage or config error (nothing was checked)
   3  some nodes could not be reached (wins over 1: the report is incomplete)
   130 interrupted (Ctrl-C); what was checked so far is printed
 """
 
-_STYLE = {"unreachable": "bold magenta", "failed": "bold red", "warn": "yellow", "ok": "green"}
+_STYLE = {"unjudged": "bold yellow", "unreachable": "bold magenta", "failed": "bold red", "warn": "yellow",
+          "ok": "green"}
 
 
 @click.command(epilog=EXIT_HELP)
@@ -134,7 +136,7 @@ class _Progress:
 
 def _headline(report: Report) -> str:
     c = report.counts()
-    parts = [f"{c[k]} {k}" for k in ("ok", "warn", "failed", "unreachable", "unchecked") if c[k]]
+    parts = [f"{c[k]} {k}" for k in ("ok", "warn", "failed", "unreachable", "unjudged", "unchecked") if c.get(k)]
     checked = len(report.nodes)
     return (f"preflight {report.site} ({report.stage}, {report.transport}): {checked} of {len(report.hosts)} nodes "
             f"checked in {report.elapsed_s:.1f} s: {', '.join(parts) or 'nothing checked'}")
@@ -172,7 +174,7 @@ def _render(report: Report) -> None:
 
 def _ssh_hint(report: Report) -> str | None:
     """Most nodes unreachable over SSH: the cluster may take no SSH to compute nodes."""
-    unreachable = report.unreachable_nodes()
+    unreachable = [n for n in report.nodes if n.status.value == "unreachable"]   # unjudged ones too
     if report.transport != "ssh" or len(unreachable) < 2 or 2 * len(unreachable) < len(report.nodes):
         return None
     return (f"{len(unreachable)} of {len(report.nodes)} nodes did not answer over SSH; where compute nodes take "
@@ -194,11 +196,21 @@ def _perf(site: SiteConfig, stage: str | None, nodes: str | None, srun_args: tup
     except ClusterkitError as err:  # the API's field "nodes" is this command's --nodelist
         err.problems = tuple(replace(p, field="nodelist") if p.field == "nodes" else p for p in err.problems)
         raise
+    from clusterkit.actions import preflight_skip
+    from clusterkit.preflight.perf import Limits, NodeVerdict, judge
+
+    skip = preflight_skip(site, nodes, "srun")   # drained or down in Slurm: a step naming one would wait
+    measured = [h for h in hosts if h not in skip]
     try:
-        report = run_perf(site, hosts, stage=stage or stage_for_nodes(len(hosts)), srun_args=srun_args,
-                          extra_srun_args=site_srun_args(site))
+        report = run_perf(site, measured, stage=stage or stage_for_nodes(len(hosts)), srun_args=srun_args,
+                          extra_srun_args=site_srun_args(site)) if measured else judge([], [], Limits())
     except OSError as exc:  # srun itself could not be started
         raise InputError(f"cannot run srun: {exc.strerror or exc}", field="transport", value="'srun'") from None
+    if skip:
+        said = {n.host: n for n in report.nodes}
+        said.update({h: NodeVerdict(h, "unreachable", [why]) for h, why in skip.items()})
+        report.hosts, report.nodes = list(hosts), [said[h] for h in hosts]
+        report.site, report.stage = site.name, stage or stage_for_nodes(len(hosts))
     if as_json:
         from clusterkit.cli import output
 
@@ -208,8 +220,8 @@ def _perf(site: SiteConfig, stage: str | None, nodes: str | None, srun_args: tup
     return 130 if report.interrupted else int(report.exit_code())
 
 
-_PERF_STYLE = {"ok": "green", "slow": "bold yellow", "wrong-result": "bold red", "failed": "bold red",
-               "unreachable": "bold magenta"}
+_PERF_STYLE = {"unjudged": "bold yellow", "ok": "green", "slow": "bold yellow", "wrong-result": "bold red",
+               "failed": "bold red", "unreachable": "bold magenta"}
 
 
 def _render_perf(report: PerfReport) -> None:
@@ -251,8 +263,12 @@ def _render_perf(report: PerfReport) -> None:
                       f"{link['round']}, below {link['floor']:.3g}", markup=False)
     for note in report.notes:
         console.print(f"note: {note}", markup=False, style="dim")
+    if report.common_fault is not None:
+        from clusterkit.preflight.alike import worded
+
+        console.print(f"UNJUDGED     {worded(report.common_fault, len(report.nodes))}", markup=False)
     c = report.counts()
-    parts = [f"{c[k]} {k}" for k in ("ok", "slow", "wrong-result", "failed", "unreachable") if c[k]]
+    parts = [f"{c[k]} {k}" for k in ("ok", "slow", "wrong-result", "failed", "unreachable", "unjudged") if c.get(k)]
     links = f", {len(report.slow_links)} slow link(s)" if report.slow_links else ""
     world = "" if report.busbw_world_gbps is None else f"; all nodes {report.busbw_world_gbps:.3g} Gbit/s"
     timing = "" if report.startup_s is None else f" (start-up {report.startup_s:.1f} s"

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from clusterkit.errors import ClusterkitError, ExitCode
 from clusterkit.hostlist import HostlistError, check_host, fold
+from clusterkit.preflight.alike import UNJUDGED
 from clusterkit.preflight.choose_check import problem
 from clusterkit.safefile import is_real_dir, read_capped, write_atomic
 from clusterkit.tooltext import decode, load_json, printable
@@ -45,8 +46,8 @@ REPORT_MAX_BYTES = 16 * 1024 * 1024    # a preflight report of 10,000 nodes fits
 SELECTION_MAX_BYTES = 4 * 1024 * 1024
 MAX_NODES = 100_000
 REASON_MAX = 300                       # characters of one node's reason kept
-#: verdicts of a node the job may launch on
-GOOD = ("ok", "warn")
+#: verdicts of a node the job may launch on (unjudged: the check failed on every node alike, its fault)
+GOOD = ("ok", "warn", UNJUDGED)
 #: verdicts of the perf check (preflight --perf): "below par" rather than "failed"
 PERF_VERDICTS = ("slow", "wrong-result")
 KNOWN = (*GOOD, "failed", "unreachable", *PERF_VERDICTS)
@@ -215,7 +216,7 @@ def _node(node: Any) -> NodeVerdict:
     check_host(host)
     if not isinstance(status, str) or status not in KNOWN:
         raise ValueError(f"{host}: verdict {str(status)[:40]!r} is not one of {', '.join(KNOWN)}")
-    return NodeVerdict(host, status, "" if status in GOOD else _reason(node), _node_figures(node))
+    return NodeVerdict(host, status, "" if status in ("ok", "warn") else _reason(node), _node_figures(node))
 
 
 def _reason(node: dict[str, Any]) -> str:
@@ -288,6 +289,8 @@ def choose(verdicts: dict[str, NodeVerdict], allocation: Sequence[str], *, wante
             said += f"; dropped {', '.join(v.worded() for v in bad)}"
         if unused:
             said += f"; spare, unused: {fold(unused)}"
+        if unjudged := [v for v in good if v.verdict == UNJUDGED]:
+            said += f"; preflight judged no node: it failed on every node alike ({unjudged[0].reason})"
         return decided("launch", said, chosen, unused)
     perf = any(v.verdict in PERF_VERDICTS for v in bad)
     head = (f"perf check: {len(bad)} nodes below par, {spares} spares" if perf

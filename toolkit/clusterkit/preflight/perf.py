@@ -11,6 +11,8 @@ must give the same bits), then ``slow``: its matmul throughput, its all-reduce b
 the node, or every pair it is in, below the site's ``perf.*_min`` or below
 ``perf.slow_ratio`` x the allocation's median; ``unreachable`` when no task started there.
 A pair low in one pairing only, with neither end slow, is a slow link (both ends named).
+Every node failing alike (or srun refusing the step as a whole) is the check's fault, not the
+nodes' (:mod:`~clusterkit.preflight.alike`): each node is then ``unjudged``, none is bad.
 Exit code: 3 with an unreachable node, else 1 with any node not ok or any slow link, else 0.
 """
 
@@ -20,28 +22,22 @@ import json
 import os
 import secrets
 import statistics
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ExitCode
 from clusterkit.hostlist import fold
-from clusterkit.preflight import perf_claims
-from clusterkit.preflight.perf_claims import label_of
-from clusterkit.tooltext import load_json, printable
+from clusterkit.preflight import alike, perf_claims
+from clusterkit.preflight.perf_step import held_gpus, parse_output, run_step, task_errors
 
 if TYPE_CHECKING:
     from clusterkit.config.schema import Perf, Site
 
 REPORT_VERSION = 1
-STATUSES = ("ok", "slow", "wrong-result", "failed", "unreachable")
-MAX_STREAM_BYTES = 8 << 20   # what is kept of srun's stdout and of its stderr
-MAX_LINE_CHARS = 4096        # a figure line longer than this is not a figure line
-_TAIL_LINES = 200
+STATUSES = ("ok", "slow", "wrong-result", "failed", "unreachable", alike.UNJUDGED)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -49,9 +45,13 @@ _TAIL_LINES = 200
 # ---------------------------------------------------------------------------------------------
 
 
-def tasks_per_node(site: Site) -> int:
-    """One task per GPU (NCCL), one per node on the CPU (gloo)."""
-    return 1 if site.perf.backend == "gloo" else int(site.nodes.gpus_per_node)
+def tasks_per_node(site: Site, env: dict[str, str] | None = None) -> int:
+    """One task per GPU (NCCL), one per node on the CPU (gloo); inside a job (``env``) one per GPU
+    the job holds on a node, where that is fewer than the site's (a job on part of a node)."""
+    if site.perf.backend == "gloo":
+        return 1
+    held = held_gpus(env) if env is not None else None
+    return min(int(site.nodes.gpus_per_node), held) if held else int(site.nodes.gpus_per_node)
 
 
 def worker_spec(perf: Perf, marker: str, port: int) -> dict[str, Any]:
@@ -63,122 +63,20 @@ def worker_spec(perf: Perf, marker: str, port: int) -> dict[str, Any]:
 
 
 def srun_argv(site: Site, hosts: Sequence[str], spec: dict[str, Any], extra_args: Sequence[str] = (),
-              python: str | None = None, srun: str = "srun") -> list[str]:
-    """The one srun step of the check: every task runs the worker with the same spec."""
-    per = tasks_per_node(site)
+              python: str | None = None, srun: str = "srun", per: int | None = None) -> list[str]:
+    """The one srun step of the check: every task runs the worker with the same spec.
+
+    Sized within any allocation that holds the nodes: one CPU a task, and ``--overcommit`` where
+    the job holds fewer CPUs than the step has tasks (never "More processors requested than
+    permitted" because the job asked for one task with many CPUs, whose count srun would inherit)."""
+    per = per or tasks_per_node(site)
     n = len(hosts)
     gpus = [] if site.perf.backend == "gloo" else ["--gpus-per-task=1"]
     return [srun, "--nodes", str(n), "--ntasks", str(n * per), "--ntasks-per-node", str(per),
             "--nodelist", fold(hosts), "--label", "--kill-on-bad-exit=0", "--overlap",
-            "--job-name", "clusterkit-perf", *gpus, *extra_args,
+            "--cpus-per-task", "1", "--overcommit", "--job-name", "clusterkit-perf", *gpus, *extra_args,
             python or sys.executable, "-m", "clusterkit.preflight.perf_worker",
             json.dumps(spec, separators=(",", ":"))]
-
-
-@dataclass
-class StepOutput:
-    """What the srun step printed, bounded."""
-
-    stdout: list[str]
-    stderr: list[str]
-    returncode: int | None
-    timed_out: bool = False
-    interrupted: bool = False
-
-
-def run_step(argv: Sequence[str], timeout_s: float, env: dict[str, str] | None = None) -> StepOutput:
-    """Run the step; keep at most :data:`MAX_STREAM_BYTES` of each stream; stop it after ``timeout_s``."""
-    from clusterkit import slurmclient
-
-    proc = slurmclient.start(argv, env=env)   # srun, in its own session (slurmclient: the one seam)
-    streams: dict[str, list[str]] = {"out": [], "err": []}
-
-    def read(name: str, pipe: Any) -> None:
-        kept = 0
-        for raw in pipe:
-            if kept < MAX_STREAM_BYTES:
-                kept += len(raw)
-                streams[name].append(raw.decode("utf-8", "replace").rstrip("\n"))
-        pipe.close()
-
-    readers = [threading.Thread(target=read, args=(n, p), daemon=True)
-               for n, p in (("out", proc.stdout), ("err", proc.stderr))]
-    for t in readers:
-        t.start()
-    timed_out = interrupted = False
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        slurmclient.stop(proc, grace_s=15)   # TERM (srun passes it on to the tasks), then KILL
-        for t in readers:
-            t.join(timeout=5)
-    return StepOutput(streams["out"], streams["err"], proc.returncode, timed_out, interrupted)
-
-
-# ---------------------------------------------------------------------------------------------
-# reading the figures
-# ---------------------------------------------------------------------------------------------
-
-
-_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "start": {},
-    "init": {"backend": str, "import_s": (int, float), "init_s": (int, float)},
-    "gemm": {"tflops": (int, float), "checksum": str, "local": int},
-    "intra": {"gbps": (int, float)},
-    "pair": {"round": int, "pair": list, "gbps": (int, float)},
-    "world": {"gbps": (int, float)},
-    "done": {"measure_s": (int, float)},
-    "error": {"error": str},
-}
-
-
-def parse_output(lines: Iterable[str], marker: str, hosts: Sequence[str]) -> list[dict[str, Any]]:
-    """The figure lines (``MARKER {json}``) of the step's stdout, validated: an event with
-    an unknown kind, a field of the wrong type, or a host not among ``hosts`` is dropped."""
-    known = set(hosts)
-    events: list[dict[str, Any]] = []
-    for raw in lines:
-        if len(raw) > MAX_LINE_CHARS:
-            continue
-        label, text = label_of(raw)
-        if not text.startswith(marker + " "):
-            continue
-        try:
-            ev = load_json(text[len(marker) + 1:])  # NaN, 1e400, a 5,000-digit int or deep nesting: no figure
-        except ValueError:
-            continue
-        if not isinstance(ev, dict) or ev.get("ev") not in _FIELDS:
-            continue
-        if not isinstance(ev.get("rank"), int) or isinstance(ev.get("rank"), bool) or ev.get("host") not in known:
-            continue
-        if label is not None and label != ev["rank"]:
-            continue
-        want = _FIELDS[ev["ev"]]
-        if all(isinstance(ev.get(k), t) and not isinstance(ev.get(k), bool) for k, t in want.items()):
-            if ev["ev"] == "pair" and not (len(ev["pair"]) == 2 and all(h in known for h in ev["pair"])):
-                continue
-            events.append(ev)
-    return events
-
-
-def task_errors(lines: Iterable[str]) -> tuple[dict[int, str], list[str]]:
-    """The last line each task printed on stderr, and srun's own lines, printable."""
-    last: dict[int, str] = {}
-    srun_lines: list[str] = []
-    for raw in lines:
-        label, text = label_of(raw)
-        text = printable(text.strip())[:300]
-        if not text:
-            continue
-        if label is None:
-            srun_lines = [*srun_lines[-_TAIL_LINES:], text]
-        else:
-            last[label] = text
-    return last, srun_lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,11 +150,14 @@ class PerfReport:
     import_s: float | None = None    # of start-up: the imports (Python start to torch), the slowest task
     init_s: float | None = None      # of start-up: process group, groups, first barrier, the slowest task
     interrupted: bool = False
+    common_fault: str | None = None  # the check failed on every node alike: see alike
 
     def counts(self) -> dict[str, int]:
         out = {s: 0 for s in STATUSES}
         for n in self.nodes:
             out[n.status] += 1
+        if not out[alike.UNJUDGED]:   # there only when the check failed on every node alike
+            del out[alike.UNJUDGED]
         out["unchecked"] = 0
         return out
 
@@ -266,7 +167,7 @@ class PerfReport:
     def exit_code(self) -> ExitCode:
         if self.with_status("unreachable"):
             return ExitCode.UNREACHABLE
-        if self.with_status("slow", "wrong-result", "failed") or self.slow_links:
+        if self.with_status("slow", "wrong-result", "failed", alike.UNJUDGED) or self.slow_links:
             return ExitCode.FAILURE
         return ExitCode.OK
 
@@ -274,7 +175,7 @@ class PerfReport:
         buckets: dict[tuple[str, str], list[str]] = {}
         for n in self.nodes:
             buckets.setdefault((n.status, n.reason if n.status != "ok" else ""), []).append(n.host)
-        order = {s: i for i, s in enumerate(("unreachable", "failed", "wrong-result", "slow", "ok"))}
+        order = {s: i for i, s in enumerate((alike.UNJUDGED, "unreachable", "failed", "wrong-result", "slow", "ok"))}
         out = [{"status": s, "count": len(h), "nodes": fold(h), "lines": [r] if r else []}
                for (s, r), h in buckets.items()]
         return sorted(out, key=lambda g: (order[g["status"]], -g["count"], g["nodes"]))
@@ -287,7 +188,7 @@ class PerfReport:
             "elapsed_s": round(self.elapsed_s, 3), "counts": self.counts(),
             "failed": fold(self.with_status("slow", "wrong-result", "failed")),
             "unreachable": fold(self.with_status("unreachable")), "unchecked": "",
-            "notes": list(self.notes), "groups": self.groups(),
+            "common_fault": self.common_fault, "notes": list(self.notes), "groups": self.groups(),
             "checks": [{"check": "perf.gemm", "what": "matmul TFLOP/s and result checksum per task"},
                        {"check": "perf.intra", "what": "all-reduce busbw within each node, Gbit/s"},
                        {"check": "perf.inter", "what": "all-reduce busbw of node pairs per pairing, Gbit/s"}],
@@ -432,6 +333,21 @@ def judge(hosts: Sequence[str], events: Sequence[dict[str, Any]], limits: Limits
     if len(hosts) == 2 and pairs:
         report.notes.append("two nodes make one pair: a low pair is reported as a slow link (which end is slow "
                             "needs a third node)")
+    return _alike(report, started=bool(host_of), srun_lines=srun_lines)
+
+
+def _alike(report: PerfReport, *, started: bool, srun_lines: Sequence[str]) -> PerfReport:
+    """Every node failing alike, or srun refusing the step before any task started (an error
+    naming no node): the check's fault; each node becomes ``unjudged``, its reason kept."""
+    refused = [ln for ln in srun_lines if "error" in ln.lower() and not any(h in ln for h in report.hosts)]
+    if not started and refused and report.nodes:
+        fault: str | None = alike.bounded(refused[-1])
+    else:
+        fault = alike.common_fault((v.host, v.status not in ("ok", "unreachable"), v.reasons) for v in report.nodes)
+    if fault is not None:
+        report.common_fault = fault
+        for v in report.nodes:
+            v.status = alike.UNJUDGED
     return report
 
 
@@ -452,15 +368,17 @@ def run_perf(site: Site, hosts: Sequence[str], *, stage: str, srun_args: Sequenc
     marker = f"@@ck-perf-{secrets.token_hex(6)}"
     port = 32000 + secrets.randbelow(28000)  # job scripts' rendezvous ports are 20000-31999
     spec = worker_spec(site.perf, marker, port)
-    argv = srun_argv(site, hosts, spec, [*extra_srun_args, *srun_args])
+    env = env if env is not None else dict(os.environ)
+    per = tasks_per_node(site, env)
+    argv = srun_argv(site, hosts, spec, [*extra_srun_args, *srun_args], per=per)
     t0 = time.monotonic()
-    step = run_step(argv, float(site.perf.timeout_s), env=env if env is not None else dict(os.environ))
+    step = run_step(argv, float(site.perf.timeout_s), env=env)
     elapsed = time.monotonic() - t0
     events = parse_output(step.stdout, marker, hosts)
     stderr, srun_lines = task_errors(step.stderr)
     why = (f"the check did not finish in perf.timeout_s={site.perf.timeout_s:g}" if step.timed_out
            else "interrupted" if step.interrupted else None)
-    report = judge(hosts, events, Limits.from_site(site.perf), tasks_per_node=tasks_per_node(site),
+    report = judge(hosts, events, Limits.from_site(site.perf), tasks_per_node=per,
                    task_stderr=stderr, srun_lines=srun_lines, step_failed=why)
     report.site, report.stage, report.elapsed_s, report.interrupted = site.name, stage, elapsed, step.interrupted
     return report

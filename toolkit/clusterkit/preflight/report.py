@@ -5,8 +5,9 @@ the same :class:`Report`.
 
 Exit codes (:meth:`Report.exit_code`): 0 when every node passed (warnings do not fail), 3 when
 any node could not be reached or has no result (the report is incomplete, so this wins), else
-1 when any node failed a check.  2 (usage) never comes from a report: bad input is refused before any node is
-contacted.
+1 when any node failed a check, or when the check failed on every node alike
+(:mod:`~clusterkit.preflight.alike`: then no node is bad, each is ``unjudged``).  2 (usage) never
+comes from a report: bad input is refused before any node is contacted.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from clusterkit.errors import ExitCode
 from clusterkit.hostlist import fold
+from clusterkit.preflight import alike
 from clusterkit.preflight.engine import CheckResult, Status
 from clusterkit.tooltext import printable
 
@@ -29,6 +31,7 @@ class NodeStatus(str, Enum):
     WARN = "warn"  # passed, with warnings
     FAILED = "failed"
     UNREACHABLE = "unreachable"
+    UNJUDGED = "unjudged"  # the check failed on every node alike: its fault, not the nodes' (report-wide)
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ class Group:
         return {"status": self.status.value, "count": len(self.hosts), "nodes": self.nodeset, "lines": list(self.lines)}
 
 
-_ORDER = {NodeStatus.UNREACHABLE: 0, NodeStatus.FAILED: 1, NodeStatus.WARN: 2, NodeStatus.OK: 3}
+_ORDER = {NodeStatus.UNJUDGED: 0, NodeStatus.UNREACHABLE: 0, NodeStatus.FAILED: 1, NodeStatus.WARN: 2, NodeStatus.OK: 3}
 
 
 @dataclass
@@ -120,8 +123,25 @@ class Report:
     def add(self, result: NodeResult) -> None:
         self.nodes.append(result)
 
+    @property
+    def common_fault(self) -> str | None:
+        """The cause when the check failed on every node alike (:func:`alike.common_fault`), else None:
+        then no node is bad and each is ``unjudged``."""
+        if self.interrupted or self.unchecked():
+            return None
+        # srun refusing the step as a whole (an error naming no node): the check's fault on one node too.
+        # Nodes unreachable otherwise (SSH refused, no such name) stay unreachable: nothing was checked.
+        refused = bool(self.nodes) and all(n.error_kind == "launch" and "error" in (n.error or "").lower()
+                                           and not any(h in (n.error or "") for h in self.hosts) for n in self.nodes)
+        return alike.common_fault(((n.host, refused or n.status is NodeStatus.FAILED, n.problems())
+                                   for n in self.nodes), min_nodes=1 if refused else alike.MIN_NODES)
+
+    def _status(self, n: NodeResult, fault: str | None) -> NodeStatus:
+        return NodeStatus.UNJUDGED if fault is not None else n.status
+
     def _with(self, *statuses: NodeStatus) -> list[str]:
-        return [n.host for n in self.nodes if n.status in statuses]
+        fault = self.common_fault
+        return [n.host for n in self.nodes if self._status(n, fault) in statuses]
 
     def failed_nodes(self) -> list[str]:
         """Nodes reached that failed a check (error severity) or whose command failed."""
@@ -145,6 +165,10 @@ class Report:
 
     def groups(self) -> list[Group]:
         """Nodes grouped by identical outcome, worst first, then by size."""
+        fault = self.common_fault
+        if fault is not None:
+            said = alike.worded(fault, len(self.nodes))
+            return [Group(NodeStatus.UNJUDGED, tuple(n.host for n in self.nodes), (said,))]
         buckets: dict[tuple[NodeStatus, tuple[str, ...]], list[str]] = {}
         for n in self.nodes:
             lines = n.problems() if n.status in (NodeStatus.FAILED, NodeStatus.UNREACHABLE) else n.warnings()
@@ -154,8 +178,11 @@ class Report:
 
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in NodeStatus}
+        fault = self.common_fault
         for n in self.nodes:
-            out[n.status.value] += 1
+            out[self._status(n, fault).value] += 1
+        if not out[NodeStatus.UNJUDGED.value]:   # there only when the check failed on every node alike
+            del out[NodeStatus.UNJUDGED.value]
         out["unchecked"] = len(self.unchecked())
         return out
 
@@ -164,12 +191,13 @@ class Report:
         (warnings pass): a node nobody heard from never counts as passed."""
         if self.unreachable_nodes() or self.unchecked():
             return ExitCode.UNREACHABLE
-        if self.failed_nodes():
+        if self.failed_nodes() or self.common_fault is not None:
             return ExitCode.FAILURE
         return ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``clusterkit preflight --json``); ``version`` changes with its shape."""
+        fault = self.common_fault
         return {
             "version": REPORT_VERSION,
             "site": self.site,
@@ -182,10 +210,11 @@ class Report:
             "failed": fold(self.failed_nodes()),
             "unreachable": fold(self.unreachable_nodes()),
             "unchecked": fold(self.unchecked()),
+            "common_fault": fault,
             "notes": list(self.notes),
             "groups": [g.to_dict() for g in self.groups()],
             "checks": list(self.checks),
-            "nodes": [n.to_dict() for n in self._in_host_order()],
+            "nodes": [{**n.to_dict(), "status": self._status(n, fault).value} for n in self._in_host_order()],
         }
 
     def _in_host_order(self) -> list[NodeResult]:
@@ -216,6 +245,9 @@ def decide(report: Report, policy: str, max_excluded_fraction: float = 1.0,
     ``max_excluded_fraction`` of the checked nodes are bad (something site-wide is wrong) or
     fewer than ``nodes_needed`` good nodes remain.  ``refuse``: any bad node refuses.
     """
+    fault = report.common_fault
+    if fault is not None:   # not the nodes': none is kept out, the job is not refused for it
+        return PolicyDecision(False, (), f"preflight: {alike.worded(fault, len(report.nodes))}")
     bad = tuple(report.bad_nodes())
     if report.interrupted:
         return PolicyDecision(True, bad, "preflight was interrupted before every node was checked")

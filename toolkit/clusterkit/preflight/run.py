@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from clusterkit import hostlist
@@ -82,14 +82,16 @@ def _node_result(check_set: engine.CheckSet, res: NodeOutput) -> NodeResult | No
 def run_preflight(site: Site, stage: str | None = None, nodes: str | None = None, transport: str = "ssh", *,
                   accept_new_host_keys: bool = False, runner: Runner | None = None,
                   on_result: ProgressCallback | None = None,
-                  on_start: Callable[[list[str]], None] | None = None, srun_args: Sequence[str] = ()) -> Report:
+                  on_start: Callable[[list[str]], None] | None = None, srun_args: Sequence[str] = (),
+                  skip: Mapping[str, str] | None = None) -> Report:
     """Check ``nodes`` (default: the site's nodelist) for ``stage`` over ``transport``.
 
     ``stage`` defaults to the stage of a job on that many nodes.  ``runner`` replaces the
     transport's runner (tests, or a caller holding one).  ``on_start(hosts)`` is called once
     before any node is contacted, ``on_result(node_result)`` as each node finishes (from the
     calling thread).  Ctrl-C during the run returns the report so far with ``interrupted``.
-    ``srun_args`` go on the srun transport's step, after its own.
+    ``srun_args`` go on the srun transport's step, after its own.  ``skip``: hosts not to contact,
+    with why (Slurm has them drained or down): each is unreachable with that reason, the rest checked.
     """
     if transport not in TRANSPORTS:
         raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
@@ -112,9 +114,15 @@ def run_preflight(site: Site, stage: str | None = None, nodes: str | None = None
             if on_result is not None:
                 on_result(entry)
 
+    from clusterkit.nodes.transport import ErrorKind, NodeOutput, RunResults
+
+    skip = {h: why for h, why in (skip or {}).items() if h in hosts}
+    for host, why in skip.items():
+        collect(NodeOutput(host, error=ErrorKind.UNAVAILABLE, reason=why))
     t0 = time.monotonic()
-    results = runner.run_many(hosts, check_set.script(), timeout_s=float(site.ssh.command_timeout_s),
-                              fanout=int(site.ssh.fanout), on_result=collect)
+    rest = [h for h in hosts if h not in skip]
+    results = (runner.run_many(rest, check_set.script(), timeout_s=float(site.ssh.command_timeout_s),
+                               fanout=int(site.ssh.fanout), on_result=collect) if rest else RunResults())
     report.interrupted = bool(getattr(results, "interrupted", False))
     report.elapsed_s = time.monotonic() - t0
     _complete(report, results, collect)

@@ -79,19 +79,46 @@ def wait(rec: JobRecord, *, poll_s: float = 0.5, max_poll_s: float = 5.0, outage
     an outage of any length is waited out without adding to the controller's load.
     """
     last: JobState | None = None
+    heard: tuple[JobState, str | None] | None = None
     delay = poll_s
     while True:
         (_, st), = refresh([rec], query)
         if st.terminal and not st.stale and read_result_file(rec.result_file) is None and rec.scheduler == "slurm":
             time.sleep(confirm_s)
             (_, st), = refresh([rec], query)
-        if st.state != last and on_change is not None:
+        if heard != heard_key(st) and on_change is not None:
             on_change(st)
+        heard = heard_key(st)
         if st.terminal:
             return st
         delay = _next_delay(st, changed=st.state != last, delay=delay, poll_s=poll_s,
                             cap=outage_max_s if st.stale else max_poll_s)
         last = st.state
+        time.sleep(delay)
+
+
+def heard_key(st: JobStatus) -> tuple[JobState, str | None]:
+    """What a waiting user hears again when it changes: the state, and while the job is
+    pending, Slurm's reason (squeue's ``%r``: Priority, Resources, ReqNodeNotAvail, ...)."""
+    return st.state, st.reason if st.state is JobState.PENDING else None
+
+
+def wait_started(rec: JobRecord, *, poll_s: float = 0.5, max_poll_s: float = 5.0, outage_max_s: float = 20.0,
+                 query: SlurmQuery | None = None, on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+    """Poll until the job left the queue (any state but PENDING, or UNKNOWN while Slurm does not
+    answer); ``on_change`` hears each new state and each new pending reason."""
+    heard: tuple[JobState, str | None] | None = None
+    delay = poll_s
+    while True:
+        (_, st), = refresh([rec], query)
+        changed = heard != heard_key(st)
+        if changed and on_change is not None:
+            on_change(st)
+        heard = heard_key(st)
+        if st.terminal or st.state not in (JobState.PENDING, JobState.UNKNOWN):
+            return st
+        delay = _next_delay(st, changed=changed, delay=delay, poll_s=poll_s,
+                            cap=outage_max_s if st.stale else max_poll_s)
         time.sleep(delay)
 
 

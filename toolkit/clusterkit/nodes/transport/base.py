@@ -34,6 +34,7 @@ class ErrorKind(str, enum.Enum):
     CONFIG = "config"                    # the SSH config asks for something we cannot do
     LAUNCH = "launch"                    # srun/local could not start the command on the node
     INTERRUPTED = "interrupted"          # Ctrl-C arrived before the node finished
+    UNAVAILABLE = "unavailable"          # Slurm has the node drained, down or failing: not asked at all
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ class SrunRunner:
                    'printf "%s exit %s\\n" "$3" "$rc" >&2')
         return [self.srun, "--nodes", n, "--ntasks", n, "--ntasks-per-node", "1",
                 "--nodelist", fold(hosts), "--label", "--kill-on-bad-exit=0", "--overlap",
+                "--cpus-per-task", "1",   # within any allocation: not the job's own count, which srun inherits
                 "--job-name", "clusterkit-preflight", *self.extra_args,
                 "bash", "-c", wrapper, "clusterkit-preflight", script, f"{timeout:g}", marker]
 

@@ -1,0 +1,139 @@
+"""The srun step of ``preflight --perf`` and what it prints: run it bounded, read the figure lines.
+
+Split from :mod:`clusterkit.preflight.perf` (which re-exports these names): :func:`run_step`
+runs the one step through :mod:`clusterkit.slurmclient`, :func:`parse_output` keeps the valid
+figure lines, :func:`task_errors` each task's last stderr line and srun's own lines.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from clusterkit.preflight.perf_claims import label_of
+from clusterkit.tooltext import load_json, parse_int, printable
+
+MAX_STREAM_BYTES = 8 << 20   # what is kept of srun's stdout and of its stderr
+MAX_LINE_CHARS = 4096        # a figure line longer than this is not a figure line
+_TAIL_LINES = 200
+
+
+def held_gpus(env: dict[str, str]) -> int | None:
+    """The GPUs per node the job holds, inside an allocation (``SLURM_GPUS_PER_NODE``: ``2``,
+    ``h100:2``; else ``SLURM_GPUS_ON_NODE``); None outside one or where Slurm does not say."""
+    if not env.get("SLURM_JOB_ID"):
+        return None
+    for name in ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_ON_NODE"):
+        count = parse_int(env.get(name, "").rsplit(":", 1)[-1])
+        if count is not None and count > 0:
+            return count
+    return None
+
+
+@dataclass
+class StepOutput:
+    """What the srun step printed, bounded."""
+
+    stdout: list[str]
+    stderr: list[str]
+    returncode: int | None
+    timed_out: bool = False
+    interrupted: bool = False
+
+
+def run_step(argv: Sequence[str], timeout_s: float, env: dict[str, str] | None = None) -> StepOutput:
+    """Run the step; keep at most :data:`MAX_STREAM_BYTES` of each stream; stop it after ``timeout_s``."""
+    from clusterkit import slurmclient
+
+    proc = slurmclient.start(argv, env=env)   # srun, in its own session (slurmclient: the one seam)
+    streams: dict[str, list[str]] = {"out": [], "err": []}
+
+    def read(name: str, pipe: Any) -> None:
+        kept = 0
+        for raw in pipe:
+            if kept < MAX_STREAM_BYTES:
+                kept += len(raw)
+                streams[name].append(raw.decode("utf-8", "replace").rstrip("\n"))
+        pipe.close()
+
+    readers = [threading.Thread(target=read, args=(n, p), daemon=True)
+               for n, p in (("out", proc.stdout), ("err", proc.stderr))]
+    for t in readers:
+        t.start()
+    timed_out = interrupted = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        slurmclient.stop(proc, grace_s=15)   # TERM (srun passes it on to the tasks), then KILL
+        for t in readers:
+            t.join(timeout=5)
+    return StepOutput(streams["out"], streams["err"], proc.returncode, timed_out, interrupted)
+
+
+# ---------------------------------------------------------------------------------------------
+# reading the figures
+# ---------------------------------------------------------------------------------------------
+
+
+_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "start": {},
+    "init": {"backend": str, "import_s": (int, float), "init_s": (int, float)},
+    "gemm": {"tflops": (int, float), "checksum": str, "local": int},
+    "intra": {"gbps": (int, float)},
+    "pair": {"round": int, "pair": list, "gbps": (int, float)},
+    "world": {"gbps": (int, float)},
+    "done": {"measure_s": (int, float)},
+    "error": {"error": str},
+}
+
+
+def parse_output(lines: Iterable[str], marker: str, hosts: Sequence[str]) -> list[dict[str, Any]]:
+    """The figure lines (``MARKER {json}``) of the step's stdout, validated: an event with
+    an unknown kind, a field of the wrong type, or a host not among ``hosts`` is dropped."""
+    known = set(hosts)
+    events: list[dict[str, Any]] = []
+    for raw in lines:
+        if len(raw) > MAX_LINE_CHARS:
+            continue
+        label, text = label_of(raw)
+        if not text.startswith(marker + " "):
+            continue
+        try:
+            ev = load_json(text[len(marker) + 1:])  # NaN, 1e400, a 5,000-digit int or deep nesting: no figure
+        except ValueError:
+            continue
+        if not isinstance(ev, dict) or ev.get("ev") not in _FIELDS:
+            continue
+        if not isinstance(ev.get("rank"), int) or isinstance(ev.get("rank"), bool) or ev.get("host") not in known:
+            continue
+        if label is not None and label != ev["rank"]:
+            continue
+        want = _FIELDS[ev["ev"]]
+        if all(isinstance(ev.get(k), t) and not isinstance(ev.get(k), bool) for k, t in want.items()):
+            if ev["ev"] == "pair" and not (len(ev["pair"]) == 2 and all(h in known for h in ev["pair"])):
+                continue
+            events.append(ev)
+    return events
+
+
+def task_errors(lines: Iterable[str]) -> tuple[dict[int, str], list[str]]:
+    """The last line each task printed on stderr, and srun's own lines, printable."""
+    last: dict[int, str] = {}
+    srun_lines: list[str] = []
+    for raw in lines:
+        label, text = label_of(raw)
+        text = printable(text.strip())[:300]
+        if not text:
+            continue
+        if label is None:
+            srun_lines = [*srun_lines[-_TAIL_LINES:], text]
+        else:
+            last[label] = text
+    return last, srun_lines
