@@ -73,3 +73,28 @@ def test_failing_setup_ends_the_job_before_any_rank_and_is_not_requeued(cli: CK,
     assert "Restarts=0" in held, held
     doc = cli("doctor", job, timeout=60)
     assert "setup step 2 failed (exit 4): the job ended before any rank started" in doc.stdout + doc.stderr
+
+
+def test_a_setup_file_with_set_e_leaves_the_job_shell_its_options_and_the_supervisor_ends_the_job(
+        cli: CK, tmp_path: Path) -> None:
+    """A centre's ``setup_env.sh`` runs ``set -eux`` (issue 40): the job script takes its own options
+    back after the step, so a failing training command ends through the supervisor (its result, its
+    cause); the job's name holds ':', as Slurm allows."""
+    setup = tmp_path / "setup_env.sh"
+    setup.write_text("set -eux\nexport FROM_SETUP=yes\n")
+    train = tmp_path / "fail7.py"
+    train.write_text("import os, sys\nsys.exit(7 if os.environ.get('FROM_SETUP') == 'yes' else 1)\n")
+    run_dir = cli.runs / "set-e"
+    proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
+               "--launcher", "srun", "--job-name", "centre:set-e", "--set", "max_restarts=0", "--out", str(run_dir),
+               "--wait", "--setup", f". {setup}", "--setup", 'echo "after setup: $-"', "--", "python", str(train))
+    job = _submitted_id(proc.stdout)
+    assert proc.returncode == 7 and f"Job {job} FAILED (exit code 7)" in proc.stdout, proc.stdout + proc.stderr
+    st = cli.status(job)
+    assert (st["state"], st["name"]) == ("FAILED", "centre:set-e"), st
+    batch = (run_dir / "logs" / f"slurm-{job}.out").read_text()
+    seen = [ln.split(": ", 1)[1] for ln in batch.splitlines() if ln.startswith("after setup: ")]
+    assert len(seen) == 1 and not {"e", "x"} & set(seen[0]), batch
+    assert "+ echo 'after setup" not in batch   # no xtrace after the step that turned it on
+    held = cli.bed.run("scontrol", "show", "job", job).stdout
+    assert "JobName=centre:set-e" in held, held

@@ -24,7 +24,7 @@ from clusterkit.config.envrules import ENV_REF
 from clusterkit.config.schema import OWNED_SBATCH, Container, Site, owned_sbatch
 from clusterkit.errors import FieldProblem, PlanError
 from clusterkit.job import array as arrays
-from clusterkit.job import jobargs, launchers, nccl, stages
+from clusterkit.job import jobargs, jobenv, launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.longrun import ChainLink, check_run_name
@@ -524,7 +524,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
                        omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],
                        container=use_container)
-    warnings += nccl.plan_warnings(site, env)
+    warnings += nccl.plan_warnings(site, env) + jobenv.literal_dollars(r.job.env)
     _check_job(site, r, launch, nnodes, use_container)
     if launch.check_env is not None:
         launch.check_env(env)

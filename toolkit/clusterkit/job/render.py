@@ -131,7 +131,7 @@ def env_word(var: EnvVar) -> str:
     references for the shell that exports it; every other value is literal."""
     if var.shell is not None:   # a policy value that expands at run time (per-job log names)
         return var.shell
-    return jobenv.shell_word(var.value) if var.source == "job" else shell_quote(var.value)
+    return jobenv.shell_word(var.value, var.name) if var.source == "job" else shell_quote(var.value)
 
 
 def node_env(plan: Plan) -> str:
