@@ -189,7 +189,7 @@ def choices(plan: Plan) -> list[Choice]:
         value = values.get(name, getattr(plan.settings, name, None))
         if settings_mod.script_variable(name, plan.launcher) is not None and source == "default":
             value = "the training script's"
-        out.append(Choice(name, label, str(value), source))
+        out.append(Choice(name, label, *plan.launch.given.get(name, (str(value), source))))
     return out
 
 

@@ -113,6 +113,8 @@ class Launch:
     label: str = ""                   # how messages name it, where the launcher name alone is not enough
     # a check on the job's final environment (resolved after the launcher), raising PlanError
     check_env: Callable[[Sequence[EnvVar]], None] | None = None
+    # what the user's own command or config decides (launchers/given.py): setting -> (value, where read)
+    given: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def line(self) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import yaml
 
 from clusterkit.errors import PlanError
-from clusterkit.job.launchers import Context, Input, Launch, Sh, Word, for_script, split_python
+from clusterkit.job.launchers import Context, Input, Launch, Sh, Word, for_script, given, split_python
 
 _COUNTS = "--nodes and --gpus-per-node (or the stage)"
 _RDZV = "clusterkit (the allocation's first host, on the job's port)"
@@ -132,11 +132,12 @@ def _line(text: str, key: str) -> int | None:
     return None
 
 
-def _check_user_config(ctx: Context, user: UserConfig) -> tuple[str, tuple[str, ...], bool]:
-    """(path to pass, notes, whether it is a DeepSpeed config); the counts checked against the plan."""
+def _check_user_config(ctx: Context, user: UserConfig) -> tuple[str, tuple[str, ...], bool, given.Given]:
+    """(path to pass, notes, whether it is a DeepSpeed config, what it decides); the counts checked
+    against the plan."""
     got = ctx.inputs.get(user.path)
     if got is None:   # a draft plan: the pipeline did not read it
-        return user.path, (f"accelerate config: the user's own {user.path} (not read)",), False
+        return user.path, (f"accelerate config: the user's own {user.path} (not read)",), False, {}
     path, text = got
     try:
         cfg = yaml.safe_load(text)
@@ -174,7 +175,7 @@ def _check_user_config(ctx: Context, user: UserConfig) -> tuple[str, tuple[str, 
         stage = ds.get("zero_stage") if isinstance(ds, Mapping) else None
         notes.append(f"DeepSpeed through accelerate: ZeRO stage {stage if stage is not None else 'from its file'}, "
                      "--deepspeed_multinode_launcher standard (one accelerate per node through srun)")
-    return path, tuple(notes), deepspeed
+    return path, tuple(notes), deepspeed, given.from_accelerate_config(cfg, user.path)
 
 
 def build(ctx: Context) -> Launch:
@@ -183,8 +184,9 @@ def build(ctx: Context) -> Launch:
     files: dict[str, str] = {}
     notes: tuple[str, ...] = ()
     deepspeed = False
+    chosen: given.Given = {}
     if user is not None:
-        path, notes, deepspeed = _check_user_config(ctx, user)
+        path, notes, deepspeed, chosen = _check_user_config(ctx, user)
     else:
         path = f"{ctx.run_dir}/accelerate.yaml"
         files["accelerate.yaml"] = yaml.safe_dump(config(ctx), sort_keys=True)
@@ -202,4 +204,4 @@ def build(ctx: Context) -> Launch:
     elif py.module:
         words.append("--module")
     return Launch("accelerate", "per_node", tuple(words), py.args, files=files, notes=notes,
-                  env=for_script(ctx, "accelerate", "micro_batch"))
+                  env=for_script(ctx, "accelerate", "micro_batch"), given={**chosen, **given.from_command(py.args)})
