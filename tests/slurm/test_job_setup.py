@@ -101,3 +101,32 @@ def test_a_setup_file_with_set_e_leaves_the_job_shell_its_options_and_the_superv
     assert "+ echo 'after setup" not in batch   # no xtrace after the step that turned it on
     held = cli.bed.run("scontrol", "show", "job", job).stdout
     assert "JobName=centre:set-e" in held, held
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_run_time_placeholders_are_each_nodes_own_values(cli: CK, tmp_path: Path, launcher: str) -> None:
+    """``{ck:NAME}`` in the command and a launcher argument (issue 40): every rank gets its own
+    node's index and name, the job's id and run directory; the rest is literal."""
+    marks = tmp_path / "marks"
+    marks.mkdir(mode=0o777)
+    rank = tmp_path / "argv.py"
+    rank.write_text("import json, os, pathlib, sys\n"
+                    "r = os.environ.get('RANK') or os.environ['SLURM_PROCID']\n"
+                    "env = {k: os.environ.get(k) for k in ('SLURMD_NODENAME', 'SLURM_NODEID')}\n"
+                    f"pathlib.Path({str(marks)!r}, f'argv{{r}}.json').write_text(json.dumps([sys.argv[1:], env]))\n")
+    run_dir = cli.runs / f"ph-{launcher}"
+    extra = ["--launcher-arg=--log-dir={ck:run_dir}/tr-{ck:job_id}-{ck:node_id}"] if launcher == "torchrun" else []
+    proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
+               "--launcher", launcher, "--out", str(run_dir), "--wait", *extra,
+               "--", "python", str(rank), "--save", "ckpt/{ck:job_id}", "--where", "{ck:node_name}:{ck:node_rank}",
+               "--restart", "{ck:restart}", "--lit", "$SLURM_JOB_ID {lr}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job = _submitted_id(proc.stdout)
+    got = [json.loads(p.read_text()) for p in sorted(marks.glob("argv*.json"))]
+    assert len(got) == 2, got
+    for argv, env in got:
+        assert argv == ["--save", f"ckpt/{job}", "--where", f"{env['SLURMD_NODENAME']}:{env['SLURM_NODEID']}",
+                        "--restart", "0", "--lit", "$SLURM_JOB_ID {lr}"], (argv, env)
+    assert {env["SLURMD_NODENAME"] for _, env in got} == {"node1", "node2"}
+    if launcher == "torchrun":
+        assert (run_dir / f"tr-{job}-0").is_dir() and (run_dir / f"tr-{job}-1").is_dir()

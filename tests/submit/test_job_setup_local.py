@@ -87,3 +87,25 @@ def test_setup_file_turning_on_set_e_does_not_change_the_job_shell(local_ck: CLI
     before = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
     assert (before == "0" or f"warning: the setup steps changed CUDA_VISIBLE_DEVICES ({before} -> 0); "
             "--gpus-per-node decides" in err), err
+
+
+ARGV = ("import json, os, pathlib, sys\n"
+        "out = pathlib.Path(os.environ['MARK_DIR'])\n"
+        "(out / f\"argv{os.environ['RANK']}.json\").write_text(json.dumps(sys.argv[1:]))\n")
+
+
+def test_run_time_placeholders_reach_the_rank_as_values(local_ck: CLI, tmp_path: Path) -> None:
+    """``{ck:NAME}`` in the command and a launcher argument (issue 40), in a real local run."""
+    script = tmp_path / "argv.py"
+    script.write_text(ARGV)
+    run = tmp_path / "run"
+    proc = local_ck("submit", "--site", "local", "--gpus-per-node", "1", "--out", str(run),
+                    "--env", f"MARK_DIR={tmp_path}", "--launcher-arg=--log-dir={ck:run_dir}/tr-{ck:job_id}",
+                    "--", "python", str(script), "--save", "ckpt/{ck:job_id}", "--node-id={ck:node_id}",
+                    "--host", "{ck:node_name}", "--restart", "{ck:restart}", "--lit", "$CK_JOB_ID $(id) {ck:job_id")
+    assert proc.code == 0, proc.out + proc.err
+    job = submitted_job_id(proc.out)
+    argv = json.loads((tmp_path / "argv0.json").read_text())
+    assert argv == ["--save", f"ckpt/{job}", "--node-id=0", "--host", os.uname().nodename, "--restart", "0",
+                    "--lit", "$CK_JOB_ID $(id) {ck:job_id"], argv
+    assert (run / f"tr-{job}").is_dir()   # torchrun's --log-dir, from the launcher argument

@@ -364,7 +364,7 @@ def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool
     ctx = Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=r.settings,
                   stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(),
                   run_dir=request.run_dir, container=use_container, inputs=request.inputs,
-                  launcher_args=r.job.launcher_args)
+                  launcher_args=r.job.launcher_args, array=request.array is not None)
     return _with_hosts(ctx, _candidates(site, exclude, nnodes, spares))
 
 

@@ -30,7 +30,7 @@ from clusterkit.job import array as arrays
 from clusterkit.job import jobenv, nccl, template_budget
 from clusterkit.job import plan as planning
 from clusterkit.job.comments import comment_text
-from clusterkit.job.launchers import Sh, Word, shell_join
+from clusterkit.job.launchers import Sh, Word, placeholders, shell_join
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.plan import Plan
 
@@ -220,7 +220,9 @@ def container_env(plan: Plan) -> list[tuple[str, str]]:
 
 def launch_body(plan: Plan) -> str:
     """The per-node (or per-task) shell body; runtime variables stay escaped for each node."""
-    return activation(plan) + node_env(plan) + probe_call(plan) + _launch_body(plan)
+    body = replace(plan, launch=replace(plan.launch, words=placeholders.body_words(plan.launch.words)))
+    return activation(plan) + node_env(plan) + probe_call(plan) + placeholders.body_head(plan.launch.command) + \
+        _launch_body(body)
 
 
 #: The run directory's script that detects the ranks' torch and NCCL (templates/nccl-probe.sh.j2).
