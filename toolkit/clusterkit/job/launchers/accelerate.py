@@ -9,8 +9,8 @@ queue (:func:`inputs`; errors name ``file:line``) and rendered as a copy with th
 (``num_machines``, ``num_processes``, ``machine_rank``; ``main_process_ip``/``_port`` left to the
 command line), the rest as written, so a file written for one machine runs on the job's nodes;
 the per-node flags above still follow it on the command line, where they win over the file.
-A ``distributed_type: DEEPSPEED`` config (ZeRO-3 under ``deepspeed_config``) runs with ``--deepspeed_multinode_launcher standard``: one accelerate per
-node through srun, never pdsh.
+A ``distributed_type: DEEPSPEED`` config (ZeRO-3 under ``deepspeed_config``) runs with
+``--deepspeed_multinode_launcher standard``: one accelerate per node through srun, never pdsh.
 """
 
 from __future__ import annotations
