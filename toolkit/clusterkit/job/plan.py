@@ -231,7 +231,8 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
         if value:
             out.append((key, value))
     out += [("time", r.time), ("nodes", str(nnodes)), ("ntasks-per-node", str(tasks)),
-            ("gpus-per-node", str(gpn)), ("cpus-per-task", str(cpus)), *_mem_share(site, gpn, r.job.sbatch)]
+            ("gpus-per-node", settings_mod.gpus_per_node(r.settings, gpn)), ("cpus-per-task", str(cpus)),
+            *_mem_share(site, gpn, r.job.sbatch)]
     if exclude:
         from clusterkit.hostlist import fold
         out.append(("exclude", fold(exclude)))

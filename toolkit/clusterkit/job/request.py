@@ -219,6 +219,10 @@ def merge_job(site: Site, stage: str, override: StageOverride | None, own: JobSe
     def joined(name: str) -> tuple[Any, ...]:
         return tuple(item for layer in layers for item in getattr(layer, name))
 
+    for option, text in own.sbatch:   # one form of GPU request: #SBATCH --gpus-per-node=[TYPE:]N
+        if option == "gres" and text is not None and any(g.split(":")[0] == "gpu" for g in text.split(",")):
+            raise PlanError("asks for GPUs beside the --gpus-per-node clusterkit writes (Slurm may refuse both): "
+                            "use --gpus-per-node N and --set gpu_type=TYPE", field="sbatch", value=f"gres={text}")
     for name in ("setup", "node_setup"):   # the names --env refuses, set by a step's own text
         problem = next(((p, cmd) for cmd in joined(name) if (p := setup_problem(cmd))), None)
         if problem:
