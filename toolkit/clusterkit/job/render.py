@@ -192,7 +192,7 @@ _APPTAINER_GPU = {"nvidia": ["--nv"], "amd": ["--rocm"], "intel": []}
 
 
 def _launcher_words(plan: Plan) -> list[Word]:
-    words: list[Word] = list(plan.launch.words)
+    words: list[Word] = list(placeholders.body_words(plan.launch.words))   # {ck:NAME}: each node's value
     c = plan.container
     if c and c.runtime == "apptainer":
         # apptainer wraps the launcher (a "once" launcher is single-node here: it runs in a step);
@@ -220,9 +220,8 @@ def container_env(plan: Plan) -> list[tuple[str, str]]:
 
 def launch_body(plan: Plan) -> str:
     """The per-node (or per-task) shell body; runtime variables stay escaped for each node."""
-    body = replace(plan, launch=replace(plan.launch, words=placeholders.body_words(plan.launch.words)))
-    return activation(plan) + node_env(plan) + probe_call(plan) + placeholders.body_head(plan.launch.command) + \
-        _launch_body(body)
+    return (activation(plan) + node_env(plan) + probe_call(plan) + placeholders.body_head(plan.launch.command)
+            + _launch_body(plan))
 
 
 #: The run directory's script that detects the ranks' torch and NCCL (templates/nccl-probe.sh.j2).
