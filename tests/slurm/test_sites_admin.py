@@ -225,7 +225,7 @@ def test_a_typed_gpu_request_is_the_one_form_slurm_takes(cli: CK, tmp_path: Path
     assert init.returncode == 0, init.stderr
     for gpu_type, takes in (("h100", True), ("a100", False)):
         out = tmp_path / gpu_type
-        proc = cli("render", "--site", str(site), "--nodes", "2", "--gpus-per-node", "4",
+        proc = cli("render", "--site", str(site), "--stage", "single-node", "--nodes", "1", "--gpus-per-node", "4",
                    "--set", f"gpu_type={gpu_type}", "--out", str(out), "--", "python", "train.py", env=env)
         assert proc.returncode == 0, proc.stderr
         script = (out / "job.sbatch").read_text()
