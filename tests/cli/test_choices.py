@@ -132,3 +132,58 @@ def test_plan_render_of_a_torchrun_recommendation_says_plan(ck, tmp_path: Path) 
     assert doc["launcher"] == {"value": "torchrun", "from": "plan"}
     assert doc["strategy"] == {"value": "fsdp", "from": "plan"}
     assert doc["nodes"] == {"value": "1", "from": "plan"}
+
+
+def _choices(ck, *args: str) -> dict[str, dict[str, str]]:
+    result = ck("render", "--site", "ib-h100", "--nodes", "2", "--json", *args)
+    assert result.code == 0, result.err
+    return json.loads(result.out)["choices"]
+
+
+def test_choices_read_what_the_users_own_command_and_configs_say(ck, tmp_path: Path) -> None:
+    """Issue 40: not bf16/ddp/ZeRO 2 where the command or the user's own config decides otherwise."""
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+                              "fp16": {"enabled": True}, "zero_optimization": {
+                                  "stage": 3, "offload_optimizer": {"device": "cpu"}}}))
+    got = _choices(ck, "--launcher", "deepspeed", "--", "python", "train.py", "--deepspeed_config", str(ds))
+    where = f"config {ds}"
+    assert {k: (got[k]["value"], got[k]["from"]) for k in ("precision", "zero_stage", "offload", "micro_batch",
+                                                         "grad_accum")} == {
+        "precision": ("fp16", where), "zero_stage": ("3", where), "offload": ("optimizer", where),
+        "micro_batch": ("4", where), "grad_accum": ("2", where)}
+    # DeepSpeed's own defaults where the file says nothing
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1}))
+    got = _choices(ck, "--launcher", "deepspeed", "--", "python", "train.py", "--deepspeed_config", str(bare))
+    assert (got["precision"]["value"], got["zero_stage"]["value"]) == ("fp32", "0")
+    # clusterkit's own config: its settings, as before
+    got = _choices(ck, "--launcher", "deepspeed", "--", "python", "train.py")
+    assert (got["precision"], got["zero_stage"]) == ({"value": "bf16", "from": "default"},
+                                                     {"value": "2", "from": "default"})
+
+
+def test_megatron_choices_follow_its_flags_and_its_fp32_default(ck) -> None:
+    got = _choices(ck, "--launcher", "megatron", "--", "python", "pretrain_gpt.py", "--fp16",
+                   "--micro-batch-size", "2", "--global-batch-size", "64")
+    assert got["precision"] == {"value": "fp16", "from": "command --fp16"}
+    assert got["micro_batch"] == {"value": "2", "from": "command --micro-batch-size"}
+    assert got["grad_accum"] == {"value": "2", "from": "command --global-batch-size"}   # 64 / (2 x 16)
+    got = _choices(ck, "--launcher", "megatron", "--", "python", "pretrain_gpt.py")
+    assert got["precision"]["value"] == "fp32"
+    got = _choices(ck, "--launcher", "megatron", "--set", "precision=bf16", "--", "python", "pretrain_gpt.py")
+    assert got["precision"] == {"value": "bf16", "from": "flag"}
+
+
+def test_accelerate_and_torchrun_choices_follow_the_users_config_and_flags(ck, tmp_path: Path) -> None:
+    cfg = tmp_path / "acc.yaml"
+    cfg.write_text("distributed_type: FSDP\nmixed_precision: fp16\n")
+    got = _choices(ck, "--launcher", "accelerate", f"--launcher-arg=--config_file={cfg}", "--", "python", "t.py")
+    assert (got["strategy"], got["precision"]) == ({"value": "fsdp", "from": f"config {cfg}"},
+                                                   {"value": "fp16", "from": f"config {cfg}"})
+    got = _choices(ck, "--launcher", "accelerate", "--", "python", "t.py", "--deepspeed", "ds.json", "--bf16", "True")
+    assert (got["strategy"]["value"], got["precision"]) == ("deepspeed", {"value": "bf16", "from": "command --bf16"})
+    got = _choices(ck, "--launcher", "accelerate", "--", "python", "t.py", "--fp16", "False")
+    assert got["precision"] == {"value": "bf16", "from": "default"}
+    got = _choices(ck, "--launcher", "torchrun", "--", "python", "t.py", "--deepspeed=ds.json")
+    assert got["strategy"] == {"value": "deepspeed", "from": "command --deepspeed ds.json"}

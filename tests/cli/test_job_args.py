@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import assert_one_line_error
 
@@ -227,14 +228,16 @@ def test_users_accelerate_config_with_zero3_per_node(ck, site: Path, tmp_path: P
     cfg.write_text(ZERO3)
     run_dir = render(ck, site, tmp_path / "r", "--stage", "multi-node", "--launcher", "accelerate",
                      "--launcher-arg=--config_file", f"--launcher-arg={cfg}", "--launcher-arg=--gpu_ids=all")
-    assert not (run_dir / "accelerate.yaml").exists()
+    # the rendered copy: the job's keys, the rest of the user's file as written
+    copy = yaml.safe_load((run_dir / "accelerate.yaml").read_text())
+    assert copy == {k: v for k, v in yaml.safe_load(ZERO3).items() if k not in ("main_process_ip", "main_process_port")}
     plan = plan_of(run_dir)
-    assert "the user's own" in plan["launch"]["notes"][0] and "ZeRO stage 3" in plan["launch"]["notes"][1]
+    assert "a copy of the user's own" in plan["launch"]["notes"][0] and "ZeRO stage 3" in plan["launch"]["notes"][1]
     for node in (0, 1):
         words = launcher_argv(run_dir, node)
         args = acc_launch.launch_command_parser().parse_args(words[2:])
         args, _defaults, _mp = acc_launch._validate_launch_command(args)   # loads the user's file
-        assert args.config_file == str(cfg) and args.use_deepspeed and args.zero_stage == 3
+        assert args.config_file == str(run_dir / "accelerate.yaml") and args.use_deepspeed and args.zero_stage == 3
         assert args.gradient_accumulation_steps == 2 and args.mixed_precision == "bf16"
         # the per-node values win over the file's machine_rank 0 and main_process_ip
         assert (args.machine_rank, args.main_process_ip, args.main_process_port) == (node, "n1", 20123)
@@ -253,8 +256,6 @@ def test_users_accelerate_config_with_zero3_per_node(ck, site: Path, tmp_path: P
 
 
 @pytest.mark.parametrize("edit,args,needle", [
-    (("num_machines: 2", "num_machines: 4"), (), "zero3.yaml:10: num_machines: 4 but the job has 2 nodes"),
-    (("num_processes: 4", "num_processes: 16"), (), "zero3.yaml:11: num_processes: 16 but the job has 4 processes"),
     (("LOCAL_MACHINE", "AMAZON_SAGEMAKER"), (), "zero3.yaml:1: compute_environment: 'AMAZON_SAGEMAKER'"),
     (("deepspeed_config:", "deepspeed_config: ["), (), "not valid YAML or JSON"),
     (("", ""), ("--set", "precision=fp16"), "accelerate: --set precision writes clusterkit's own accelerate config"),
@@ -267,6 +268,31 @@ def test_users_accelerate_config_checked_before_queueing(ck, site: Path, tmp_pat
                 "--launcher", "accelerate", f"--launcher-arg=--config_file={cfg}", *args, "--", "python", "train.py")
     assert_one_line_error(result, 2, needle)
     assert not (tmp_path / "r").exists()
+
+
+def test_an_accelerate_config_written_for_one_machine_runs_on_the_jobs_nodes(ck, site: Path, tmp_path: Path) -> None:
+    """Issue 40: num_machines, num_processes, machine_rank and main_process_ip are the job's; the
+    rendered copy carries the job's counts, the command line the rest, and the file's other keys stay."""
+    cfg = tmp_path / "one.yaml"
+    one = ZERO3.replace("num_machines: 2", "num_machines: 1").replace("num_processes: 4", "num_processes: 2")
+    cfg.write_text(one)
+    run_dir = render(ck, site, tmp_path / "r", "--stage", "multi-node", "--launcher", "accelerate",
+                     f"--launcher-arg=--config_file={cfg}")
+    copy = yaml.safe_load((run_dir / "accelerate.yaml").read_text())
+    mine = yaml.safe_load(cfg.read_text())
+    assert (copy["num_machines"], copy["num_processes"], copy["machine_rank"]) == (2, 4, 0)
+    assert "main_process_ip" not in copy and "main_process_port" not in copy
+    assert {k: v for k, v in copy.items() if k not in OWN} == {k: v for k, v in mine.items() if k not in OWN}
+    note = plan_of(run_dir)["launch"]["notes"][0]
+    assert ("num_machines 1 -> 2, num_processes 2 -> 4, main_process_ip dropped, main_process_port dropped"
+            in note), note
+    for node in (0, 1):
+        words = launcher_argv(run_dir, node)
+        assert words[words.index("--config_file") + 1] == str(run_dir / "accelerate.yaml")
+        assert words[words.index("--machine_rank") + 1] == str(node)
+
+
+OWN = ("num_machines", "num_processes", "machine_rank", "main_process_ip", "main_process_port")
 
 
 def test_missing_accelerate_config_is_one_line(ck, site: Path, tmp_path: Path) -> None:

@@ -46,6 +46,8 @@ def site_with(tmp_path: Path, base: str = "ib-h100", **top: object) -> Path:
     ("SRUN_CPUS_PER_TASK=2", "use --srun-arg"),
     ("BASH_ENV=/tmp/x", "changes how the job script's shells start; use --setup or --node-setup"),
     ("HF_HOME=${HOME}/hf", "${HOME} would not be expanded: values are literal except ${SLURM_*} and ${CK_*}"),
+    ("PATH=/x:${CK_JOB_ID}:$PATH", "PATH: refers both to $PATH (expanded once, in the job script) and to "
+                                   "${SLURM_*}/${CK_*}"),
 ])
 def test_owned_names_are_refused_naming_the_setting(ck, tmp_path: Path, pair: str, needle: str) -> None:
     result = ck("render", "--site", "ib-h100", "--out", str(tmp_path / "run"), "--env", pair, "--", "python", "t.py")
@@ -167,6 +169,41 @@ def test_references_cannot_reach_ssh_started_workers(ck, tmp_path: Path) -> None
     run = render(ck, tmp_path, "--stage", "multi-node", "--nodes", "2", "--launcher", "deepspeed", "--set",
                  "ds_launcher=pdsh", "--set", "max_restarts=0", "--env", "HF_HOME=/data/hf", site=site, name="pdsh")
     assert "HF_HOME=/data/hf\n" in (run / ".deepspeed_env").read_text()
+
+
+def test_a_value_may_extend_its_own_variable_and_other_dollars_stay_literal_with_a_warning(
+        ck, tmp_path: Path) -> None:
+    """``PATH=/x:$PATH`` (issue 40): its own ``$PATH``/``${PATH}`` is the job's value before, expanded
+    once in the job script (never again on each node); ``$SLURM_JOB_ID`` without braces stays as
+    written, and render says so."""
+    out = tmp_path / "run"
+    result = ck("render", "--site", "ib-h100", "--out", str(out), "--set", "container=false",
+                "--env", "PATH=/opt/tool/bin:$PATH", "--env", "LD_LIBRARY_PATH=/opt/tool/lib:${LD_LIBRARY_PATH}",
+                "--env", "SAVE=/ckpt/$SLURM_JOB_ID", "--", "python", "t.py")
+    assert result.code == 0, result.err
+    assert ("clusterkit: warning: --env SAVE: $SLURM_JOB_ID is kept as written, not expanded (a value expands "
+            "only ${SLURM_*} and ${CK_*}, braces included, and $SAVE itself)") in result.err
+    assert "PATH" not in result.err
+    text = (out / "job.sbatch").read_text()
+    got = _bash_env("\n".join(_export_block(text)), ["PATH", "LD_LIBRARY_PATH", "SAVE"])
+    assert got == {"PATH": "/opt/tool/bin:/usr/bin:/bin", "LD_LIBRARY_PATH": "/opt/tool/lib:",
+                   "SAVE": "/ckpt/$SLURM_JOB_ID"}
+    body = re.search(r"bash -c ('(?:[^']|'\"'\"')*')", text)
+    assert body and "PATH" not in body.group(1)   # each node keeps what srun carried: no second prepend
+
+
+@pytest.mark.parametrize("flag,step,name", [
+    ("--setup", "module load cuda; export CUDA_VISIBLE_DEVICES=0,1", "CUDA_VISIBLE_DEVICES"),
+    ("--setup", "unset CUDA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+    ("--node-setup", "MASTER_PORT=1234 ./prepare.sh", "MASTER_PORT"),
+])
+def test_setup_steps_may_not_set_what_env_refuses(ck, tmp_path: Path, flag: str, step: str, name: str) -> None:
+    result = ck("render", "--site", "ib-h100", "--out", str(tmp_path / "run"), flag, step, "--", "python", "t.py")
+    assert_one_line_error(result, 2, f"clusterkit: error: {flag} '", f"{name} is set by clusterkit, Slurm or the "
+                          "launcher for each job; use")
+    assert not (tmp_path / "run").exists()
+    # a name that merely contains one is the step's own
+    render(ck, tmp_path, flag, "export MY_CUDA_VISIBLE_DEVICES=0; echo RANK=$RANK", name="ok")
 
 
 # ---- setup steps ------------------------------------------------------------------------------

@@ -68,7 +68,9 @@ def test_users_accelerate_config_with_zero3_on_two_nodes(cli: CK, tmp_path: Path
     pytest.importorskip("deepspeed", reason="deepspeed is in the test extra")
     pytest.importorskip("accelerate", reason="accelerate is in the test extra")
     config = tmp_path / "zero3.yaml"
-    config.write_text(ZERO3)
+    # written for one machine (issue 40): the rendered copy carries the job's counts
+    config.write_text(ZERO3.replace("num_machines: 2", "num_machines: 1").replace("num_processes: 2",
+                                                                                 "num_processes: 1"))
     run_dir = cli.runs / "zero3"
     proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--gpus-per-node", "1",
                "--launcher", "accelerate", f"--launcher-arg=--config_file={config}", "--out", str(run_dir),
@@ -76,7 +78,8 @@ def test_users_accelerate_config_with_zero3_on_two_nodes(cli: CK, tmp_path: Path
                env=cli.env(DS_ACCELERATOR="cpu"), timeout=560)
     logs = _logs(run_dir)
     assert proc.returncode == 0, proc.stdout + proc.stderr + logs[-3000:]
-    assert not (run_dir / "accelerate.yaml").exists()
+    copy = (run_dir / "accelerate.yaml").read_text()
+    assert "num_machines: 2\n" in copy and "num_processes: 2\n" in copy and "zero_stage: 3\n" in copy
     seen = re.findall(r"^zero3 rank (\d)/2: stage=3 partitioned=(\d+)/(\d+) loss \S+ -> \S+$", logs, re.M)
     assert sorted(r for r, _, _ in seen) == ["0", "1"], logs[-3000:]
     # ZeRO-3: each rank held about half of the model's parameters

@@ -215,6 +215,26 @@ def test_drift_after_restart_with_other_gpu_counts(cli: CK, tmp_path: Path, gpu4
     assert 'gpu_model: "H100"' in fresh.read_text()
 
 
+def test_a_typed_gpu_request_is_the_one_form_slurm_takes(cli: CK, tmp_path: Path,
+                                                          gpu4_testbed: dict[str, str]) -> None:
+    """``--set gpu_type=h100`` (issue 40): ``#SBATCH --gpus-per-node=h100:N``, no gres beside it;
+    Slurm with typed GRES (gpu:h100:4) takes it, and refuses a type its nodes do not have."""
+    env = cli.env(**gpu4_testbed)
+    site = tmp_path / "gpu4.yaml"
+    init = _init(cli, site, env=env)
+    assert init.returncode == 0, init.stderr
+    for gpu_type, takes in (("h100", True), ("a100", False)):
+        out = tmp_path / gpu_type
+        proc = cli("render", "--site", str(site), "--stage", "single-node", "--nodes", "1", "--gpus-per-node", "4",
+                   "--set", f"gpu_type={gpu_type}", "--out", str(out), "--", "python", "train.py", env=env)
+        assert proc.returncode == 0, proc.stderr
+        script = (out / "job.sbatch").read_text()
+        assert f"\n#SBATCH --gpus-per-node={gpu_type}:4\n" in script and "--gres" not in script
+        test = subprocess.run(["sbatch", "--test-only", str(out / "job.sbatch")], env=env, capture_output=True,
+                              text=True, timeout=60)
+        assert (test.returncode == 0) is takes, (gpu_type, test.stdout, test.stderr)
+
+
 def test_mixed_partition_and_nodes_without_gpus(cli: CK, tmp_path: Path, gpu4_testbed: dict[str, str]) -> None:
     env = cli.env(**gpu4_testbed)
     # this throwaway testbed only: node2 loses its GPUs (Slurm cannot give them back until a restart)

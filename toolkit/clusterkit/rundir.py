@@ -97,6 +97,7 @@ def default_run_dir(job_name: str, base: Path | None = None) -> RunDir:
     """
     base = check_path(Path(os.path.abspath(base or Path.cwd() / "runs")))
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    job_name = job_name.replace(":", "-")   # Slurm's job name may hold ':'; a path a container mounts may not
     missing = [p for p in (base, *base.parents) if not p.exists()]   # deepest first
     try:
         base.mkdir(parents=True, exist_ok=True)
@@ -116,7 +117,7 @@ def preview_run_dir(job_name: str, base: Path | None = None) -> RunDir:
     """The run directory :func:`default_run_dir` would create now, named and not created: what a
     dry run (``render`` or ``submit --dry-run`` without ``--out``) shows, writing nothing."""
     base = check_path(Path(os.path.abspath(base or Path.cwd() / "runs")))
-    return RunDir(base / f"{job_name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    return RunDir(base / f"{job_name.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
 
 
 DEFAULT_BASE_NAME = "clusterkit-runs"

@@ -42,6 +42,22 @@ OWNED_ENV_PREFIXES = {
                              "sets them from its config)",
     "PDSH_": "--set ds_launcher=... (DeepSpeed's pdsh runner sets its remote shell)",
 }
+#: A setup step that assigns or unsets one of clusterkit's own names (``export CUDA_VISIBLE_DEVICES=0``).
+_SETUP_ASSIGN = re.compile(r"(?:^|[;&|(`{\n])\s*(?:(?:export|declare\s+-x|readonly)\s+)?([A-Z_][A-Z0-9_]*)=|"
+                           r"(?:^|[;&|(`{\n])\s*unset\s+(?:-v\s+)?([A-Z_][A-Z0-9_]*)")
+
+
+def setup_problem(cmd: str) -> str | None:
+    """Why a ``--setup``/``--node-setup`` command may not run: it sets or unsets a name clusterkit,
+    Slurm or the launcher sets for each job (the same names ``--env`` refuses), or None.  Only what
+    the command's own text says is seen: a file it sources is the job's to check at run time."""
+    for m in _SETUP_ASSIGN.finditer(cmd):
+        name = m.group(1) or m.group(2)
+        if name in OWNED_ENV:
+            return f"{name} is set by clusterkit, Slurm or the launcher for each job; use {OWNED_ENV[name]}"
+    return None
+
+
 #: Names that change how the job script's own shells start: refused everywhere.
 SHELL_ENV = ("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS4", "PROMPT_COMMAND", "CDPATH", "GLOBIGNORE")
 #: Names that change how shells, the loader or interpreters start: refused in a site file's
@@ -51,9 +67,18 @@ SITE_REFUSED_ENV = (*SHELL_ENV, "PATH", "LD_LIBRARY_PATH", "PERL5LIB", "PERL5OPT
                     "RUBYLIB", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "GCONV_PATH", "LOCPATH",
                     "HOSTALIASES", "TCLLIBPATH", "MODULEPATH")
 SITE_REFUSED_ENV_PREFIXES = ("LD_", "PYTHON", "BASH_FUNC_", "LUA_", "LMOD_", "CONDA", "VIRTUAL_ENV")
-#: ``${NAME}`` references a value may hold: each node expands its own at launch.
-ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: ``${SLURM_*}``/``${CK_*}`` references a value may hold: each node expands its own at launch.
+ENV_REF = re.compile(r"\$\{((?:SLURM_|CK_)[A-Za-z0-9_]*)\}")
 ENV_REF_PREFIXES = ("SLURM_", "CK_")
+#: Any ``${NAME}`` (group 1) or ``$NAME`` (group 2) in a value.  A value's reference to its own
+#: variable (``PATH=/x:$PATH``) is its value in the job before (expanded once, in the job script);
+#: other ``${NAME}`` are refused, other ``$NAME`` stay literal (with a warning).
+ANY_REF = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+
+
+def self_ref(name: str, value: str) -> bool:
+    """Whether ``value`` refers to its own variable ``name`` (``$NAME`` or ``${NAME}``)."""
+    return any((m.group(1) or m.group(2)) == name for m in ANY_REF.finditer(value))
 
 
 def job_env_problem(name: str, value: str, *, site: bool) -> str | None:
@@ -69,10 +94,13 @@ def job_env_problem(name: str, value: str, *, site: bool) -> str | None:
         return (f"{name} changes how shells, the loader or interpreters start, which a site file may not decide "
                 "for every job (see the Security model): use software.modules or the container, "
                 "or the job's own --env")
-    for ref in ENV_REF.finditer(value):
-        if not ref.group(1).startswith(ENV_REF_PREFIXES):
+    for ref in ANY_REF.finditer(value):
+        if ref.group(1) and ref.group(1) != name and not ref.group(1).startswith(ENV_REF_PREFIXES):
             return (f"{name}: {ref.group(0)} would not be expanded: values are literal except ${{SLURM_*}} and "
-                    "${CK_*}, which each node expands for itself")
+                    f"${{CK_*}}, which each node expands for itself, and ${name} (its value before)")
+    if self_ref(name, value) and ENV_REF.search(value):
+        return (f"{name}: refers both to ${name} (expanded once, in the job script) and to ${{SLURM_*}}/${{CK_*}} "
+                "(expanded again on each node): use one of the two")
     if "\0" in value:
         return f"{name}: a value cannot hold a NUL byte"
     return None

@@ -11,7 +11,7 @@ import re
 import shlex
 from collections.abc import Iterable
 
-from clusterkit.config.envrules import ENV_REF, job_env_problem
+from clusterkit.config.envrules import ANY_REF, ENV_REF, job_env_problem
 from clusterkit.errors import InputError
 from clusterkit.job.request import EnvEntry
 
@@ -79,15 +79,31 @@ def refs(value: str) -> list[str]:
     return [m.group(1) for m in ENV_REF.finditer(value)]
 
 
-def shell_word(value: str) -> str:
+def literal_dollars(entries: Iterable[EnvEntry]) -> list[str]:
+    """Warnings for ``$NAME`` words kept literally (only ``${SLURM_*}``, ``${CK_*}`` and the variable's
+    own ``$NAME`` expand): ``$SLURM_JOB_ID`` without braces, ``$HOME``."""
+    out = []
+    for e in entries:
+        kept = [m.group(0) for m in ANY_REF.finditer(e.value) if m.group(2) and m.group(2) != e.name]
+        if kept:
+            out.append(f"{e.origin} {e.name}: {kept[0]} is kept as written, not expanded (a value expands only "
+                       f"${{SLURM_*}} and ${{CK_*}}, braces included, and ${e.name} itself)")
+    return out
+
+
+def shell_word(value: str, name: str = "") -> str:
     """``value`` as one shell word: literal text single-quoted, each ``${SLURM_*}``/``${CK_*}``
-    reference left for the shell that runs it (each node's own), nothing else expanded."""
+    reference left for the shell that runs it (each node's own), and ``$NAME``/``${NAME}`` of its
+    own variable ``name`` (its value before); nothing else expanded."""
     parts: list[str] = []
     pos = 0
-    for m in ENV_REF.finditer(value):
+    for m in ANY_REF.finditer(value):
+        ref = m.group(1) or m.group(2)
+        if not (ENV_REF.fullmatch(m.group(0)) or (name and ref == name)):
+            continue
         if m.start() > pos:
             parts.append(shlex.quote(value[pos:m.start()]))
-        parts.append(f'"${{{m.group(1)}-}}"')   # unset: empty (the batch shell runs with set -u)
+        parts.append(f'"${{{ref}-}}"')   # unset: empty (the batch shell runs with set -u)
         pos = m.end()
     if pos < len(value) or not parts:
         parts.append(shlex.quote(value[pos:]))

@@ -39,8 +39,9 @@ def check_run_name(name: str) -> str:
 
 
 def default_run_name(job_name: str, job_id: str) -> str:
-    """The run name of a job submitted without ``--run-name``: its name and its (first) job id."""
-    return f"{job_name}-{job_id}"
+    """The run name of a job submitted without ``--run-name``: its name (a ':' in it as '-': the run
+    name is a directory name, and ':' splits container mount lists) and its (first) job id."""
+    return f"{job_name.replace(':', '-')}-{job_id}"
 
 
 @dataclass(frozen=True)

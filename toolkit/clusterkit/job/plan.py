@@ -24,7 +24,7 @@ from clusterkit.config.envrules import ENV_REF
 from clusterkit.config.schema import OWNED_SBATCH, Container, Site, owned_sbatch
 from clusterkit.errors import FieldProblem, PlanError
 from clusterkit.job import array as arrays
-from clusterkit.job import goodput, jobargs, launchers, nccl, stages
+from clusterkit.job import goodput, jobargs, jobenv, launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.longrun import ChainLink, check_run_name
@@ -191,7 +191,7 @@ def choices(plan: Plan) -> list[Choice]:
         value = values.get(name, getattr(plan.settings, name, None))
         if settings_mod.script_variable(name, plan.launcher) is not None and source == "default":
             value = "the training script's"
-        out.append(Choice(name, label, str(value), source))
+        out.append(Choice(name, label, *plan.launch.given.get(name, (str(value), source))))
     return out
 
 
@@ -233,7 +233,8 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
         if value:
             out.append((key, value))
     out += [("time", r.time), ("nodes", str(nnodes)), ("ntasks-per-node", str(tasks)),
-            ("gpus-per-node", str(gpn)), ("cpus-per-task", str(cpus)), *_mem_share(site, gpn, r.job.sbatch)]
+            ("gpus-per-node", settings_mod.gpus_per_node(r.settings, gpn)), ("cpus-per-task", str(cpus)),
+            *_mem_share(site, gpn, r.job.sbatch)]
     if exclude:
         from clusterkit.hostlist import fold
         out.append(("exclude", fold(exclude)))
@@ -366,7 +367,7 @@ def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool
     ctx = Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=r.settings,
                   stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(),
                   run_dir=request.run_dir, container=use_container, inputs=request.inputs,
-                  launcher_args=r.job.launcher_args)
+                  launcher_args=r.job.launcher_args, array=request.array is not None)
     return _with_hosts(ctx, _candidates(site, exclude, nnodes, spares))
 
 
@@ -526,7 +527,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
                        omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],
                        container=use_container)
-    warnings += nccl.plan_warnings(site, env)
+    warnings += nccl.plan_warnings(site, env) + jobenv.literal_dollars(r.job.env)
     _check_job(site, r, launch, nnodes, use_container)
     if launch.check_env is not None:
         launch.check_env(env)

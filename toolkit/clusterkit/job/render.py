@@ -30,7 +30,7 @@ from clusterkit.job import array as arrays
 from clusterkit.job import jobenv, nccl, template_budget
 from clusterkit.job import plan as planning
 from clusterkit.job.comments import comment_text
-from clusterkit.job.launchers import Sh, Word, shell_join
+from clusterkit.job.launchers import Sh, Word, placeholders, shell_join
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.plan import Plan
 
@@ -131,7 +131,7 @@ def env_word(var: EnvVar) -> str:
     references for the shell that exports it; every other value is literal."""
     if var.shell is not None:   # a policy value that expands at run time (per-job log names)
         return var.shell
-    return jobenv.shell_word(var.value) if var.source == "job" else shell_quote(var.value)
+    return jobenv.shell_word(var.value, var.name) if var.source == "job" else shell_quote(var.value)
 
 
 def node_env(plan: Plan) -> str:
@@ -192,7 +192,7 @@ _APPTAINER_GPU = {"nvidia": ["--nv"], "amd": ["--rocm"], "intel": []}
 
 
 def _launcher_words(plan: Plan) -> list[Word]:
-    words: list[Word] = list(plan.launch.words)
+    words: list[Word] = list(placeholders.body_words(plan.launch.words))   # {ck:NAME}: each node's value
     c = plan.container
     if c and c.runtime == "apptainer":
         # apptainer wraps the launcher (a "once" launcher is single-node here: it runs in a step);
@@ -220,7 +220,8 @@ def container_env(plan: Plan) -> list[tuple[str, str]]:
 
 def launch_body(plan: Plan) -> str:
     """The per-node (or per-task) shell body; runtime variables stay escaped for each node."""
-    return activation(plan) + node_env(plan) + probe_call(plan) + _launch_body(plan)
+    return (activation(plan) + node_env(plan) + probe_call(plan) + placeholders.body_head(plan.launch.command)
+            + _launch_body(plan))
 
 
 #: The run directory's script that detects the ranks' torch and NCCL (templates/nccl-probe.sh.j2).

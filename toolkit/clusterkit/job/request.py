@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from clusterkit.config.envrules import setup_problem
 from clusterkit.config.schema import JobSection, Site, StageOverride
 from clusterkit.errors import PlanError
 from clusterkit.job import settings as settings_mod
@@ -29,7 +30,7 @@ from clusterkit.job.longrun import ChainLink
 from clusterkit.job.settings import Settings
 from clusterkit.vocab import StageSpec
 
-_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+_JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+:-]{0,63}")   # ':' too, as Slurm takes it (file names get '-')
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,15 @@ def merge_job(site: Site, stage: str, override: StageOverride | None, own: JobSe
     def joined(name: str) -> tuple[Any, ...]:
         return tuple(item for layer in layers for item in getattr(layer, name))
 
+    for option, text in own.sbatch:   # one form of GPU request: #SBATCH --gpus-per-node=[TYPE:]N
+        if option == "gres" and text is not None and any(g.split(":")[0] == "gpu" for g in text.split(",")):
+            raise PlanError("asks for GPUs beside the --gpus-per-node clusterkit writes (Slurm may refuse both): "
+                            "use --gpus-per-node N and --set gpu_type=TYPE", field="sbatch", value=f"gres={text}")
+    for name in ("setup", "node_setup"):   # the names --env refuses, set by a step's own text
+        problem = next(((p, cmd) for cmd in joined(name) if (p := setup_problem(cmd))), None)
+        if problem:
+            raise PlanError(problem[0], field=name, value=repr(problem[1][:60]))
+
     return JobSetup(
         env=tuple(env.values()), setup=joined("setup"), node_setup=joined("node_setup"),
         srun_args=joined("srun_args"), launcher_args=joined("launcher_args"),
@@ -237,7 +247,7 @@ def job_name(request: JobRequest) -> str:
     """The job's name: ``--job-name`` (checked), else ``ck-<script>`` from the command."""
     if request.job_name is not None:
         if not _JOB_NAME.fullmatch(request.job_name):
-            raise PlanError("use 1-64 letters, digits, '.', '_', '+' or '-'", field="job_name",
+            raise PlanError("use 1-64 letters, digits, '.', '_', '+', ':' or '-'", field="job_name",
                             value=repr(request.job_name))
         return request.job_name
     command = request.command

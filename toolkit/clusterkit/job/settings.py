@@ -54,6 +54,8 @@ class Settings(BaseModel):
     qos: str | None = None
     max_restarts: int | None = Field(None, ge=0, le=100)
     cpus_per_task: int | None = Field(None, ge=1)
+    gpu_type: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$", description="Slurm's GRES "
+                                 "type of the GPUs to ask for (e.g. h100): #SBATCH --gpus-per-node=TYPE:N")
     container: bool | None = Field(None, description="use the site's container (default: yes if the site has one)")
     preflight_in_job: bool | Literal["perf"] | None = Field(
         None, description="run preflight checks on the allocated nodes first: true, false, or perf (preflight --perf)")
@@ -139,7 +141,14 @@ def script_variable(key: str, launcher: str) -> str | None:
 
 
 # Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
-SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "stop_signal", "requeue_by", "spares")
+SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "stop_signal", "requeue_by", "spares",
+              "gpu_type")
+
+
+def gpus_per_node(s: Settings, gpn: int) -> str:
+    """``#SBATCH --gpus-per-node``'s value: ``N``, or ``TYPE:N`` with ``gpu_type`` (the one form
+    clusterkit writes a GPU request in; ``--sbatch gres=gpu:...`` beside it is refused)."""
+    return f"{s.gpu_type}:{gpn}" if s.gpu_type else str(gpn)
 
 
 def valid_keys() -> list[str]:

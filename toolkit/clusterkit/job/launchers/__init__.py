@@ -84,6 +84,7 @@ class Context:
     # read by the pipeline on the submit host: path as written -> (absolute path, text)
     inputs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     launcher_args: tuple[str, ...] = ()   # --launcher-arg words (checked by the plan), after the launcher's own
+    array: bool = False                   # a job array (--array/--sweep): {ck:array_index} has a value
 
     @property
     def world_size(self) -> int:
@@ -113,6 +114,8 @@ class Launch:
     label: str = ""                   # how messages name it, where the launcher name alone is not enough
     # a check on the job's final environment (resolved after the launcher), raising PlanError
     check_env: Callable[[Sequence[EnvVar]], None] | None = None
+    # what the user's own command or config decides (launchers/given.py): setting -> (value, where read)
+    given: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def line(self) -> str:
@@ -203,8 +206,12 @@ def get(name: str) -> Callable[[Context], Launch]:
     extra: Callable[[Context], tuple[str, ...]] = getattr(module, "extra_args", lambda ctx: ctx.launcher_args)
 
     def build_with_args(ctx: Context) -> Launch:
+        from clusterkit.job.launchers import placeholders
+
         launch = build(ctx)
         args = extra(ctx)
+        placeholders.check(ctx.command, args, once_multi=launch.mode == "once" and ctx.multi, array=ctx.array,
+                           launcher=launch.name)
         return replace(launch, words=(*launch.words, *args)) if args else launch
 
     return build_with_args

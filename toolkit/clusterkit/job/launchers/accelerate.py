@@ -5,11 +5,12 @@ so each node expands its own) and ``--main_process_ip/--main_process_port`` poin
 
 A config of the user's own (``--launcher-arg=--config_file=my.yaml``) is used instead of the
 generated one, like a DeepSpeed config the command names: read on the submit host before the
-queue (:func:`inputs`), its ``num_machines``/``num_processes`` checked against the plan (errors
-name ``file:line``), while the per-node flags above still follow it on the command line, where
-they win over the file.  A ``distributed_type: DEEPSPEED`` config (ZeRO-3 under
-``deepspeed_config``) runs with ``--deepspeed_multinode_launcher standard``: one accelerate per
-node through srun, never pdsh.
+queue (:func:`inputs`; errors name ``file:line``) and rendered as a copy with the job's keys
+(``num_machines``, ``num_processes``, ``machine_rank``; ``main_process_ip``/``_port`` left to the
+command line), the rest as written, so a file written for one machine runs on the job's nodes;
+the per-node flags above still follow it on the command line, where they win over the file.
+A ``distributed_type: DEEPSPEED`` config (ZeRO-3 under ``deepspeed_config``) runs with
+``--deepspeed_multinode_launcher standard``: one accelerate per node through srun, never pdsh.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import yaml
 
 from clusterkit.errors import PlanError
-from clusterkit.job.launchers import Context, Input, Launch, Sh, Word, for_script, split_python
+from clusterkit.job.launchers import Context, Input, Launch, Sh, Word, for_script, given, split_python
 
 _COUNTS = "--nodes and --gpus-per-node (or the stage)"
 _RDZV = "clusterkit (the allocation's first host, on the job's port)"
@@ -132,11 +133,30 @@ def _line(text: str, key: str) -> int | None:
     return None
 
 
-def _check_user_config(ctx: Context, user: UserConfig) -> tuple[str, tuple[str, ...], bool]:
-    """(path to pass, notes, whether it is a DeepSpeed config); the counts checked against the plan."""
+#: The keys of an accelerate config that are the job's, not the file's: clusterkit writes them into
+#: the rendered copy (the counts) or leaves them to the command line (per node, per job).
+OWN_KEYS = ("num_machines", "num_processes", "machine_rank", "main_process_ip", "main_process_port")
+
+
+def _copy(ctx: Context, cfg: Mapping[str, object], path: str) -> tuple[str, str]:
+    """(the rendered copy of the user's config with the job's keys, a note saying what changed)."""
+    mine = {"num_machines": ctx.nnodes, "num_processes": ctx.world_size, "machine_rank": 0}
+    copy = {k: v for k, v in cfg.items() if k not in OWN_KEYS} | mine
+    changed = [f"{k} {cfg[k]!r} -> {v}" for k, v in mine.items() if k in cfg and cfg[k] != v]
+    changed += [f"{k} dropped" for k in ("main_process_ip", "main_process_port") if k in cfg]
+    note = (f"accelerate config: a copy of the user's own {path} with the job's counts (num_machines "
+            f"{ctx.nnodes}, num_processes {ctx.world_size}){': ' + ', '.join(changed) if changed else ''}; "
+            "the rest as written; machine rank, main process address and port are set per node on the command line")
+    return yaml.safe_dump(copy, sort_keys=False), note
+
+
+def _check_user_config(ctx: Context, user: UserConfig
+                       ) -> tuple[str, tuple[str, ...], bool, given.Given, str | None]:
+    """(path to pass, notes, whether it is a DeepSpeed config, what it decides, the rendered copy
+    of it with the job's keys; None where it was not read)."""
     got = ctx.inputs.get(user.path)
     if got is None:   # a draft plan: the pipeline did not read it
-        return user.path, (f"accelerate config: the user's own {user.path} (not read)",), False
+        return user.path, (f"accelerate config: the user's own {user.path} (not read)",), False, {}, None
     path, text = got
     try:
         cfg = yaml.safe_load(text)
@@ -156,25 +176,20 @@ def _check_user_config(ctx: Context, user: UserConfig) -> tuple[str, tuple[str, 
     if env != "LOCAL_MACHINE":
         raise refuse("compute_environment", f"{env!r}: clusterkit starts it on the allocation's nodes "
                      "(LOCAL_MACHINE)")
-    for key, want, what in (("num_machines", ctx.nnodes, "nodes"), ("num_processes", ctx.world_size, "processes")):
-        value = cfg.get(key)
-        if value is not None and value != want:
-            raise refuse(key, f"{value!r} but the job has {want} {what} ({ctx.nnodes} node(s) x "
-                         f"{ctx.gpus_per_node} GPU(s)): change the file, or --nodes/--gpus-per-node")
     for key in ("strategy", "offload", "precision"):
         if key in ctx.settings.model_fields_set:
             raise PlanError(f"accelerate: --set {key} writes clusterkit's own accelerate config, but the job uses "
                             f"its own --config_file {path}: set it there")
     dist = str(cfg.get("distributed_type", "NO"))
-    notes = [f"accelerate config: the user's own {path} (distributed_type {dist}); clusterkit writes none; "
-             "machine rank, main process address and port, and the counts are set per node on the command line"]
+    copy, note = _copy(ctx, cfg, path)
+    notes = [note]
     deepspeed = dist == "DEEPSPEED"
     if deepspeed:
         ds = cfg.get("deepspeed_config")
         stage = ds.get("zero_stage") if isinstance(ds, Mapping) else None
         notes.append(f"DeepSpeed through accelerate: ZeRO stage {stage if stage is not None else 'from its file'}, "
                      "--deepspeed_multinode_launcher standard (one accelerate per node through srun)")
-    return path, tuple(notes), deepspeed
+    return f"{ctx.run_dir}/accelerate.yaml", tuple(notes), deepspeed, given.from_accelerate_config(cfg, user.path), copy
 
 
 def build(ctx: Context) -> Launch:
@@ -183,8 +198,11 @@ def build(ctx: Context) -> Launch:
     files: dict[str, str] = {}
     notes: tuple[str, ...] = ()
     deepspeed = False
+    chosen: given.Given = {}
     if user is not None:
-        path, notes, deepspeed = _check_user_config(ctx, user)
+        path, notes, deepspeed, chosen, copy = _check_user_config(ctx, user)
+        if copy is not None:
+            files["accelerate.yaml"] = copy
     else:
         path = f"{ctx.run_dir}/accelerate.yaml"
         files["accelerate.yaml"] = yaml.safe_dump(config(ctx), sort_keys=True)
@@ -202,4 +220,4 @@ def build(ctx: Context) -> Launch:
     elif py.module:
         words.append("--module")
     return Launch("accelerate", "per_node", tuple(words), py.args, files=files, notes=notes,
-                  env=for_script(ctx, "accelerate", "micro_batch"))
+                  env=for_script(ctx, "accelerate", "micro_batch"), given={**chosen, **given.from_command(py.args)})

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from clusterkit.errors import PlanError
-from clusterkit.job.launchers import SLOTS, Context, Input, Launch, Mode, Sh, Word, split_python
+from clusterkit.job.launchers import SLOTS, Context, Input, Launch, Mode, Sh, Word, given, split_python
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.settings import Settings
 
@@ -346,10 +346,12 @@ def build(ctx: Context) -> Launch:
     user = user_config(py.args)
     files: dict[str, str] = {}
     notes: tuple[str, ...]
+    chosen: given.Given = {}
     if user is not None:
         path, cfg = _read_user_config(user, ctx)
         notes = (f"DeepSpeed config: the command's own {user.flag} {user.path}; clusterkit adds none",
                  check_user_batch(cfg, world, f"{user.flag} {user.path}") if cfg is not None else "config not read")
+        chosen = {**(given.from_ds_config(cfg, user.path) if cfg is not None else {}), **given.from_command(py.args)}
     else:
         path = f"{ctx.run_dir}/ds_config.json"
         cfg = ds_config(s, world)
@@ -374,7 +376,7 @@ def build(ctx: Context) -> Launch:
                   files=files, env=env, notes=notes, world_size=world if f else None, setup=setup,
                   templated=templated, term=_TERM if ctx.slurm else "default",
                   label="deepspeed ds_launcher=pdsh" if mode == "once" else "",
-                  check_env=check_pdsh_env if mode == "once" else None)
+                  check_env=check_pdsh_env if mode == "once" else None, given=chosen)
 
 
 # `scancel --signal=TERM` reaches every process of the step.  The `deepspeed` runner has no TERM

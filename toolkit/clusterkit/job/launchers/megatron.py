@@ -8,7 +8,7 @@ and overlap with compute as it expects.
 from __future__ import annotations
 
 from clusterkit.errors import PlanError
-from clusterkit.job.launchers import Context, Launch, split_python
+from clusterkit.job.launchers import Context, Launch, given, split_python
 from clusterkit.job.launchers.torchrun import OWNED_ARGS as OWNED_ARGS
 from clusterkit.job.launchers.torchrun import torchrun_words
 from clusterkit.job.nccl import EnvVar
@@ -58,7 +58,7 @@ def _batch_args(ctx: Context, user_args: tuple[str, ...], dp: int) -> list[str]:
 def build(ctx: Context) -> Launch:
     py = split_python(ctx.command, "megatron")
     s = ctx.settings
-    sizes, given = _sizes_from_args(py.args, {"tp": s.tp, "pp": s.pp, "cp": s.cp})
+    sizes, set_by_args = _sizes_from_args(py.args, {"tp": s.tp, "pp": s.pp, "cp": s.cp})
     model_parallel = sizes["tp"] * sizes["pp"] * sizes["cp"]
     world = ctx.world_size
     if world % model_parallel:
@@ -71,9 +71,10 @@ def build(ctx: Context) -> Launch:
                         "keep TP within a node's NVLink domain")
     args = list(py.args)
     for key, flag in _FLAGS.items():
-        if key not in given and (sizes[key] > 1 or key != "cp"):
+        if key not in set_by_args and (sizes[key] > 1 or key != "cp"):
             args += [flag, str(sizes[key])]
     args += _batch_args(ctx, py.args, dp)
+    batch, batch_by_args = _sizes_from_args(py.args, {"micro": s.micro_batch, "global": 0}, _BATCH_FLAGS)
     if "precision" in s.model_fields_set and s.precision in _PRECISION_FLAGS and not (
             set(_PRECISION_FLAGS.values()) & set(py.args)):
         args.append(_PRECISION_FLAGS[s.precision])
@@ -82,4 +83,7 @@ def build(ctx: Context) -> Launch:
         env = (EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", "1", "launcher",
                       "Megatron TP/CP: one hardware queue keeps comm kernels in issue order so they overlap compute"),)
     notes = (f"tensor {sizes['tp']} x pipeline {sizes['pp']} x context {sizes['cp']} x data {dp} = world {world}",)
-    return Launch("megatron", "per_node", tuple(torchrun_words(ctx, py)), tuple(args), env=env, notes=notes)
+    chosen = given.megatron(py.args, "precision" in s.model_fields_set, batch["micro"], batch["global"], dp,
+                            batch_by_args)
+    return Launch("megatron", "per_node", tuple(torchrun_words(ctx, py)), tuple(args), env=env, notes=notes,
+                  given=chosen)

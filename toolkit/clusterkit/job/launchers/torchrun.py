@@ -8,7 +8,7 @@ Never ``localhost`` as the endpoint: every other node would rendezvous with itse
 
 from __future__ import annotations
 
-from clusterkit.job.launchers import Context, Launch, PyCommand, Sh, Word, for_script, rendezvous, split_python
+from clusterkit.job.launchers import Context, Launch, PyCommand, Sh, Word, for_script, given, rendezvous, split_python
 
 _COUNTS = "--nodes and --gpus-per-node (or the stage)"
 _RDZV = "clusterkit (the rendezvous at the allocation's first host, on the job's port)"
@@ -49,4 +49,5 @@ def build(ctx: Context) -> Launch:
     else:
         notes = ("strategy not given: the training script chooses DDP or FSDP (--set strategy=fsdp passes "
                  "CK_STRATEGY to it); the launch is the same",)
-    return Launch("torchrun", "per_node", tuple(torchrun_words(ctx, py)), py.args, notes=notes, env=env)
+    return Launch("torchrun", "per_node", tuple(torchrun_words(ctx, py)), py.args, notes=notes, env=env,
+                  given=given.from_command(py.args))
