@@ -208,24 +208,25 @@ def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) ->
         return 0
     from dataclasses import asdict
 
-    from clusterkit.tooltext import printable
-
     found = _find_or_latest(job, store)
     seen = found.look()
     rec, st = seen.record, seen.status
     code = _warn_status_problems(seen.unreachable, seen.cache_failures)
     dropped = found.dropped_nodes()
     if as_json:
-        output.emit_json({**_final_json(rec, st, seen.tails), "dropped": [asdict(v) for v in dropped]})
+        tried = {"dropped": [asdict(v) for v in dropped], "attempts": found.attempts()}
+        output.emit_json({**_final_json(rec, st, seen.tails), **tried})
         return code
+    from clusterkit.cli.arrays import show_tasks
+    from clusterkit.cli.attempts import show_attempts
+
     output.line(_describe(rec, st))
     output.line(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
                 f"world size {rec.world_size}; nodes: {st.nodes or '-'}")
-    for v in dropped:   # the in-job preflight's choice (read from the run directory, validated)
+    for v in dropped:   # the in-job preflight's choice, the attempts' (read from the run directory, validated)
         output.line(f"  dropped: {printable(v.worded())}{_figures(v.figures)}")
+    show_attempts(found)   # each failed attempt inside the allocation
     output.line(f"  run directory: {rec.run_dir}")
-    from clusterkit.cli.arrays import show_tasks
-
     show_tasks(rec, st)
     if st.terminal and st.state != "COMPLETED":
         # the verdict doctor cached; status itself never scans logs
