@@ -121,3 +121,14 @@ def test_the_attempts_record_round_trips_and_a_forged_one_is_skipped(tmp_path: P
     attempts.path_for(tmp_path, "77", 2).write_text(json.dumps({**forged, "restart": 5}))
     assert attempts.read(tmp_path, "77") == [(0, one)]
     assert attempts.read(tmp_path, "../77") == []
+
+
+def test_a_node_slurm_took_out_of_the_job_is_lost() -> None:
+    shown = "JobId=7 JobName=x UserId=root(0) JobState=RUNNING NodeList=node[1,3-4] BatchHost=node1 ReqNodeList=(null)"
+    assert replan.left_allocation(shown, ("node1", "node2", "node3", "node4")) == ["node2"]
+    assert replan.left_allocation("JobId=7 JobState=PENDING NodeList=(null)", ("node1",)) is None
+
+
+def test_an_unknown_verdict_blames_no_node() -> None:
+    step = replan.next_step(Verdict("unknown", "no failure found", "node1"), [], tried())
+    assert isinstance(step, Relaunch) and step.dropped == () and step.nodes == NODES

@@ -207,10 +207,13 @@ class Supervisor:
             self.attempts = None
             return rc
         s = self.spec
-        facts = replan.Attempted(attempt=run.attempt, nodes=run.nodes, unused=run.unused,
-                                 max_relaunches=run.max_relaunches, unknown_used=run.unknown_used,
-                                 restarts_left=s.max_restarts - s.restarts, excluded=recovery.excluded(self.show_job()))
-        step = replan.next_step(v, recovery.down_nodes(self.client, run), facts)
+        shown = self.show_job()
+        gone = replan.left_allocation(shown, run.allocation) or []   # Slurm took them out (node failure)
+        down = [h for h in run.allocation if h in gone or h in recovery.down_nodes(self.client, run)]
+        facts = replan.Attempted(attempt=run.attempt, nodes=run.nodes, unused=tuple(h for h in run.unused
+                                 if h not in down), max_relaunches=run.max_relaunches, unknown_used=run.unknown_used,
+                                 restarts_left=s.max_restarts - s.restarts, excluded=recovery.excluded(shown))
+        step = replan.next_step(v, down, facts)
         self.drain()
         try:
             recovery.record(run, rc, v, step)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from clusterkit.hostlist import HostlistError, check_host
+from clusterkit.hostlist import HostlistError, check_host, expand
 from clusterkit.tooltext import load_json, printable
 
 #: a node's fault (or one a relaunch on other nodes may fix): drop the nodes named, relaunch
@@ -115,6 +115,19 @@ def failing_nodes(sinfo_out: str, allocation: tuple[str, ...]) -> list[str]:
     return [h for h in allocation if h in bad]
 
 
+def left_allocation(show_job: str, allocation: tuple[str, ...]) -> list[str] | None:
+    """The nodes of ``allocation`` that Slurm took out of the job (``scontrol -o show job``'s
+    NodeList: a node that failed under --no-kill leaves it), in order; None when it lists none."""
+    m = re.search(r" NodeList=(\S+)", show_job[:65536])
+    if m is None or m.group(1) in ("(null)", ""):
+        return None
+    try:
+        still = set(expand(m.group(1)))
+    except HostlistError:
+        return None
+    return [h for h in allocation if h not in still]
+
+
 def _why(v: Verdict) -> str:
     return f"{v.category}: {v.summary}" if v.summary else v.category
 
@@ -127,7 +140,7 @@ def next_step(v: Verdict, down: list[str], a: Attempted) -> Step:
     if once and a.unknown_used:
         return Stop(f"doctor: {_why(v)}: the second failure without a node to blame in this run, not retried")
     dropped: list[tuple[str, str]] = []
-    if v.node in a.nodes:
+    if v.node in a.nodes and v.category in RELAUNCH:   # no verdict blames no node
         dropped.append((v.node, f"attempt {a.attempt}: doctor: {_why(v)}"[:_WHY_MAX]))
     for host in down:
         if host not in {h for h, _ in dropped}:
@@ -136,7 +149,8 @@ def next_step(v: Verdict, down: list[str], a: Attempted) -> Step:
     spares = [h for h in a.unused if h not in gone]
     keep = [h for h in a.nodes if h not in gone]
     need = len(a.nodes) - len(keep)
-    named = ", ".join(f"{h} ({why})" for h, why in dropped) or "no node named"
+    short_why = {v.node: v.category}   # the log line names each node's cause briefly; the record in full
+    named = ", ".join(f"{h} ({short_why.get(h, 'down in Slurm')})" for h, _ in dropped) or "no node named"
     if a.attempt + 1 <= a.max_relaunches and need <= len(spares):
         fresh = iter(spares[:need])   # each spare takes a dropped node's place in the list
         nodes = tuple(next(fresh) if h in gone else h for h in a.nodes)
