@@ -132,3 +132,16 @@ def test_a_node_slurm_took_out_of_the_job_is_lost() -> None:
 def test_an_unknown_verdict_blames_no_node() -> None:
     step = replan.next_step(Verdict("unknown", "no failure found", "node1"), [], tried())
     assert isinstance(step, Relaunch) and step.dropped == () and step.nodes == NODES
+
+
+def test_a_rank_named_alone_is_placed_on_its_node_by_block_distribution() -> None:
+    argv = ("srun", "--nodelist=node1,node2,node3", "--ntasks-per-node=2", "--output=/r/logs/%j.r0.rank%t.out",
+            "bash", "clusterkit-launch", "x")
+    per_node = ("srun", "--ntasks-per-node=1", "--output=/r/logs/%j.r0.%N.out", "clusterkit-launch")
+    assert replan.node_of_rank(per_node, NODES, 1) is None   # torchrun's ranks are not Slurm tasks
+    assert [replan.node_of_rank(argv, NODES, r) for r in (0, 1, 2, 3, 5, 6)] == [
+        "node1", "node1", "node2", "node2", "node3", None]
+    assert replan.node_of_rank(("srun", "--ntasks-per-node=2", "--output=x.rank%t.out", "--distribution=cyclic",
+                                "clusterkit-launch"), NODES, 2) is None
+    rank_only = json.dumps({"verdict": {"category": "gpu-hardware", "summary": "", "node": None, "rank": 3}})
+    assert replan.verdict_from_doctor(rank_only).rank == 3

@@ -201,7 +201,7 @@ class Supervisor:
         (a requeue without the bad nodes, or a stop with the verdict).  Without doctor, the run
         ends as before recovery (``self.attempts`` cleared, ``rc`` returned)."""
         log(f"attempt {run.attempt} on {','.join(run.nodes)} failed (status {rc}): doctor judges its logs")
-        v = recovery.judge(run, log)
+        v = recovery.judge_launch(run, self.spec.launch, log)
         self.drain()
         if v is None:   # the run ends as it would without recovery
             self.attempts = None
@@ -215,14 +215,14 @@ class Supervisor:
                                  restarts_left=s.max_restarts - s.restarts, excluded=recovery.excluded(shown))
         step = replan.next_step(v, down, facts)
         self.drain()
+        if self.stopping or self.warned is not None:
+            return rc   # Slurm is ending this run meanwhile: its end, not a relaunch
         try:
             recovery.record(run, rc, v, step)
         except OSError as exc:
             log(f"recovery: cannot write the attempts record: {exc.strerror or exc}")
         if step.dropped and s.chain_ids:
             self.keep_out_of_chain(step.dropped)
-        if self.stopping or self.warned is not None:
-            return rc   # Slurm is ending this run meanwhile: its end, not a relaunch
         if isinstance(step, replan.Relaunch):
             log(step.line)
             argv = recovery.relaunch(run, step, s.launch, os.environ, log)   # type: ignore[arg-type]

@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clusterkit.hostlist import HostlistError, expand, fold
@@ -84,6 +84,14 @@ def attempt_logs(run_dir: str, job_id: str, restart: int, attempt: int) -> list[
         return sorted(str(p) for p in logs.iterdir() if pattern.fullmatch(p.name))[:10_000]
     except OSError:
         return []
+
+
+def judge_launch(run: Run, launch: tuple[str, ...], log: Log) -> replan.Verdict | None:
+    """:func:`judge`, with the node of the rank the verdict names where each rank is a Slurm task
+    (srun's placement wins over a host name read in the log's text)."""
+    v = judge(run, log)
+    placed = replan.node_of_rank(launch, run.nodes, v.rank) if v is not None and v.rank is not None else None
+    return replace(v, node=placed) if v is not None and placed is not None else v
 
 
 def judge(run: Run, log: Log) -> replan.Verdict | None:

@@ -35,6 +35,7 @@ class Verdict:
     category: str
     summary: str = ""
     node: str | None = None
+    rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,23 @@ def verdict_from_doctor(out: str) -> Verdict:
         node = check_host(node) if isinstance(node, str) else None
     except HostlistError:
         node = None
-    return Verdict(category, printable(summary if isinstance(summary, str) else "")[:_WHY_MAX], node)
+    rank = v.get("rank") if isinstance(v, dict) else None
+    rank = rank if isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < 10_000_000 else None
+    return Verdict(category, printable(summary if isinstance(summary, str) else "")[:_WHY_MAX], node, rank)
+
+
+def node_of_rank(argv: tuple[str, ...], nodes: tuple[str, ...], rank: int) -> str | None:
+    """The node a rank ran on when each rank is a Slurm task with a log of its own (``rank%t``):
+    srun's block distribution puts tasks ``--ntasks-per-node`` at a time on the nodes in order.
+    Slurm's placement, not what the log's text claims (a shell prompt pasted in a log names a host)."""
+    cut = argv.index(MARK) if MARK in argv else len(argv)
+    per = [w.split("=", 1)[1] for w in argv[:cut] if w.startswith("--ntasks-per-node=")]
+    by_rank = any(w.startswith("--output=") and ".rank%t." in w for w in argv[:cut])   # a Slurm task per rank
+    if not by_rank or not per or not per[-1].isdigit() or int(per[-1]) < 1 or any(w.startswith(("--distribution", "-m"))
+                                                                   for w in argv[:cut]):
+        return None
+    index = rank // int(per[-1])
+    return nodes[index] if index < len(nodes) else None
 
 
 def failing_nodes(sinfo_out: str, allocation: tuple[str, ...]) -> list[str]:
