@@ -145,3 +145,11 @@ def test_a_rank_named_alone_is_placed_on_its_node_by_block_distribution() -> Non
                                 "clusterkit-launch"), NODES, 2) is None
     rank_only = json.dumps({"verdict": {"category": "gpu-hardware", "summary": "", "node": None, "rank": 3}})
     assert replan.verdict_from_doctor(rank_only).rank == 3
+
+
+def test_no_requeue_without_a_node_the_job_asks_for_by_name() -> None:
+    shown = "JobId=7 JobState=RUNNING ReqNodeList=node[1-2] ExcNodeList=(null) NodeList=node[1-2]"
+    assert replan.requested(shown) == ("node1", "node2")
+    step = replan.next_step(Verdict("rendezvous", "", "node2"), [], tried(nodes=("node1", "node2"), unused=(),
+                                                                          pinned=replan.requested(shown)))
+    assert isinstance(step, Stop) and "asks for node2 by name" in step.reason, step

@@ -26,6 +26,18 @@ STOP = ("user-code", "launcher-config", "import-env", "gpu-oom", "host-oom")
 #: sinfo's short states (``%t``) of a node that is not fit to run on
 _BAD_STATES = ("down", "drain", "drng", "fail", "failg", "maint", "unk", "boot", "powered_down", "pow_dn")
 _WHY_MAX = 300
+_REQ = re.compile(r" ReqNodeList=(\S+)")
+
+
+def requested(show_job: str) -> tuple[str, ...]:
+    """The nodes the job asks for by name (``scontrol -o show job``'s ReqNodeList), expanded."""
+    m = _REQ.search(show_job[:65536])
+    if m is None or m.group(1) in ("(null)", ""):
+        return ()
+    try:
+        return tuple(expand(m.group(1)))
+    except HostlistError:
+        return ()
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,7 @@ class Attempted:
     unknown_used: bool = False        # an `unknown` verdict was relaunched already in this run
     restarts_left: int = 0            # requeues left in the job's restart budget
     excluded: tuple[str, ...] = ()    # nodes already kept out of the job (its ExcNodeList, earlier drops)
+    pinned: tuple[str, ...] = ()      # nodes the job asks for by name (its ReqNodeList: --nodelist)
 
 
 def verdict_from_doctor(out: str) -> Verdict:
@@ -180,6 +193,10 @@ def next_step(v: Verdict, down: list[str], a: Attempted) -> Step:
     if not dropped:
         return Stop(f"doctor: {_why(v)}: {short}, and no node to blame for a requeue", ())
     exclude = tuple(dict.fromkeys([*a.excluded, *gone]))
+    if gone & set(a.pinned):
+        return Stop(f"doctor: {_why(v)}: dropped {named}; {short}, and the job asks for "
+                    f"{', '.join(sorted(gone & set(a.pinned)))} by name: a requeue without them could never start",
+                    tuple(dropped))
     if a.restarts_left <= 0:
         return Stop(f"doctor: {_why(v)}: dropped {named}; {short} and the restart budget is spent", tuple(dropped))
     return RequeueWithout(tuple(dropped), exclude,
