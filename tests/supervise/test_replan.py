@@ -153,3 +153,11 @@ def test_no_requeue_without_a_node_the_job_asks_for_by_name() -> None:
     step = replan.next_step(Verdict("rendezvous", "", "node2"), [], tried(nodes=("node1", "node2"), unused=(),
                                                                           pinned=replan.requested(shown)))
     assert isinstance(step, Stop) and "asks for node2 by name" in step.reason, step
+
+
+def test_a_requeue_keeps_out_the_nodes_earlier_attempts_dropped(tmp_path: Path) -> None:
+    from clusterkit.supervise import recovery
+
+    run = recovery.Run("7", str(tmp_path), 0, ("node1", "node2", "node3", "node4"), NODES, (), 3)
+    run.done.append(attempts.Attempt(0, NODES, 1, "gpu-hardware", (("node2", "attempt 0"),), "relaunch"))
+    assert recovery.kept_out("JobId=7 ExcNodeList=node5 NodeList=node[1,3-4]", run) == ("node5", "node2")

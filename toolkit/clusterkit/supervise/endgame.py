@@ -212,7 +212,7 @@ class Supervisor:
         down = [h for h in run.allocation if h in gone or h in recovery.down_nodes(self.client, run)]
         facts = replan.Attempted(attempt=run.attempt, nodes=run.nodes, unused=tuple(h for h in run.unused
                                  if h not in down), max_relaunches=run.max_relaunches, unknown_used=run.unknown_used,
-                                 restarts_left=s.max_restarts - s.restarts, excluded=recovery.excluded(shown),
+                                 restarts_left=s.max_restarts - s.restarts, excluded=recovery.kept_out(shown, run),
                                  pinned=replan.requested(shown))
         step = replan.next_step(v, down, facts)
         self.drain()

@@ -133,6 +133,12 @@ def excluded(show_job: str) -> tuple[str, ...]:
         return ()
 
 
+def kept_out(show_job: str, run: Run) -> tuple[str, ...]:
+    """The nodes a requeue keeps out besides this attempt's: the job's ExcNodeList and every node
+    an earlier attempt of this run dropped."""
+    return tuple(dict.fromkeys([*excluded(show_job), *(h for a in run.done for h, _ in a.dropped)]))
+
+
 def record(run: Run, status: int, v: replan.Verdict, step: replan.Step) -> None:
     then = "relaunch" if isinstance(step, replan.Relaunch) else "requeue" if isinstance(step, replan.RequeueWithout) \
         else "stop"
