@@ -161,3 +161,13 @@ def test_a_requeue_keeps_out_the_nodes_earlier_attempts_dropped(tmp_path: Path) 
     run = recovery.Run("7", str(tmp_path), 0, ("node1", "node2", "node3", "node4"), NODES, (), 3)
     run.done.append(attempts.Attempt(0, NODES, 1, "gpu-hardware", (("node2", "attempt 0"),), "relaunch"))
     assert recovery.kept_out("JobId=7 ExcNodeList=node5 NodeList=node[1,3-4]", run) == ("node5", "node2")
+
+
+def test_no_requeue_that_leaves_too_few_nodes_in_the_partition() -> None:
+    fault = Verdict("rendezvous", "", "node2")
+    step = replan.next_step(fault, [], tried(nodes=("node1", "node2"), unused=(), excluded=("node3", "node4"),
+                                             partition=("node1", "node2", "node3", "node4")))
+    assert isinstance(step, Stop) and "1 of the partition's 4 nodes remain for 2" in step.reason, step
+    fits = replan.next_step(fault, [], tried(nodes=("node1", "node2"), unused=(),
+                                             partition=("node1", "node2", "node3", "node4")))
+    assert isinstance(fits, RequeueWithout)

@@ -120,6 +120,19 @@ def down_nodes(client: Client, run: Run) -> list[str]:
 
 
 _EXC = re.compile(r" ExcNodeList=(\S+)")
+_PARTITION = re.compile(r" Partition=([A-Za-z0-9_.-]{1,100}) ")
+
+
+def partition_nodes(client: Client, show_job: str) -> tuple[str, ...]:
+    """The nodes of the job's partition (``sinfo -h -N -p PART -o %N``); none when unknown."""
+    m = _PARTITION.search(show_job[:65536])
+    if m is None:
+        return ()
+    answer = client(["sinfo", "-h", "-N", "-p", m.group(1), "-o", "%N"], ignore_term=True)
+    if answer.returncode != 0:
+        return ()
+    names = answer.stdout[:1 << 20].split()[:100_000]
+    return tuple(dict.fromkeys(h for h in names if re.fullmatch(r"[A-Za-z0-9._-]{1,200}", h)))
 
 
 def excluded(show_job: str) -> tuple[str, ...]:

@@ -92,6 +92,7 @@ class Attempted:
     restarts_left: int = 0            # requeues left in the job's restart budget
     excluded: tuple[str, ...] = ()    # nodes already kept out of the job (its ExcNodeList, earlier drops)
     pinned: tuple[str, ...] = ()      # nodes the job asks for by name (its ReqNodeList: --nodelist)
+    partition: tuple[str, ...] = ()   # the nodes of the job's partition (none: not known)
 
 
 def verdict_from_doctor(out: str) -> Verdict:
@@ -197,6 +198,11 @@ def next_step(v: Verdict, down: list[str], a: Attempted) -> Step:
         return Stop(f"doctor: {_why(v)}: dropped {named}; {short}, and the job asks for "
                     f"{', '.join(sorted(gone & set(a.pinned)))} by name: a requeue without them could never start",
                     tuple(dropped))
+    left = [h for h in a.partition if h not in exclude]
+    if a.partition and len(left) < len(a.nodes) + len(a.unused):
+        return Stop(f"doctor: {_why(v)}: dropped {named}; {short}, and without the nodes kept out {len(left)} of "
+                    f"the partition's {len(a.partition)} nodes remain for {len(a.nodes) + len(a.unused)}: "
+                    "a requeue could never start", tuple(dropped))
     if a.restarts_left <= 0:
         return Stop(f"doctor: {_why(v)}: dropped {named}; {short} and the restart budget is spent", tuple(dropped))
     return RequeueWithout(tuple(dropped), exclude,
