@@ -48,10 +48,10 @@ def _expected_weights() -> list[float]:
     return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
 
 
-def _submit(cli: CK, tmp_path: Path, name: str, *train: str) -> tuple[str, Path]:
+def _submit(cli: CK, tmp_path: Path, name: str, *train: str, launcher: str = "torchrun") -> tuple[str, Path]:
     site, run_dir = _site(tmp_path), cli.runs / name
     proc = cli("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "3", "--spares", "1",
-               "--gpus-per-node", "1", "--launcher", "torchrun", "--run-name", f"recovery-{name}-{time.time_ns()}",
+               "--gpus-per-node", "1", "--launcher", launcher, "--run-name", f"recovery-{name}-{time.time_ns()}",
                "--out", str(run_dir), "--", "python", str(TRAIN), "--steps", str(STEPS), *train,
                env=_env(cli, tmp_path, set()), timeout=120)
     assert proc.code == 0, proc.err
@@ -85,7 +85,9 @@ def _check_recovered(cli: CK, tmp_path: Path, job: str, run_dir: Path, why: str,
                      r"place: relaunching \(relaunch 1 of 3\)", batch), batch[-6000:]
     second = _text(run_dir, f"{job}.r0.a1.*.out")
     resumed = {int(s) for s in re.findall(r"resumed at step (\d+)", second)}
-    saved = [int(s) for s in re.findall(r"rank 0 saved step (\d+)", _text(run_dir, f"{job}.r0.node*.out"))]
+    first = "".join(p.read_text(errors="replace") for p in (run_dir / "logs").glob(f"{job}.r0.*.out")
+                    if ".r0.a" not in p.name)
+    saved = [int(s) for s in re.findall(r"rank 0 saved step (\d+)", first)]
     assert saved and resumed == {max(saved)}, (resumed, saved)
     hosts = set(re.findall(r"rank \d+/3 on (\S+) step", second))
     assert hosts == {"node1", "node3", "node4"}, hosts
@@ -109,10 +111,16 @@ def _check_recovered(cli: CK, tmp_path: Path, job: str, run_dir: Path, why: str,
     assert "#SBATCH --exclude=node2\n" in (cli.runs / "again" / "job.sbatch").read_text()
 
 
-def test_a_gpu_that_fell_off_the_bus_is_dropped_and_training_resumes_on_the_spare(cli: CK, tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_a_gpu_that_fell_off_the_bus_is_dropped_and_training_resumes_on_the_spare(
+        cli: CK, tmp_path: Path, launcher: str) -> None:
     cli.bed.wait_idle()
-    job, run_dir = _submit(cli, tmp_path, "xid79", "--gpu-fault-on", "node2", "--gpu-fault-log", str(XID79))
-    _check_recovered(cli, tmp_path, job, run_dir, "gpu-hardware", "gpu-hardware")
+    job, run_dir = _submit(cli, tmp_path, "xid79", "--gpu-fault-on", "node2", "--gpu-fault-log", str(XID79),
+                           launcher=launcher)
+    try:
+        _check_recovered(cli, tmp_path, job, run_dir, "gpu-hardware", "gpu-hardware")
+    finally:
+        cli.bed.run("scancel", job, check=False)
 
 
 def test_a_node_set_down_mid_run_leaves_the_allocation_and_training_resumes(cli: CK, tmp_path: Path) -> None:
@@ -123,16 +131,21 @@ def test_a_node_set_down_mid_run_leaves_the_allocation_and_training_resumes(cli:
     try:
         _check_recovered(cli, tmp_path, job, run_dir, "Slurm reports it down", "down in Slurm")
     finally:
+        cli.bed.run("scancel", job, check=False)
         cli.bed.resume("node2")
 
 
 def test_a_key_error_in_the_training_script_is_not_retried(cli: CK, tmp_path: Path) -> None:
     cli.bed.wait_idle()
     job, run_dir = _submit(cli, tmp_path, "keyerror", "--key-error")
-    st = _ended(cli, job)
+    try:
+        st = _ended(cli, job)
+    finally:
+        cli.bed.run("scancel", job, check=False)
     batch = _text(run_dir, "slurm-*.out")
     assert st["state"] == "FAILED", batch[-6000:]
     assert "doctor: user-code" in batch and "not retried" in batch, batch[-6000:]
     assert "relaunching" not in batch and not list((run_dir / "logs").glob(f"{job}.r0.a1.*")), batch[-6000:]
     [attempt] = cli.status(job)["attempts"]
     assert attempt["verdict"].startswith("user-code") and attempt["then"] == "stop" and attempt["dropped"] == []
+
