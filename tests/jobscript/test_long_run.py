@@ -62,7 +62,7 @@ def test_a_chain_member_failing_in_user_code_cancels_the_later_members(tmp_path:
     (run / "chain.ids").write_text(f"{JOB_ID}\n4322\n4323\n")
     j = Job(run, tmp_path / "work", nodes=2, JS_RANK_RC="1", JS_DOCTOR_CATEGORY="user-code",
             JS_SQUEUE=PENDING_CHAIN).run_through(1)
-    assert f"doctor --logs {run}/logs --category" in j.calls("clusterkit")
+    assert f"doctor --logs {run}/logs --category" in j.calls("clusterkit"), j.log()
     assert f"--user={getpass.getuser()} -- 4322 4323" in j.calls("scancel"), j.calls("scancel")
     assert (run / f"{JOB_ID}.unfixable").read_text() == "user-code\n"
     assert "chain: doctor says user-code, which a restart cannot fix: the chain stops here" in j.log()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.records import JobRecord, RecordStore, load_record
+from clusterkit.supervise import attempts as supervise_attempts
 from clusterkit.vocab import JobState
 
 if TYPE_CHECKING:
@@ -288,16 +289,30 @@ class Job:
     def dropped_nodes(self) -> list[NodeVerdict]:
         """The nodes the job's in-job preflight dropped (any restart), with their verdicts and
         figures, read from its run directory (``logs/nodes-<job>.r<restart>.json``, validated)."""
-        from clusterkit.preflight.choose import ChooseError, dropped_nodes
+        from clusterkit.preflight.choose import ChooseError, NodeVerdict, dropped_nodes
 
         if self.record.scheduler != "slurm":
             return []
         spares = self.record.plan.get("spares", 0) if isinstance(self.record.plan, dict) else 0
         allocated = self.record.nnodes + spares if isinstance(spares, int) and not isinstance(spares, bool) else None
         try:   # only selections of an allocation of the job's size: a forged file cannot outgrow it
-            return dropped_nodes(self.run_dir, self.record.job_id, allocated)
+            found = dropped_nodes(self.run_dir, self.record.job_id, allocated)
         except ChooseError:
+            found = []
+        later = {v.host: v for v in found}   # and the nodes a failed attempt lost (logs/attempts-*.json)
+        for host, why in supervise_attempts.dropped(self.run_dir, self.record.job_id):
+            later.pop(host, None)
+            later[host] = NodeVerdict(host, "failed", why)
+        return list(later.values())
+
+    def attempts(self) -> list[dict[str, object]]:
+        """The failed attempts inside the allocation (each run's), as ``logs/attempts-<job>.r<restart>.json``
+        record them: the nodes, the status, doctor's verdict, the nodes dropped and why, what followed."""
+        if self.record.scheduler != "slurm":
             return []
+        return [{"restart": r, "attempt": a.attempt, "nodes": list(a.nodes), "status": a.status, "verdict": a.verdict,
+                 "dropped": [{"host": h, "why": w} for h, w in a.dropped], "then": a.then}
+                for r, a in supervise_attempts.read(self.run_dir, self.record.job_id)]
 
     def doctor(self, progress: ProgressBar | None = None) -> Diagnosis:
         """``clusterkit doctor JOB``: why the job ended as it did, from its logs and the scheduler's

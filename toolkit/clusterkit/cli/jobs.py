@@ -190,8 +190,6 @@ def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) ->
         return 0
     from dataclasses import asdict
 
-    from clusterkit.tooltext import printable
-
     found = _find_or_latest(job, store)
     seen = found.look()
     rec, st = seen.record, seen.status
@@ -201,19 +199,21 @@ def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) ->
 
     beat = heartbeat.read(Path(rec.run_dir) / "logs" / f"{rec.job_id}.progress")
     if as_json:
-        output.emit_json({**_final_json(rec, st, seen.tails), "dropped": [asdict(v) for v in dropped],
-                          "progress": asdict(beat) if beat else None})
+        tried = {"dropped": [asdict(v) for v in dropped], "attempts": found.attempts()}
+        output.emit_json({**_final_json(rec, st, seen.tails), **tried, "progress": asdict(beat) if beat else None})
         return code
+    from clusterkit.cli.arrays import show_tasks
+    from clusterkit.cli.attempts import show_attempts
+
     output.line(describe(rec, st))
     output.line(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
                 f"world size {rec.world_size}; nodes: {st.nodes or '-'}")
-    for v in dropped:   # the in-job preflight's choice (read from the run directory, validated)
+    for v in dropped:   # the in-job preflight's choice, the attempts' (read from the run directory, validated)
         output.line(f"  dropped: {printable(v.worded())}{_figures(v.figures)}")
+    show_attempts(found)   # each failed attempt inside the allocation
     if beat is not None:
         output.line(f"  progress: {beat.worded()}")
     output.line(f"  run directory: {rec.run_dir}")
-    from clusterkit.cli.arrays import show_tasks
-
     show_tasks(rec, st)
     if st.terminal and st.state != "COMPLETED":
         # the verdict doctor cached; status itself never scans logs

@@ -6,8 +6,9 @@ import os
 import re
 from pathlib import Path
 
-# <job>.r<restart>.<node or rankN>.out, as clusterkit's job script names srun's logs
-_NAME = re.compile(r"^(?P<job>\d+)\.r(?P<restart>\d{1,9})\.(?P<who>.+)\.(?:out|err|log)$")
+# <job>.r<restart>.<node or rankN>.out, as clusterkit's job script names srun's logs; a relaunch
+# inside the allocation adds its attempt: <job>.r<restart>.a<attempt>.<node or rankN>.out
+_NAME = re.compile(r"^(?P<job>\d+)\.r(?P<restart>\d{1,9})\.(?:a\d{1,6}\.)?(?P<who>.+)\.(?:out|err|log)$")
 _OLD_NAME = re.compile(r"^(?P<job>\d+)\.(?P<who>[^.]+)\.(?:out|err|log)$")
 # nccl-<job>.r<restart>.<host>.<pid>.log: NCCL_DEBUG_FILE as clusterkit's --debug names it
 _NCCL_NAME = re.compile(r"^nccl-(?P<job>\d+)\.r(?P<restart>\d+)\.(?P<who>.+)\.\d+\.log$")

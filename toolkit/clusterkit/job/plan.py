@@ -245,6 +245,10 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
             out.append(("signal", f"B:USR2@{sch.preempt_signal_s}"))
         out.append(("requeue", None) if r.max_restarts > 0 else ("no-requeue", None))
         out.append(("open-mode", "append"))   # a requeued run appends to the same log
+        if nnodes > 1 and launch.mode != "once" and sch.kind == "slurm":
+            # a node's death ends the launch step, not the allocation: the supervisor drops the
+            # node, takes a spare and relaunches, or requeues without it (docs/architecture.md §3)
+            out.append(("no-kill", None))
     if r.request.dependency:
         # a dependency that can never be met (afterok on a job that failed) ends the job, not a forever-pending one
         out += [("dependency", r.request.dependency), ("kill-on-invalid-dep", "yes")]

@@ -61,6 +61,9 @@ class Settings(BaseModel):
         None, description="run preflight checks on the allocated nodes first: true, false, or perf (preflight --perf)")
     spares: int | None = Field(None, ge=0, le=1000, description="extra nodes allocated; the job launches on the "
                                "best --nodes of them after its in-job preflight")
+    max_relaunches: int | None = Field(None, ge=0, le=100, description="relaunches inside the allocation after "
+                                       "a node's failure (multi-node jobs in srun steps; default 3), apart from "
+                                       "the requeues of max_restarts")
     # long runs (docs/architecture.md: chains, run names, stop signal)
     stop_signal: Literal["TERM", "USR1", "USR2", "INT"] = Field(
         "TERM", description="the signal the ranks get on the time-limit warning, a preemption Slurm announces, "
@@ -142,7 +145,7 @@ def script_variable(key: str, launcher: str) -> str | None:
 
 # Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
 SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "stop_signal", "requeue_by", "spares",
-              "gpu_type")
+              "gpu_type", "max_relaunches")
 
 
 def gpus_per_node(s: Settings, gpn: int) -> str:

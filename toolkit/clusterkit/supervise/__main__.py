@@ -32,12 +32,13 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
     p.add_argument("--mode", choices=("step", "here", "local"), required=True)
     p.add_argument("--grace-s", type=int, default=0)
     p.add_argument("--max-restarts", type=int, default=0)
+    p.add_argument("--max-relaunches", type=int, default=-1)
     p.add_argument("--stop-signal", default="TERM")
     p.add_argument("--requeue-by", choices=("clusterkit", "framework"), default="clusterkit")
     p.add_argument("--chain-ids", default="")
     p.add_argument("--chain-stops", default="")
     a = p.parse_args(words[:cut])
-    if a.grace_s < 0 or a.max_restarts < 0 or not a.stop_signal.isalnum():
+    if a.grace_s < 0 or a.max_restarts < 0 or a.max_relaunches < -1 or not a.stop_signal.isalnum():
         p.error("--grace-s and --max-restarts must be 0 or more, --stop-signal a signal name")
     missing = [name for name in ("CK_RUN_DIR", "CK_JOB_ID") if not env.get(name)]
     if missing:
@@ -48,7 +49,7 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
     return Spec(launch=tuple(words[cut + 1:]), mode=a.mode, run_dir=env["CK_RUN_DIR"], job_id=env["CK_JOB_ID"],
                 restarts=int(restarts), max_restarts=a.max_restarts, grace_s=a.grace_s, stop_signal=a.stop_signal,
                 requeue_by=a.requeue_by, chain_ids=a.chain_ids,
-                chain_stops=tuple(a.chain_stops.split()))
+                chain_stops=tuple(a.chain_stops.split()), max_relaunches=a.max_relaunches)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

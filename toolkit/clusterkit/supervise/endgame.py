@@ -18,13 +18,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NoReturn
 
 from clusterkit import slurmclient
+from clusterkit.hostlist import fold
 from clusterkit.safefile import NotRegular, read_capped
-from clusterkit.supervise import decide, judge, owned
+from clusterkit.supervise import decide, judge, owned, recovery, replan
 from clusterkit.supervise.events import Events, die_by_term
 
 WAITING = "waiting for Slurm to end this run; no result is written"
@@ -49,6 +50,7 @@ class Spec:
     requeue_by: str = "clusterkit"
     chain_ids: str = ""            # a chain member that is not the last: the chain's ids file
     chain_stops: tuple[str, ...] = ()
+    max_relaunches: int = -1       # relaunches in the allocation after a failure; -1: recovery off
 
 
 def log(text: str) -> None:
@@ -76,6 +78,7 @@ class Supervisor:
         self.stopping = False
         self.grace_end: float | None = None
         self.proc: subprocess.Popen[bytes] | None = None
+        self.attempts: recovery.Run | None = None
         slurm = spec.mode != "local"
         if slurm:   # an INT ends a batch script as it ended the shell: by that signal, no traceback
             signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -168,18 +171,95 @@ class Supervisor:
             say(why)
             self.result(1, why)
             sys.exit(1)
+        if self.spec.mode == "step" and self.spec.max_relaunches >= 0:
+            s = self.spec
+            self.attempts = recovery.start(os.environ, s.job_id, s.run_dir, s.restarts, s.max_relaunches, log)
+        rc = self.launch_once()
+        if self.spec.mode == "local":
+            self.result(rc)
+            sys.exit(rc)
+        while True:
+            self.drain()
+            if not self.stopping and self.warned is None:
+                self.look_for_preemption()
+            if rc == 0 or self.stopping or self.warned is not None or self.attempts is None:
+                break
+            rc = self.recover(rc, self.attempts)
+        self.act(decide.end_game(self.facts(rc)), rc)
+
+    def launch_once(self) -> int:
         rc = self.start()
         if rc is None:
             rc = self.wait_launcher()
         self.grace_end = None
         log(f"launcher exited with status {rc}")
-        if self.spec.mode == "local":
-            self.result(rc)
-            sys.exit(rc)
+        return rc
+
+    # ---- recovery inside the allocation (a failed attempt, the run not stopping)
+    def recover(self, rc: int, run: recovery.Run) -> int:
+        """Judge the failed attempt and act: the next attempt's status (a relaunch), or the end
+        (a requeue without the bad nodes, or a stop with the verdict).  Without doctor, the run
+        ends as before recovery (``self.attempts`` cleared, ``rc`` returned)."""
+        log(f"attempt {run.attempt} on {','.join(run.nodes)} failed (status {rc}): doctor judges its logs")
+        v = recovery.judge_launch(run, self.spec.launch, log)
         self.drain()
-        if not self.stopping and self.warned is None:
-            self.look_for_preemption()
-        self.act(decide.end_game(self.facts(rc)), rc)
+        if v is None:   # the run ends as it would without recovery
+            self.attempts = None
+            return rc
+        s = self.spec
+        shown = self.show_job()
+        gone = replan.left_allocation(shown, run.allocation) or []   # Slurm took them out (node failure)
+        down = [h for h in run.allocation if h in gone or h in recovery.down_nodes(self.client, run)]
+        facts = replan.Attempted(attempt=run.attempt, nodes=run.nodes, unused=tuple(h for h in run.unused
+                                 if h not in down), max_relaunches=run.max_relaunches, unknown_used=run.unknown_used,
+                                 restarts_left=s.max_restarts - s.restarts, excluded=recovery.kept_out(shown, run),
+                                 pinned=replan.requested(shown), partition=recovery.partition_nodes(self.client, shown))
+        step = replan.next_step(v, down, facts)
+        self.drain()
+        if self.stopping or self.warned is not None:
+            return rc   # Slurm is ending this run meanwhile: its end, not a relaunch
+        try:
+            recovery.record(run, rc, v, step)
+        except OSError as exc:
+            log(f"recovery: cannot write the attempts record: {exc.strerror or exc}")
+        if step.dropped and s.chain_ids:
+            self.keep_out_of_chain(step.dropped)
+        if isinstance(step, replan.Relaunch):
+            log(step.line)
+            argv = recovery.relaunch(run, step, s.launch, os.environ, log)   # type: ignore[arg-type]
+            if argv is not None:
+                run.unknown_used = run.unknown_used or step.once
+                self.spec = replace(s, launch=argv)
+                return self.launch_once()
+            step = replan.Stop(f"attempt {run.attempt} failed ({v.category}) and the launch cannot be rebuilt")
+        if isinstance(step, replan.RequeueWithout):
+            log(step.line)
+            self.requeue_without(step.exclude)
+        assert isinstance(step, replan.Stop)
+        if s.chain_ids:
+            self.judge_chain(v.category)
+        say(step.reason)
+        self.result(rc, step.reason)
+        sys.exit(rc)
+
+    def requeue_without(self, exclude: tuple[str, ...]) -> NoReturn:
+        """Requeue this job with ``exclude`` kept out, as the start does (requeuehold, ExcNodeList,
+        release); counted as a restart.  Slurm's TERM that answers it ends the wait that follows."""
+        s, nodes = self.spec, fold(exclude)
+        answer = self.client(["scontrol", "requeuehold", s.job_id], ignore_term=True)
+        relay(answer)
+        if answer.returncode != 0:
+            why = f"scontrol requeuehold failed: resubmit with --exclude {nodes}"
+            say(why)
+            self.result(1, why)
+            sys.exit(1)
+        if self.client(["scontrol", "update", f"JobId={s.job_id}", f"ExcNodeList={nodes}"],
+                       ignore_term=True).returncode != 0:
+            log(f"warning: scontrol update ExcNodeList={nodes} failed: the requeued job may get the same nodes")
+        if self.client(["scontrol", "release", s.job_id], ignore_term=True).returncode != 0:
+            log(f"warning: scontrol release failed: the requeued job is held (scontrol release {s.job_id})")
+        self.drain()
+        self.wait_for_slurm_end(0, f"requeued with {nodes} excluded (restart {s.restarts + 1} of {s.max_restarts})")
 
     def act(self, action: decide.Action, rc: int) -> NoReturn:
         if isinstance(action, decide.WaitForSlurm):
@@ -237,10 +317,10 @@ class Supervisor:
             say(f"cannot write {base}.result: {exc.strerror or exc}")
 
     # ---- a chain member that failed on its own (not stopped by Slurm)
-    def judge_chain(self) -> None:
-        """Ask doctor whether a restart can fix this failure; when not, mark this member
-        unfixable and cancel the later members."""
-        category = judge.doctor_category(f"{self.spec.run_dir}/logs")
+    def judge_chain(self, known: str | None = None) -> None:
+        """Ask doctor whether a restart can fix this failure (``known``: its verdict already);
+        when not, mark this member unfixable and cancel the later members."""
+        category = known if known is not None else judge.doctor_category(f"{self.spec.run_dir}/logs")
         if category is None:
             log("chain: clusterkit is not on PATH on the batch host, so doctor cannot judge the failure: "
                 "the next member runs")
@@ -252,30 +332,48 @@ class Supervisor:
         log(f"chain: doctor says {category}, which a restart cannot fix: the chain stops here")
         self.cancel_later_members()
 
-    def cancel_later_members(self) -> None:
-        """The later members, cancelled (own jobs only).  The ids file lies in a run directory others
-        may reach: a regular file only (never a FIFO or a link), 4 KiB, and each id kept only while
-        Slurm holds it as this chain's next member (``decide.chain_successors``)."""
+    def later_members(self) -> list[str]:
+        """The later members Slurm holds as this chain's (own jobs only).  The ids file lies in a
+        run directory others may reach: a regular file only (never a FIFO or a link), 4 KiB, and
+        each id kept only while Slurm holds it as this chain's next member (``decide.chain_successors``)."""
         ids = self.spec.chain_ids
         try:
             text = read_capped(ids, 4096, follow_symlinks=False)[0].decode("ascii", errors="replace")
         except NotRegular:
             log(f"chain: {ids} is not a regular file; the next member stops at its start")
-            return
+            return []
         except OSError:
             text = ""
         listed = decide.later_members(text, self.spec.job_id)
         if not listed:
             log(f"chain: no later member listed in {ids} yet; the next member stops at its start")
-            return
+            return []
         user = pwd.getpwuid(os.getuid()).pw_name
-        pending = self.client(["squeue", "-h", "-u", user, "-t", "PENDING", "-o", "%i %E"]).stdout
+        pending = self.client(["squeue", "-h", "-u", user, "-t", "PENDING", "-o", "%i %E"], ignore_term=True).stdout
         rest = decide.chain_successors(listed, self.spec.job_id, pending)
         if rest != listed:
             log(f"chain: job {listed[len(rest)]} in {ids} is not a pending job of this user queued after job "
-                f"{rest[-1] if rest else self.spec.job_id}; not cancelled, nor what follows it")
+                f"{rest[-1] if rest else self.spec.job_id}; not touched, nor what follows it")
+        return rest
+
+    def keep_out_of_chain(self, dropped: tuple[tuple[str, str], ...]) -> None:
+        """The chain's later members keep the dropped nodes out (their ExcNodeList, added to)."""
+        for job in self.later_members():
+            shown = self.client(["scontrol", "-o", "show", "job", job], ignore_term=True)
+            keep = fold(dict.fromkeys([*recovery.excluded(shown.stdout[:65536]), *(h for h, _ in dropped)]))
+            if self.client(["scontrol", "update", f"JobId={job}", f"ExcNodeList={keep}"],
+                           ignore_term=True).returncode == 0:
+                log(f"chain: job {job} keeps {keep} out")
+            else:
+                log(f"chain: scontrol update JobId={job} ExcNodeList={keep} failed")
+        self.drain()
+
+    def cancel_later_members(self) -> None:
+        """The later members, cancelled (own jobs only)."""
+        rest = self.later_members()
         if not rest:
             return
+        user = pwd.getpwuid(os.getuid()).pw_name
         log(f"chain: cancelling the later members: {' '.join(rest)}")
         if self.client(["scancel", f"--user={user}", "--", *rest]).returncode != 0:
             log(f"chain: scancel of {' '.join(rest)} failed")

@@ -1,0 +1,98 @@
+"""A data-parallel training loop for the recovery tests (tests/slurm/test_recovery.py).
+
+A real torch DDP loop on CPU (gloo): forward, backward, gradient all-reduce, optimizer step.
+Rank 0 saves a checkpoint to ``$CK_CHECKPOINT_DIR/ckpt.pt`` every ``--save-every`` steps; every
+rank resumes from it when it is there.  Each rank's batch is drawn from a generator seeded by
+(step, rank), so the weights after the last step are the same whatever the run went through,
+provided it resumed at a saved step with the same world size: rank 0 prints them at the end.
+
+  --steps N --step-s S     how long it trains
+  --gpu-fault-on HOST      the rank on HOST prints the lines of a real Xid 79 capture
+  --gpu-fault-log FILE     (FILE: a doctor corpus file; its lines after ``# ---``) at --fail-step
+                           and exits 1, as a rank whose GPU fell off the bus
+  --key-error              every rank fails in its own code at --fail-step (a KeyError)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+
+def parse() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--step-s", type=float, default=0.3)
+    p.add_argument("--save-every", type=int, default=3)
+    p.add_argument("--fail-step", type=int, default=8)
+    p.add_argument("--gpu-fault-on")
+    p.add_argument("--gpu-fault-log")
+    p.add_argument("--key-error", action="store_true")
+    return p.parse_args()
+
+
+def say(line: str) -> None:
+    os.write(sys.stdout.fileno(), f"{line}\n".encode())
+
+
+def gpu_fault(capture: str) -> int:
+    """The capture's lines, as the failing rank's log shows them, then the rank's end."""
+    text = Path(capture).read_text(errors="replace")
+    body = text.split("# ---\n", 1)[1]
+    os.write(sys.stderr.fileno(), body.encode())
+    return 1
+
+
+def main() -> int:
+    args = parse()
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    host = socket.gethostname()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    ckpt = Path(os.environ["CK_CHECKPOINT_DIR"]) / "ckpt.pt"
+    start = 0
+    if ckpt.exists():
+        state = torch.load(ckpt)
+        model.module.load_state_dict(state["model"])
+        start = state["step"]
+        say(f"rank {rank} on {host} resumed at step {start}")
+    for step in range(start, args.steps):
+        if step == args.fail_step and args.gpu_fault_on == host and args.gpu_fault_log:
+            return gpu_fault(args.gpu_fault_log)
+        if step == args.fail_step and args.key_error:
+            config: dict[str, float] = {}
+            say(f"lr {config['lr']}")
+        gen = torch.Generator().manual_seed(step * 1000 + rank)
+        x = torch.randn(32, 16, generator=gen)
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        say(f"rank {rank}/{world} on {host} step {step} loss {loss.item():.6f}")
+        if rank == 0 and (step + 1) % args.save_every == 0:
+            torch.save({"step": step + 1, "model": model.module.state_dict()}, str(ckpt) + ".tmp")
+            os.replace(str(ckpt) + ".tmp", ckpt)
+            say(f"rank 0 saved step {step + 1}")
+        time.sleep(args.step_s)
+    dist.barrier()
+    if rank == 0:
+        weights = torch.cat([p.detach().flatten() for p in model.module.parameters()])
+        say("final weights " + " ".join(f"{w:.6f}" for w in weights.tolist()))
+    dist.destroy_process_group()
+    say(f"rank {rank} done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

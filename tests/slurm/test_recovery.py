@@ -1,0 +1,151 @@
+"""Recovery inside the allocation on the Slurm testbed, for real: 3 nodes + 1 spare, torchrun, a
+DDP loop over gloo (tests/slurm/recovery_train.py) that checkpoints to CK_CHECKPOINT_DIR every few
+steps and resumes from it.
+
+- a rank on node2 prints the lines a real Xid 79 left in a log (the doctor corpus's capture)
+  and exits mid-run: the supervisor drops node2, the spare takes its place, training resumes
+  at the saved step in the same job, the final weights are those of an uninterrupted run;
+- node2 set DOWN mid-run (scontrol): the allocation survives (--no-kill) and the same happens;
+- a KeyError in the training script: not retried, FAILED with user-code.
+
+Every wait is for a state: a line in a rank's log, the job's state in ``status --json``.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import CK, REPO
+from .test_spares import _env, _job_id, _site
+
+torch = pytest.importorskip("torch", reason="the training loop needs torch (pip install torch, CPU build)")
+
+TRAIN = REPO / "tests" / "slurm" / "recovery_train.py"
+XID79 = REPO / "tests" / "diagnose" / "corpus" / "akash-209-xid79.log"   # real dmesg of an Xid 79
+STEPS, WORLD = 30, 3
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
+
+
+def _expected_weights() -> list[float]:
+    """The weights of the same loop run without a fault: gradients averaged over the ranks."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(STEPS):
+        grads = []
+        for rank in range(WORLD):
+            x = torch.randn(32, 16, generator=torch.Generator().manual_seed(step * 1000 + rank))
+            model.zero_grad()
+            model(x).pow(2).mean().backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for i, p in enumerate(model.parameters()):
+            p.grad = sum(g[i] for g in grads) / WORLD
+        opt.step()
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
+
+
+def _submit(cli: CK, tmp_path: Path, name: str, *train: str, launcher: str = "torchrun") -> tuple[str, Path]:
+    site, run_dir = _site(tmp_path), cli.runs / name
+    proc = cli("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "3", "--spares", "1",
+               "--gpus-per-node", "1", "--launcher", launcher, "--run-name", f"recovery-{name}-{time.time_ns()}",
+               "--out", str(run_dir), "--", "python", str(TRAIN), "--steps", str(STEPS), *train,
+               env=_env(cli, tmp_path, set()), timeout=120)
+    assert proc.code == 0, proc.err
+    return _job_id(proc.out), run_dir
+
+
+def _text(run_dir: Path, pattern: str = "*.out") -> str:
+    return "".join(p.read_text(errors="replace") for p in sorted((run_dir / "logs").glob(pattern)))
+
+
+def _await_line(run_dir: Path, needle: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if needle in _text(run_dir):
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{needle!r} not in the logs after {timeout}s:\n{_text(run_dir)[-4000:]}")
+
+
+def _ended(cli: CK, job: str) -> dict:
+    return cli.wait_for(job, lambda s: s["state"] in TERMINAL, timeout=300, what="the job's end")
+
+
+def _check_recovered(cli: CK, tmp_path: Path, job: str, run_dir: Path, why: str, short: str) -> None:
+    st = _ended(cli, job)
+    batch = _text(run_dir, "slurm-*.out")
+    assert st["state"] == "COMPLETED", batch[-6000:]
+    # one job, one allocation: no requeue, the relaunch is attempt 1 with the spare instead of node2
+    assert "restart 1 of" not in batch, batch[-6000:]
+    assert re.search(rf"attempt 0 failed \(.*\): dropped node2 \({short}\); spare\(s\) node4 take their "
+                     r"place: relaunching \(relaunch 1 of 3\)", batch), batch[-6000:]
+    second = _text(run_dir, f"{job}.r0.a1.*.out")
+    resumed = {int(s) for s in re.findall(r"resumed at step (\d+)", second)}
+    first = "".join(p.read_text(errors="replace") for p in (run_dir / "logs").glob(f"{job}.r0.*.out")
+                    if ".r0.a" not in p.name)
+    saved = [int(s) for s in re.findall(r"rank 0 saved step (\d+)", first)]
+    assert saved and resumed == {max(saved)}, (resumed, saved)
+    hosts = set(re.findall(r"rank \d+/3 on (\S+) step", second))
+    assert hosts == {"node1", "node3", "node4"}, hosts
+    final = re.search(r"final weights (.*)", second)
+    assert final, second[-3000:]
+    got = [float(w) for w in final.group(1).split()]
+    assert got == pytest.approx(_expected_weights(), abs=1e-4)
+    # the record names node2 and why; status shows each attempt; --exclude-from keeps node2 out
+    out = cli.status(job)
+    [attempt] = out["attempts"]
+    assert attempt["nodes"] == ["node1", "node2", "node3"] and attempt["then"] == "relaunch"
+    assert [d["host"] for d in attempt["dropped"]] == ["node2"] and why in attempt["dropped"][0]["why"], attempt
+    assert any(d["host"] == "node2" for d in out["dropped"]), out["dropped"]
+    shown = cli("status", job, timeout=60)
+    assert re.search(r"attempt 0 \(restart 0\) on node1,node2,node3: status \d+, .*; then relaunch",
+                     shown.out), shown.out
+    again = cli("submit", "--site", str(_site(tmp_path)), "--stage", "multi-node", "--nodes", "2",
+                "--gpus-per-node", "1", "--launcher", "torchrun", "--exclude-from", job, "--out",
+                str(cli.runs / "again"), "--dry-run", "--", "python", str(TRAIN), env=cli.env())
+    assert again.code == 0, again.err
+    assert "#SBATCH --exclude=node2\n" in (cli.runs / "again" / "job.sbatch").read_text()
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_a_gpu_that_fell_off_the_bus_is_dropped_and_training_resumes_on_the_spare(
+        cli: CK, tmp_path: Path, launcher: str) -> None:
+    cli.bed.wait_idle()
+    job, run_dir = _submit(cli, tmp_path, "xid79", "--gpu-fault-on", "node2", "--gpu-fault-log", str(XID79),
+                           launcher=launcher)
+    try:
+        _check_recovered(cli, tmp_path, job, run_dir, "gpu-hardware", "gpu-hardware")
+    finally:
+        cli.bed.run("scancel", job, check=False)
+
+
+def test_a_node_set_down_mid_run_leaves_the_allocation_and_training_resumes(cli: CK, tmp_path: Path) -> None:
+    cli.bed.wait_idle()
+    job, run_dir = _submit(cli, tmp_path, "down", "--step-s", "0.5")
+    _await_line(run_dir, "rank 0 saved step 6")
+    cli.bed.run("scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=clusterkit-recovery-test")
+    try:
+        _check_recovered(cli, tmp_path, job, run_dir, "Slurm reports it down", "down in Slurm")
+    finally:
+        cli.bed.run("scancel", job, check=False)
+        cli.bed.resume("node2")
+
+
+def test_a_key_error_in_the_training_script_is_not_retried(cli: CK, tmp_path: Path) -> None:
+    cli.bed.wait_idle()
+    job, run_dir = _submit(cli, tmp_path, "keyerror", "--key-error")
+    try:
+        st = _ended(cli, job)
+    finally:
+        cli.bed.run("scancel", job, check=False)
+    batch = _text(run_dir, "slurm-*.out")
+    assert st["state"] == "FAILED", batch[-6000:]
+    assert "doctor: user-code" in batch and "not retried" in batch, batch[-6000:]
+    assert "relaunching" not in batch and not list((run_dir / "logs").glob(f"{job}.r0.a1.*")), batch[-6000:]
+    [attempt] = cli.status(job)["attempts"]
+    assert attempt["verdict"].startswith("user-code") and attempt["then"] == "stop" and attempt["dropped"] == []
+

@@ -1,0 +1,173 @@
+"""Recovery inside the allocation (clusterkit.supervise.replan and .attempts): a failed attempt's
+verdict in, the next step out, no process.  The same runs end to end on the Slurm testbed in
+tests/slurm/test_recovery.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from clusterkit.supervise import attempts, replan
+from clusterkit.supervise.replan import Attempted, Relaunch, RequeueWithout, Stop, Verdict
+
+NODES = ("node1", "node2", "node3")
+
+
+def tried(**changes: object) -> Attempted:
+    base: dict[str, object] = {"attempt": 0, "nodes": NODES, "unused": ("node4",), "max_relaunches": 3,
+                               "restarts_left": 2}
+    return Attempted(**{**base, **changes})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("category", replan.RELAUNCH)
+def test_a_nodes_fault_drops_the_node_and_a_spare_takes_its_place(category: str) -> None:
+    step = replan.next_step(Verdict(category, "GPU has fallen off the bus", "node2"), [], tried())
+    assert isinstance(step, Relaunch)
+    assert step.nodes == ("node1", "node4", "node3")   # the spare in the dropped node's place
+    assert [h for h, _ in step.dropped] == ["node2"]
+    assert category in step.dropped[0][1] and "attempt 0" in step.dropped[0][1]
+    assert not step.once
+
+
+@pytest.mark.parametrize("category", replan.STOP)
+def test_a_failure_of_the_run_itself_stops_with_the_verdict(category: str) -> None:
+    step = replan.next_step(Verdict(category, "KeyError: 'lr'", "node2"), ["node3"], tried())
+    assert isinstance(step, Stop)
+    assert step.reason.startswith(f"doctor: {category}: KeyError") and "not retried" in step.reason
+
+
+def test_nodes_slurm_reports_down_are_dropped_too() -> None:
+    step = replan.next_step(Verdict("nccl-timeout", "", None), ["node3"], tried(unused=("node4", "node5")))
+    assert isinstance(step, Relaunch)
+    assert step.nodes == ("node1", "node2", "node4") and [h for h, _ in step.dropped] == ["node3"]
+    assert "Slurm reports it down" in step.dropped[0][1]
+    both = replan.next_step(Verdict("gpu-hardware", "", "node2"), ["node3"], tried(unused=("node4", "node5")))
+    assert isinstance(both, Relaunch) and both.nodes == ("node1", "node4", "node5")
+
+
+def test_unknown_is_relaunched_once_on_the_same_nodes() -> None:
+    first = replan.next_step(Verdict("unknown", "", None), [], tried())
+    assert isinstance(first, Relaunch) and first.once and first.nodes == NODES and first.dropped == ()
+    again = replan.next_step(Verdict("unknown", "", None), [], tried(attempt=1, unknown_used=True))
+    assert isinstance(again, Stop) and "second failure" in again.reason
+    # a node down is a node to blame: not the once-only path
+    down = replan.next_step(Verdict("unknown", "", None), ["node2"], tried(attempt=1, unknown_used=True))
+    assert isinstance(down, Relaunch) and not down.once
+
+
+def test_a_node_the_verdict_names_outside_the_attempt_is_not_dropped() -> None:
+    step = replan.next_step(Verdict("gpu-hardware", "", "fedora"), [], tried())
+    assert isinstance(step, Relaunch) and step.dropped == () and step.nodes == NODES
+
+
+def test_no_spare_left_requeues_without_the_bad_nodes_and_the_ones_kept_out_before() -> None:
+    step = replan.next_step(Verdict("gpu-hardware", "", "node2"), [], tried(unused=(), excluded=("node5",)))
+    assert isinstance(step, RequeueWithout)
+    assert step.exclude == ("node5", "node2") and "0 spare(s) left" in step.line
+
+
+def test_the_relaunch_budget_is_apart_from_the_restart_budget() -> None:
+    spent = replan.next_step(Verdict("gpu-hardware", "", "node2"), [], tried(attempt=3))
+    assert isinstance(spent, RequeueWithout) and "budget of 3 relaunches is spent" in spent.line
+    no_restarts = replan.next_step(Verdict("gpu-hardware", "", "node2"), [], tried(unused=(), restarts_left=0))
+    assert isinstance(no_restarts, Stop) and "restart budget is spent" in no_restarts.reason
+    assert [h for h, _ in no_restarts.dropped] == ["node2"]
+
+
+def test_sinfo_states_of_a_failing_node() -> None:
+    out = "node1 mix\nnode2 down*\nnode3 alloc*\nnode4 drain\nnode5 idle\nnode9 down\nbroken line here\n"
+    assert replan.failing_nodes(out, ("node1", "node2", "node3", "node4", "node5")) == ["node2", "node3", "node4"]
+
+
+def test_doctors_json_read_as_data() -> None:
+    good = json.dumps({"verdict": {"category": "gpu-hardware", "summary": "GPU\x1b[31m fell", "node": "node2"}})
+    assert replan.verdict_from_doctor(good) == Verdict("gpu-hardware", "GPU fell", "node2")
+    assert replan.verdict_from_doctor("not json").category == "unknown"
+    bad = json.dumps({"verdict": {"category": "Rm -rf", "node": "node2"}})
+    assert replan.verdict_from_doctor(bad).category == "unknown"
+    odd_node = json.dumps({"verdict": {"category": "rendezvous", "summary": "", "node": "a b"}})
+    assert replan.verdict_from_doctor(odd_node).node is None
+
+
+def test_the_launch_is_rebuilt_for_the_new_nodes_and_attempt() -> None:
+    argv = ("srun", "--nodes=3", "--nodelist=node1,node2,node3", "--output=/r/logs/%j.r0.%N.out",
+            "bash", "-c", "exec torchrun", "clusterkit-launch", "python", "train.py", "--nodelist=keep")
+    new = replan.relaunch_argv(argv, ("node1", "node4", "node3"), 1)
+    assert new == ("srun", "--nodes=3", "--nodelist=node1,node4,node3", "--output=/r/logs/%j.r0.a1.%N.out",
+                   "bash", "-c", "exec torchrun", "clusterkit-launch", "python", "train.py", "--nodelist=keep")
+    assert new is not None
+    again = replan.relaunch_argv(new, NODES, 2)
+    assert again is not None and again[3] == "--output=/r/logs/%j.r0.a2.%N.out"
+    assert replan.relaunch_argv(("bash", "-c", "x", "clusterkit-launch", "--nodelist=a"), NODES, 1) is None
+
+
+def test_the_hostfile_keeps_each_lines_syntax() -> None:
+    text = "node1 slots=8\nnode2 slots=8\nnode3 slots=8\n"
+    new = replan.hostfile_for(text, NODES, ("node1", "node4", "node3"))
+    assert new == "node1 slots=8\nnode4 slots=8\nnode3 slots=8\n"
+
+
+def test_the_attempts_record_round_trips_and_a_forged_one_is_skipped(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    one = attempts.Attempt(0, NODES, 1, "gpu-hardware: fell off the bus", (("node2", "attempt 0: doctor"),), "relaunch")
+    attempts.write(tmp_path, "77", 0, [one])
+    assert attempts.read(tmp_path, "77") == [(0, one)]
+    assert attempts.dropped(tmp_path, "77") == [("node2", "attempt 0: doctor")]
+    forged = json.loads(attempts.path_for(tmp_path, "77", 0).read_text())
+    forged["attempts"][0]["dropped"][0]["host"] = "../etc"
+    attempts.path_for(tmp_path, "77", 1).write_text(json.dumps({**forged, "restart": 1}))
+    attempts.path_for(tmp_path, "77", 2).write_text(json.dumps({**forged, "restart": 5}))
+    assert attempts.read(tmp_path, "77") == [(0, one)]
+    assert attempts.read(tmp_path, "../77") == []
+
+
+def test_a_node_slurm_took_out_of_the_job_is_lost() -> None:
+    shown = "JobId=7 JobName=x UserId=root(0) JobState=RUNNING NodeList=node[1,3-4] BatchHost=node1 ReqNodeList=(null)"
+    assert replan.left_allocation(shown, ("node1", "node2", "node3", "node4")) == ["node2"]
+    assert replan.left_allocation("JobId=7 JobState=PENDING NodeList=(null)", ("node1",)) is None
+
+
+def test_an_unknown_verdict_blames_no_node() -> None:
+    step = replan.next_step(Verdict("unknown", "no failure found", "node1"), [], tried())
+    assert isinstance(step, Relaunch) and step.dropped == () and step.nodes == NODES
+
+
+def test_a_rank_named_alone_is_placed_on_its_node_by_block_distribution() -> None:
+    argv = ("srun", "--nodelist=node1,node2,node3", "--ntasks-per-node=2", "--output=/r/logs/%j.r0.rank%t.out",
+            "bash", "clusterkit-launch", "x")
+    per_node = ("srun", "--ntasks-per-node=1", "--output=/r/logs/%j.r0.%N.out", "clusterkit-launch")
+    assert replan.node_of_rank(per_node, NODES, 1) is None   # torchrun's ranks are not Slurm tasks
+    assert [replan.node_of_rank(argv, NODES, r) for r in (0, 1, 2, 3, 5, 6)] == [
+        "node1", "node1", "node2", "node2", "node3", None]
+    assert replan.node_of_rank(("srun", "--ntasks-per-node=2", "--output=x.rank%t.out", "--distribution=cyclic",
+                                "clusterkit-launch"), NODES, 2) is None
+    rank_only = json.dumps({"verdict": {"category": "gpu-hardware", "summary": "", "node": None, "rank": 3}})
+    assert replan.verdict_from_doctor(rank_only).rank == 3
+
+
+def test_no_requeue_without_a_node_the_job_asks_for_by_name() -> None:
+    shown = "JobId=7 JobState=RUNNING ReqNodeList=node[1-2] ExcNodeList=(null) NodeList=node[1-2]"
+    assert replan.requested(shown) == ("node1", "node2")
+    step = replan.next_step(Verdict("rendezvous", "", "node2"), [], tried(nodes=("node1", "node2"), unused=(),
+                                                                          pinned=replan.requested(shown)))
+    assert isinstance(step, Stop) and "asks for node2 by name" in step.reason, step
+
+
+def test_a_requeue_keeps_out_the_nodes_earlier_attempts_dropped(tmp_path: Path) -> None:
+    from clusterkit.supervise import recovery
+
+    run = recovery.Run("7", str(tmp_path), 0, ("node1", "node2", "node3", "node4"), NODES, (), 3)
+    run.done.append(attempts.Attempt(0, NODES, 1, "gpu-hardware", (("node2", "attempt 0"),), "relaunch"))
+    assert recovery.kept_out("JobId=7 ExcNodeList=node5 NodeList=node[1,3-4]", run) == ("node5", "node2")
+
+
+def test_no_requeue_that_leaves_too_few_nodes_in_the_partition() -> None:
+    fault = Verdict("rendezvous", "", "node2")
+    step = replan.next_step(fault, [], tried(nodes=("node1", "node2"), unused=(), excluded=("node3", "node4"),
+                                             partition=("node1", "node2", "node3", "node4")))
+    assert isinstance(step, Stop) and "1 of the partition's 4 nodes remain for 2" in step.reason, step
+    fits = replan.next_step(fault, [], tried(nodes=("node1", "node2"), unused=(),
+                                             partition=("node1", "node2", "node3", "node4")))
+    assert isinstance(fits, RequeueWithout)
