@@ -10,7 +10,7 @@ from clusterkit.cli.common import build_request, job_options
 
 if TYPE_CHECKING:
     from clusterkit.api import RunDir
-    from clusterkit.job.plan import Choice
+    from clusterkit.job.choices import Choice
 
 
 def rendered_summary(run: RunDir) -> dict[str, Any]:
@@ -32,7 +32,7 @@ def job_json(run: RunDir, *, dry_run: bool) -> dict[str, Any]:
 
 
 def choices(run: RunDir) -> list[Choice]:
-    from clusterkit.job.plan import choices as plan_choices
+    from clusterkit.job.choices import choices as plan_choices
 
     return plan_choices(run.plan)
 

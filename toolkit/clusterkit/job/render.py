@@ -27,8 +27,8 @@ import jinja2.sandbox
 from clusterkit.config.schema import Site
 from clusterkit.errors import ConfigError, PlanError
 from clusterkit.job import array as arrays
+from clusterkit.job import choices as choices_mod
 from clusterkit.job import jobenv, nccl, template_budget
-from clusterkit.job import plan as planning
 from clusterkit.job.comments import comment_text
 from clusterkit.job.launchers import Sh, Word, placeholders, shell_join
 from clusterkit.job.nccl import EnvVar
@@ -428,7 +428,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "site_nodes": len(site.nodes.hosts),
         "hosts_env": hosts_env(plan),
         "runs": " ".join(comment_word(w) for w in plan.launch.command),
-        "choices": [_CONTROL.sub("?", c.worded()) for c in planning.choices(plan)],
+        "choices": [_CONTROL.sub("?", c.worded()) for c in choices_mod.choices(plan)],
         # RDMA across nodes: the job raises its locked-memory limit (templates/job-limits.j2)
         "rdma": site.network.fabric != "ethernet" and plan.stage != "single-node",
         "probe_python": probe_python(plan)[0], "probe_python_missing": probe_python(plan)[1],

@@ -27,18 +27,13 @@ from types import ModuleType
 from typing import Literal
 
 from clusterkit.errors import PlanError
+from clusterkit.job.launchers.words import Sh as Sh
+from clusterkit.job.launchers.words import Word as Word
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.settings import Settings
 from clusterkit.vocab import LAUNCHERS
 
 Mode = Literal["per_node", "once", "per_gpu"]
-
-
-class Sh(str):
-    """A shell word we generated ourselves (e.g. ``"$CK_HEAD:$CK_PORT"``): rendered verbatim."""
-
-
-Word = str | Sh
 
 
 def shell_join(words: Sequence[Word]) -> str:

@@ -18,7 +18,7 @@ import shlex
 from collections.abc import Sequence
 
 from clusterkit.errors import PlanError
-from clusterkit.job.launchers import Sh, Word
+from clusterkit.job.launchers.words import Sh, Word
 
 PLACEHOLDER = re.compile(r"\{ck:([^{}\s]{0,40})\}")
 #: name -> the shell expansion that gives its value where the launcher starts
