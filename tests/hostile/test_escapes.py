@@ -150,3 +150,21 @@ def test_a_four_megabyte_slurm_reason_is_bounded(tmp_path: Path) -> None:
         [_rec(tmp_path, "31")])
     assert got.reason is not None and len(got.reason) < REASON_MAX + 40
     _clean(got.reason)
+
+
+def test_a_long_reason_is_cut_between_words() -> None:
+    """Slurm's reason and a node's preflight reason are bounded, cut at a space (never mid-word)
+    with what was left out said."""
+    from clusterkit.preflight.choose import REASON_MAX as NODE_MAX
+    from clusterkit.scheduler.base import REASON_MAX, JobStatus
+    from clusterkit.tooltext import shorten
+
+    words = " ".join(f"word{i:04d}" for i in range(300))   # 2,699 characters, words of 8
+    st = JobStatus(state="FAILED", reason=words)
+    kept, _, rest = st.reason.partition("... [")
+    assert len(kept) <= REASON_MAX and words.startswith(kept) and words[len(kept)] == " "
+    assert rest == f"{len(words) - len(kept)} more chars]"
+    cut = shorten(words, NODE_MAX)
+    assert len(cut) <= NODE_MAX and cut.endswith("...") and words[len(cut) - 3] == " "
+    assert shorten("x" * 50, 20) == "x" * 17 + "..."      # one long word: cut inside it
+    assert shorten("fits", 20) == "fits"

@@ -15,7 +15,8 @@ import pytest
 from clusterkit.errors import RecordError
 from clusterkit.nodes.transport import ErrorKind, SSHRunner
 from clusterkit.safefile import NotRegular, open_regular, read_capped
-from clusterkit.scheduler.records import load_record, read_result_file
+from clusterkit.scheduler.records import load_record
+from clusterkit.scheduler.results import read_result_file
 
 SECRET = "SECRET-LINE from a file outside the run directory"
 

@@ -127,6 +127,19 @@ def printable_lines(text: str) -> str:
 RAW_LIMIT = 4000  # keep raw text bounded: a node or a command may print megabytes of garbage
 
 
+def shorten(text: str, limit: int, tail: str = "...") -> str:
+    """``text`` in at most ``limit`` characters: whole, or cut at the last space within the limit
+    (mid-word only where a word is longer than half of it) and ended with ``tail``."""
+    if len(text) <= limit:
+        return text
+    room = max(0, limit - len(tail))
+    cut = text[:room]
+    space = cut.rfind(" ")
+    if space >= room // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:") + tail
+
+
 def clip(text: str) -> str:
     """``text``, cut to :data:`RAW_LIMIT` characters with a note of how much was left out."""
     return text if len(text) <= RAW_LIMIT else text[:RAW_LIMIT] + f"... [{len(text) - RAW_LIMIT} more chars]"

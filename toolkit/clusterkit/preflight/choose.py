@@ -38,7 +38,7 @@ from clusterkit.hostlist import HostlistError, check_host, fold
 from clusterkit.preflight.alike import UNJUDGED
 from clusterkit.preflight.choose_check import problem
 from clusterkit.safefile import is_real_dir, read_capped, write_atomic
-from clusterkit.tooltext import decode, load_json, printable
+from clusterkit.tooltext import decode, load_json, printable, shorten
 from clusterkit.vocab import is_job_id
 
 SELECTION_VERSION = 1
@@ -232,7 +232,7 @@ def _reason(node: dict[str, Any]) -> str:
             if isinstance(c, dict) and c.get("status") in ("fail", "failed") and isinstance(c.get("message"), str):
                 parts.append(f"{str(c.get('check', '?'))[:60]}: {c['message']}")
     text = printable("; ".join(dict.fromkeys(parts)))
-    return text if len(text) <= REASON_MAX else text[:REASON_MAX - 3] + "..."
+    return shorten(text, REASON_MAX)
 
 
 def _node_figures(node: dict[str, Any]) -> dict[str, float]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from clusterkit.tooltext import printable
+from clusterkit.tooltext import printable, shorten
 from clusterkit.vocab import JobState, SchedulerKind
 
 #: Characters of a job's reason (Slurm's free text) kept: Slurm's own reasons are a line.
@@ -49,8 +49,9 @@ class JobStatus:
             text = getattr(self, name)
             if isinstance(text, str) and (len(text) > REASON_MAX or not text.isprintable()):
                 cut = printable(text[: REASON_MAX * 4])
-                object.__setattr__(self, name, cut if len(cut) <= REASON_MAX else
-                                   cut[:REASON_MAX] + f"... [{len(text) - REASON_MAX} more chars]")
+                kept = cut if len(cut) <= REASON_MAX else shorten(cut, REASON_MAX, "")
+                object.__setattr__(self, name, kept if kept == cut else
+                                   f"{kept}... [{max(0, len(text) - len(kept))} more chars]")
 
     @property
     def terminal(self) -> bool:
