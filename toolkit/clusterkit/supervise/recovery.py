@@ -137,13 +137,7 @@ def partition_nodes(client: Client, show_job: str) -> tuple[str, ...]:
 
 def excluded(show_job: str) -> tuple[str, ...]:
     """The job's ExcNodeList (``scontrol -o show job``), expanded; none when it has none."""
-    m = _EXC.search(show_job)
-    if m is None or m.group(1) in ("(null)", ""):
-        return ()
-    try:
-        return tuple(expand(m.group(1)))
-    except HostlistError:
-        return ()
+    return replan.job_nodes(show_job, _EXC)
 
 
 def kept_out(show_job: str, run: Run) -> tuple[str, ...]:

@@ -29,15 +29,21 @@ _WHY_MAX = 300
 _REQ = re.compile(r" ReqNodeList=(\S+)")
 
 
-def requested(show_job: str) -> tuple[str, ...]:
-    """The nodes the job asks for by name (``scontrol -o show job``'s ReqNodeList), expanded."""
-    m = _REQ.search(show_job[:65536])
+def job_nodes(show_job: str, field: re.Pattern[str]) -> tuple[str, ...]:
+    """The host list of one field of ``scontrol -o show job`` (``field``'s group 1), expanded;
+    none when the field is absent, ``(null)`` or not a host list."""
+    m = field.search(show_job[:65536])
     if m is None or m.group(1) in ("(null)", ""):
         return ()
     try:
         return tuple(expand(m.group(1)))
     except HostlistError:
         return ()
+
+
+def requested(show_job: str) -> tuple[str, ...]:
+    """The nodes the job asks for by name (``scontrol -o show job``'s ReqNodeList), expanded."""
+    return job_nodes(show_job, _REQ)
 
 
 @dataclass(frozen=True)
