@@ -21,7 +21,7 @@ def _script(ck, *args: str) -> str:
 def test_typed_and_untyped_requests(ck) -> None:
     assert "\n#SBATCH --gpus-per-node=4\n" in _script(ck)
     typed = _script(ck, "--set", "gpu_type=h100")
-    assert "\n#SBATCH --gpus-per-node=h100:4\n" in typed and "gres" not in typed
+    assert "\n#SBATCH --gpus-per-node=h100:4\n" in typed and "--gres" not in typed and "gres=" not in typed
     assert "\n#SBATCH --gres=nvme:1\n" in _script(ck, "--sbatch", "gres=nvme:1")
 
 
