@@ -26,3 +26,17 @@ def doctor_category(logs_dir: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         out = b""
     return decide.chain_category(out[:64].decode("ascii", errors="replace"))
+
+
+def doctor_on(files: list[str], timeout_s: float, max_out: int) -> tuple[str | None, bool]:
+    """doctor's JSON answer on these log files alone (its first ``max_out`` bytes) and whether it
+    ran out of time; (None, False) when it could not be run."""
+    argv = ["clusterkit", "doctor", "--logs", "--json", *files]
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return None, True
+    except OSError:
+        return None, False
+    return proc.stdout[:max_out].decode("utf-8", errors="replace"), False

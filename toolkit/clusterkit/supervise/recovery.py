@@ -19,6 +19,7 @@ from pathlib import Path
 from clusterkit.hostlist import HostlistError, expand, fold
 from clusterkit.safefile import is_real_dir, read_capped, write_atomic
 from clusterkit.supervise import attempts, replan
+from clusterkit.supervise import judge as doctor_run
 from clusterkit.tooltext import decode
 
 DOCTOR_TIMEOUT_S = 120.0
@@ -102,15 +103,10 @@ def judge(run: Run, log: Log) -> replan.Verdict | None:
         log("recovery: " + ("clusterkit is not on PATH on the batch host, so doctor cannot judge the failure"
                             if files else f"attempt {run.attempt} left no rank log for doctor to judge"))
         return None
-    argv = ["clusterkit", "doctor", "--logs", "--json", *files]
-    try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                              timeout=DOCTOR_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
+    text, late = doctor_run.doctor_on(files, DOCTOR_TIMEOUT_S, DOCTOR_MAX_OUT)
+    if late:
         return replan.Verdict("unknown", f"doctor did not answer within {DOCTOR_TIMEOUT_S:.0f} s")
-    except OSError:
-        return None
-    return replan.verdict_from_doctor(proc.stdout[:DOCTOR_MAX_OUT].decode("utf-8", errors="replace"))
+    return None if text is None else replan.verdict_from_doctor(text)
 
 
 def down_nodes(client: Client, run: Run) -> list[str]:
