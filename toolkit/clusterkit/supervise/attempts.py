@@ -18,6 +18,7 @@ from typing import Any
 from clusterkit.hostlist import HostlistError, check_host
 from clusterkit.safefile import is_real_dir, read_capped, write_atomic
 from clusterkit.tooltext import decode, load_json, printable
+from clusterkit.vocab import is_job_id
 
 VERSION = 1
 MAX_BYTES = 1 << 20
@@ -79,7 +80,7 @@ def read(run_dir: str | Path, job_id: str) -> list[tuple[int, Attempt]]:
     """(restart, attempt) for every attempt recorded for ``job_id``, in order; a file that is not
     a valid record of this job and restart is skipped."""
     logs = Path(run_dir) / "logs"
-    if not re.fullmatch(r"[0-9]{1,20}(_[0-9]{1,10})?", job_id) or not is_real_dir(logs):
+    if not is_job_id(job_id) or not is_real_dir(logs):
         return []
     pattern = re.compile(rf"attempts-{re.escape(job_id)}\.r([0-9]{{1,6}})\.json")
     try:
