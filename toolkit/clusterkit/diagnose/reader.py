@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from clusterkit.diagnose import catalogue, lines, marks
+from clusterkit.diagnose import catalogue, lines, marks, tangled
 from clusterkit.diagnose.names import expand as expand  # re-exported: doctor walks directories with it
 from clusterkit.diagnose.names import name_facts
 from clusterkit.safefile import open_regular, skip_hole
@@ -321,7 +321,11 @@ def _handle_line(cur: _Cursor, text: str, buf: bytes, start: int, end: int, line
     if m:
         scan.task_exits.append(TaskExit(m.group(1), m.group(2), int(m.group(3)), scan.path, lineno, cur.restart))
         return
-    sig = catalogue.classify(lines.strip_prefix(text))
+    # ranks sharing one stream that raised at once write one line in each other's pieces
+    message, copies = tangled.untangle(lines.strip_prefix(text))
+    if copies > 1:
+        text = message
+    sig = catalogue.classify(message)
     if sig is None:
         if _WORKER_EXIT.search(text) and len(scan.worker_exits) < MAX_FINDINGS:
             scan.worker_exits.append(Finding(
