@@ -87,11 +87,22 @@ def test_too_few_good_nodes_with_spares_ends_naming_them(tmp_path: Path) -> None
     report = _write(tmp_path, [{"host": "n1", "status": "slow", "reason": "gemm 0.5x median",
                                 "figures": {"gemm_tflops": 4.0}},
                                {"host": "n2", "status": "failed", "error": "nvidia-smi failed"}, _ok("n3")])
-    sel = _pick(ch.read_report(report), ["n1", "n2", "n3"], 2, 1, restarts_left=3, resubmit="clusterkit submit X")
+    sel = _pick(ch.read_report(report), ["n1", "n2", "n3"], 2, 1, restarts_left=0, resubmit="clusterkit submit X")
     assert sel.outcome == "end" and sel.chosen == ()
     assert sel.reason == ("perf check: 2 nodes below par, 1 spares: n1 (slow: gemm 0.5x median), "
                           "n2 (failed: nvidia-smi failed); resubmit without them: clusterkit submit X")
     assert sel.dropped[0].figures == {"gemm_tflops": 4.0}
+
+
+def test_more_bad_nodes_than_spares_requeue_while_restarts_last_and_the_site_has_room(tmp_path: Path) -> None:
+    verdicts = ch.read_report(_write(tmp_path, [{"host": "n1", "status": "failed"},
+                                                {"host": "n2", "status": "failed"}, _ok("n3")]))
+    sel = _pick(verdicts, ["n1", "n2", "n3"], 2, 1, restarts_left=2, site_nodes=5)
+    assert sel.outcome == "requeue" and sel.exclude == ("n1", "n2")
+    # the requeued job asks for 2 nodes and 1 spare again: 3 of the site's 5 remain without n1, n2
+    stuck = _pick(verdicts, ["n1", "n2", "n3"], 2, 1, restarts_left=2, site_nodes=4)
+    assert stuck.outcome == "end"
+    assert "; not requeued: without them 2 of the site's 4 nodes remain for 2 and 1 spare(s)" in stuck.reason
 
 
 def test_without_spares_a_bad_node_asks_for_a_requeue_while_restarts_last(tmp_path: Path) -> None:

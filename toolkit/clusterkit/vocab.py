@@ -6,6 +6,7 @@ Everything else imports these names; nothing here does I/O (docs/architecture.md
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -202,3 +203,36 @@ def check_slurm_time(text: str) -> str:
 def slurm_minutes(text: str) -> float:
     """A Slurm time limit in minutes (submitit's local executor counts its timeout in minutes)."""
     return slurm_seconds(text) / 60
+
+
+_SHARE = re.compile(r"^(\d{1,3}(?:\.\d{1,2})?)%$")
+
+
+def check_spares(value: int | str | None) -> int | str | None:
+    """A site's ``spares``: a count (0-1000) or a share of the job's nodes (``3%``, at most 100%)."""
+    if value is None or isinstance(value, bool):
+        if isinstance(value, bool):
+            raise ValueError("use a count of nodes or a share like 3%, not true/false")
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 4:
+        value = int(value)   # a site file's number, kept as its text where a field also takes text
+    if isinstance(value, int):
+        if not 0 <= value <= 1000:
+            raise ValueError(f"{value} is not a count of spare nodes (0-1000)")
+        return value
+    m = _SHARE.match(value)
+    if not m or float(m.group(1)) > 100:
+        raise ValueError(f"{value!r} is neither a count of nodes nor a share like 3%")
+    return value
+
+
+def spares_for(value: int | str, nodes: int) -> int:
+    """Spare nodes for a job of ``nodes`` nodes: a count as it is, a share of them rounded up
+    (at least one where the share is above 0)."""
+    if isinstance(value, int):
+        return value
+    m = _SHARE.match(value)
+    if not m:
+        raise ValueError(f"{value!r} is neither a count nor a share like 3%")
+    share = float(m.group(1))
+    return max(1, math.ceil(nodes * share / 100 - 1e-9)) if share > 0 else 0

@@ -24,7 +24,7 @@ from clusterkit.config.envrules import (
 )
 from clusterkit.config.history_keys import NodeHistoryKeys
 from clusterkit.config.sbatch_options import meanings
-from clusterkit.vocab import Launcher, ProbeTransport, SchedulerKind, Stage, check_slurm_time
+from clusterkit.vocab import Launcher, ProbeTransport, SchedulerKind, Stage, check_slurm_time, check_spares
 
 #: ``#SBATCH`` options clusterkit writes itself, and where a site or user sets them instead.
 OWNED_SBATCH = {
@@ -335,11 +335,18 @@ class StageOverride(_Model):
     max_restarts: int | None = Field(None, ge=0, le=100)
     container: bool | None = None
     job: JobSection | None = None
+    spares: int | str | None = Field(None, description="spare nodes the stage's jobs allocate: a count or a share "
+                                     "of the nodes (3%: at least one); default 3% at large-cluster, else 0")
 
     @field_validator("time")
     @classmethod
     def _time(cls, v: str | None) -> str | None:
         return None if v is None else check_slurm_time(v)
+
+    @field_validator("spares")
+    @classmethod
+    def _spares(cls, v: int | str | None) -> int | str | None:
+        return check_spares(v)
 
 
 class Preflight(_Model):

@@ -26,6 +26,7 @@ from clusterkit.errors import FieldProblem, PlanError
 from clusterkit.job import array as arrays
 from clusterkit.job import goodput, jobargs, jobenv, launchers, nccl, stages
 from clusterkit.job import settings as settings_mod
+from clusterkit.job import spares as spares_mod
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.longrun import ChainLink, check_run_name
 from clusterkit.job.nccl import EnvVar
@@ -323,14 +324,10 @@ def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool
     return _with_hosts(ctx, _candidates(site, exclude, nnodes, spares))
 
 
-def _check_spares(site: Site, r: Resolved, nnodes: int) -> int:
-    """The spare nodes asked for: only where the job checks its nodes itself (the in-job preflight
-    chooses which ``nnodes`` of the allocation it launches on)."""
-    spares = r.settings.spares or 0
-    if spares and not r.preflight_in_job:
-        raise PlanError("spare nodes are chosen by the job's own preflight, which is off: "
-                        "add --set preflight_in_job=true (or perf)", field="settings.spares", value=str(spares))
-    return spares
+def _check_spares(site: Site, r: Resolved, nnodes: int, exclude: tuple[str, ...]) -> tuple[int, str | None]:
+    """The spare nodes asked for (:mod:`clusterkit.job.spares`): only where the job checks its nodes
+    itself (the in-job preflight chooses which ``nnodes`` of the allocation it launches on)."""
+    return spares_mod.choose(site, r.spec.name, r.settings.spares, nnodes, bool(r.preflight_in_job), exclude)
 
 
 def _unused_settings(s: Settings, launcher: str, site: Site) -> list[str]:
@@ -469,7 +466,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     container_cfg = site.software.container
     use_container = bool(container_cfg) and r.container and site.scheduler.kind == "slurm"
     _check_job_args(site, r, launcher)
-    spares = _check_spares(site, r, nnodes)
+    spares, spares_note = _check_spares(site, r, nnodes, exclude)
     ctx = _context(site, r, nnodes, gpn, use_container, exclude, spares)
     launch = launchers.get(launcher)(ctx)
     _check_not_launched_twice(launch, request.command)
@@ -480,6 +477,8 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
                        omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],
                        container=use_container)
     warnings += nccl.plan_warnings(site, env) + jobenv.literal_dollars(r.job.env)
+    if spares_note:
+        warnings.append(spares_note)
     _check_job(site, r, launch, nnodes, use_container)
     if launch.check_env is not None:
         launch.check_env(env)

@@ -166,6 +166,7 @@ def _sources(site: Site, request: JobRequest, s: Settings, override: StageOverri
         if out[key] != "flag" and getattr(sch, key):
             out[key] = "site"
     out["container"] = source("container", s.container, override, site.software.container is not None)
+    out["spares"] = source("spares", s.spares, override, False)
     if s.preflight_in_job is None:
         out["preflight_in_job"] = "site" if "in_job" in site.preflight.model_fields_set else "default"
     for key in request.planned:  # given by `plan --render`'s recommendation, not typed by the user

@@ -9,9 +9,10 @@ script then runs ``clusterkit choose-nodes``, which reads that report and decide
   with no result at all); among the good nodes the perf figures (``gemm_tflops``,
   ``busbw_*_gbps``, each relative to the median of the good nodes) rank them when every good
   node has them, else allocation order is kept.  The chosen nodes keep allocation order.
-* **requeue** the job with the bad nodes excluded, when there are no spares, the job may requeue
-  and its restart budget is not spent (``scontrol update ExcNodeList=...`` and a requeue: what a
-  Slurm user would do by hand, counted as a restart).
+* **requeue** the job with the bad nodes excluded, when too few good nodes are left (more bad
+  nodes than spares), the job may requeue, its restart budget is not spent and the site keeps
+  enough nodes without them for the nodes and spares asked for (``scontrol update
+  ExcNodeList=...`` and a requeue: what a Slurm user would do by hand, counted as a restart).
 * **end** before training otherwise, with the result ``preflight: M nodes failed, K spares`` (or
   ``perf check: M nodes below par, K spares`` when a perf verdict is among them), the nodes, and
   the command that resubmits without them.
@@ -298,10 +299,12 @@ def choose(verdicts: dict[str, NodeVerdict], allocation: Sequence[str], *, wante
     listed = ", ".join(v.worded() for v in bad)
     keep_out = tuple(sorted({*exclude, *(v.host for v in bad)}))
     left = None if site_nodes is None else site_nodes - len(keep_out)
-    if spares == 0 and restarts_left > 0 and (left is None or left >= wanted):
+    # the requeued job asks for the same nodes again, its spares included
+    if restarts_left > 0 and (left is None or left >= wanted + spares):
         return decided("requeue", f"{head}: {listed}; requeueing with {fold(keep_out)} excluded", keep_out=keep_out)
-    if spares == 0 and restarts_left > 0:
-        listed += f"; not requeued: without them {left} of the site's {site_nodes} nodes remain for {wanted}"
+    if restarts_left > 0:
+        listed += (f"; not requeued: without them {left} of the site's {site_nodes} nodes remain for "
+                   f"{wanted}{f' and {spares} spare(s)' if spares else ''}")
     way_out = f"; resubmit without them: {resubmit}" if resubmit else f"; resubmit with --exclude {fold(keep_out)}"
     return decided("end", f"{head}: {listed}{way_out}", keep_out=keep_out)
 
