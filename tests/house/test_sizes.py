@@ -10,11 +10,7 @@ from __future__ import annotations
 from tests.conftest import REPO
 
 LIMIT = 400
-OVER = {   # module -> the most lines it may have until it is split
-    "config/schema.py": 465,
-    "job/plan.py": 517,
-    "job/render.py": 540,
-}
+OVER: dict[str, int] = {}   # module -> the most lines it may have until it is split
 
 
 def _sizes() -> dict[str, int]:

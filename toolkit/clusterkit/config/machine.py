@@ -1,0 +1,117 @@
+"""The site config's sections about the machines: the nodes, how preflight reaches them over SSH,
+the network NCCL runs over, and the storage (:mod:`clusterkit.config.schema`)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from clusterkit import hostlist
+from clusterkit.config.model import _Model
+
+
+class Nodes(_Model):
+    """The compute nodes and what each one has."""
+
+    nodelist: str
+    gpus_per_node: int = Field(ge=1, le=64)
+    gpu_model: str | None = None
+    gpu_mem_gb: float = Field(80, gt=0)
+    cpus_per_node: int = Field(16, ge=1)
+    mem_gb: float = Field(256, gt=0)
+
+    @field_validator("nodelist")
+    @classmethod
+    def _nodelist(cls, v: str) -> str:
+        try:
+            hostlist.parse(v)
+        except hostlist.HostlistError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @property
+    def hosts(self) -> list[str]:
+        return hostlist.expand(self.nodelist)
+
+    @property
+    def gpu_vendor(self) -> Literal["nvidia", "amd", "intel"]:
+        """Whose GPUs the nodes have, from ``gpu_model``: AMD Instinct (``MI250X``, ``MI300X``) and
+        Intel (``Max 1550``, ``Gaudi2``) by name, NVIDIA otherwise (preflight reads nvidia-smi)."""
+        model = (self.gpu_model or "").strip().lower()
+        if re.match(r"(amd\b|instinct\b|radeon\b|mi\d)", model):
+            return "amd"
+        if re.match(r"(intel\b|gaudi|max \d|data center gpu max)", model):
+            return "intel"
+        return "nvidia"
+
+
+class SSH(_Model):
+    """How preflight reaches the nodes over SSH."""
+
+    user: str | None = None
+    port: int = Field(22, ge=1, le=65535)
+    jump_host: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    identity_file: str | None = None
+    connect_timeout_s: float = Field(10, gt=0)
+    command_timeout_s: float = Field(30, gt=0)
+    fanout: int = Field(64, ge=1, le=1024)
+
+
+class RoCE(_Model):
+    gid_index: int | None = Field(None, ge=0, le=255)
+    traffic_class: int | None = Field(None, ge=0, le=255)
+    service_level: int | None = Field(None, ge=0, le=15)
+
+
+class Network(_Model):
+    """The fabric NCCL runs over, and the interfaces that carry it."""
+
+    fabric: Literal["infiniband", "roce", "ethernet", "efa"] = "ethernet"
+    hcas: list[str] = Field(default_factory=list, validate_default=True)
+    port_rate_gbps: int | None = Field(None, gt=0)
+    socket_ifname: str | None = None
+    rail_optimized: bool = False
+    spine_oversubscribed: bool = Field(False, description="rails joined by an oversubscribed spine: NCCL rings "
+                                       "stay on their rail (NCCL_CROSS_NIC=0)")
+    roce: RoCE | None = None
+
+    @field_validator("hcas")
+    @classmethod
+    def _hcas(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        fabric = info.data.get("fabric")
+        if fabric in ("ethernet", "efa") and v:
+            raise ValueError(f"HCAs listed but fabric is {fabric}: HCAs are for infiniband or roce fabrics"
+                             + (" (the aws-ofi-nccl plugin finds the EFA devices itself)" if fabric == "efa" else ""))
+        if fabric in ("infiniband", "roce") and not v:
+            raise ValueError(f"fabric {fabric} needs at least one HCA (e.g. [mlx5_0, mlx5_1])")
+        return v
+
+    @field_validator("roce")
+    @classmethod
+    def _roce(cls, v: RoCE | None, info: ValidationInfo) -> RoCE | None:
+        if v is not None and info.data.get("fabric") != "roce":
+            raise ValueError(f"roce settings given but fabric is {info.data.get('fabric')}")
+        return v
+
+
+class Storage(_Model):
+    path: str
+    type: Literal["lustre", "nfs", "gpfs", "beegfs", "local"]
+    min_free_gb: float = Field(0, ge=0)
+    use: list[Literal["data", "checkpoints", "scratch", "home", "software"]] = Field(default_factory=list)
+    timeout_s: float = Field(10, gt=0)
+    shared: bool | None = Field(None, description="seen by every node (default: true for lustre, nfs, gpfs, beegfs)")
+
+    @field_validator("path")
+    @classmethod
+    def _abs(cls, v: str) -> str:
+        if not v.startswith("/"):
+            raise ValueError(f"storage path {v!r} must be absolute")
+        return v
+
+    @property
+    def is_shared(self) -> bool:
+        return self.shared if self.shared is not None else self.type in ("lustre", "nfs", "gpfs", "beegfs")
