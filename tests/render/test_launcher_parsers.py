@@ -100,7 +100,8 @@ def argv(plan: dict[str, Any], run_dir: Path, node: int) -> list[str]:
     env = {"PATH": os.environ["PATH"], "CK_RUN_DIR": str(run_dir), "CK_HOSTFILE": str(run_dir / "hostfile"),
            "CK_HEAD": hosts[0], "CK_PORT": "20123", "SLURM_NODEID": str(node), "SLURM_NNODES": str(plan["nnodes"]),
            "SLURM_JOB_ID": "123", "CK_NNODES": str(plan["nnodes"]),
-           "CK_HOSTS_SLOTS": ",".join(f"{h}:{plan['gpus_per_node']}" for h in hosts)}
+           "CK_HOSTS_SLOTS": ",".join(f"{h}:{plan['gpus_per_node']}" for h in hosts),
+           "CK_NODELIST": ",".join(hosts), "SLURMD_NODENAME": hosts[node]}
     p = subprocess.run(["bash", "-c", "printf '%s\\0' " + plan["launch"]["line"] + ' "$@"', "ck",
                         *plan["launch"]["command"]], env=env, capture_output=True, text=True, check=True)
     return p.stdout.split("\0")[:-1]
@@ -120,8 +121,11 @@ def check_torchrun(plan: dict[str, Any], run_dir: Path) -> None:
             # would take a port from the ephemeral range)
             assert not ns.standalone and ns.master_addr == "127.0.0.1" and ns.master_port == 20123
         else:
-            assert ns.nnodes == str(plan["nnodes"]) and ns.rdzv_backend == "c10d"
-            assert ns.rdzv_endpoint == f"{plan['hosts'][0]}:20123"
+            # a static rendezvous from Slurm's fixed membership: the head is node rank 0
+            assert ns.nnodes == str(plan["nnodes"]) and ns.rdzv_backend == "static" and ns.node_rank == node
+            assert torchrun.get_rdzv_endpoint(ns) == f"{plan['hosts'][0]}:20123"
+            conf = dict(kv.split("=", 1) for kv in ns.rdzv_conf.split(","))
+            assert int(conf["timeout"]) >= 600
 
 
 def check_deepspeed(plan: dict[str, Any], run_dir: Path) -> None:

@@ -24,7 +24,7 @@ from clusterkit.config.envrules import ENV_REF
 from clusterkit.config.schema import OWNED_SBATCH, Container, Site, owned_sbatch
 from clusterkit.errors import FieldProblem, PlanError
 from clusterkit.job import array as arrays
-from clusterkit.job import goodput, jobargs, jobenv, launchers, nccl, stages
+from clusterkit.job import goodput, jobargs, jobenv, launchers, nccl, stages, torch_version
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.longrun import ChainLink, check_run_name
@@ -319,7 +319,8 @@ def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool
     ctx = Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=r.settings,
                   stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(),
                   run_dir=request.run_dir, container=use_container, inputs=request.inputs,
-                  launcher_args=r.job.launcher_args, array=request.array is not None)
+                  launcher_args=r.job.launcher_args, array=request.array is not None,
+                  torch_version=torch_version.installed(r.job.venv or r.job.conda))
     return _with_hosts(ctx, _candidates(site, exclude, nnodes, spares))
 
 
