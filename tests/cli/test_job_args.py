@@ -143,6 +143,8 @@ def test_deepspeed_runner_takes_its_own_flags(ck, site: Path, tmp_path: Path) ->
     ("torchrun", "--rdzv-endpoint=h:1", "torchrun option --rdzv-endpoint is clusterkit's"),
     ("torchrun", "--nnod=2", "torchrun option --nnodes is clusterkit's"),
     ("torchrun", "--node-rank", "torchrun option --node-rank is clusterkit's"),
+    ("torchrun", "--rdzv_conf=timeout=5", "torchrun option --rdzv-conf is clusterkit's: it is set from clusterkit "
+     "(the rendezvous timeout"),
     ("megatron", "--master_port=1", "megatron option --master-port is clusterkit's"),
     ("deepspeed", "--hostfile=/h", "deepspeed option --hostfile is clusterkit's"),
     ("deepspeed", "--include=n1", "deepspeed option --include is clusterkit's: it is set from --set include"),
