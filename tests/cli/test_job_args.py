@@ -54,8 +54,10 @@ def srun_words(run_dir: Path) -> list[str]:
 def launcher_argv(run_dir: Path, node: int = 1) -> list[str]:
     """The launcher's argv on node ``node``, expanded by bash as the job's step body does."""
     plan = plan_of(run_dir)
+    hosts = [f"n{i + 1}" for i in range(plan["nnodes"])]
     env = {"PATH": os.environ["PATH"], "CK_HEAD": "n1", "CK_PORT": "20123", "SLURM_NODEID": str(node),
-           "SLURM_NNODES": str(plan["nnodes"]), "SLURM_JOB_ID": "123", "CK_HOSTFILE": f"{run_dir}/hostfile"}
+           "SLURM_NNODES": str(plan["nnodes"]), "SLURM_JOB_ID": "123", "CK_HOSTFILE": f"{run_dir}/hostfile",
+           "CK_NODELIST": ",".join(hosts), "SLURMD_NODENAME": hosts[node] if node < len(hosts) else "n0"}
     p = subprocess.run(["bash", "-c", "printf '%s\\0' " + plan["launch"]["line"] + ' "$@"', "ck",
                         *plan["launch"]["command"]], env=env, capture_output=True, text=True, check=True)
     return p.stdout.split("\0")[:-1]
@@ -121,7 +123,8 @@ def test_torchrun_takes_its_own_flags_as_given(ck, site: Path, tmp_path: Path) -
     words = launcher_argv(run_dir)
     args = torchrun.get_args_parser().parse_args(words[1:])
     assert (args.tee, args.max_restarts, args.log_dir) == ("3", 2, "/tmp/l")
-    assert (args.nnodes, args.nproc_per_node, args.rdzv_endpoint) == ("2", "2", "n1:20123")
+    assert (args.nnodes, args.nproc_per_node, torchrun.get_rdzv_endpoint(args)) == ("2", "2", "n1:20123")
+    assert (args.rdzv_backend, args.node_rank) == ("static", 1)
     assert [args.training_script, *args.training_script_args] == ["train.py"]
 
 
@@ -140,6 +143,8 @@ def test_deepspeed_runner_takes_its_own_flags(ck, site: Path, tmp_path: Path) ->
     ("torchrun", "--rdzv-endpoint=h:1", "torchrun option --rdzv-endpoint is clusterkit's"),
     ("torchrun", "--nnod=2", "torchrun option --nnodes is clusterkit's"),
     ("torchrun", "--node-rank", "torchrun option --node-rank is clusterkit's"),
+    ("torchrun", "--rdzv_conf=timeout=5", "torchrun option --rdzv-conf is clusterkit's: it is set from clusterkit "
+     "(the rendezvous timeout"),
     ("megatron", "--master_port=1", "megatron option --master-port is clusterkit's"),
     ("deepspeed", "--hostfile=/h", "deepspeed option --hostfile is clusterkit's"),
     ("deepspeed", "--include=n1", "deepspeed option --include is clusterkit's: it is set from --set include"),

@@ -36,7 +36,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,21 +95,23 @@ def materialise(src: Path, run_dir: Path) -> dict[str, Any]:
 
 
 def argv(plan: dict[str, Any], run_dir: Path, node: int) -> list[str]:
-    """The launcher's argv on node ``node``: bash expands the line as the job's body does."""
+    """The launcher's argv on node ``node``: bash expands the line as the job's body does.
+    (The ``nodes`` of a ``check_*``: those to check, every node when None.)"""
     hosts = plan["hosts"]
     env = {"PATH": os.environ["PATH"], "CK_RUN_DIR": str(run_dir), "CK_HOSTFILE": str(run_dir / "hostfile"),
            "CK_HEAD": hosts[0], "CK_PORT": "20123", "SLURM_NODEID": str(node), "SLURM_NNODES": str(plan["nnodes"]),
            "SLURM_JOB_ID": "123", "CK_NNODES": str(plan["nnodes"]),
-           "CK_HOSTS_SLOTS": ",".join(f"{h}:{plan['gpus_per_node']}" for h in hosts)}
+           "CK_HOSTS_SLOTS": ",".join(f"{h}:{plan['gpus_per_node']}" for h in hosts),
+           "CK_NODELIST": ",".join(hosts), "SLURMD_NODENAME": hosts[node]}
     p = subprocess.run(["bash", "-c", "printf '%s\\0' " + plan["launch"]["line"] + ' "$@"', "ck",
                         *plan["launch"]["command"]], env=env, capture_output=True, text=True, check=True)
     return p.stdout.split("\0")[:-1]
 
 
-def check_torchrun(plan: dict[str, Any], run_dir: Path) -> None:
+def check_torchrun(plan: dict[str, Any], run_dir: Path, nodes: Sequence[int] | None = None) -> None:
     import torch.distributed.run as torchrun
 
-    for node in range(plan["nnodes"]):
+    for node in range(plan["nnodes"]) if nodes is None else nodes:
         words = argv(plan, run_dir, node)
         assert words[0] == "torchrun"
         ns = torchrun.get_args_parser().parse_args(words[1:])
@@ -120,14 +122,17 @@ def check_torchrun(plan: dict[str, Any], run_dir: Path) -> None:
             # would take a port from the ephemeral range)
             assert not ns.standalone and ns.master_addr == "127.0.0.1" and ns.master_port == 20123
         else:
-            assert ns.nnodes == str(plan["nnodes"]) and ns.rdzv_backend == "c10d"
-            assert ns.rdzv_endpoint == f"{plan['hosts'][0]}:20123"
+            # a static rendezvous from Slurm's fixed membership: the head is node rank 0
+            assert ns.nnodes == str(plan["nnodes"]) and ns.rdzv_backend == "static" and ns.node_rank == node
+            assert torchrun.get_rdzv_endpoint(ns) == f"{plan['hosts'][0]}:20123"
+            conf = dict(kv.split("=", 1) for kv in ns.rdzv_conf.split(","))
+            assert int(conf["timeout"]) >= 600
 
 
-def check_deepspeed(plan: dict[str, Any], run_dir: Path) -> None:
+def check_deepspeed(plan: dict[str, Any], run_dir: Path, nodes: Sequence[int] | None = None) -> None:
     from deepspeed.runtime.config import DeepSpeedConfig
 
-    for node in range(plan["nnodes"]):
+    for node in range(plan["nnodes"]) if nodes is None else nodes:
         words = argv(plan, run_dir, node)
         assert words[0] == "deepspeed"
         args = ds_runner.parse_args(words[1:])
@@ -153,14 +158,14 @@ def check_deepspeed(plan: dict[str, Any], run_dir: Path) -> None:
                                     * plan["world_size"])
 
 
-def check_accelerate(plan: dict[str, Any], run_dir: Path) -> None:
+def check_accelerate(plan: dict[str, Any], run_dir: Path, nodes: Sequence[int] | None = None) -> None:
     import torch.distributed.run as torchrun
     from accelerate.commands.config.config_args import load_config_from_file
     from accelerate.utils.launch import prepare_multi_gpu_env
 
     loaded = load_config_from_file(str(run_dir / "accelerate.yaml"))
     assert (loaded.num_machines, loaded.num_processes) == (plan["nnodes"], plan["world_size"])
-    for node in range(plan["nnodes"]):
+    for node in range(plan["nnodes"]) if nodes is None else nodes:
         words = argv(plan, run_dir, node)
         assert words[:2] == ["accelerate", "launch"]
         args = acc_launch.launch_command_parser().parse_args(words[2:])
@@ -180,7 +185,7 @@ def check_accelerate(plan: dict[str, Any], run_dir: Path) -> None:
             assert torchrun.get_rdzv_endpoint(ns) == f"{plan['hosts'][0]}:20123"   # what torchrun will use
 
 
-def check_srun(plan: dict[str, Any], run_dir: Path) -> None:
+def check_srun(plan: dict[str, Any], run_dir: Path, nodes: Sequence[int] | None = None) -> None:
     # no launcher: each Slurm task runs the command as given, ranks from SLURM_PROCID
     assert plan["launch"]["mode"] == "per_gpu"
     assert argv(plan, run_dir, 0) == plan["command"]
@@ -216,7 +221,7 @@ def run_side(launcher: str, plan: dict[str, Any], run_dir: Path, words: list[str
     return out
 
 
-def check_horovod(plan: dict[str, Any], run_dir: Path) -> None:
+def check_horovod(plan: dict[str, Any], run_dir: Path, nodes: Sequence[int] | None = None) -> None:
     # horovodrun runs once, on the first node; it starts every rank itself
     assert plan["launch"]["mode"] == "once"
     words = argv(plan, run_dir, 0)
@@ -234,7 +239,7 @@ def check_horovod(plan: dict[str, Any], run_dir: Path) -> None:
         assert out["hostfile_names"] == hosts and out["hostfile_slots"] == out["slots"]
 
 
-def check_colossalai(plan: dict[str, Any], run_dir: Path) -> None:
+def check_colossalai(plan: dict[str, Any], run_dir: Path, nodes: Sequence[int] | None = None) -> None:
     import torch.distributed.run as torchrun
 
     assert plan["launch"]["mode"] == "once"

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from clusterkit import __version__
 from clusterkit.config.schema import Container, Site
 from clusterkit.job import array as arrays
-from clusterkit.job import goodput, jobenv, launchers, nccl, stages
+from clusterkit.job import goodput, jobenv, launchers, nccl, stages, torch_version
 from clusterkit.job.directives import _sbatch, array_plan, cpu_share
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.longrun import ChainLink, check_run_name
@@ -173,9 +173,9 @@ def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool
              exclude: tuple[str, ...], spares: int = 0) -> Context:
     request = r.request
     ctx = Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=r.settings,
-                  stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(),
-                  run_dir=request.run_dir, container=use_container, inputs=request.inputs,
-                  launcher_args=r.job.launcher_args, array=request.array is not None)
+                  stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(), run_dir=request.run_dir,
+                  container=use_container, inputs=request.inputs, launcher_args=r.job.launcher_args,
+                  array=request.array is not None, torch_version=torch_version.installed(r.job.venv or r.job.conda))
     return _with_hosts(ctx, _candidates(site, exclude, nnodes, spares))
 
 

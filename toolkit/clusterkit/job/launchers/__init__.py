@@ -80,6 +80,7 @@ class Context:
     inputs: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     launcher_args: tuple[str, ...] = ()   # --launcher-arg words (checked by the plan), after the launcher's own
     array: bool = False                   # a job array (--array/--sweep): {ck:array_index} has a value
+    torch_version: str | None = None      # the torch of the job's --venv/--conda, where the submit host can read it
 
     @property
     def world_size(self) -> int:

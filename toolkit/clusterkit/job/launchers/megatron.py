@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from clusterkit.errors import PlanError
 from clusterkit.job.launchers import Context, Launch, given, split_python
+from clusterkit.job.launchers.torch_floor import floor_note
 from clusterkit.job.launchers.torchrun import OWNED_ARGS as OWNED_ARGS
 from clusterkit.job.launchers.torchrun import torchrun_words
 from clusterkit.job.nccl import EnvVar
@@ -85,5 +86,5 @@ def build(ctx: Context) -> Launch:
     notes = (f"tensor {sizes['tp']} x pipeline {sizes['pp']} x context {sizes['cp']} x data {dp} = world {world}",)
     chosen = given.megatron(py.args, "precision" in s.model_fields_set, batch["micro"], batch["global"], dp,
                             batch_by_args)
-    return Launch("megatron", "per_node", tuple(torchrun_words(ctx, py)), tuple(args), env=env, notes=notes,
-                  given=chosen)
+    return Launch("megatron", "per_node", tuple(torchrun_words(ctx, py)), tuple(args), env=env,
+                  notes=notes + floor_note(ctx), given=chosen)
