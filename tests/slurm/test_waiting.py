@@ -41,3 +41,36 @@ def test_wait_and_follow_say_the_pending_reason_when_it_changes(cli: CK) -> None
         assert all(a != b for a, b in itertools.pairwise(keys)), said
         assert len(pending) <= 3, said
         assert f"Job {job} COMPLETED (exit code 0)" in proc.out, proc.out
+
+
+def test_wait_and_status_say_the_place_in_the_queue_behind_a_job_holding_every_gpu(cli: CK) -> None:
+    """A job that holds all 4 nodes' 8 GPUs keeps the next one pending (Resources): ``--wait``
+    says its place (the first of one pending job in its partition), so does ``status``; the
+    test waits on those states, then cancels the first job, and the second runs."""
+    hog = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "4", "--gpus-per-node", "8",
+              "--launcher", "srun", "--out", str(cli.runs / "hog"), "--", "sleep", "600")
+    assert hog.code == 0, hog.err
+    hog_id = _submitted_id(hog.out)
+    cli.wait_for(hog_id, lambda s: s["state"] == "RUNNING")
+    waiter = cli.popen(*BASE, "--out", str(cli.runs / "behind"), "--wait", "--", "echo", "done")
+    try:
+        seen: list[str] = []
+        assert waiter.stderr is not None
+        for line in waiter.stderr:   # a pipe: a line per change
+            seen.append(line)
+            if re.search(r"PENDING, reason: \w+, 1st of 1 pending in \w+", line):
+                break
+        placed = re.search(r"clusterkit: job (\d+) PENDING, reason: (\w+), 1st of 1 pending in (\w+)", seen[-1])
+        assert placed, seen
+        job = placed.group(1)
+        st = cli.status(job)
+        assert st["state"] == "PENDING" and st["queue"]["position"] == 1 and st["queue"]["pending"] == 1, st
+        assert st["queue"]["partitions"] == [placed.group(3)]
+        shown = cli("status", job)
+        assert shown.code == 0 and f"  queue: 1st of 1 pending in {placed.group(3)}" in shown.out, shown.out
+    finally:
+        cli.bed.run("scancel", hog_id, check=False)
+    out, err = waiter.communicate(timeout=240)
+    assert waiter.returncode == 0, out + err
+    assert f"Job {job} COMPLETED (exit code 0)" in out, out
+    assert f"clusterkit: job {job} RUNNING" in err, err

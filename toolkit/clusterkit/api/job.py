@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from clusterkit.scheduler.base import OnGrace
     from clusterkit.scheduler.jobs import Cancellation, Look, Overview
     from clusterkit.scheduler.logs import LogTail
+    from clusterkit.scheduler.queue import Spot
 
     from .site import RunDir
 
@@ -161,16 +162,27 @@ class Job:
         self._record = seen.record
         return seen
 
-    def wait_started(self, on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+    def queue_place(self) -> Spot | None:
+        """While the job is pending on Slurm: its place in the queue and Slurm's start estimate
+        (one squeue call); None for a job Slurm does not list as pending, or a local job."""
+        from clusterkit.scheduler.queue import spot
+
+        return spot(self._record.job_id) if self._record.scheduler == "slurm" else None
+
+    def wait_started(self, on_change: Callable[[JobStatus], None] | None = None, *,
+                     on_poll: Callable[[JobStatus], None] | None = None) -> JobStatus:
         """Wait until the job left the queue (any state but PENDING); ``on_change`` hears each new
-        state and, while it is pending, each new reason Slurm gives (Priority, Resources, ...)."""
+        state and, while it is pending, each new reason Slurm gives (Priority, Resources, ...);
+        ``on_poll`` hears every status polled."""
         from clusterkit.scheduler.status import wait_started
 
-        return wait_started(self._record, on_change=on_change)
+        return wait_started(self._record, on_change=on_change, on_poll=on_poll)
 
     def wait(self, timeout: float | None = None, *,
-             on_change: Callable[[JobStatus], None] | None = None) -> JobResult:
-        """Wait until the job ended; its :class:`JobResult`.  ``on_change`` hears each new state.
+             on_change: Callable[[JobStatus], None] | None = None,
+             on_poll: Callable[[JobStatus], None] | None = None) -> JobResult:
+        """Wait until the job ended; its :class:`JobResult`.  ``on_change`` hears each new state,
+        ``on_poll`` every status polled.
 
         With ``timeout`` (seconds), raises :class:`WaitTimeout` if the job has not ended by then.
         A controller outage is waited out (the job is UNKNOWN, not ended).
@@ -185,6 +197,8 @@ class Job:
                 (_, st), = refresh([self._record])
                 if heard != heard_key(st) and on_change is not None:
                     on_change(st)
+                if on_poll is not None:
+                    on_poll(st)
                 heard = heard_key(st)
                 if st.terminal:
                     break
@@ -193,8 +207,8 @@ class Job:
                 delay = 0.5 if st.state != last else min(5.0, delay * 1.5)
                 last = st.state
                 time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            on_change = None  # already heard; follow_to_end confirms the end and reads the tails
-        seen = job_fns.follow_to_end(self._store, self._record, on_change=on_change)
+            on_change = on_poll = None  # already heard; follow_to_end confirms the end and reads the tails
+        seen = job_fns.follow_to_end(self._store, self._record, on_change=on_change, on_poll=on_poll)
         self._record = seen.record
         st = seen.status
         return JobResult(st.state, st.exit_code, st.signal, st, seen.tails, seen.cache_failures)

@@ -101,9 +101,10 @@ def _final_json(rec: JobRecord, st: JobStatus, tails: list[LogTail]) -> dict[str
 def follow_to_end(job: Job, as_json: bool) -> int:
     """Wait for the job's end, print its final state and log tails; return its exit status."""
     from clusterkit.cli import output
-    from clusterkit.cli.waiting import heard
+    from clusterkit.cli.waiting import watching
 
-    result = job.wait(on_change=None if as_json else heard(job))
+    with watching(job, quiet=as_json) as watch:
+        result = job.wait(on_poll=watch)
     _warn_cache_failures(result.cache_failures)
     if as_json:
         output.emit_json(_final_json(job.record, result.status, result.tails))
@@ -132,9 +133,10 @@ def _final_line(job: Job, state: object, exit_code: int | None, signal: int | No
 def stream_to_end(job: Job) -> int:
     """Print the job's log lines as they are written until it ended (``submit --follow``), then
     its final state; return its exit status.  While it is queued: its state and Slurm's reason."""
-    from clusterkit.cli.waiting import heard
+    from clusterkit.cli.waiting import watching
 
-    job.wait_started(on_change=heard(job))
+    with watching(job) as watch:
+        job.wait_started(on_poll=watch)
     _follow(job)
     result = job.wait()
     _warn_cache_failures(result.cache_failures)
@@ -198,14 +200,18 @@ def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) ->
     from clusterkit import heartbeat
 
     beat = heartbeat.read(Path(rec.run_dir) / "logs" / f"{rec.job_id}.progress")
+    place = found.queue_place() if st.state == "PENDING" and not st.stale else None
     if as_json:
         tried = {"dropped": [asdict(v) for v in dropped], "attempts": found.attempts()}
-        output.emit_json({**_final_json(rec, st, seen.tails), **tried, "progress": asdict(beat) if beat else None})
+        output.emit_json({**_final_json(rec, st, seen.tails), **tried, "progress": asdict(beat) if beat else None,
+                          "queue": place.to_dict() if place else None})
         return code
     from clusterkit.cli.arrays import show_tasks
     from clusterkit.cli.attempts import show_attempts
 
     output.line(describe(rec, st))
+    if place is not None:
+        output.line(f"  queue: {place.worded()}")
     output.line(f"  site {rec.site}, stage {rec.stage}, {rec.launcher} on {rec.nnodes} node(s), "
                 f"world size {rec.world_size}; nodes: {st.nodes or '-'}")
     for v in dropped:   # the in-job preflight's choice, the attempts' (read from the run directory, validated)

@@ -18,7 +18,8 @@ def nodes(site: str, as_json: bool, html_file: str | None) -> int:
 
     The history is yours (in clusterkit's state directory, one file per site).  It holds the
     nodes a before-submit preflight kept out of a job, the nodes a job's in-job preflight
-    dropped, and the nodes `clusterkit doctor` blamed for a job's failure.  A node with at
+    dropped, the nodes a job's recovery inside its allocation dropped from a failed attempt,
+    and the nodes `clusterkit doctor` blamed for a job's failure.  A node with at
     least node_history.exclude_after hardware failures within node_history.window_days is kept
     out of new jobs (#SBATCH --exclude); node_history.allow in the site file, or
     --set node_history=false on one job, lets it in.  For those nodes the command an admin

@@ -64,7 +64,8 @@ def record_diagnosis(rec: JobRecord, report: Mapping[str, Any], root: Path | Non
 
 def refresh(site: str, store: RecordStore | None = None, root: Path | None = None) -> list[str]:
     """Read the newest job records of ``site`` (and their run directories) for events the history
-    lacks: the nodes their in-job preflights dropped.  Warnings, never an error."""
+    lacks: the nodes their in-job preflights and their recovery inside the allocation dropped.
+    Warnings (a record skipped, one line each), never an error."""
     from clusterkit.errors import RecordError
     from clusterkit.scheduler.records import RecordStore
 
@@ -72,8 +73,14 @@ def refresh(site: str, store: RecordStore | None = None, root: Path | None = Non
         recs, _unreadable = (store or RecordStore()).recent(RECENT_RECORDS)
     except (RecordError, OSError) as exc:
         return [f"node history: job records not read ({exc})"]
-    events = [e for rec in recs if rec.site == site for e in sources.from_record(rec)]
-    return record(site, events, root) if events else []
+    events: list[Event] = []
+    notes: list[str] = []
+    for rec in recs:
+        if rec.site == site:
+            found, noted = sources.from_record(rec)
+            events += found
+            notes += noted
+    return notes + (record(site, events, root) if events else [])
 
 
 def read(site: str, root: Path | None = None) -> Book:

@@ -5,11 +5,12 @@
 - ``in-job``: the nodes a job's in-job preflight dropped, read back from its run directory's
   selections (``logs/nodes-<job>.r<restart>.json``, validated by :mod:`clusterkit.preflight.choose`)
   by :func:`from_record`, for every record :func:`clusterkit.history.refresh` looks at;
-- ``doctor``: the node doctor's verdict blamed for a job's failure (:func:`from_diagnosis`).
+- ``doctor``: the node doctor's verdict blamed for a job's failure (:func:`from_diagnosis`);
+- ``recovery``: the nodes the supervisor's recovery inside the allocation dropped, read back
+  from the job's ``logs/attempts-<job>.r<restart>.json`` (:mod:`clusterkit.history.recovery`).
 
-A further source (the supervisor's per-attempt dropped nodes, once the job's record or result
-carries them) is one more name in :data:`clusterkit.history.store.SOURCES` and one more reader
-in :data:`RECORD_READERS`; nothing else changes.
+A further source is one more name in :data:`clusterkit.history.store.SOURCES` and one more
+reader in :data:`RECORD_READERS`; nothing else changes.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from clusterkit.history import recovery
 from clusterkit.history.store import Event, now_utc
 
 if TYPE_CHECKING:
@@ -35,6 +37,8 @@ HARDWARE_CHECKS = frozenset({
 HARDWARE_CATEGORIES = frozenset({"gpu-hardware", "slurm-node-failure"})
 # the perf judge's verdicts about a node itself
 HARDWARE_VERDICTS = frozenset({"slow", "wrong-result"})
+# what a reader of job records found: events, and one line per thing it skipped
+Found = tuple[list[Event], list[str]]
 _CHECK = re.compile(r"([a-z][a-z0-9_]*\.[a-z0-9_]+)\b")
 
 
@@ -90,18 +94,26 @@ def from_diagnosis(rec: JobRecord, report: Mapping[str, Any], at: str | None = N
                   summary if isinstance(summary, str) else "")]
 
 
-def _in_job(rec: JobRecord) -> list[Event]:
+def _in_job(rec: JobRecord) -> Found:
     from clusterkit.preflight.choose import ChooseError, dropped_nodes
 
     if rec.scheduler != "slurm":
-        return []
+        return [], []
     spares = rec.plan.get("spares", 0) if isinstance(rec.plan, dict) else 0
     allocated = rec.nnodes + spares if isinstance(spares, int) and not isinstance(spares, bool) else None
     try:   # only selections of an allocation of the job's size: a forged file cannot outgrow it
         dropped = dropped_nodes(Path(rec.run_dir), rec.job_id, allocated)
     except (ChooseError, OSError):
-        return []
-    return from_dropped(rec, dropped, rec.submitted_at if _is_time(rec.submitted_at) else now_utc())
+        return [], []
+    return from_dropped(rec, dropped, _when(rec)), []
+
+
+def _recovery(rec: JobRecord) -> Found:
+    return recovery.events_of(rec, _when(rec), HARDWARE_CATEGORIES)
+
+
+def _when(rec: JobRecord) -> str:
+    return rec.submitted_at if _is_time(rec.submitted_at) else now_utc()
 
 
 def _is_time(text: str) -> bool:
@@ -109,9 +121,16 @@ def _is_time(text: str) -> bool:
 
 
 # readers of a job's record and run directory; each returns the events it finds (none is fine)
-RECORD_READERS: tuple[Callable[[JobRecord], list[Event]], ...] = (_in_job,)
+# and a line for each thing it skipped
+RECORD_READERS: tuple[Callable[[JobRecord], Found], ...] = (_in_job, _recovery)
 
 
-def from_record(rec: JobRecord) -> list[Event]:
-    """Every event the readers of :data:`RECORD_READERS` find for ``rec``."""
-    return [e for reader in RECORD_READERS for e in reader(rec)]
+def from_record(rec: JobRecord) -> Found:
+    """Every event the readers of :data:`RECORD_READERS` find for ``rec``, and their notes."""
+    events: list[Event] = []
+    notes: list[str] = []
+    for reader in RECORD_READERS:
+        found, noted = reader(rec)
+        events += found
+        notes += noted
+    return events, notes

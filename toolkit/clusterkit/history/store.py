@@ -37,9 +37,10 @@ MAX_EVENTS = 5000            # the newest kept; a node that failed 5,000 times n
 MAX_BYTES = 4 << 20          # 5,000 events of at most ~500 bytes each, with room
 MAX_DETAIL = 200             # characters of a verdict's one line kept
 # where a verdict came from: the before-submit preflight, the job's own in-job preflight (a node
-# it dropped), doctor's verdict on a failed job; one more source is one more name here and one
-# reader in clusterkit.history.sources
-SOURCES = ("preflight", "in-job", "doctor")
+# it dropped), doctor's verdict on a failed job, the supervisor's recovery inside the allocation
+# (a node an attempt dropped); one more source is one more name here and one reader in
+# clusterkit.history.sources
+SOURCES = ("preflight", "in-job", "doctor", "recovery")
 _WHAT = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?Z")
 

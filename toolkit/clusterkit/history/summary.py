@@ -64,12 +64,18 @@ def summarize(events: Iterable[Event], keys: NodeHistoryKeys, now: datetime | No
               others: Mapping[str, Sequence[Event]] | None = None) -> list[NodeSummary]:
     """One summary per node with events, the most recent hardware failures first.  ``others``
     (other users' events, by user) count at most one hardware failure per user and node within
-    the window: one user alone cannot keep a node out of everyone's jobs."""
+    the window: one user alone cannot keep a node out of everyone's jobs.  doctor's verdict on a
+    job and the recovery's drop of the same node for the same verdict in that job are one failure."""
     now = now or datetime.now(timezone.utc)
     since = now - timedelta(days=keys.window_days)
     allow = allowed_hosts(keys)
     by_node: dict[str, list[Event]] = {}
+    seen: dict[tuple[str, str, str], Event] = {}
     for e in events:
+        if e.job is not None:   # doctor's verdict on a job and the recovery's drop of it: one failure
+            first = seen.setdefault((e.node, e.job, e.what), e)
+            if first is not e and {first.source, e.source} == {"doctor", "recovery"}:
+                continue
         by_node.setdefault(e.node, []).append(e)
     shared: dict[str, list[Event]] = {}
     for user_events in (others or {}).values():

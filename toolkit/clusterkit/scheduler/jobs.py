@@ -125,9 +125,11 @@ def overview(store: RecordStore, limit: int, *, query: SlurmQuery | None = None)
 
 
 def follow_to_end(store: RecordStore, rec: JobRecord, *, tail_lines: int = TAIL_LINES,
-                  on_change: Callable[[JobStatus], None] | None = None) -> Look:
-    """Wait for the job's end (``on_change`` hears each new state); its final status and log tails."""
-    st = wait(rec, on_change=on_change)
+                  on_change: Callable[[JobStatus], None] | None = None,
+                  on_poll: Callable[[JobStatus], None] | None = None) -> Look:
+    """Wait for the job's end (``on_change`` hears each new state, ``on_poll`` every status
+    polled); its final status and log tails."""
+    st = wait(rec, on_change=on_change, on_poll=on_poll)
     failures: list[str] = []
     rec = _remember(store, rec, st, failures)
     return Look(rec, st, tails(get(rec.scheduler).logs(rec), tail_lines), failures)

@@ -70,7 +70,8 @@ def remember(store: RecordStore, rec: JobRecord, st: JobStatus) -> JobRecord:
 
 def wait(rec: JobRecord, *, poll_s: float = 0.5, max_poll_s: float = 5.0, outage_max_s: float = 20.0,
          confirm_s: float = 1.0, query: SlurmQuery | None = None,
-         on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+         on_change: Callable[[JobStatus], None] | None = None,
+         on_poll: Callable[[JobStatus], None] | None = None) -> JobStatus:
     """Poll until the job reaches a terminal state (LOST included, so this always ends).
 
     An end without a result file is confirmed by a second look ``confirm_s`` later: while
@@ -88,6 +89,8 @@ def wait(rec: JobRecord, *, poll_s: float = 0.5, max_poll_s: float = 5.0, outage
             (_, st), = refresh([rec], query)
         if heard != heard_key(st) and on_change is not None:
             on_change(st)
+        if on_poll is not None:
+            on_poll(st)
         heard = heard_key(st)
         if st.terminal:
             return st
@@ -104,9 +107,11 @@ def heard_key(st: JobStatus) -> tuple[JobState, str | None]:
 
 
 def wait_started(rec: JobRecord, *, poll_s: float = 0.5, max_poll_s: float = 5.0, outage_max_s: float = 20.0,
-                 query: SlurmQuery | None = None, on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
+                 query: SlurmQuery | None = None, on_change: Callable[[JobStatus], None] | None = None,
+                 on_poll: Callable[[JobStatus], None] | None = None) -> JobStatus:
     """Poll until the job left the queue (any state but PENDING, or UNKNOWN while Slurm does not
-    answer); ``on_change`` hears each new state and each new pending reason."""
+    answer); ``on_change`` hears each new state and each new pending reason, ``on_poll`` every
+    status polled."""
     heard: tuple[JobState, str | None] | None = None
     delay = poll_s
     while True:
@@ -114,6 +119,8 @@ def wait_started(rec: JobRecord, *, poll_s: float = 0.5, max_poll_s: float = 5.0
         changed = heard != heard_key(st)
         if changed and on_change is not None:
             on_change(st)
+        if on_poll is not None:
+            on_poll(st)
         heard = heard_key(st)
         if st.terminal or st.state not in (JobState.PENDING, JobState.UNKNOWN):
             return st

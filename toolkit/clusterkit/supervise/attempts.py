@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit.hostlist import HostlistError, check_host
-from clusterkit.safefile import is_real_dir, read_capped, write_atomic
+from clusterkit.safefile import NotRegular, is_real_dir, read_capped, write_atomic
 from clusterkit.tooltext import decode, load_json, printable
 from clusterkit.vocab import is_job_id
 
@@ -64,42 +64,64 @@ def _count(v: Any) -> int:
 
 def _one(d: Any) -> Attempt:
     if not isinstance(d, dict) or not isinstance(d.get("nodes"), list) or not isinstance(d.get("dropped"), list):
-        raise ValueError("expected an attempt")
+        raise ValueError("not an attempt (nodes and dropped lists)")
     if d.get("then") not in ("relaunch", "requeue", "stop"):
-        raise ValueError("then")
+        raise ValueError("'then' is not relaunch, requeue or stop")
     nodes = tuple(check_host(_text(h)) for h in d["nodes"][:100_000])
     dropped = tuple((check_host(_text(x["host"])), _text(x["why"])) for x in d["dropped"][:100_000]
                     if isinstance(x, dict))
     status = d.get("status")
     if not isinstance(status, int) or isinstance(status, bool) or not 0 <= status <= 255:
-        raise ValueError("status")
+        raise ValueError("status is not 0 to 255")
     return Attempt(_count(d["attempt"]), nodes, status, _text(d["verdict"]), dropped, d["then"])
 
 
 def read(run_dir: str | Path, job_id: str) -> list[tuple[int, Attempt]]:
     """(restart, attempt) for every attempt recorded for ``job_id``, in order; a file that is not
-    a valid record of this job and restart is skipped."""
+    a valid record of this job and restart, or an attempt that is not valid, is skipped."""
+    return read_noted(run_dir, job_id)[0]
+
+
+def read_noted(run_dir: str | Path, job_id: str) -> tuple[list[tuple[int, Attempt]], list[str]]:
+    """:func:`read`, with one line per file or attempt skipped (naming the file, printable)."""
     logs = Path(run_dir) / "logs"
     if not is_job_id(job_id) or not is_real_dir(logs):
-        return []
+        return [], []
     pattern = re.compile(rf"attempts-{re.escape(job_id)}\.r([0-9]{{1,6}})\.json")
     try:
         names = sorted((int(m.group(1)), n) for n in [p.name for p in logs.iterdir()][:100_000]
                        if (m := pattern.fullmatch(n)))
     except OSError:
-        return []
+        return [], []
     out: list[tuple[int, Attempt]] = []
+    notes: list[str] = []
     for restart, name in names:
         try:
             raw, more = read_capped(logs / name, MAX_BYTES, follow_symlinks=False)
-            data = None if more else load_json(decode(raw))
+            if more:
+                raise ValueError(f"larger than {MAX_BYTES >> 20} MiB")
+            data = load_json(decode(raw))
             if not isinstance(data, dict) or data.get("version") != VERSION or data.get("job_id") != job_id \
                     or data.get("restart") != restart or not isinstance(data.get("attempts"), list):
-                continue
-            out += [(restart, _one(d)) for d in data["attempts"][:MAX_ATTEMPTS]]
-        except (OSError, ValueError, KeyError, TypeError, HostlistError):
+                raise ValueError(f"not a record of attempts of job {job_id}, restart {restart} (version {VERSION})")
+        except (OSError, ValueError) as exc:
+            notes.append(f"{name}: {_why(exc)}; skipped")
             continue
-    return out
+        for i, d in enumerate(data["attempts"][:MAX_ATTEMPTS]):
+            try:
+                out.append((restart, _one(d)))
+            except (ValueError, KeyError, TypeError, HostlistError) as exc:
+                notes.append(f"{name}: attempt entry {i}: {_why(exc)}; skipped")
+    return out, notes
+
+
+def _why(exc: Exception) -> str:
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, KeyError):
+        text = f"no field {text}"
+    elif isinstance(exc, NotRegular):
+        text = f"not a regular file: {text}"
+    return printable(text or type(exc).__name__)[:120]
 
 
 def dropped(run_dir: str | Path, job_id: str) -> list[tuple[str, str]]:
