@@ -8,7 +8,7 @@ where sacct does not answer (no slurmdbd), from clusterkit's record: submission 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,10 +49,25 @@ def _epoch(iso: str | None) -> float | None:
 
 
 def _plan_gpus(rec: JobRecord) -> int | None:
-    gpn = rec.plan.get("gpus_per_node") if isinstance(rec.plan, dict) else None
+    """The GPUs the job's plan allocates: GPUs per node times its nodes, spares included."""
+    plan = rec.plan if isinstance(rec.plan, dict) else {}
+    gpn, spares = plan.get("gpus_per_node"), plan.get("spares", 0)
+    if not isinstance(spares, int) or isinstance(spares, bool) or not 0 <= spares <= 100_000:
+        spares = 0
     if isinstance(gpn, int) and not isinstance(gpn, bool) and 0 <= gpn <= 4096:
-        return gpn * rec.nnodes
+        return gpn * (rec.nnodes + spares)
     return None
+
+
+def _gpus_from_plan(rec: JobRecord, allocs: list[Allocation], warnings: list[str]) -> list[Allocation]:
+    """Where Slurm's accounting names no GPU for a job whose plan asked for some (a slurm.conf
+    whose AccountingStorageTRES lacks gres/gpu), the plan's count, said in a warning."""
+    planned = _plan_gpus(rec)
+    if not planned or not any(a.gpus == 0 and a.elapsed_s > 0 for a in allocs):
+        return allocs
+    warnings.append(f"sacct's AllocTRES names no GPU for job {rec.job_id} (is gres/gpu in Slurm's "
+                    f"AccountingStorageTRES?); its GPU-hours count the {planned} GPUs of its plan")
+    return [replace(a, gpus=planned) if a.gpus == 0 else a for a in allocs]
 
 
 def _from_record(rec: JobRecord, st: JobStatus, now: float) -> Allocation:
@@ -109,6 +124,8 @@ def run_account(job: Job, *, run: slurmclient.Run = slurmclient.run, now: float 
     for rec in recs:
         st = statuses[rec.key]
         allocs = by_job.get(rec.job_id) if rec.scheduler == "slurm" else None
+        if allocs:
+            allocs = _gpus_from_plan(rec, allocs, warnings)
         if rec.scheduler == "slurm" and not allocs and sacct_ok:
             # not in Slurm's accounting yet (pending): submitted, no allocation
             allocs = [Allocation(rec.job_id, st.state.value, _epoch(rec.submitted_at), None, None, 0.0, None, "record")]

@@ -22,6 +22,10 @@ def duration(seconds: float) -> str:
     return f"{days}-{text}" if days else text
 
 
+def hours(h: float) -> str:
+    return f"{h:.2f}" if h >= 1 else f"{h:.4f}"
+
+
 def _when(t: float | None) -> str:
     return time.strftime("%m-%d %H:%M:%S", time.localtime(t)) if t is not None else "-"
 
@@ -47,8 +51,8 @@ def _print(found: RunAccount) -> None:
                                  + (" (still running)" if a.open else "")),
                        ["JOB", "STATE", "SUBMIT", "START", "END", "ELAPSED", "GPUS", "FROM"], rows,
                        keys=("JOB", "STATE", "ELAPSED"), right=("ELAPSED", "GPUS"), drop=("FROM", "SUBMIT"))
-    gpu_h = "unknown" if a.gpu_hours is None else f"{a.gpu_hours:.2f}"
-    lost_h = "" if a.requeued_gpu_hours is None else f", {a.requeued_gpu_hours:.2f} GPU-hours"
+    gpu_h = "unknown" if a.gpu_hours is None else hours(a.gpu_hours)
+    lost_h = "" if a.requeued_gpu_hours is None else f", {hours(a.requeued_gpu_hours)} GPU-hours"
     output.line(f"  wall time {duration(a.wall_s)}; allocated {duration(a.allocated_s)}, {gpu_h} GPU-hours")
     output.line(f"  waiting without an allocation {duration(a.waiting_s)}; "
                 f"{a.requeues} requeue(s) lost up to {duration(a.requeued_s)}{lost_h}; "
