@@ -37,3 +37,25 @@ def test_a_local_run_account_has_its_steps_and_wall_time(ck: CLI, tmp_path: Path
     text = ck.proc("status", job, "--run", env=env)
     assert text.code == 0, text.err
     assert f"step {STEPS}" in text.out and "0 requeue(s)" in text.out, text.out
+
+
+def test_gpus_from_the_plan_where_accounting_names_none(tmp_path: Path, ck: CLI) -> None:
+    """A slurm.conf whose AccountingStorageTRES lacks gres/gpu gives AllocTRES without GPUs: the
+    job's plan (a real record, rendered for the local site's 2 GPUs per node) gives the count."""
+    from clusterkit.api.account import _gpus_from_plan
+    from clusterkit.scheduler.records import load_record
+    from clusterkit.scheduler.sacct_runs import Allocation
+
+    env = {"CLUSTERKIT_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(REPO / "toolkit")}
+    pytest.importorskip("torch", reason="the local site's launcher is torchrun (pip install torch, CPU build)")
+    res = ck.proc("submit", "--site", "local", "--out", str(tmp_path / "run"), "--wait",
+                  "--", "python", str(REPO / "tests" / "progress" / "account_job.py"), env=env)
+    assert res.code == 0, res.out + res.err
+    (path,) = (tmp_path / "state" / "jobs").glob("*.json")
+    rec = load_record(path)
+    warnings: list[str] = []
+    none = Allocation(rec.job_id, "COMPLETED", 0.0, 0.0, 10.0, 10, 0)
+    assert [a.gpus for a in _gpus_from_plan(rec, [none], warnings)] == [2]
+    assert len(warnings) == 1 and "AccountingStorageTRES" in warnings[0]
+    counted = Allocation(rec.job_id, "COMPLETED", 0.0, 0.0, 10.0, 10, 4)
+    assert _gpus_from_plan(rec, [counted], warnings) == [counted] and len(warnings) == 1
