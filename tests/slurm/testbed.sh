@@ -401,7 +401,10 @@ if [ "$GPUS" -gt 0 ]; then
   # gres/gpu drops File-less GPUs ("Removing file-less GPU"), and File= must be a char/block
   # device: symlinks to /dev/null pass that check without mknod or real GPUs.
   for g in $(seq 0 $((GPUS - 1))); do ln -sfn /dev/null "$LAB/dev/nvidia$g"; done
-  GRES_TYPES="GresTypes=gpu"
+  # AccountingStorageTRES: Slurm's accounting records GPUs (sacct's AllocTRES gres/gpu=N) only
+  # when told to, as a GPU cluster's slurm.conf does; `status --run` reads GPU-hours from it
+  GRES_TYPES="GresTypes=gpu
+AccountingStorageTRES=gres/gpu"
   GRES_NODE="Gres=gpu:${GPU_TYPE:+$GPU_TYPE:}$GPUS"
   cat > "$LAB/etc/gres.conf" <<EOF
 AutoDetect=off

@@ -153,9 +153,13 @@ def stream_to_end(job: Job) -> int:
               help="Show your recent jobs as a table (the latest first) instead of one job.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N",
               help="With the table: how many of the most recent jobs to show (default 20; implies --all).")
+@click.option("--run", "run", is_flag=True,
+              help="The account of the job's run (every job under its run name, with their requeues): "
+                   "wall time, GPU-hours, waiting, requeues, steps, goodput.")
 @click.option("--json", "as_json", is_flag=True,
-              help='Print the result as JSON: the job\'s document; with --all, {"jobs": [...]}.')
-def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) -> int:
+              help='Print the result as JSON: the job\'s document; with --all, {"jobs": [...]}; '
+                   'with --run, {"run": {...}}.')
+def status(job: str | None, show_all: bool, limit: int | None, run: bool, as_json: bool) -> int:
     """Show the state of one job (with the tail of its log unless it completed), by default
     the job you submitted last; with --all, a table of your recent jobs.
 
@@ -165,6 +169,7 @@ def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) ->
       clusterkit status 4242         # that job
       clusterkit status --all        # your 20 most recent jobs, the latest first
       clusterkit status --limit 50   # your 50 most recent jobs
+      clusterkit status 4242 --run   # what 4242's run (requeues, chain) cost and kept
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID; without it, the job you submitted
     last (the newest of your job records), as for `logs`.
@@ -182,8 +187,14 @@ def status(job: str | None, show_all: bool, limit: int | None, as_json: bool) ->
     store = _store()
     if job and (show_all or limit is not None):
         raise InputError("give JOB, or --all/--limit for the table of recent jobs, not both")
+    if run and (show_all or limit is not None):
+        raise InputError("--run shows one job's run; it cannot be combined with --all/--limit")
     if show_all or limit is not None:
         return _status_table(store, limit or 20, as_json)
+    if run:
+        from clusterkit.cli.runaccount import show
+
+        return show(_find_or_latest(job, store), as_json)
     if not job and not store.files():
         if as_json:
             output.emit_json({"job": None, "records": str(store.root)})

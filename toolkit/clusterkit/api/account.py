@@ -1,0 +1,138 @@
+"""``clusterkit status JOB --run``: the account of the run JOB belongs to (docs/jobs.md, "What a
+run cost").  The run is every job of JOB's site recorded under JOB's run name (its restarts and
+requeues are Slurm's runs of one job; its chain members and later ``--run-name`` jobs are jobs of
+their own).  Slurm jobs' allocations come from one sacct call; a local job's, or a Slurm job's
+where sacct does not answer (no slurmdbd), from clusterkit's record: submission to the result.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from clusterkit import heartbeat, slurmclient
+from clusterkit.chain import run_name_of
+from clusterkit.scheduler.runaccount import Account, Member, account
+from clusterkit.scheduler.sacct_runs import Allocation
+from clusterkit.scheduler.sacct_runs import query as sacct_query
+
+if TYPE_CHECKING:
+    from clusterkit.scheduler.base import JobStatus
+    from clusterkit.scheduler.records import JobRecord
+
+    from .job import Job
+
+RECENT = 500     # how many of the newest records are searched for the run's jobs
+
+
+@dataclass(frozen=True)
+class RunAccount:
+    account: Account
+    allocations: tuple[Allocation, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self.account), "allocations": [asdict(a) for a in self.allocations],
+                "warnings": list(self.warnings)}
+
+
+def _epoch(iso: str | None) -> float | None:
+    if not iso:
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _plan_gpus(rec: JobRecord) -> int | None:
+    """The GPUs the job's plan allocates: GPUs per node times its nodes, spares included."""
+    plan = rec.plan if isinstance(rec.plan, dict) else {}
+    gpn, spares = plan.get("gpus_per_node"), plan.get("spares", 0)
+    if not isinstance(spares, int) or isinstance(spares, bool) or not 0 <= spares <= 100_000:
+        spares = 0
+    if isinstance(gpn, int) and not isinstance(gpn, bool) and 0 <= gpn <= 4096:
+        return gpn * (rec.nnodes + spares)
+    return None
+
+
+def _gpus_from_plan(rec: JobRecord, allocs: list[Allocation], warnings: list[str]) -> list[Allocation]:
+    """Where Slurm's accounting names no GPU for a job whose plan asked for some (a slurm.conf
+    whose AccountingStorageTRES lacks gres/gpu), the plan's count, said in a warning."""
+    planned = _plan_gpus(rec)
+    if not planned or not any(a.gpus == 0 and a.elapsed_s > 0 for a in allocs):
+        return allocs
+    warnings.append(f"sacct's AllocTRES names no GPU for job {rec.job_id} (is gres/gpu in Slurm's "
+                    f"AccountingStorageTRES?); its GPU-hours count the {planned} GPUs of its plan")
+    return [replace(a, gpus=planned) if a.gpus == 0 else a for a in allocs]
+
+
+def _from_record(rec: JobRecord, st: JobStatus, now: float) -> Allocation:
+    """The job's one allocation as its record tells it: submitted and started at submission, ended
+    when the job script wrote its result; the GPUs its plan asked for."""
+    from clusterkit.scheduler.status import ended_at
+
+    start = _epoch(rec.submitted_at)
+    end = _epoch(ended_at(rec)) if st.terminal else None
+    stop = end if end is not None else (now if not st.terminal else start)
+    elapsed = max(0.0, stop - start) if start is not None and stop is not None else 0.0
+    return Allocation(rec.job_id, st.state.value, start, start, end if st.terminal else None, elapsed,
+                      _plan_gpus(rec), source="record")
+
+
+def run_records(job: Job) -> list[JobRecord]:
+    """The recorded jobs of ``job``'s run, oldest first (``job`` itself always among them)."""
+    rec = job.record
+    name = run_name_of(rec)
+    recs, _ = job._store.recent(RECENT)
+    same = {r.key: r for r in recs if r.site == rec.site and run_name_of(r) == name}
+    same[rec.key] = rec
+    return sorted(same.values(), key=lambda r: (_epoch(r.submitted_at) or 0.0, len(r.job_id), r.job_id))
+
+
+def run_account(job: Job, *, run: slurmclient.Run = slurmclient.run, now: float | None = None) -> RunAccount:
+    """What ``job``'s run cost and kept (:mod:`clusterkit.scheduler.runaccount`)."""
+    from clusterkit.scheduler.slurm_tables import SlurmQuery
+    from clusterkit.scheduler.status import refresh
+
+    now = time.time() if now is None else now
+    recs = run_records(job)
+    query = SlurmQuery(run=run)
+    statuses = dict(zip([r.key for r in recs], [st for _, st in refresh(recs, query)], strict=True))
+    warnings: list[str] = []
+    if query.unreachable:
+        warnings.append(f"{query.unreachable}; Slurm jobs' states are the last known")
+    slurm_ids = [r.job_id for r in recs if r.scheduler == "slurm"]
+    by_job: dict[str, list[Allocation]] = {}
+    sacct_ok = False
+    if slurm_ids:
+        got = sacct_query(slurm_ids, run)
+        if isinstance(got, str):
+            warnings.append(f"no accounting from sacct ({got}); Slurm jobs' times are their records' "
+                            "(submission to end, queue time counted as allocated)")
+        else:
+            found, skipped = got
+            sacct_ok = True
+            if skipped:
+                warnings.append(f"{skipped} sacct row(s) that do not fit were left out")
+            for a in found:
+                by_job.setdefault(a.job_id, []).append(a)
+    members = []
+    for rec in recs:
+        st = statuses[rec.key]
+        allocs = by_job.get(rec.job_id) if rec.scheduler == "slurm" else None
+        if allocs:
+            allocs = _gpus_from_plan(rec, allocs, warnings)
+        if rec.scheduler == "slurm" and not allocs and sacct_ok:
+            # not in Slurm's accounting yet (pending): submitted, no allocation
+            allocs = [Allocation(rec.job_id, st.state.value, _epoch(rec.submitted_at), None, None, 0.0, None, "record")]
+        beat = heartbeat.read(Path(rec.run_dir) / "logs" / f"{rec.job_id}.progress")
+        failed = len(job.__class__(rec, job._store).attempts())
+        members.append(Member(rec.job_id, tuple(allocs or [_from_record(rec, st, now)]), failed,
+                              beat.step if beat else None, beat.time if beat else None,
+                              ended=st.terminal and not st.stale))
+    acct = account(run_name_of(job.record), members, now)
+    return RunAccount(acct, tuple(a for m in members for a in m.allocations), tuple(warnings))

@@ -1,0 +1,62 @@
+"""``clusterkit status JOB --run``: the account of JOB's run, a table of its allocations then the
+totals (docs/jobs.md, "What a run cost"); ``--json`` the same as one document."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from clusterkit.cli import output
+from clusterkit.tooltext import printable
+
+if TYPE_CHECKING:
+    from clusterkit.api import Job
+    from clusterkit.api.account import RunAccount
+
+
+def duration(seconds: float) -> str:
+    """[D-]H:MM:SS, as Slurm prints elapsed time."""
+    s = max(0, round(seconds))
+    days, s = divmod(s, 86400)
+    text = f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{days}-{text}" if days else text
+
+
+def hours(h: float) -> str:
+    return f"{h:.2f}" if h >= 1 else f"{h:.4f}"
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%m-%d %H:%M:%S", time.localtime(t)) if t is not None else "-"
+
+
+def show(job: Job, as_json: bool) -> int:
+    from clusterkit.api.account import run_account
+
+    found = run_account(job)
+    for w in found.warnings:
+        output.warn(w)
+    if as_json:
+        output.emit_json({"run": found.as_json()})
+        return 0
+    _print(found)
+    return 0
+
+
+def _print(found: RunAccount) -> None:
+    a = found.account
+    rows = [[al.job_id, al.state, _when(al.submit), _when(al.start), _when(al.end), duration(al.elapsed_s),
+             "?" if al.gpus is None else al.gpus, al.source] for al in found.allocations]
+    output.print_table(printable(f"Run {a.run_name}: {len(a.jobs)} job(s), {a.allocation_count} allocation(s)"
+                                 + (" (still running)" if a.open else "")),
+                       ["JOB", "STATE", "SUBMIT", "START", "END", "ELAPSED", "GPUS", "FROM"], rows,
+                       keys=("JOB", "STATE", "ELAPSED"), right=("ELAPSED", "GPUS"), drop=("FROM", "SUBMIT"))
+    gpu_h = "unknown" if a.gpu_hours is None else hours(a.gpu_hours)
+    lost_h = "" if a.requeued_gpu_hours is None else f", {hours(a.requeued_gpu_hours)} GPU-hours"
+    output.line(f"  wall time {duration(a.wall_s)}; allocated {duration(a.allocated_s)}, {gpu_h} GPU-hours")
+    output.line(f"  waiting without an allocation {duration(a.waiting_s)}; "
+                f"{a.requeues} requeue(s) lost up to {duration(a.requeued_s)}{lost_h}; "
+                f"{a.failed_attempts} failed attempt(s) inside allocations")
+    steps = "no progress reported" if a.steps is None else f"step {a.steps}"
+    share = "-" if a.goodput is None else f"{100 * a.goodput:.1f} %"
+    output.line(f"  kept {duration(a.kept_s)}; goodput (kept / wall) {share}; {steps}")
