@@ -24,6 +24,7 @@ from clusterkit.config.envrules import (
 )
 from clusterkit.config.history_keys import NodeHistoryKeys
 from clusterkit.config.sbatch_options import meanings
+from clusterkit.config.watch_keys import WatchKeys
 from clusterkit.vocab import Launcher, ProbeTransport, SchedulerKind, Stage, check_slurm_time
 
 #: ``#SBATCH`` options clusterkit writes itself, and where a site or user sets them instead.
@@ -425,6 +426,7 @@ class Site(_Model):
     preflight: Preflight = Field(default_factory=Preflight)
     perf: Perf = Field(default_factory=Perf)
     node_history: NodeHistoryKeys = Field(default_factory=NodeHistoryKeys)
+    watch: WatchKeys = Field(default_factory=WatchKeys)
     cost: Cost | None = None
     reliability: Reliability = Field(default_factory=Reliability)
     templates: str | None = None
