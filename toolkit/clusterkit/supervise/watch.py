@@ -74,9 +74,9 @@ class Watcher:
         reporting = self._look()
         logs_at = None
         if not reporting:
-            if not self.said_logs:
-                self.log(f"watch: no progress file ({self.path.name}): the newest write to the rank logs stands in "
-                         "(report progress with clusterkit.progress(step))")
+            if not self.said_logs and self.clock() - self.started > self.limits.floor_s:
+                self.log(f"watch: no progress file ({self.path.name}) after {self.limits.floor_s:.0f} s: the newest "
+                         "write to the rank logs stands in (report progress with clusterkit.progress(step))")
                 self.said_logs = True
             logs_at = self._logs_at()
         self.found = stall.verdict(list(self.seen), self.clock(), self.limits, reporting=reporting,
