@@ -114,7 +114,8 @@ class Supervisor:
             if self.grace_end is not None and time.monotonic() >= self.grace_end:
                 log(f"the grace time of {self.spec.grace_s} s is over and ranks are still running")
                 return 143
-            if self.watcher is not None and self.grace_end is None and (found := self.watcher.check()):
+            watching = self.watcher is not None and self.grace_end is None and not self.stopping
+            if watching and self.watcher is not None and (found := self.watcher.check()):
                 log(f"watch: the run stalled: {found.worded()}: ending the launch step")
                 self.stalled = watch.stalled_verdict(found)
                 return watch.end_step(self.proc, log)
