@@ -75,8 +75,8 @@ class Watcher:
         logs_at = None
         if not reporting:
             if not self.said_logs and self.clock() - self.started > self.limits.floor_s:
-                self.log(f"watch: no progress file ({self.path.name}) after {self.limits.floor_s:.0f} s: the newest "
-                         "write to the rank logs stands in (report progress with clusterkit.progress(step))")
+                self.log(f"watch: no progress file ({self.path.name}) yet after {self.limits.floor_s:.0f} s: until "
+                         "there is one, the newest write to the rank logs stands in (clusterkit.progress(step))")
                 self.said_logs = True
             logs_at = self._logs_at()
         self.found = stall.verdict(list(self.seen), self.clock(), self.limits, reporting=reporting,
