@@ -11,6 +11,10 @@ provided it resumed at a saved step with the same world size: rank 0 prints them
   --gpu-fault-log FILE     (FILE: a doctor corpus file; its lines after ``# ---``) at --fail-step
                            and exits 1, as a rank whose GPU fell off the bus
   --key-error              every rank fails in its own code at --fail-step (a KeyError)
+  --stall-on HOST          the rank on HOST stops itself (SIGSTOP) after --fail-step, in the first
+                           attempt only (no checkpoint yet): a rank that stops making progress.  The
+                           loop then reports its progress (clusterkit.progress) and takes the job's
+                           process-group timeouts (CK_PG_TIMEOUT_START_S, then CK_PG_TIMEOUT_S)
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
 import socket
 import sys
 import time
@@ -33,6 +38,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--gpu-fault-on")
     p.add_argument("--gpu-fault-log")
     p.add_argument("--key-error", action="store_true")
+    p.add_argument("--stall-on")
     return p.parse_args()
 
 
@@ -54,7 +60,13 @@ def main() -> int:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    import clusterkit
+
+    set_timeout = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_pg_timeout
+
+    watched = args.stall_on is not None
+    start_s = float(os.environ["CK_PG_TIMEOUT_START_S"]) if watched else 60.0
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=start_s))
     rank, world = dist.get_rank(), dist.get_world_size()
     host = socket.gethostname()
     torch.manual_seed(0)
@@ -80,10 +92,21 @@ def main() -> int:
         opt.step()
         opt.zero_grad()
         say(f"rank {rank}/{world} on {host} step {step} loss {loss.item():.6f}")
+        if watched:
+            clusterkit.progress(step)
+            if step == start + 1:   # past the first steps: the short timeout (torchtitan's pattern)
+                set_timeout(datetime.timedelta(seconds=float(os.environ["CK_PG_TIMEOUT_S"])))
         if rank == 0 and (step + 1) % args.save_every == 0:
+            if watched:
+                clusterkit.progress(step + 1, saving=True)
             torch.save({"step": step + 1, "model": model.module.state_dict()}, str(ckpt) + ".tmp")
             os.replace(str(ckpt) + ".tmp", ckpt)
             say(f"rank 0 saved step {step + 1}")
+            if watched:
+                clusterkit.progress(step + 1)
+        if watched and step == args.fail_step and start == 0 and host == args.stall_on:
+            say(f"rank {rank} on {host} stops itself after step {step} at {time.time():.3f}")
+            os.kill(os.getpid(), signal.SIGSTOP)
         time.sleep(args.step_s)
     dist.barrier()
     if rank == 0:

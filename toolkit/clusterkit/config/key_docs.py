@@ -21,6 +21,7 @@ KEY_DOCS: dict[str, str] = {
     "Site.preflight": "when nodes are checked (in the job, before submit) and what is done with bad ones",
     "Site.perf": "what `preflight --perf` measures and what a node must reach",
     "Site.node_history": "when the nodes that keep failing in your jobs (`clusterkit nodes`) are kept out of new jobs",
+    "Site.watch": "when the job's supervisor calls a run stalled, and the process-group timeouts the job exports",
     "Site.cost": "price per GPU hour, for `clusterkit plan`'s cost figures",
     "Site.templates": "a folder of job script templates replacing the built-in ones of the same name",
     "Container.runtime": "pyxis (srun --container-image) or apptainer",

@@ -23,6 +23,7 @@ from clusterkit.config.machine import SSH, Network, Nodes, RoCE, Storage
 from clusterkit.config.model import _Model
 from clusterkit.config.sbatch_owned import OWNED_SBATCH, owned_sbatch
 from clusterkit.config.software import NCCL, Container, Software
+from clusterkit.config.watch_keys import WatchKeys
 from clusterkit.vocab import Stage
 
 __all__ = ["NCCL", "OWNED_SBATCH", "SSH", "Container", "Cost", "JobSection", "Network", "Nodes", "Perf", "Preflight",
@@ -59,6 +60,7 @@ class Site(_Model):
     preflight: Preflight = Field(default_factory=Preflight)
     perf: Perf = Field(default_factory=Perf)
     node_history: NodeHistoryKeys = Field(default_factory=NodeHistoryKeys)
+    watch: WatchKeys = Field(default_factory=WatchKeys)
     cost: Cost | None = None
     reliability: Reliability = Field(default_factory=Reliability)
     templates: str | None = None

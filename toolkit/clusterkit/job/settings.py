@@ -64,6 +64,12 @@ class Settings(BaseModel):
     max_relaunches: int | None = Field(None, ge=0, le=100, description="relaunches inside the allocation after "
                                        "a node's failure (multi-node jobs in srun steps; default 3), apart from "
                                        "the requeues of max_restarts")
+    # watching the run (the site's watch: keys; None: the site's value)
+    stall_floor_s: float | None = Field(None, ge=0, le=86400, description="no progress for this long (at least) "
+                                        "is a stall (site default 300); 0: not watched")
+    stall_factor: float | None = Field(None, ge=1, le=1000, description="... or for this many median step times")
+    warmup_steps: int | None = Field(None, ge=0, le=1_000_000, description="steps of each attempt not judged")
+    save_limit_s: float | None = Field(None, gt=0, le=86400, description="how long a save marked as one may take")
     # long runs (docs/architecture.md: chains, run names, stop signal)
     stop_signal: Literal["TERM", "USR1", "USR2", "INT"] = Field(
         "TERM", description="the signal the ranks get on the time-limit warning, a preemption Slurm announces, "
@@ -145,7 +151,7 @@ def script_variable(key: str, launcher: str) -> str | None:
 
 # Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
 SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "stop_signal", "requeue_by", "spares",
-              "gpu_type", "max_relaunches")
+              "gpu_type", "max_relaunches", "stall_floor_s", "stall_factor", "warmup_steps", "save_limit_s")
 
 
 def gpus_per_node(s: Settings, gpn: int) -> str:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from clusterkit.supervise.endgame import Spec, Supervisor
+from clusterkit.supervise.stall import Limits
 
 USAGE = "python -m clusterkit.supervise --mode step|here|local [options] -- LAUNCH ARGV..."
 
@@ -37,9 +38,17 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
     p.add_argument("--requeue-by", choices=("clusterkit", "framework"), default="clusterkit")
     p.add_argument("--chain-ids", default="")
     p.add_argument("--chain-stops", default="")
+    p.add_argument("--stall-floor-s", type=float, default=0.0)   # 0 (or none given): not watched
+    p.add_argument("--stall-factor", type=float, default=Limits.factor)
+    p.add_argument("--warmup-steps", type=int, default=Limits.warmup_steps)
+    p.add_argument("--save-limit-s", type=float, default=Limits.save_s)
     a = p.parse_args(words[:cut])
     if a.grace_s < 0 or a.max_restarts < 0 or a.max_relaunches < -1 or not a.stop_signal.isalnum():
         p.error("--grace-s and --max-restarts must be 0 or more, --stop-signal a signal name")
+    if not (0 <= a.stall_floor_s <= 86400 and 1 <= a.stall_factor <= 1000 and a.warmup_steps >= 0
+            and 0 < a.save_limit_s <= 86400):
+        p.error("--stall-floor-s must be 0 to 86400, --stall-factor 1 to 1000, --warmup-steps 0 or more, "
+                "--save-limit-s above 0 and at most 86400")
     missing = [name for name in ("CK_RUN_DIR", "CK_JOB_ID") if not env.get(name)]
     if missing:
         p.error(f"{' and '.join(missing)} not set: the job script sets them before it starts the supervisor")
@@ -49,7 +58,9 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
     return Spec(launch=tuple(words[cut + 1:]), mode=a.mode, run_dir=env["CK_RUN_DIR"], job_id=env["CK_JOB_ID"],
                 restarts=int(restarts), max_restarts=a.max_restarts, grace_s=a.grace_s, stop_signal=a.stop_signal,
                 requeue_by=a.requeue_by, chain_ids=a.chain_ids,
-                chain_stops=tuple(a.chain_stops.split()), max_relaunches=a.max_relaunches)
+                chain_stops=tuple(a.chain_stops.split()), max_relaunches=a.max_relaunches,
+                watch=Limits(a.stall_floor_s, a.stall_factor, a.warmup_steps, a.save_limit_s)
+                if a.stall_floor_s else None)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -25,7 +25,7 @@ from typing import NoReturn
 from clusterkit import slurmclient
 from clusterkit.hostlist import fold
 from clusterkit.safefile import NotRegular, read_capped
-from clusterkit.supervise import decide, judge, owned, recovery, replan
+from clusterkit.supervise import decide, judge, owned, recovery, replan, stall, watch
 from clusterkit.supervise.events import Events, die_by_term
 
 WAITING = "waiting for Slurm to end this run; no result is written"
@@ -51,6 +51,7 @@ class Spec:
     chain_ids: str = ""            # a chain member that is not the last: the chain's ids file
     chain_stops: tuple[str, ...] = ()
     max_relaunches: int = -1       # relaunches in the allocation after a failure; -1: recovery off
+    watch: stall.Limits | None = None   # stall detection (supervise/watch.py); None: not watched
 
 
 def log(text: str) -> None:
@@ -79,6 +80,8 @@ class Supervisor:
         self.grace_end: float | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.attempts: recovery.Run | None = None
+        self.watcher: watch.Watcher | None = None
+        self.stalled: replan.Verdict | None = None   # the attempt the watcher ended, for recovery
         slurm = spec.mode != "local"
         if slurm:   # an INT ends a batch script as it ended the shell: by that signal, no traceback
             signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -111,8 +114,14 @@ class Supervisor:
             if self.grace_end is not None and time.monotonic() >= self.grace_end:
                 log(f"the grace time of {self.spec.grace_s} s is over and ranks are still running")
                 return 143
+            watching = self.watcher is not None and self.grace_end is None and not self.stopping
+            if watching and self.watcher is not None and (found := self.watcher.check()):
+                log(f"watch: the run stalled: {found.worded()}: ending the launch step")
+                self.stalled = watch.stalled_verdict(found)
+                return watch.end_step(self.proc, log)
             left = _LOOP_S if self.grace_end is None else max(0.0, self.grace_end - time.monotonic())
-            for signum in self.events.wait(min(left, _LOOP_S)):
+            poll = self.watcher.poll_s if self.watcher is not None else _LOOP_S
+            for signum in self.events.wait(min(left, _LOOP_S, poll)):
                 self.on_signal(signum)
 
     # ---- the signals while the run is on
@@ -189,6 +198,9 @@ class Supervisor:
 
     def launch_once(self) -> int:
         rc = self.start()
+        s, at = self.spec, self.attempts.attempt if self.attempts is not None else 0
+        if s.watch is not None and s.mode != "local":
+            self.watcher = watch.Watcher(s.watch, s.run_dir, s.job_id, s.restarts, at, log)
         if rc is None:
             rc = self.wait_launcher()
         self.grace_end = None
@@ -200,8 +212,9 @@ class Supervisor:
         """Judge the failed attempt and act: the next attempt's status (a relaunch), or the end
         (a requeue without the bad nodes, or a stop with the verdict).  Without doctor, the run
         ends as before recovery (``self.attempts`` cleared, ``rc`` returned)."""
-        log(f"attempt {run.attempt} on {','.join(run.nodes)} failed (status {rc}): doctor judges its logs")
-        v = recovery.judge_launch(run, self.spec.launch, log)
+        how = "doctor judges its logs" if self.stalled is None else "it stalled (no doctor run)"
+        log(f"attempt {run.attempt} on {','.join(run.nodes)} failed (status {rc}): {how}")
+        v, self.stalled = self.stalled or recovery.judge_launch(run, self.spec.launch, log), None
         self.drain()
         if v is None:   # the run ends as it would without recovery
             self.attempts = None

@@ -1,0 +1,38 @@
+"""The site's ``watch:`` keys: when the job's supervisor calls a run stalled, and the
+process-group timeouts the job hands the training script (docs/jobs.md, "When the run stops
+making progress"; the rule: :mod:`clusterkit.supervise.stall`).
+
+The defaults, and why: PyTorch's process-group (NCCL) timeout is 10 minutes by default, so a
+hung rank holds every other one for 10 minutes before anything ends; a floor of 5 minutes
+finds it first.  Step times vary (data loading, evaluation, logging steps), so a stall is 10
+median steps without progress, never less than the floor.  The first steps build NCCL's
+communicators and compile: 3 steps of warm-up are not judged.  A checkpoint save marked as one
+may take 30 minutes.  torchtitan's pattern for the process group: a long timeout for start-up
+(its default 300 s), a short one once the first step is done (100 s); the job exports both.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class WatchKeys(BaseModel):
+    """Stall detection (``stall_floor_s: 0`` turns it off) and the process-group timeouts."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    stall_floor_s: float = Field(300.0, ge=0, le=86400, description="no progress for this long (at least) is a "
+                                 "stall; 0: the supervisor does not watch")
+    stall_factor: float = Field(10.0, ge=1, le=1000, description="... or for this many median step times, if longer")
+    warmup_steps: int = Field(3, ge=0, le=1_000_000, description="steps of each attempt not judged (start-up)")
+    save_limit_s: float = Field(1800.0, gt=0, le=86400, description="how long a checkpoint save marked as one "
+                                "(clusterkit.progress(step, saving=True)) may take")
+    pg_timeout_start_s: int = Field(1800, ge=1, le=86400, description="CK_PG_TIMEOUT_START_S: the training "
+                                    "script's process-group timeout for start-up and the first steps")
+    pg_timeout_s: int = Field(600, ge=1, le=86400, description="CK_PG_TIMEOUT_S: its process-group timeout "
+                              "after the first steps")
+
+    @field_validator("stall_floor_s", "stall_factor", "save_limit_s", mode="before")
+    @classmethod
+    def _seconds(cls, v: object) -> object:
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v

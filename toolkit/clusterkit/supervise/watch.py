@@ -1,0 +1,105 @@
+"""Watching a launch step while it runs: the supervisor's wait loop asks :meth:`Watcher.check`
+between its waits; it reads the progress file (:func:`clusterkit.heartbeat.read`: bounded,
+validated), or, when the job writes none, the time of the newest write to this attempt's rank
+logs, and asks :func:`clusterkit.supervise.stall.verdict` (docs/architecture.md §3, "Watching a
+run").  On a stall, :func:`end_step` ends the launch step, and recovery takes it as a failed
+attempt (:func:`stalled_verdict`: category ``stall``, the node behind when it can be named).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from clusterkit import heartbeat
+from clusterkit.supervise import replan, stall
+from clusterkit.supervise.recovery import attempt_logs
+
+HISTORY = 1000          # the progress lines kept for the median (the newest)
+END_WAIT_S = 60.0       # how long an ended step's launcher gets before it is killed
+Log = Callable[[str], None]
+
+
+class Watcher:
+    """One attempt's progress as the supervisor sees it."""
+
+    def __init__(self, limits: stall.Limits, run_dir: str, job_id: str, restart: int, attempt: int,
+                 log: Log, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits, self.log, self.clock = limits, log, clock
+        self.path = Path(run_dir) / "logs" / f"{job_id}.progress"
+        self.logs = (run_dir, job_id, restart, attempt)
+        self.started = clock()
+        self.seen: deque[stall.Seen] = deque(maxlen=HISTORY)
+        self.last = heartbeat.read(self.path)   # an earlier attempt's line: not this attempt's progress
+        self.said_logs = False
+        self.found: stall.Stall | None = None
+
+    @property
+    def poll_s(self) -> float:
+        """How long the supervisor's wait lasts between two looks: a fifth of the floor, 1 to 30 s."""
+        return min(30.0, max(1.0, self.limits.floor_s / 5))
+
+    def _look(self) -> bool:
+        """Note a new progress line of this attempt; whether the job writes a progress file."""
+        line = heartbeat.read(self.path)
+        if line is None:
+            return self.path.exists()
+        if line == self.last:
+            return True
+        self.last = line
+        if self.seen and line.step < self.seen[-1].step:
+            self.seen.clear()   # the step count went back (a resume): count again from here
+        self.seen.append(stall.Seen(line.step, line.phase, self.clock()))
+        return True
+
+    def _logs_at(self) -> float | None:
+        """The newest write to this attempt's rank logs, on the supervisor's clock."""
+        newest = 0.0
+        for name in attempt_logs(*self.logs)[:1000]:
+            try:
+                newest = max(newest, os.stat(name).st_mtime)
+            except OSError:
+                continue
+        return None if not newest else self.clock() - max(0.0, time.time() - newest)
+
+    def check(self) -> stall.Stall | None:
+        """A stall of this attempt, found now (once), or None."""
+        if self.found is not None:
+            return None
+        reporting = self._look()
+        logs_at = None
+        if not reporting:
+            if not self.said_logs and self.clock() - self.started > self.limits.floor_s:
+                self.log(f"watch: no progress file ({self.path.name}) yet after {self.limits.floor_s:.0f} s: until "
+                         "there is one, the newest write to the rank logs stands in (clusterkit.progress(step))")
+                self.said_logs = True
+            logs_at = self._logs_at()
+        self.found = stall.verdict(list(self.seen), self.clock(), self.limits, reporting=reporting,
+                                   started=self.started, logs_at=logs_at)
+        return self.found
+
+
+def stalled_verdict(found: stall.Stall, node: str | None = None) -> replan.Verdict:
+    """The failed attempt's verdict for recovery: ``stall``, with the node behind where known."""
+    behind = f"; node behind: {node}" if node else "; node behind: unknown (no stack dump names it)"
+    return replan.Verdict("stall", found.worded() + behind, node)
+
+
+def end_step(proc: subprocess.Popen[bytes], log: Log) -> int:
+    """End a stalled launch: TERM to the launcher (srun ends its step's every task), KILL after
+    ``END_WAIT_S``; the launcher's status as a shell reports it."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=END_WAIT_S)
+    except subprocess.TimeoutExpired:
+        log(f"watch: the launcher is still running {END_WAIT_S:.0f} s after TERM: KILL")
+        proc.kill()
+        proc.wait()
+    rc = proc.returncode
+    return 128 - rc if rc < 0 else rc
