@@ -50,12 +50,14 @@ def test_a_spare_takes_the_bad_nodes_place_in_every_launch_step(job, tmp_path: P
     assert "choose-nodes" in choose and "--nodes 2 --spares 1 --check base" in choose
 
 
-def test_more_bad_nodes_than_spares_ends_with_the_list(job, tmp_path: Path) -> None:
+def test_more_bad_nodes_than_spares_and_too_few_left_for_a_requeue_end_with_the_list(job, tmp_path: Path) -> None:
+    # the testbed site has 4 nodes: without node1 and node3, 2 remain for 2 nodes and 1 spare
     j = job("--set", "preflight_in_job=true", "--set", "spares=1", SLURM_JOB_NODELIST="node[1-3]",
             JS_PREFLIGHT_REPORT=_report(tmp_path, node1="7 GPUs", node3="no GPU"), JS_PREFLIGHT_RC="1").start()
     assert j.wait() == 1, j.log()
     assert j.reason() == ("preflight: 2 nodes failed, 1 spares: node1 (failed: gpu.count: 7 GPUs), "
-                          "node3 (failed: gpu.count: no GPU); resubmit without them: clusterkit submit "
+                          "node3 (failed: gpu.count: no GPU); not requeued: without them 2 of the site's 4 nodes "
+                          "remain for 2 and 1 spare(s); resubmit without them: clusterkit submit "
                           f"--exclude-from {JOB_ID} --site testbed --stage multi-node --nodes 2 --gpus-per-node 1 "
                           "--launcher srun --set preflight_in_job=true --set spares=1 -- "
                           f"{Path(__file__).parent / 'rank_standin.sh'}\n")

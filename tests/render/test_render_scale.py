@@ -53,6 +53,10 @@ def test_a_2048_node_render_passes_shellcheck_and_the_launchers_parsers(
         assert p.returncode == 0, p.stdout[-4000:]
     p = subprocess.run(["bash", "-n", str(run_dir / "job.sbatch")], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+    if launcher == "colossalai":
+        # its parser looks every host up (HostInfo.is_host_localhost: socket.getfqdn and getaddrinfo per
+        # host), minutes for 2,048 names no resolver knows; its 4-node golden case runs the parser
+        pytest.skip("colossalai's parser resolves each of the 2,048 host names; checked on the golden case")
     if launcher in SIDE_LAUNCHERS:
         side_dir(launcher)            # skip (CK_SIDE_LAUNCHERS unset) or fail (set, not unpacked), after shellcheck
     if launcher == "deepspeed":

@@ -124,6 +124,9 @@ class Plan:
         if exclude == self.exclude:
             return self
         site, ctx = self.basis.site, self.basis.context
+        r = self.basis.resolved
+        if _check_spares(site, r, self.nnodes, exclude)[0] != self.spares:   # a default that no longer fits
+            return make_plan(site, replace(r, request=replace(r.request, exclude=exclude)))
         ctx = _with_hosts(ctx, _candidates(site, exclude, self.nnodes, self.spares))
         if launchers.get(self.launcher)(ctx) != self.launch:  # re-runs the launcher's host checks
             raise AssertionError(f"{self.launcher}: the launch changed with the exclude list; "

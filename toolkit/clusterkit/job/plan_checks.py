@@ -79,7 +79,8 @@ def _candidates(site: Site, exclude: tuple[str, ...], nnodes: int, spares: int =
 def _check_spares(site: Site, r: Resolved, nnodes: int, exclude: tuple[str, ...]) -> tuple[int, str | None]:
     """The spare nodes asked for (:mod:`clusterkit.job.spares`): only where the job checks its nodes
     itself (the in-job preflight chooses which ``nnodes`` of the allocation it launches on)."""
-    return spares_mod.choose(site, r.spec.name, r.settings.spares, nnodes, bool(r.preflight_in_job), exclude)
+    return spares_mod.choose(site, r.spec.name, r.settings.spares, r.stage_spares, nnodes,
+                             bool(r.preflight_in_job), exclude)
 
 
 def _unused_settings(s: Settings, launcher: str, site: Site) -> list[str]:

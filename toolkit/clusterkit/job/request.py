@@ -125,6 +125,7 @@ class Resolved:
     # recommendation of `plan --render`), "stage" (the site's stages.<stage> entry), "site" (the
     # site file), "default"
     sources: Mapping[str, str] = field(default_factory=dict)
+    stage_spares: int | str | None = None   # the site's stages.<stage>.spares (job/spares.py decides)
 
     def with_request(self, **changes: Any) -> Resolved:
         """The same choices for the request with ``changes`` that choose nothing (run_dir, inputs)."""
@@ -194,6 +195,7 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
         preflight_in_job=_in_job(sch.kind == "slurm", pick("preflight_in_job", s.preflight_in_job, None,
                                                            site.preflight.in_job)),
         job=merge_job(site, spec.name, override, request.job),
+        stage_spares=override.spares if override is not None else None,
     )
 
 

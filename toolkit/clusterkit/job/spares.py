@@ -24,17 +24,15 @@ from clusterkit.vocab import spares_for
 STAGE_DEFAULT: dict[str, int | str] = {"large-cluster": "3%"}
 
 
-def choose(site: Site, stage: str, given: int | None, nnodes: int, in_job: bool,
+def choose(site: Site, stage: str, given: int | None, staged: int | str | None, nnodes: int, in_job: bool,
            exclude: tuple[str, ...]) -> tuple[int, str | None]:
-    """(spares, a warning for the plan or None).  ``given``: ``--spares``/``--set spares=``; a
-    site without Slurm has no default."""
+    """(spares, a warning for the plan or None).  ``given``: ``--spares``/``--set spares=``;
+    ``staged``: the site's ``stages.<stage>.spares``; a site without Slurm has no default."""
     if given is not None or site.scheduler.kind != "slurm":
         if given and not in_job:
             raise PlanError("spare nodes are chosen by the job's own preflight, which is off: "
                             "add --set preflight_in_job=true (or perf)", field="settings.spares", value=str(given))
         return given or 0, None
-    override = site.stage_override(stage)
-    staged = override.spares if override is not None else None
     value = staged if staged is not None else STAGE_DEFAULT.get(stage, 0)
     wanted = spares_for(value, nnodes)
     where = f"site stages.{stage}.spares" if staged is not None else f"the {stage} default"
