@@ -10,6 +10,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 _ASCII_INT = re.compile(r"[0-9]+")
@@ -34,6 +35,17 @@ def parse_int(text: str, *, max_digits: int = 18, signed: bool = False) -> int |
     if len(text.lstrip("+-")) > max_digits:
         return None
     return int(text)
+
+
+def parse_iso(text: str | None) -> float | None:
+    """An ISO 8601 time as a record writes it (``2026-12-06T03:24:46.123456Z``) in epoch seconds;
+    None for no time or anything else."""
+    if not text or len(text) > 40:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def parse_float(text: str, *, limit: float = 1e18) -> float | None:

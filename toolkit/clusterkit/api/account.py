@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from clusterkit.chain import run_name_of
 from clusterkit.scheduler.runaccount import Account, Member, account
 from clusterkit.scheduler.sacct_runs import Allocation
 from clusterkit.scheduler.sacct_runs import query as sacct_query
+from clusterkit.tooltext import parse_iso
 
 if TYPE_CHECKING:
     from clusterkit.scheduler.base import JobStatus
@@ -37,15 +37,6 @@ class RunAccount:
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self.account), "allocations": [asdict(a) for a in self.allocations],
                 "warnings": list(self.warnings)}
-
-
-def _epoch(iso: str | None) -> float | None:
-    if not iso:
-        return None
-    try:
-        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def _plan_gpus(rec: JobRecord) -> int | None:
@@ -75,8 +66,8 @@ def _from_record(rec: JobRecord, st: JobStatus, now: float) -> Allocation:
     when the job script wrote its result; the GPUs its plan asked for."""
     from clusterkit.scheduler.status import ended_at
 
-    start = _epoch(rec.submitted_at)
-    end = _epoch(ended_at(rec)) if st.terminal else None
+    start = parse_iso(rec.submitted_at)
+    end = parse_iso(ended_at(rec)) if st.terminal else None
     stop = end if end is not None else (now if not st.terminal else start)
     elapsed = max(0.0, stop - start) if start is not None and stop is not None else 0.0
     return Allocation(rec.job_id, st.state.value, start, start, end if st.terminal else None, elapsed,
@@ -90,7 +81,7 @@ def run_records(job: Job) -> list[JobRecord]:
     recs, _ = job._store.recent(RECENT)
     same = {r.key: r for r in recs if r.site == rec.site and run_name_of(r) == name}
     same[rec.key] = rec
-    return sorted(same.values(), key=lambda r: (_epoch(r.submitted_at) or 0.0, len(r.job_id), r.job_id))
+    return sorted(same.values(), key=lambda r: (parse_iso(r.submitted_at) or 0.0, len(r.job_id), r.job_id))
 
 
 def run_account(job: Job, *, run: slurmclient.Run = slurmclient.run, now: float | None = None) -> RunAccount:
@@ -128,7 +119,8 @@ def run_account(job: Job, *, run: slurmclient.Run = slurmclient.run, now: float 
             allocs = _gpus_from_plan(rec, allocs, warnings)
         if rec.scheduler == "slurm" and not allocs and sacct_ok:
             # not in Slurm's accounting yet (pending): submitted, no allocation
-            allocs = [Allocation(rec.job_id, st.state.value, _epoch(rec.submitted_at), None, None, 0.0, None, "record")]
+            allocs = [Allocation(rec.job_id, st.state.value, parse_iso(rec.submitted_at), None, None, 0.0, None,
+                                 "record")]
         beat = heartbeat.read(Path(rec.run_dir) / "logs" / f"{rec.job_id}.progress")
         failed = len(job.__class__(rec, job._store).attempts())
         members.append(Member(rec.job_id, tuple(allocs or [_from_record(rec, st, now)]), failed,

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import Any
+
+from clusterkit.tooltext import parse_iso
 
 COLUMNS = ["JOB", "SITE", "NAME", "STAGE", "LAUNCHER", "NODES", "STATE", "EXIT", "ELAPSED", "RESTARTS", "REASON",
            "SUBMITTED"]
@@ -14,20 +15,11 @@ KEYS = ("JOB", "NAME", "NODES", "STATE", "EXIT", "ELAPSED", "SUBMITTED")
 DROP = ("LAUNCHER", "STAGE", "SITE", "SUBMITTED", "NODES", "RESTARTS", "REASON")
 
 
-def _epoch(iso: str | None) -> float | None:
-    if not iso:
-        return None
-    try:
-        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
 def elapsed(row: Mapping[str, Any], now: float | None = None) -> str:
     """Since submission: until its end (the result file's time) for a job that ended, until now
     for one that has not; ``-`` when an ended job's end is unknown.  Slurm's format: [D-]H:MM:SS."""
-    start = _epoch(row.get("submitted_at"))
-    end = _epoch(row.get("ended_at")) if row.get("ended_at") else (None if row.get("ended") else now or time.time())
+    start = parse_iso(row.get("submitted_at"))
+    end = parse_iso(row.get("ended_at")) if row.get("ended_at") else (None if row.get("ended") else now or time.time())
     if start is None or end is None:
         return "-"
     s = max(0, int(end - start))
