@@ -31,6 +31,19 @@ def test_a_nodes_fault_drops_the_node_and_a_spare_takes_its_place(category: str)
     assert not step.once
 
 
+def test_with_the_allocation_known_the_new_nodes_keep_slurms_order_so_the_head_is_the_steps_node_0() -> None:
+    """Slurm numbers a step's nodes in its own order whatever --nodelist says: the head (CK_HEAD, the
+    first of the list) must be its node 0, where SLURM_PROCID 0 and --node_rank/--machine_rank 0 run."""
+    alloc = ("node1", "node2", "node3", "node4")
+    head_lost = replan.next_step(Verdict("gpu-hardware", "Xid 79", "node1"), [], tried(allocation=alloc))
+    assert isinstance(head_lost, Relaunch) and head_lost.nodes == ("node2", "node3", "node4")
+    middle = replan.next_step(Verdict("gpu-hardware", "Xid 79", "node2"), [], tried(allocation=alloc))
+    assert isinstance(middle, Relaunch) and middle.nodes == ("node1", "node3", "node4")
+    # the hostfile follows: each line names the node now at its place
+    text = "node1 slots=8\nnode2 slots=8\nnode3 slots=8\n"
+    assert replan.hostfile_for(text, NODES, head_lost.nodes) == "node2 slots=8\nnode3 slots=8\nnode4 slots=8\n"
+
+
 @pytest.mark.parametrize("category", replan.STOP)
 def test_a_failure_of_the_run_itself_stops_with_the_verdict(category: str) -> None:
     step = replan.next_step(Verdict(category, "KeyError: 'lr'", "node2"), ["node3"], tried())

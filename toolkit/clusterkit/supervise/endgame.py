@@ -226,7 +226,8 @@ class Supervisor:
         facts = replan.Attempted(attempt=run.attempt, nodes=run.nodes, unused=tuple(h for h in run.unused
                                  if h not in down), max_relaunches=run.max_relaunches, unknown_used=run.unknown_used,
                                  restarts_left=s.max_restarts - s.restarts, excluded=recovery.kept_out(shown, run),
-                                 pinned=replan.requested(shown), partition=recovery.partition_nodes(self.client, shown))
+                                 pinned=replan.requested(shown), partition=recovery.partition_nodes(self.client, shown),
+                                 allocation=run.allocation)
         step = replan.next_step(v, down, facts)
         self.drain()
         if self.stopping or self.warned is not None:

@@ -100,6 +100,9 @@ class Attempted:
     excluded: tuple[str, ...] = ()    # nodes already kept out of the job (its ExcNodeList, earlier drops)
     pinned: tuple[str, ...] = ()      # nodes the job asks for by name (its ReqNodeList: --nodelist)
     partition: tuple[str, ...] = ()   # the nodes of the job's partition (none: not known)
+    # the allocation in Slurm's order (SLURM_JOB_NODELIST): a step numbers its nodes so, whatever
+    # --nodelist's order, and its node 0 (SLURM_NODEID, and SLURM_PROCID 0) must be the head
+    allocation: tuple[str, ...] = ()
 
 
 def verdict_from_doctor(out: str) -> Verdict:
@@ -192,6 +195,8 @@ def next_step(v: Verdict, down: list[str], a: Attempted) -> Step:
     if a.attempt + 1 <= a.max_relaunches and need <= len(spares):
         fresh = iter(spares[:need])   # each spare takes a dropped node's place in the list
         nodes = tuple(next(fresh) if h in gone else h for h in a.nodes)
+        if set(nodes) <= set(a.allocation):   # then in Slurm's order: the head is the step's node 0
+            nodes = tuple(h for h in a.allocation if h in set(nodes))
         taken = f"; spare(s) {', '.join(spares[:need])} take their place" if need else "; on the same nodes"
         return Relaunch(nodes, tuple(dropped),
                         f"attempt {a.attempt} failed ({_why(v)}): dropped {named}{taken}: relaunching "
