@@ -45,7 +45,7 @@ def test_a_torch_below_2_4_at_large_cluster_is_a_plan_note(ck, tmp_path: Path, l
     venv = fake_venv(tmp_path / "venv", "2.3.1+cu121")
     extra = ("--set", "tp=2", "--set", "pp=2") if launcher == "megatron" else ()
     (note,) = notes(ck, tmp_path, "large-cluster", "16", "--venv", str(venv), *extra, launcher=launcher)
-    assert "torch 2.3.1+cu121" in note and "PR #124982" in note and "16 nodes" in note
+    assert "torch 2.3.1+cu121" in note and "no libuv server" in note and "16 nodes" in note
 
 
 @pytest.mark.parametrize("stage,nodes,versions", [

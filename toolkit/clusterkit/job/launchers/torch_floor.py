@@ -1,7 +1,7 @@
 """torch's version floor for torchrun at the large-cluster stage: a plan note, not an error.
 
-Before torch 2.4 the rendezvous ahead of the ranks' start grew with the square of the node count
-(PyTorch PR #124982: 4,000 hosts, 373 s -> 10 s).  The torch is known only where the pipeline could
+torch 2.4 made the libuv TCPStore server its default (the 2.4 release notes and PyTorch's tutorial
+"Introduction to Libuv TCPStore Backend": much shorter store initialization beyond about 1,024 ranks).  The torch is known only where the pipeline could
 read it on the submit host (:attr:`Context.torch_version`, from the job's ``--venv``/``--conda``).
 """
 
@@ -17,5 +17,5 @@ def floor_note(ctx: Context) -> tuple[str, ...]:
 
     if ctx.stage != "large-cluster" or ctx.torch_version is None or not below(ctx.torch_version, FLOOR):
         return ()
-    return (f"torch {ctx.torch_version} (the job's environment) is below 2.4: its rendezvous grows with the square "
-            f"of the node count (PyTorch PR #124982), minutes at {ctx.nnodes} nodes; torch 2.4 or later is advised",)
+    return (f"torch {ctx.torch_version} (the job's environment) is below 2.4: its TCP store has no libuv server, "
+            f"and store initialization is slow at {ctx.nnodes} nodes; torch 2.4 or later is advised",)

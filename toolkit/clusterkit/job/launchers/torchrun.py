@@ -9,8 +9,8 @@ and a *static* rendezvous from Slurm's fixed membership: ``--nnodes $SLURM_NNODE
 
 Why static, not c10d.  Slurm fixes the membership before any node starts: there is nothing for a
 dynamic rendezvous to negotiate.  c10d's rounds sync the whole rendezvous state through one store
-for every joining node, and the rendezvous ahead of the ranks' start was quadratic in the node count
-before torch 2.4 (PyTorch PR #124982: 4,000 hosts, 373 s -> 10 s); a static rendezvous is one TCP
+for every joining node, and before torch 2.4 the TCP store every rank connects to had no libuv server
+(its 2.4 release notes: store initialization "significantly" faster for large jobs); a static rendezvous is one TCP
 store on the head that every node connects to once.  Nodes reach torchrun minutes apart at scale (an
 image imported per node, a ``--node-setup``): the store waits ``--rdzv-conf timeout=`` for all of
 them, 600 s (torch's default) plus 1 s per node, at most 1,800 s.  The same launch at multi-node
