@@ -2,7 +2,8 @@
 
 torch 2.4 made the libuv TCPStore server its default (the 2.4 release notes and PyTorch's tutorial
 "Introduction to Libuv TCPStore Backend": much shorter store initialization beyond about 1,024
-ranks).  The torch is known only where the pipeline could read it on the submit host (:attr:`Context.torch_version`, from the job's ``--venv``/``--conda``).
+ranks).  The torch is known only where the pipeline could read it on the submit host
+(:attr:`Context.torch_version`, from the job's ``--venv``/``--conda``).
 """
 
 from __future__ import annotations
