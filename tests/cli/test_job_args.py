@@ -124,7 +124,7 @@ def test_torchrun_takes_its_own_flags_as_given(ck, site: Path, tmp_path: Path) -
     args = torchrun.get_args_parser().parse_args(words[1:])
     assert (args.tee, args.max_restarts, args.log_dir) == ("3", 2, "/tmp/l")
     assert (args.nnodes, args.nproc_per_node, torchrun.get_rdzv_endpoint(args)) == ("2", "2", "n1:20123")
-    assert (args.rdzv_backend, args.node_rank) == ("static", 1)
+    assert args.rdzv_backend == "c10d"
     assert [args.training_script, *args.training_script_args] == ["train.py"]
 
 

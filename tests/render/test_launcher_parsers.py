@@ -122,11 +122,10 @@ def check_torchrun(plan: dict[str, Any], run_dir: Path, nodes: Sequence[int] | N
             # would take a port from the ephemeral range)
             assert not ns.standalone and ns.master_addr == "127.0.0.1" and ns.master_port == 20123
         else:
-            # a static rendezvous from Slurm's fixed membership: the head is node rank 0
-            assert ns.nnodes == str(plan["nnodes"]) and ns.rdzv_backend == "static" and ns.node_rank == node
-            assert torchrun.get_rdzv_endpoint(ns) == f"{plan['hosts'][0]}:20123"
+            assert ns.nnodes == str(plan["nnodes"]) and ns.rdzv_backend == "c10d"
+            assert ns.rdzv_endpoint == f"{plan['hosts'][0]}:20123"
             conf = dict(kv.split("=", 1) for kv in ns.rdzv_conf.split(","))
-            assert int(conf["timeout"]) >= 600
+            assert int(conf["join_timeout"]) >= 600
 
 
 def check_deepspeed(plan: dict[str, Any], run_dir: Path, nodes: Sequence[int] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""torchrun's static rendezvous at scale: its timeout grows with the node count, and the plan notes
+"""torchrun's rendezvous at scale: its timeout grows with the node count, and the plan notes
 a torch below 2.4 at the large-cluster stage where the job's --venv shows it on the submit host.
 
 The venvs here are folders laid out as pip lays one out (``lib/python3.X/site-packages/
@@ -32,7 +32,7 @@ def notes(ck, tmp_path: Path, stage: str, nodes: str, *extra: str, launcher: str
     assert result.code == 0, result.err
     plan = json.loads((run_dir / "plan.json").read_text())
     line = plan["launch"]["line"]
-    assert f"--rdzv-conf timeout={rendezvous_timeout(int(nodes))}" in line and "--rdzv-backend static" in line
+    assert f"--rdzv-conf join_timeout={rendezvous_timeout(int(nodes))}" in line and "--rdzv-backend c10d" in line
     return [n for n in plan["launch"]["notes"] if "2.4" in n]
 
 

@@ -1,4 +1,4 @@
-"""A node that reaches torchrun late still joins the job: the static rendezvous waits for it.
+"""A node that reaches torchrun late still joins the job: the rendezvous waits for it.
 
 At scale nodes reach torchrun minutes apart (an image imported per node, a slow mount).  Here
 node4's torchrun starts only once the other three are waiting in the rendezvous: the store on the
@@ -58,4 +58,4 @@ def test_a_node_that_reaches_torchrun_last_still_joins_and_the_job_completes(cli
     assert all(float((marks / f"node{i}.start").read_text()) < late for i in (1, 2, 3))
     _check_allreduce(run_dir, 4, {"node1", "node2", "node3", "node4"})
     line = (run_dir / "job.sbatch").read_text()
-    assert re.search(r"--rdzv-backend static --master-addr \"\$CK_HEAD\"", line)
+    assert re.search(r"--rdzv-backend c10d --rdzv-endpoint \"\$CK_HEAD:\$CK_PORT\"", line)

@@ -3,7 +3,7 @@
 Every node of the testbed runs the in-job preflight for real (an srun step inside the job's
 allocation) with the SSH lab's fake GPU data: the healthy profile's ``nvidia-smi`` on every node
 but the bad ones, which get the ``gpu_missing`` profile's (7 GPUs where the site says 8), so the
-real ``gpu.count`` check fails there.  The training step is a real torchrun static rendezvous and
+real ``gpu.count`` check fails there.  The training step is a real torchrun c10d rendezvous and
 gloo all-reduce (examples/allreduce.py) on the nodes the job chose.
 """
 

@@ -1,6 +1,6 @@
 """``clusterkit submit`` / ``status`` / ``logs`` / ``cancel`` end to end on the Slurm testbed.
 
-Every job runs for real: sbatch, slurmd, srun, the real launcher (torchrun's static rendezvous at
+Every job runs for real: sbatch, slurmd, srun, the real launcher (torchrun's c10d rendezvous at
 the head node, deepspeed --no_ssh on every node, accelerate launch, megatron-shaped torchrun, or
 one srun task per rank) and a gloo all-reduce on CPU that every rank checks.  Each node is a
 host of its own on the testbed's bridge: ranks meet at the head node's address, as on a cluster.

@@ -55,7 +55,7 @@ STAGES: dict[str, StageSpec] = {
         "one machine, many GPUs; torchrun on the job's own port; no IB or shared storage needed"),
     "multi-node": StageSpec(
         "multi-node", 2, 8, 2, "torchrun", True, True, False, True,
-        "2-8 nodes; shared NFS/Lustre; RDMA fabric (warned on Ethernet); torchrun static rendezvous"),
+        "2-8 nodes; shared NFS/Lustre; RDMA fabric (warned on Ethernet); torchrun c10d rendezvous"),
     "large-cluster": StageSpec(
         "large-cluster", 9, None, 16, "deepspeed", True, True, True, True,
         "9+ nodes; Lustre/GPFS (warned on NFS); containers; deepspeed + hostfile; requeue on preemption"),
