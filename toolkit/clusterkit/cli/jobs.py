@@ -169,7 +169,7 @@ def status(job: str | None, show_all: bool, limit: int | None, run: bool, as_jso
       clusterkit status 4242         # that job
       clusterkit status --all        # your 20 most recent jobs, the latest first
       clusterkit status --limit 50   # your 50 most recent jobs
-      clusterkit status 4242 --run   # what 4242's run (requeues, chain) cost and kept
+      clusterkit status 4242 --run   # its whole run: GPU-hours, requeues, goodput
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID; without it, the job you submitted
     last (the newest of your job records), as for `logs`.
