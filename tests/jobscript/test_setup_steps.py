@@ -43,7 +43,10 @@ def test_steps_that_pass_let_the_launcher_start_under_set_u(job) -> None:
 
 
 def test_slurms_term_during_a_step_leaves_the_end_to_slurm(job) -> None:
-    j = job("--setup", "touch \"$JS_DIR/in-setup\"; sleep 30").start()
+    # the mark is made by the step's own long-running process, so the TERM finds it running: a TERM
+    # between a `touch` and the fork of a `sleep` after it is taken by the forked child before its
+    # exec, and the shell then waits out the whole sleep (as it would in a real job)
+    j = job("--setup", "bash -c 'touch \"$JS_DIR/in-setup\"; exec sleep 30'").start()
     until("the setup step to start", lambda: (j.work / "in-setup").exists())
     j.slurm_term()
     assert j.wait() != 0
