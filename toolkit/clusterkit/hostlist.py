@@ -67,6 +67,15 @@ def check_host(host: str) -> str:
     return host
 
 
+def is_host(host: str) -> bool:
+    """Whether ``host`` is one valid host name (:func:`check_host` without the error)."""
+    try:
+        check_host(host)
+    except HostlistError:
+        return False
+    return True
+
+
 def parse(hostlist: str) -> NodeSet:
     """Parse a Slurm-style hostlist; raise HostlistError naming what is wrong."""
     text = hostlist  # not stripped: a newline or space in a host list is an error, not padding

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from clusterkit.hostlist import HostlistError, check_host
+from clusterkit.hostlist import is_host
 from clusterkit.safefile import NotRegular, is_real_dir, read_capped, write_atomic
 from clusterkit.tooltext import load_json, printable
 from clusterkit.vocab import is_job_id
@@ -88,7 +88,7 @@ def check_event(raw: Any) -> Event | str:
         return f"unknown field {printable(sorted(extra)[0])[:40]!r}"
     node, at, source, what = raw.get("node"), raw.get("at"), raw.get("source"), raw.get("what")
     hardware, job, detail = raw.get("hardware"), raw.get("job"), raw.get("detail", "")
-    if not isinstance(node, str) or not _is_host(node):
+    if not isinstance(node, str) or not is_host(node):
         return f"node {printable(str(node))[:40]!r} is not a host name"
     if not isinstance(at, str) or not _TIME.fullmatch(at):
         return f"time {printable(str(at))[:40]!r} is not YYYY-MM-DDTHH:MM:SS[.ffffff]Z"
@@ -108,13 +108,6 @@ def check_event(raw: Any) -> Event | str:
         return "detail is not text"
     return Event(node, at, source, what, hardware, job, printable(detail)[:MAX_DETAIL])
 
-
-def _is_host(text: str) -> bool:
-    try:
-        check_host(text)
-    except HostlistError:
-        return False
-    return True
 
 
 @dataclass

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from clusterkit.hostlist import HostlistError, check_host, expand, fold
+from clusterkit.hostlist import HostlistError, expand, fold, is_host
 from clusterkit.safefile import is_real_dir, read_capped, write_atomic
 from clusterkit.supervise import attempts, replan
 from clusterkit.supervise import judge as doctor_run
@@ -128,15 +128,8 @@ def partition_nodes(client: Client, show_job: str) -> tuple[str, ...]:
     if answer.returncode != 0:
         return ()
     names = answer.stdout[:1 << 20].split()[:100_000]
-    return tuple(dict.fromkeys(h for h in names if _is_host(h)))
+    return tuple(dict.fromkeys(h for h in names if is_host(h)))
 
-
-def _is_host(name: str) -> bool:
-    try:
-        check_host(name)
-    except HostlistError:
-        return False
-    return True
 
 
 def excluded(show_job: str) -> tuple[str, ...]:
