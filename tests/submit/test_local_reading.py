@@ -11,13 +11,29 @@ import pytest
 from tests.conftest import CLI
 from tests.submit.conftest import submitted_job_id
 
-BAD = 'import os\nprint(f"[rank{os.environ[\'RANK\']}]: step 1", flush=True)\nx = {}\nx["missing_key"]\n'
+# Each rank prints its line, then waits until the other has printed before it raises: torchrun
+# stops the other worker as soon as one fails, so without the wait a rank still starting on a
+# loaded machine is stopped before it prints (the test then has no line of it to filter).
+BAD = """import os, pathlib, time
+rank = os.environ["RANK"]
+print(f"[rank{rank}]: step 1", flush=True)
+marks = pathlib.Path(MARKS)
+(marks / rank).touch()
+end = time.monotonic() + 300
+while not all((marks / r).exists() for r in ("0", "1")) and time.monotonic() < end:
+    time.sleep(0.05)
+x = {}
+x["missing_key"]
+"""
 
 
 @pytest.mark.torch
 def test_a_failed_wait_names_the_exception_and_doctor_and_logs_filter_by_rank(local_ck: CLI, tmp_path: Path) -> None:
     pytest.importorskip("torch")  # torchrun is the local site's launcher
-    (tmp_path / "bad.py").write_text(BAD)   # each rank prefixes its line as torchrun's --tee does: [rankN]:
+    marks = tmp_path / "printed"
+    marks.mkdir()
+    # each rank prefixes its line as torchrun's --tee does: [rankN]:
+    (tmp_path / "bad.py").write_text(BAD.replace("MARKS", repr(str(marks))))
     proc = local_ck("submit", "--site", "local", "--gpus-per-node", "2", "--", "python", "bad.py", cwd=tmp_path)
     job = submitted_job_id(proc.out)
     assert proc.code == 1, proc.out + proc.err
