@@ -227,9 +227,10 @@ def gpu_model_token(gres_type: str) -> str | None:
 
     The rule: lower-case, split on ``_``/``-``/space, drop the vendor and brand words (nvidia,
     tesla, geforce, quadro); ``rtx``/``gtx`` keep the next word's model number (``RTX 3090``,
-    ``RTX A6000``), and ``rtx pro`` is ``RTX PRO`` (``rtxproserver6000``: ``RTX PRO 6000``); otherwise the first word that is up to two letters and a number, with one
-    trailing letter kept (``A100``, ``H100``, ``GH200``, ``L40S``, ``A10G``, ``T4``).  Memory and
-    form-factor words after it (``sxm4``, ``40gb``, ``80gb``, ``hbm3``) are dropped.
+    ``RTX A6000``), and ``rtx pro`` is ``RTX PRO`` (``rtxproserver6000``: ``RTX PRO 6000``);
+    otherwise the first word that is up to two letters and a number, with one trailing letter
+    kept (``A100``, ``H100``, ``GH200``, ``L40S``, ``A10G``, ``T4``).  Memory and form-factor
+    words after it (``sxm4``, ``40gb``, ``80gb``, ``hbm3``) are dropped.
     """
     words = [w for w in map(_unglue, re.split(r"[_\-\s]+", gres_type.lower())) if w and w not in _GRES_NOISE]
     for i, word in enumerate(words):
