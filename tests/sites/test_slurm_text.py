@@ -205,6 +205,8 @@ def test_cputot_alone_before_23_02() -> None:
      # written without separators: the "gpu:nvidiah100pcie:6", and the glued forms sites give
      ("nvidiah100pcie", "H100"), ("teslav100", "V100"), ("NVIDIAA40", "A40"), ("NVIDIAA10080GBPCIe", "A100"),
      ("nvidiaa100sxm480gb", "A100"), ("nvidiageforcertx3090", "RTX 3090"), ("a6000", "A6000"),
+     # RTX PRO: ParallelCluster's g7e type (tests/data/captures/scontrol/node-slurmonaws-*), and separated
+     ("rtxproserver6000", "RTX PRO 6000"), ("rtx_pro_6000", "RTX PRO 6000"), ("rtx_pro_server_6000", "RTX PRO 6000"),
      ("ampere", None), ("gpu", None)],
 )
 def test_gpu_model_token(gres_type: str, token: str | None) -> None:

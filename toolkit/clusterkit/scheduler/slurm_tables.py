@@ -85,22 +85,28 @@ def _split_state(state: str) -> tuple[str, str]:
 
 
 def parse_sacct(text: str, fields: Sequence[str] | None = None, *,
-                skip_bad_rows: bool = False) -> SacctTable | ParseFailure:
+                skip_bad_rows: bool = False, sep: str = "|") -> SacctTable | ParseFailure:
     """Parse ``sacct --parsable2`` output (job rows and step rows, any ``--format`` fields).
 
     With ``fields`` None, the first line must be the header (sacct's default); pass the
-    ``--format`` field names when the output was made with ``--noheader``.  A row with the
-    wrong number of fields fails the whole table, or is left out with ``skip_bad_rows``.
+    ``--format`` field names when the output was made with ``--noheader``.  ``sep`` is
+    sacct's ``--delimiter``; ``--parsable``'s delimiter at the end of every row is no field.
+    A row with the wrong number of fields fails the whole table, or is left out with
+    ``skip_bad_rows``.
     """
     what = "sacct --parsable2"
     lines = [ln for ln in slurm_lines(text) if ln.strip()]
     if fields is None:
-        if not lines or ("|" not in lines[0] and lines[0].strip() != "JobID"):
+        if not lines or (sep not in lines[0] and lines[0].strip() != "JobID"):
             return failure(what, "no header line", text or "")
-        fields, lines = [f.strip() for f in lines[0].split("|")], lines[1:]
+        fields, lines = [f.strip() for f in lines[0].split(sep)], lines[1:]
+        if fields[-1] == "" and len(fields) > 1:
+            fields = fields[:-1]
     rows: list[SacctRow] = []
     for n, line in enumerate(lines, start=1):
-        cells = line.split("|")
+        cells = line.split(sep)
+        if len(cells) == len(fields) + 1 and cells[-1] == "":
+            cells = cells[:-1]
         if len(cells) != len(fields):
             if skip_bad_rows:
                 continue
@@ -195,7 +201,7 @@ def squeue_statuses(text: str) -> dict[str, JobStatus]:
     return out
 
 
-def sacct_statuses(text: str, fields: Sequence[str] = SACCT_FIELDS) -> dict[str, JobStatus]:
+def sacct_statuses(text: str, fields: Sequence[str] = SACCT_FIELDS, sep: str = "|") -> dict[str, JobStatus]:
     """``sacct -X -D -P -o JobIDRaw,State,ExitCode,NodeList`` (header line optional) -> job id -> status.
 
     Job steps (``123.batch``) are skipped.  With ``-D`` (``--duplicates``) a requeued job has
@@ -204,7 +210,7 @@ def sacct_statuses(text: str, fields: Sequence[str] = SACCT_FIELDS) -> dict[str,
     too: its successor is pending but not recorded yet.  A table without ``ExitCode`` or
     ``NodeList`` (another ``--format``) gives statuses without them, never an error.
     """
-    table = parse_sacct(text, fields, skip_bad_rows=True)
+    table = parse_sacct(text, fields, skip_bad_rows=True, sep=sep)
     out: dict[str, JobStatus] = {}
     runs: dict[str, int] = {}
     for r in table.rows if isinstance(table, SacctTable) else ():

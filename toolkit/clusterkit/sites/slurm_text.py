@@ -227,19 +227,23 @@ def gpu_model_token(gres_type: str) -> str | None:
 
     The rule: lower-case, split on ``_``/``-``/space, drop the vendor and brand words (nvidia,
     tesla, geforce, quadro); ``rtx``/``gtx`` keep the next word's model number (``RTX 3090``,
-    ``RTX A6000``); otherwise the first word that is up to two letters and a number, with one
-    trailing letter kept (``A100``, ``H100``, ``GH200``, ``L40S``, ``A10G``, ``T4``).  Memory and
-    form-factor words after it (``sxm4``, ``40gb``, ``80gb``, ``hbm3``) are dropped.
+    ``RTX A6000``), and ``rtx pro`` is ``RTX PRO`` (``rtxproserver6000``: ``RTX PRO 6000``);
+    otherwise the first word that is up to two letters and a number, with one trailing letter
+    kept (``A100``, ``H100``, ``GH200``, ``L40S``, ``A10G``, ``T4``).  Memory and form-factor
+    words after it (``sxm4``, ``40gb``, ``80gb``, ``hbm3``) are dropped.
     """
     words = [w for w in map(_unglue, re.split(r"[_\-\s]+", gres_type.lower())) if w and w not in _GRES_NOISE]
     for i, word in enumerate(words):
-        series = re.fullmatch(r"(rtx|gtx)([a-z]?\d+)?\w*", word)
+        series = re.fullmatch(r"(rtx|gtx)(pro)?(?:server)?([a-z]?\d+)?\w*", word)
         if series:
-            digits = series.group(2)
-            if digits is None and i + 1 < len(words):
-                after = re.match(r"[a-z]?\d+", words[i + 1])
-                digits = after.group(0) if after else None
-            return f"{series.group(1).upper()} {digits.upper()}" if digits else None
+            pro, digits, after = series.group(2), series.group(3), words[i + 1:]
+            if digits is None and not pro and after[:1] == ["pro"]:
+                pro, after = "pro", [w for w in after[1:] if w != "server"]
+            if digits is None and after:
+                number = re.match(r"[a-z]?\d+", after[0])
+                digits = number.group(0) if number else None
+            series_name = series.group(1).upper() + (" PRO" if pro else "")
+            return f"{series_name} {digits.upper()}" if digits else None
         # a memory size glued after the model ("a10080gbpcie": A100, 80 GB) is not part of its number
         m = re.match(r"[a-z]{0,2}\d{1,3}(?=\d{1,3}gb)", word) or re.match(r"[a-z]{0,2}\d{1,4}", word)
         if m:
