@@ -113,6 +113,11 @@ SIGNATURES: tuple[Signature, ...] = (
     # follows Xid 79 "fallen off the bus", Xid 48/74 and the like; NVIDIA's Xid catalogue), or an
     # uncorrectable memory/NVLink fault.  Illegal addresses and instructions are the program's own
     # (Xid 13/31: "user application fault"): the family "a CUDA kernel faulted" below.
+    # cudaErrorUnknown is counted as the device's: projects that retry on other GPUs list it with
+    # the fell-off-the-bus errors (proteneer/timemachine#1203), and PyTorch's maintainers read it as
+    # "the driver ... or the GPU is bad" (torch/cutorch#197).  Not always: the example's own thread
+    # (on WSL) ended at a memory setting: there a relaunch without the node fails again, and the
+    # relaunch and restart budgets (max_relaunches, max_restarts) end the run.
     _fam("gpu-hardware", "a fatal CUDA error that comes from the device, not the program",
          "[rank0]: RuntimeError: CUDA error: unknown error", "liunian-Jay/MU-GOT#7",
          r"CUDA error: unknown error", r"CUDA_ERROR_UNKNOWN\b", r"cudaErrorUnknown\b",
