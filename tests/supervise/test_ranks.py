@@ -154,3 +154,52 @@ def test_progress_never_raises_on_a_bad_work_time(tmp_path: Path, monkeypatch: p
     assert heartbeat.progress(1, work_s="slow") is False          # type: ignore[arg-type]
     assert heartbeat.progress(2, work_s=float("nan")) is True      # rank 0's line; the odd time left out
     assert ranks.read_line(tmp_path / "p.rank0") is not None
+
+
+def test_a_rank_outside_any_collective_while_the_others_wait_is_behind() -> None:
+    def at(rank: int, host: str, where: str, coll: bool) -> tuple[RankLine, float]:
+        return RankLine(10, 1.0, "train", rank, host, 1.0, None, 1.0, where, coll), 100.0
+
+    seen = [at(0, "n1", "distributed_c10d.py:wait", True), at(1, "n2", "loader.py:next_batch", False),
+            at(2, "n3", "distributed_c10d.py:wait", True)]
+    got = behind(seen, now=101.0)
+    assert got is not None and got.node == "n2" and "outside any collective (in loader.py:next_batch)" in got.why
+    # no rank in torch.distributed (DDP waits inside autograd): the one apart from most ranks
+    seen = [at(0, "n1", "_tensor.py:backward", False), at(1, "n2", "loader.py:next_batch", False),
+            at(2, "n3", "_tensor.py:backward", False)]
+    got = behind(seen, now=101.0)
+    assert got is not None and got.node == "n2" and "while the others are in _tensor.py:backward" in got.why
+    two = [at(0, "n1", "a.py:f", False), at(1, "n2", "b.py:g", False)]
+    assert behind(two, now=101.0) is None                 # no majority: no name
+    old = [(RankLine(10, 1.0, "train", r, f"n{r}", 1.0, None, 1.0), 100.0) for r in range(3)]
+    assert behind(old, now=101.0) is None                 # a writer without the fields: nothing to go on
+
+
+def test_where_samples_the_training_thread_and_sees_a_collective(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    monkeypatch.setenv("CK_PROGRESS_FILE", str(tmp_path / "9.progress"))
+    heartbeat.progress(1)
+    assert heartbeat.where()[0].startswith("test_ranks.py:") or heartbeat.where()[0] == "-"
+    box: dict[str, tuple[str, int]] = {}
+    inside = threading.Event()
+    release = threading.Event()
+
+    def sample() -> None:
+        inside.wait()
+        box["at"] = heartbeat.where()
+        release.set()
+
+    t = threading.Thread(target=sample)
+    t.start()
+    heartbeat._rank["thread"] = threading.get_ident()
+    fake = tmp_path / "torch" / "distributed" / "distributed_c10d.py"   # a module at a collective's path
+    fake.parent.mkdir(parents=True)
+    fake.write_text("def wait(inside, release):\n    inside.set()\n    release.wait()\n")
+    code = compile(fake.read_text(), str(fake), "exec")
+    space: dict[str, object] = {}
+    exec(code, space)
+    space["wait"](inside, release)   # type: ignore[operator]
+    t.join()
+    assert box["at"] == ("threading.py:wait", 1), box   # the innermost frame; a collective below it

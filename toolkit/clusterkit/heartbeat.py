@@ -13,7 +13,10 @@ Every rank (rank 0 too) also keeps a file of its own, ``<CK_PROGRESS_FILE>.rank<
 work before its gradient sync: in lockstep training every rank's wall step time is the
 slowest's, so only this tells a straggler), ``-`` before :data:`MIN_SAMPLES` of them.  A
 daemon thread rewrites it every :data:`BEAT_S` seconds with a new ``beat``, so a rank that is
-frozen (stopped, or hung holding the GIL) is told from ranks that wait in a collective.  The
+frozen (stopped, or hung holding the GIL) is told from ranks that wait in a collective; it
+appends ``in=<file>:<function> coll=0|1``, where the training thread is (its innermost Python
+frame, and whether a ``torch/distributed`` frame is on its stack: :func:`where`), a stack
+sample without py-spy, so a rank stuck alive outside a collective is told from the waiting.  The
 supervisor and ``status`` read these files (``clusterkit.supervise.ranks``).  A reader of the
 format before them (rank 0's file alone) is unchanged.
 
@@ -33,6 +36,7 @@ import os
 import re
 import stat
 import statistics
+import sys
 import threading
 import time
 from collections import deque
@@ -47,6 +51,7 @@ BEAT_S = 5.0            # how often each rank's own file is rewritten (its heart
 WINDOW = 20             # the steps a rank's medians cover
 MIN_SAMPLES = 5         # the steps before a median is written
 RANK_SUFFIX = ".rank"
+_COLLECTIVE = re.compile(r"[/\\]torch[/\\]distributed[/\\]")
 _rank: dict[str, object] = {"lock": threading.Lock(), "pid": 0, "path": None, "line": None, "step": None,
                             "at": 0.0, "phase": None, "written": 0.0,
                             "steps": deque(maxlen=WINDOW), "works": deque(maxlen=WINDOW)}
@@ -74,14 +79,36 @@ def _median(values: deque[float]) -> str:
     return f"{statistics.median(values):.6f}" if len(values) >= MIN_SAMPLES else "-"
 
 
+def where() -> tuple[str, int]:
+    """Where the training thread is now: its innermost Python frame (``file:function``), and 1
+    when a frame of ``torch/distributed`` is on its stack (it waits in a collective), else 0."""
+    frame = sys._current_frames().get(int(_rank.get("thread") or 0))  # type: ignore[call-overload]
+    while frame is not None and frame.f_code.co_filename == __file__:   # called from progress itself
+        frame = frame.f_back
+    if frame is None:
+        return "-", 0
+    inner = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}"
+    coll = 0
+    for _ in range(200):
+        if frame is None:
+            break
+        if _COLLECTIVE.search(frame.f_code.co_filename):
+            coll = 1
+            break
+        frame = frame.f_back
+    return re.sub(r"[^A-Za-z0-9._:<>-]", "_", inner)[:80] or "-", coll
+
+
 def _write_rank(now: float) -> None:
     """Rewrite this rank's own file (called under the lock); never raises."""
     r = _rank
     path = r["path"]
     if not isinstance(path, str) or r["step"] is None:
         return
+    at, coll = where()
     line = (f"step={r['step']} time={float(r['at']):.3f} phase={r['phase']} rank={r['rank']} host={r['host']} "  # type: ignore[arg-type]
-            f"step_s={_median(r['steps'])} work_s={_median(r['works'])} beat={now:.3f}\n")  # type: ignore[arg-type]
+            f"step_s={_median(r['steps'])} work_s={_median(r['works'])} beat={now:.3f} "  # type: ignore[arg-type]
+            f"in={at} coll={coll}\n")
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
@@ -131,7 +158,7 @@ def _report_rank(path: str, step: int, phase: str, now: float, work_s: float | N
         if work_s is not None and math.isfinite(work_s) and 0 <= work_s < 1e6:
             r["works"].append(float(work_s))  # type: ignore[attr-defined]
         due = phase != r["phase"] or now - float(r["written"]) >= BEAT_S  # type: ignore[arg-type]
-        r.update(step=step, at=now, phase=phase)
+        r.update(step=step, at=now, phase=phase, thread=threading.get_ident())
         if due:
             _write_rank(now)
         if r["pid"] != os.getpid():   # one heartbeat thread per process (a fork has none)

@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,8 @@ FROZEN_S = 12.5
 STALE_S = 60.0
 _NUM = r"\d{1,12}(?:\.\d{1,9})?"
 _LINE = re.compile(rf"step=(\d{{1,16}}) time=({_NUM}) phase=(train|save) rank=(\d{{1,7}}) "
-                   rf"host=([A-Za-z0-9._-]{{1,64}}) step_s=({_NUM}|-) work_s=({_NUM}|-) beat=({_NUM})")
+                   rf"host=([A-Za-z0-9._-]{{1,64}}) step_s=({_NUM}|-) work_s=({_NUM}|-) beat=({_NUM})"
+                   r"(?: in=([A-Za-z0-9._:<>-]{1,80}) coll=([01]))?")
 _NAME = re.compile(r"^(?P<job>[0-9A-Za-z_.-]+)\.progress\.rank(?P<rank>\d{1,7})$")
 
 
@@ -44,6 +46,8 @@ class RankLine:
     step_s: float | None    # median wall seconds per step over its last steps
     work_s: float | None    # median seconds of its own work per step (what the script passed)
     beat: float             # when its heartbeat thread last wrote (the rank's clock)
+    where: str = "-"        # the training thread's innermost frame then (file:function; "-": unknown)
+    coll: bool | None = None   # a torch.distributed frame on its stack then (waiting in a collective)
 
 
 def read_line(path: str | os.PathLike[str]) -> RankLine | None:
@@ -67,7 +71,9 @@ def read_line(path: str | os.PathLike[str]) -> RankLine | None:
     opt = [None if m.group(i) == "-" else float(m.group(i)) for i in (6, 7)]
     if not all(math.isfinite(t) for t in times) or any(v is not None and not math.isfinite(v) for v in opt):
         return None
-    return RankLine(int(m.group(1)), times[0], m.group(3), int(m.group(4)), m.group(5), opt[0], opt[1], times[1])
+    coll = None if m.group(10) is None else m.group(10) == "1"
+    return RankLine(int(m.group(1)), times[0], m.group(3), int(m.group(4)), m.group(5), opt[0], opt[1], times[1],
+                    m.group(9) or "-", coll)
 
 
 def read_all(logs: Path, job_id: str) -> list[RankLine]:
@@ -120,7 +126,9 @@ def behind(seen: Sequence[tuple[RankLine, float]], now: float) -> Behind | None:
     """Which ranks are behind a stall.  ``seen``: each rank's newest line with the time (the
     supervisor's clock) its beat was last seen to change.  First the frozen: ranks whose beat
     stood still longer than :data:`FROZEN_S` while another's moved within it; else the ranks
-    whose step is lower than every other rank's; else None."""
+    whose step is lower than every other rank's; else those whose training thread is outside any
+    collective while others wait in one, or apart from where most ranks are (:func:`_where`); else
+    None."""
     if len(seen) < 2:
         return None
     frozen = [line for line, at in seen if now - at > FROZEN_S]
@@ -132,6 +140,26 @@ def behind(seen: Sequence[tuple[RankLine, float]], now: float) -> Behind | None:
         low = min(steps)
         late = [line for line, _ in seen if line.step == low]
         return _of(late, f"at step {low}, the others at {max(steps)}")
+    return _where([line for line, _ in seen])
+
+
+def _where(lines: Sequence[RankLine]) -> Behind | None:
+    """From where the ranks' training threads are: those outside any collective while others wait
+    in one; else those apart from where more than half of the ranks are (a minority of them)."""
+    if any(x.coll is None for x in lines):
+        return None
+    out = [x for x in lines if not x.coll]
+    if out and len(out) < len(lines):
+        spots = sorted({x.where for x in out})
+        return _of(out, f"outside any collective (in {', '.join(spots[:3])}) while the others wait in one")
+    counts = Counter(x.where for x in lines if x.where != "-")
+    if not counts:
+        return None
+    spot, n = counts.most_common(1)[0]
+    apart = [x for x in lines if x.where != spot]
+    if n * 2 > len(lines) and apart and spot != "-":
+        spots = sorted({x.where for x in apart})
+        return _of(apart, f"in {', '.join(spots[:3])} while the others are in {spot}")
     return None
 
 
