@@ -131,6 +131,7 @@ def test_a_slow_rank_is_named_a_straggler_in_status(ck: CLI, tmp_path: Path) -> 
     assert res.code == 0, res.out + res.err
     doc = json.loads(ck.proc("status", "--json", env=env).out)
     assert doc["straggler_ratio"] == 2.5 and doc["ranks_reporting"] >= 2, doc
+    assert doc["progress"]["step"] == 30, doc   # the last step, written at exit (the run is shorter than 5 s)
     [slow] = doc["stragglers"]
     assert slow["rank"] == 1 and slow["node"] == os.uname().nodename and slow["measure"] == "work", slow
     assert 2.5 < slow["ratio"] < 8, slow

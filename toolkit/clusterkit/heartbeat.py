@@ -124,9 +124,14 @@ def _write_rank(now: float) -> None:
 
 
 def _final() -> None:
-    """At the process's exit: its last step and medians (a run shorter than a beat is read too)."""
+    """At the process's exit: its last step and medians, and on rank 0 its last step where the
+    spaced writes left an older one (a run shorter than a beat is read too)."""
     with contextlib.suppress(Exception), _rank["lock"]:  # type: ignore[attr-defined]
         _write_rank(time.time())
+        path, step, phase = _last.get("path"), _rank.get("step"), _rank.get("phase")
+        if (_rank0() and isinstance(path, str) and path == os.environ.get(ENV) and isinstance(step, int)
+                and isinstance(phase, str) and (step, phase) != (_last.get("step"), _last.get("phase"))):
+            _write_main(path, step, phase, float(_rank.get("at") or time.time()))  # type: ignore[arg-type]
 
 
 def _beat() -> None:
@@ -192,6 +197,11 @@ def progress(step: int, *, saving: bool = False, min_interval_s: float = MIN_INT
     if (phase == _last["phase"] and path == _last["path"]
             and now - float(_last["time"]) < min_interval_s):  # type: ignore[arg-type]
         return False
+    return _write_main(path, step, phase, now)
+
+
+def _write_main(path: str, step: int, phase: str, now: float) -> bool:
+    """Rank 0's line, written to a new file and renamed over ``path``."""
     line = f"step={step} time={now:.3f} phase={phase}\n".encode()
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
@@ -205,7 +215,7 @@ def progress(step: int, *, saving: bool = False, min_interval_s: float = MIN_INT
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         return False
-    _last.update(time=now, phase=phase, path=path)
+    _last.update(time=now, phase=phase, path=path, step=step)
     return True
 
 
