@@ -120,20 +120,41 @@ def test_a_local_job_reports_and_status_shows_rank0(ck: CLI, tmp_path: Path) -> 
     assert any((run / "logs").glob("*.progress"))
 
 
-def test_a_slow_rank_is_named_a_straggler_in_status(ck: CLI, tmp_path: Path) -> None:
-    """End to end on the local site: a torchrun job whose rank 1 works four times as long per step;
-    ``status`` names its node (this machine) and rank from the ranks' own files, at the ratio
-    ``--set straggler_ratio`` gave; rank 0 is not named."""
+def _cgroup_cpu_limit() -> str | None:
+    """Why this machine cannot limit one process's CPU (None: it can): root and a writable cgroup."""
+    for root, knob in ((Path("/sys/fs/cgroup/cpu"), "cpu.cfs_quota_us"), (Path("/sys/fs/cgroup/unified"), "cpu.max"),
+                       (Path("/sys/fs/cgroup"), "cpu.max")):
+        probe = root / f"clusterkit-probe-{os.getpid()}"
+        try:
+            probe.mkdir()
+        except OSError:
+            continue
+        try:
+            if (probe / knob).exists():
+                return None
+        finally:
+            probe.rmdir()
+    return "no writable cgroup with a CPU limit here (root and cgroup v1 cpu or v2 cpu.max are needed)"
+
+
+@pytest.mark.parametrize(("how", "ratio"), [("sleep", "2.5"), ("cpu=10", "2")])
+def test_a_slow_rank_is_named_a_straggler_in_status(ck: CLI, tmp_path: Path, how: str, ratio: str) -> None:
+    """End to end on the local site: a torchrun job whose rank 1 is slowed, by a sleep four times
+    as long as the others' per step, or by a real CPU limit of 10 % of one CPU (a cgroup; skipped
+    where none can be made); ``status`` names its node (this machine) and rank from the ranks' own
+    files, at the ratio ``--set straggler_ratio`` gave; rank 0 is not named."""
     pytest.importorskip("torch", reason="the job is a torchrun job (pip install torch, CPU build)")
+    if how.startswith("cpu=") and (why := _cgroup_cpu_limit()):
+        pytest.skip(why)
     env = {"CLUSTERKIT_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(REPO / "toolkit")}
-    res = ck.proc("submit", "--site", "local", "--out", str(tmp_path / "run"), "--set", "straggler_ratio=2.5",
-                  "--wait", "--", "python", str(REPO / "tests" / "progress" / "straggler_job.py"), "1", env=env)
+    res = ck.proc("submit", "--site", "local", "--out", str(tmp_path / "run"), "--set", f"straggler_ratio={ratio}",
+                  "--wait", "--", "python", str(REPO / "tests" / "progress" / "straggler_job.py"), "1", how, env=env)
     assert res.code == 0, res.out + res.err
     doc = json.loads(ck.proc("status", "--json", env=env).out)
-    assert doc["straggler_ratio"] == 2.5 and doc["ranks_reporting"] >= 2, doc
-    assert doc["progress"]["step"] == 30, doc   # the last step, written at exit (the run is shorter than 5 s)
+    assert doc["straggler_ratio"] == float(ratio) and doc["ranks_reporting"] >= 2, doc
+    assert doc["progress"]["step"] == 30, doc   # the last step, written at exit (a run may be shorter than 5 s)
     [slow] = doc["stragglers"]
     assert slow["rank"] == 1 and slow["node"] == os.uname().nodename and slow["measure"] == "work", slow
-    assert 2.5 < slow["ratio"] < 8, slow
+    assert float(ratio) < slow["ratio"] < 20, slow
     text = ck.proc("status", env=env).out
     assert f"  straggler: {os.uname().nodename} (rank 1: " in text and "x the others' " in text, text
