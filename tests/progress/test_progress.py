@@ -18,6 +18,8 @@ from tests.conftest import CLI, REPO
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(heartbeat, "_last", {"time": 0.0, "phase": None, "path": None})
+    monkeypatch.setitem(heartbeat._rank, "path", None)
+    monkeypatch.setitem(heartbeat._rank, "pid", os.getpid())   # no heartbeat thread in these tests
     for name in ("CK_PROGRESS_FILE", "RANK", "SLURM_PROCID"):
         monkeypatch.delenv(name, raising=False)
 
@@ -27,7 +29,7 @@ def test_outside_a_job_it_does_nothing(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_rank0_writes_one_line_others_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rank0_writes_the_line_every_rank_its_own_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "job.progress"
     monkeypatch.setenv("CK_PROGRESS_FILE", str(path))
     monkeypatch.setenv("RANK", "1")
@@ -36,7 +38,8 @@ def test_rank0_writes_one_line_others_nothing(tmp_path: Path, monkeypatch: pytes
     assert heartbeat.progress(7) is True
     got = heartbeat.read(path)
     assert got is not None and got.step == 7 and got.phase == "train"
-    assert [p.name for p in tmp_path.iterdir()] == ["job.progress"]   # no temporary file left
+    # no temporary file left; each rank's own file beside it (tests/supervise/test_ranks.py)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.progress", "job.progress.rank0", "job.progress.rank1"]
 
 
 def test_writes_are_spaced_but_a_save_is_said_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,3 +118,43 @@ def test_a_local_job_reports_and_status_shows_rank0(ck: CLI, tmp_path: Path) -> 
     text = ck.proc("status", env={"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")})
     assert f"  progress: step {step}, " in text.out, text.out
     assert any((run / "logs").glob("*.progress"))
+
+
+def _cgroup_cpu_limit() -> str | None:
+    """Why this machine cannot limit one process's CPU (None: it can): root and a writable cgroup."""
+    for root, knob in ((Path("/sys/fs/cgroup/cpu"), "cpu.cfs_quota_us"), (Path("/sys/fs/cgroup/unified"), "cpu.max"),
+                       (Path("/sys/fs/cgroup"), "cpu.max")):
+        probe = root / f"clusterkit-probe-{os.getpid()}"
+        try:
+            probe.mkdir()
+        except OSError:
+            continue
+        try:
+            if (probe / knob).exists():
+                return None
+        finally:
+            probe.rmdir()
+    return "no writable cgroup with a CPU limit here (root and cgroup v1 cpu or v2 cpu.max are needed)"
+
+
+@pytest.mark.parametrize(("how", "ratio"), [("sleep", "2.5"), ("cpu=10", "2")])
+def test_a_slow_rank_is_named_a_straggler_in_status(ck: CLI, tmp_path: Path, how: str, ratio: str) -> None:
+    """End to end on the local site: a torchrun job whose rank 1 is slowed, by a sleep four times
+    as long as the others' per step, or by a real CPU limit of 10 % of one CPU (a cgroup; skipped
+    where none can be made); ``status`` names its node (this machine) and rank from the ranks' own
+    files, at the ratio ``--set straggler_ratio`` gave; rank 0 is not named."""
+    pytest.importorskip("torch", reason="the job is a torchrun job (pip install torch, CPU build)")
+    if how.startswith("cpu=") and (why := _cgroup_cpu_limit()):
+        pytest.skip(why)
+    env = {"CLUSTERKIT_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(REPO / "toolkit")}
+    res = ck.proc("submit", "--site", "local", "--out", str(tmp_path / "run"), "--set", f"straggler_ratio={ratio}",
+                  "--wait", "--", "python", str(REPO / "tests" / "progress" / "straggler_job.py"), "1", how, env=env)
+    assert res.code == 0, res.out + res.err
+    doc = json.loads(ck.proc("status", "--json", env=env).out)
+    assert doc["straggler_ratio"] == float(ratio) and doc["ranks_reporting"] >= 2, doc
+    assert doc["progress"]["step"] == 30, doc   # the last step, written at exit (a run may be shorter than 5 s)
+    [slow] = doc["stragglers"]
+    assert slow["rank"] == 1 and slow["node"] == os.uname().nodename and slow["measure"] == "work", slow
+    assert float(ratio) < slow["ratio"] < 20, slow
+    text = ck.proc("status", env=env).out
+    assert f"  straggler: {os.uname().nodename} (rank 1: " in text and "x the others' " in text, text

@@ -5,10 +5,11 @@ timeouts (CK_PG_TIMEOUT_START_S, then CK_PG_TIMEOUT_S: 1800 s and 600 s here, lo
 
 The rank on node2 stops itself (SIGSTOP) after step 20 in the first attempt: every other rank
 waits in its next all-reduce.  The supervisor, with a floor of 15 s (``--set stall_floor_s=15``),
-finds the stall within the limit plus 30 s, records it as the attempt's verdict, ends the step
-and relaunches; training resumes from the last checkpoint and ends with the weights of an
-uninterrupted run.  No stack dump names the rank behind yet, so the record says so and the
-relaunch is on the same nodes.  Every wait is for a state: the job's end in ``status --json``.
+finds the stall within the limit plus 30 s, names the rank behind and its node from the ranks'
+own progress files (node2's heartbeat stopped while the others' went on), records it as the
+attempt's verdict, ends the step and relaunches without node2 (the spare, node4, takes its
+place); training resumes from the last checkpoint and ends with the weights of an
+uninterrupted run.  Every wait is for a state: the job's end in ``status --json``.
 """
 
 from __future__ import annotations
@@ -62,15 +63,17 @@ def test_a_rank_that_stops_stepping_is_found_and_training_resumes_from_its_check
     assert FLOOR_S <= limit <= 60, seen.group(0)   # the floor, or ten median steps of about 0.3 s
     after = (_hms(seen.group(1)) - int(stopped.group(1)) % 86400) % 86400
     assert after <= limit + 30, (after, seen.group(0))
-    # the event: attempt 0's verdict is the stall; no node could be named, so the same nodes again
+    # the event: attempt 0's verdict is the stall, node2 named behind it, dropped; the spare takes its place
     [attempt] = cli.status(job)["attempts"]
     assert attempt["verdict"].startswith("stall: no progress since step"), attempt
-    assert "node behind: unknown" in attempt["verdict"] and attempt["then"] == "relaunch", attempt
-    assert attempt["dropped"] == [] and attempt["nodes"] == ["node1", "node2", "node3"], attempt
-    assert re.search(r"attempt 0 failed \(stall: .*\): dropped no node named; on the same nodes: relaunching "
-                     r"\(relaunch 1 of 3\)", batch), batch[-6000:]
+    assert re.search(r"node behind: node2 \(rank \d+: its heartbeat stopped", attempt["verdict"]), attempt
+    assert attempt["then"] == "relaunch" and attempt["nodes"] == ["node1", "node2", "node3"], attempt
+    assert [d["host"] for d in attempt["dropped"]] == ["node2"], attempt
+    assert re.search(r"attempt 0 failed \(stall: .*\): dropped node2 \(stall\); spare\(s\) node4 take their place: "
+                     r"relaunching \(relaunch 1 of 3\)", batch), batch[-6000:]
     # training resumed at the last checkpoint of attempt 0 and finished with the uninterrupted weights
     second = _text(run_dir, f"{job}.r0.a1.*.out")
+    assert set(re.findall(r" on (node\d) step \d+ loss", second)) == {"node1", "node3", "node4"}, second[-3000:]
     saved = [int(s) for s in re.findall(r"rank 0 saved step (\d+)", first)]
     resumed = {int(s) for s in re.findall(r"resumed at step (\d+)", second)}
     assert saved and resumed == {max(saved)} and max(saved) <= STOP_STEP + 1, (resumed, saved)

@@ -12,6 +12,7 @@ import pytest
 
 from clusterkit.supervise import replan
 from clusterkit.supervise.__main__ import parse
+from clusterkit.supervise.ranks import Behind
 from clusterkit.supervise.stall import Limits, Seen, Stall, limit_s, median_step_s, verdict
 from clusterkit.supervise.watch import Watcher, end_step, stalled_verdict
 
@@ -154,15 +155,16 @@ def test_the_watcher_reads_the_progress_file_and_finds_the_stall(tmp_path: Path)
         assert w.check() is None
     assert [s.step for s in w.seen] == [12, 13, 14, 15, 16]
     clock.now += 20.5
-    found = w.check()
-    assert found is not None and found.step == 16 and found.phase == "train"
+    found = w.check()                                  # no rank writes a file of its own: no wait for a name
+    assert found is not None and found.step == 16 and found.phase == "train" and w.behind is None
     assert w.check() is None                           # found once
-    assert said == []
     v = stalled_verdict(found)
     assert v.category == "stall" and v.node is None and "node behind: unknown" in v.summary
     step = replan.next_step(v, [], replan.Attempted(0, ("n1", "n2"), ("n3",), max_relaunches=3))
     assert isinstance(step, replan.Relaunch) and step.nodes == ("n1", "n2") and not step.once
-    named = replan.next_step(stalled_verdict(found, "n2"), [], replan.Attempted(0, ("n1", "n2"), ("n3",), 3))
+    behind = Behind((1,), ("n2",), "its heartbeat stopped 14 s ago while the other ranks' went on")
+    assert stalled_verdict(found, behind).rank == 1
+    named = replan.next_step(stalled_verdict(found, behind), [], replan.Attempted(0, ("n1", "n2"), ("n3",), 3))
     assert isinstance(named, replan.Relaunch) and named.nodes == ("n1", "n3") and named.dropped[0][0] == "n2"
 
 

@@ -6,6 +6,20 @@ new file beside it and renames it over ``CK_PROGRESS_FILE`` (so a reader never s
 line).  ``phase=save`` says a checkpoint is being written: a long save is not a stall.
 ``clusterkit status JOB`` shows the newest line.
 
+Every rank (rank 0 too) also keeps a file of its own, ``<CK_PROGRESS_FILE>.rank<R>``, one line
+``step=<N> time=<t> phase=<p> rank=<R> host=<node> step_s=<s|-> work_s=<s|-> beat=<t>``:
+``step_s`` is the median wall time per step over the rank's last :data:`WINDOW` steps,
+``work_s`` the median of what the script passed as ``work_s`` (the time of the rank's own
+work before its gradient sync: in lockstep training every rank's wall step time is the
+slowest's, so only this tells a straggler), ``-`` before :data:`MIN_SAMPLES` of them.  A
+daemon thread rewrites it every :data:`BEAT_S` seconds with a new ``beat``, so a rank that is
+frozen (stopped, or hung holding the GIL) is told from ranks that wait in a collective; it
+appends ``in=<file>:<function> coll=0|1``, where the training thread is (its innermost Python
+frame, and whether a ``torch/distributed`` frame is on its stack: :func:`where`), a stack
+sample without py-spy, so a rank stuck alive outside a collective is told from the waiting.  The
+supervisor and ``status`` read these files (``clusterkit.supervise.ranks``).  A reader of the
+format before them (rank 0's file alone) is unchanged.
+
 :func:`progress` does that from Python.  It imports nothing heavy (the standard library only),
 is a no-op outside a clusterkit job and on every rank but 0, writes at most every few seconds
 (and at once when the phase changes), and never raises: progress reporting must not end a
@@ -15,12 +29,17 @@ training run.  :func:`read` is the reader's side, for text another user's job ma
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import math
 import os
 import re
 import stat
+import statistics
+import sys
+import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 
 ENV = "CK_PROGRESS_FILE"
@@ -28,6 +47,14 @@ MIN_INTERVAL_S = 5.0     # between two writes of the same phase
 MAX_BYTES = 512          # what a reader takes of the file
 MAX_STEP = 10**15
 _last: dict[str, object] = {"time": 0.0, "phase": None, "path": None}
+BEAT_S = 5.0            # how often each rank's own file is rewritten (its heartbeat)
+WINDOW = 20             # the steps a rank's medians cover
+MIN_SAMPLES = 5         # the steps before a median is written
+RANK_SUFFIX = ".rank"
+_COLLECTIVE = re.compile(r"[/\\]torch[/\\]distributed[/\\]")
+_rank: dict[str, object] = {"lock": threading.Lock(), "pid": 0, "path": None, "line": None, "step": None,
+                            "at": 0.0, "phase": None, "written": 0.0,
+                            "steps": deque(maxlen=WINDOW), "works": deque(maxlen=WINDOW)}
 _LINE = re.compile(r"step=(\d{1,16}) time=(\d{1,12}(?:\.\d{1,9})?) phase=(train|save)")
 
 
@@ -37,23 +64,144 @@ def _rank0() -> bool:
     return rank.strip() == "0"
 
 
-def progress(step: int, *, saving: bool = False, min_interval_s: float = MIN_INTERVAL_S) -> bool:
+def _rank_id() -> str | None:
+    rank = (os.environ.get("RANK") or os.environ.get("SLURM_PROCID") or "0").strip()
+    return rank if rank.isascii() and rank.isdigit() and len(rank) <= 7 else None
+
+
+def _host() -> str:
+    """The node's name as Slurm knows it (srun tasks: SLURMD_NODENAME), else the host name."""
+    name = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name)[:64] or "unknown"
+
+
+def _median(values: deque[float]) -> str:
+    return f"{statistics.median(values):.6f}" if len(values) >= MIN_SAMPLES else "-"
+
+
+def where() -> tuple[str, int]:
+    """Where the training thread is now: its innermost Python frame (``file:function``), and 1
+    when a frame of ``torch/distributed`` is on its stack (it waits in a collective), else 0."""
+    frame = sys._current_frames().get(int(_rank.get("thread") or 0))  # type: ignore[call-overload]
+    while frame is not None and frame.f_code.co_filename == __file__:   # called from progress itself
+        frame = frame.f_back
+    if frame is None:
+        return "-", 0
+    inner = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}"
+    coll = 0
+    for _ in range(200):
+        if frame is None:
+            break
+        if _COLLECTIVE.search(frame.f_code.co_filename):
+            coll = 1
+            break
+        frame = frame.f_back
+    return re.sub(r"[^A-Za-z0-9._:<>-]", "_", inner)[:80] or "-", coll
+
+
+def _write_rank(now: float) -> None:
+    """Rewrite this rank's own file (called under the lock); never raises."""
+    r = _rank
+    path = r["path"]
+    if not isinstance(path, str) or r["step"] is None:
+        return
+    at, coll = where()
+    line = (f"step={r['step']} time={float(r['at']):.3f} phase={r['phase']} rank={r['rank']} host={r['host']} "  # type: ignore[arg-type]
+            f"step_s={_median(r['steps'])} work_s={_median(r['works'])} beat={now:.3f} "  # type: ignore[arg-type]
+            f"in={at} coll={coll}\n")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        r["written"] = now
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _final() -> None:
+    """At the process's exit: its last step and medians, and on rank 0 its last step where the
+    spaced writes left an older one (a run shorter than a beat is read too)."""
+    with contextlib.suppress(Exception), _rank["lock"]:  # type: ignore[attr-defined]
+        _write_rank(time.time())
+        path, step, phase = _last.get("path"), _rank.get("step"), _rank.get("phase")
+        if (_rank0() and isinstance(path, str) and path == os.environ.get(ENV) and isinstance(step, int)
+                and isinstance(phase, str) and (step, phase) != (_last.get("step"), _last.get("phase"))):
+            _write_main(path, step, phase, float(_rank.get("at") or time.time()))  # type: ignore[arg-type]
+
+
+def _beat() -> None:
+    """The heartbeat thread: this rank's file, rewritten every ``BEAT_S`` seconds."""
+    while True:
+        time.sleep(BEAT_S)
+        try:
+            with _rank["lock"]:  # type: ignore[attr-defined]
+                _write_rank(time.time())
+        except Exception:  # never end a training run over its progress report
+            pass
+
+
+def _report_rank(path: str, step: int, phase: str, now: float, work_s: float | None) -> None:
+    """Note this rank's step (and its step times) and write its file when due."""
+    rank = _rank_id()
+    if rank is None:
+        return
+    r = _rank
+    with r["lock"]:  # type: ignore[attr-defined]
+        own = f"{path}{RANK_SUFFIX}{int(rank)}"
+        if r["path"] != own:
+            r.update(path=own, step=None, phase=None, written=0.0, rank=int(rank), host=_host())
+            r["steps"].clear()  # type: ignore[attr-defined]
+            r["works"].clear()  # type: ignore[attr-defined]
+        last, at = r["step"], float(r["at"])  # type: ignore[arg-type]
+        if phase == "train" and r["phase"] == "train" and isinstance(last, int) and step > last:
+            r["steps"].append((now - at) / (step - last))  # type: ignore[attr-defined]
+        if work_s is not None and math.isfinite(work_s) and 0 <= work_s < 1e6:
+            r["works"].append(float(work_s))  # type: ignore[attr-defined]
+        due = phase != r["phase"] or now - float(r["written"]) >= BEAT_S  # type: ignore[arg-type]
+        r.update(step=step, at=now, phase=phase, thread=threading.get_ident())
+        if due:
+            _write_rank(now)
+        if r["pid"] != os.getpid():   # one heartbeat thread per process (a fork has none)
+            r["pid"] = os.getpid()
+            threading.Thread(target=_beat, name="clusterkit-progress-beat", daemon=True).start()
+            atexit.register(_final)
+
+
+def progress(step: int, *, saving: bool = False, min_interval_s: float = MIN_INTERVAL_S,
+             work_s: float | None = None) -> bool:
     """Report that training reached ``step`` (``saving=True``: a checkpoint save starts now;
-    call again without it when the save is done).  Returns whether a line was written."""
+    call again without it when the save is done).  ``work_s``: the seconds this rank's own work
+    of the step took (before its gradient sync), which lets ``status`` name a straggler.  Every
+    rank calls it; returns whether rank 0's line was written."""
     path = os.environ.get(ENV, "")
-    if not path or not _rank0():
+    if not path:
         return False
     try:
         step = int(step)
+        work = None if work_s is None else float(work_s)
     except (TypeError, ValueError, OverflowError):
         return False
     if not 0 <= step <= MAX_STEP:
+        return False
+    with contextlib.suppress(Exception):   # never raises: the report must not end a training run
+        _report_rank(path, step, "save" if saving else "train", time.time(), work)
+    if not _rank0():
         return False
     now = time.time()
     phase = "save" if saving else "train"
     if (phase == _last["phase"] and path == _last["path"]
             and now - float(_last["time"]) < min_interval_s):  # type: ignore[arg-type]
         return False
+    return _write_main(path, step, phase, now)
+
+
+def _write_main(path: str, step: int, phase: str, now: float) -> bool:
+    """Rank 0's line, written to a new file and renamed over ``path``."""
     line = f"step={step} time={now:.3f} phase={phase}\n".encode()
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
@@ -67,7 +215,7 @@ def progress(step: int, *, saving: bool = False, min_interval_s: float = MIN_INT
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         return False
-    _last.update(time=now, phase=phase, path=path)
+    _last.update(time=now, phase=phase, path=path, step=step)
     return True
 
 

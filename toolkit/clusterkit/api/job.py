@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError
 from clusterkit.scheduler.base import JobStatus
@@ -327,6 +327,13 @@ class Job:
         return [{"restart": r, "attempt": a.attempt, "nodes": list(a.nodes), "status": a.status, "verdict": a.verdict,
                  "dropped": [{"host": h, "why": w} for h, w in a.dropped], "then": a.then}
                 for r, a in supervise_attempts.read(self.run_dir, self.record.job_id)]
+
+    def stragglers(self) -> dict[str, Any]:
+        """Its ranks' own progress files (``clusterkit.progress`` on every rank): how many report
+        and which are persistently slower than the others (``straggler_ratio``), with their nodes."""
+        from clusterkit.api.ranks import view
+
+        return view(self.record)
 
     def doctor(self, progress: ProgressBar | None = None) -> Diagnosis:
         """``clusterkit doctor JOB``: why the job ended as it did, from its logs and the scheduler's

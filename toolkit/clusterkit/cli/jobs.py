@@ -212,9 +212,12 @@ def status(job: str | None, show_all: bool, limit: int | None, run: bool, as_jso
 
     beat = heartbeat.read(Path(rec.run_dir) / "logs" / f"{rec.job_id}.progress")
     place = found.queue_place() if st.state == "PENDING" and not st.stale else None
+    ranks = found.stragglers()
     if as_json:
         tried = {"dropped": [asdict(v) for v in dropped], "attempts": found.attempts()}
         output.emit_json({**_final_json(rec, st, seen.tails), **tried, "progress": asdict(beat) if beat else None,
+                          "ranks_reporting": ranks["reporting"], "straggler_ratio": ranks["ratio"],
+                          "stragglers": [x.to_dict() for x in ranks["stragglers"]],
                           "queue": place.to_dict() if place else None})
         return code
     from clusterkit.cli.arrays import show_tasks
@@ -230,6 +233,8 @@ def status(job: str | None, show_all: bool, limit: int | None, run: bool, as_jso
     show_attempts(found)   # each failed attempt inside the allocation
     if beat is not None:
         output.line(f"  progress: {beat.worded()}")
+    for x in ranks["stragglers"]:
+        output.line(f"  straggler: {x.worded()}")
     output.line(f"  run directory: {rec.run_dir}")
     show_tasks(rec, st)
     if st.terminal and st.state != "COMPLETED":

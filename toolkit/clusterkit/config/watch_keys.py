@@ -9,6 +9,9 @@ median steps without progress, never less than the floor.  The first steps build
 communicators and compile: 3 steps of warm-up are not judged.  A checkpoint save marked as one
 may take 30 minutes.  torchtitan's pattern for the process group: a long timeout for start-up
 (its default 300 s), a short one once the first step is done (100 s); the job exports both.
+A straggler is a rank whose own work per step (its median over its last 20 steps) is more than
+1.5 times the other ranks' median: a healthy rank's median stays well within that, while a node
+at half speed sets the pace of the whole run.
 """
 
 from __future__ import annotations
@@ -32,7 +35,17 @@ class WatchKeys(BaseModel):
     pg_timeout_s: int = Field(600, ge=1, le=86400, description="CK_PG_TIMEOUT_S: its process-group timeout "
                               "after the first steps")
 
-    @field_validator("stall_floor_s", "stall_factor", "save_limit_s", mode="before")
+    straggler_ratio: float = Field(1.5, ge=0, le=100, description="a rank slower than this many times the "
+                                   "other ranks' median step (work) time is named a straggler in status; 0: not judged")
+
+    @field_validator("straggler_ratio")
+    @classmethod
+    def _ratio(cls, v: float) -> float:
+        if 0 < v <= 1:
+            raise ValueError("must be 0 (off) or more than 1")
+        return v
+
+    @field_validator("stall_floor_s", "stall_factor", "save_limit_s", "straggler_ratio", mode="before")
     @classmethod
     def _seconds(cls, v: object) -> object:
         return float(v) if isinstance(v, int) and not isinstance(v, bool) else v

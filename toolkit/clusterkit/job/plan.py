@@ -226,7 +226,9 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s,
         grace_s=site.scheduler.grace_s, requeue=stages.requeues(spec, launch.mode) and site.scheduler.kind == "slurm",
         checkpoint_dir=checkpoint_base(site, request.run_dir),
-        time=time, settings=s, cpus_per_task=cpus,
+        time=time, cpus_per_task=cpus,   # status judges stragglers by plan.json's ratio: the site's where not set
+        settings=s if s.straggler_ratio is not None else s.model_copy(
+            update={"straggler_ratio": site.watch.straggler_ratio}),
         preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings), job=r.job,
         run_name=None if request.run_name is None else check_run_name(request.run_name),
         dependency=request.dependency, chain=request.chain,

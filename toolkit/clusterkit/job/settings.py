@@ -70,6 +70,9 @@ class Settings(BaseModel):
     stall_factor: float | None = Field(None, ge=1, le=1000, description="... or for this many median step times")
     warmup_steps: int | None = Field(None, ge=0, le=1_000_000, description="steps of each attempt not judged")
     save_limit_s: float | None = Field(None, gt=0, le=86400, description="how long a save marked as one may take")
+    straggler_ratio: float | None = Field(None, ge=0, le=100, description="a rank slower than this many times "
+                                          "the others' median step (work) time is a straggler in status (site "
+                                          "default 1.5); 0: not judged")
     # long runs (docs/architecture.md: chains, run names, stop signal)
     stop_signal: Literal["TERM", "USR1", "USR2", "INT"] = Field(
         "TERM", description="the signal the ranks get on the time-limit warning, a preemption Slurm announces, "
@@ -85,6 +88,13 @@ class Settings(BaseModel):
     @classmethod
     def _in_job(cls, v: Any) -> Any:
         return in_job_value(v)
+
+    @field_validator("straggler_ratio")
+    @classmethod
+    def _ratio(cls, v: float | None) -> float | None:
+        if v is not None and 0 < v <= 1:
+            raise ValueError("must be 0 (off) or more than 1")
+        return v
 
     @field_validator("time")
     @classmethod

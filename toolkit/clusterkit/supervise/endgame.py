@@ -117,10 +117,10 @@ class Supervisor:
             watching = self.watcher is not None and self.grace_end is None and not self.stopping
             if watching and self.watcher is not None and (found := self.watcher.check()):
                 log(f"watch: the run stalled: {found.worded()}: ending the launch step")
-                self.stalled = watch.stalled_verdict(found)
+                self.stalled = watch.stalled_verdict(found, self.watcher.behind)
                 return watch.end_step(self.proc, log)
             left = _LOOP_S if self.grace_end is None else max(0.0, self.grace_end - time.monotonic())
-            poll = self.watcher.poll_s if self.watcher is not None else _LOOP_S
+            poll = self.watcher.poll if self.watcher is not None else _LOOP_S
             for signum in self.events.wait(min(left, _LOOP_S, poll)):
                 self.on_signal(signum)
 

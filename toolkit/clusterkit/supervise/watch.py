@@ -4,6 +4,11 @@ validated), or, when the job writes none, the time of the newest write to this a
 logs, and asks :func:`clusterkit.supervise.stall.verdict` (docs/architecture.md §3, "Watching a
 run").  On a stall, :func:`end_step` ends the launch step, and recovery takes it as a failed
 attempt (:func:`stalled_verdict`: category ``stall``, the node behind when it can be named).
+
+Each look also reads every rank's own file (:mod:`clusterkit.supervise.ranks`) and notes when
+each rank's heartbeat last changed, on the supervisor's clock.  A stall is reported once the
+rank behind is named from them (:func:`clusterkit.supervise.ranks.behind`), or at most
+:data:`NAME_WAIT_S` later without a name.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clusterkit import heartbeat
-from clusterkit.supervise import replan, stall
+from clusterkit.supervise import ranks, replan, stall
 from clusterkit.supervise.recovery import attempt_logs
 
 HISTORY = 1000          # the progress lines kept for the median (the newest)
 END_WAIT_S = 60.0       # how long an ended step's launcher gets before it is killed
+NAME_WAIT_S = 20.0      # how long a found stall waits for its rank behind to be named (a frozen beat)
 Log = Callable[[str], None]
 
 
@@ -38,6 +44,10 @@ class Watcher:
         self.last = heartbeat.read(self.path)   # an earlier attempt's line: not this attempt's progress
         self.said_logs = False
         self.found: stall.Stall | None = None
+        self.pending: tuple[stall.Stall, float] | None = None   # a stall found, its rank behind not yet named
+        self.beats: dict[int, tuple[float, float, ranks.RankLine]] = {}   # rank: (beat, first seen, line)
+        self.first_beats = {x.rank: x.beat for x in ranks.read_all(self.path.parent, job_id)}
+        self.behind: ranks.Behind | None = None
 
     @property
     def poll_s(self) -> float:
@@ -67,10 +77,38 @@ class Watcher:
                 continue
         return None if not newest else self.clock() - max(0.0, time.time() - newest)
 
+    def _look_ranks(self) -> None:
+        """Note each rank's heartbeat that changed (a file of an earlier attempt never counts)."""
+        now = self.clock()
+        for line in ranks.read_all(self.path.parent, self.logs[1]):
+            if self.first_beats.get(line.rank) == line.beat:
+                continue
+            had = self.beats.get(line.rank)
+            if had is None or had[0] != line.beat:
+                self.beats[line.rank] = (line.beat, now, line)
+
+    def _named(self, found: stall.Stall) -> stall.Stall | None:
+        """The stall once its rank behind is named, or ``NAME_WAIT_S`` after it was found (at once
+        when no rank of this attempt writes a file of its own)."""
+        self._look_ranks()
+        self.behind = ranks.behind([(line, at) for _, at, line in self.beats.values()], self.clock())
+        if self.behind is None and self.beats and self.pending is None:   # no rank file: nothing to wait for
+            self.pending = (found, self.clock())
+            self.log(f"watch: {found.worded()}: looking for the rank behind in the ranks' progress files "
+                     f"(at most {NAME_WAIT_S:.0f} s)")
+        if self.behind is None and self.pending is not None and self.clock() - self.pending[1] < NAME_WAIT_S:
+            return None
+        found = self.pending[0] if self.pending is not None else found
+        self.found = found
+        return self.found
+
     def check(self) -> stall.Stall | None:
         """A stall of this attempt, found now (once), or None."""
         if self.found is not None:
             return None
+        if self.pending is not None:
+            return self._named(self.pending[0])
+        self._look_ranks()
         reporting = self._look()
         logs_at = None
         if not reporting:
@@ -79,15 +117,26 @@ class Watcher:
                          "there is one, the newest write to the rank logs stands in (clusterkit.progress(step))")
                 self.said_logs = True
             logs_at = self._logs_at()
-        self.found = stall.verdict(list(self.seen), self.clock(), self.limits, reporting=reporting,
-                                   started=self.started, logs_at=logs_at)
-        return self.found
+        found = stall.verdict(list(self.seen), self.clock(), self.limits, reporting=reporting,
+                              started=self.started, logs_at=logs_at)
+        return None if found is None else self._named(found)
+
+    @property
+    def poll(self) -> float:
+        """The wait before the next look: short while a found stall waits for its rank behind."""
+        return min(self.poll_s, 2.0) if self.pending is not None else self.poll_s
 
 
-def stalled_verdict(found: stall.Stall, node: str | None = None) -> replan.Verdict:
-    """The failed attempt's verdict for recovery: ``stall``, with the node behind where known."""
-    behind = f"; node behind: {node}" if node else "; node behind: unknown (no stack dump names it)"
-    return replan.Verdict("stall", found.worded() + behind, node)
+def stalled_verdict(found: stall.Stall, behind: ranks.Behind | None = None) -> replan.Verdict:
+    """The failed attempt's verdict for recovery: ``stall``, with the node behind where known
+    (one node: recovery drops it; ranks behind on several nodes are named, none dropped)."""
+    if behind is None:
+        said = "; node behind: unknown (the ranks' progress files name none)"
+    else:
+        where = "node behind" if behind.node else "ranks behind on several nodes"
+        said = f"; {where}: {behind.worded()}"
+    rank = behind.ranks[0] if behind is not None and len(behind.ranks) == 1 else None
+    return replan.Verdict("stall", found.worded() + said, behind.node if behind else None, rank)
 
 
 def end_step(proc: subprocess.Popen[bytes], log: Log) -> int:
