@@ -5,6 +5,7 @@ tests/slurm/test_recovery.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,16 @@ def test_no_requeue_that_leaves_too_few_nodes_in_the_partition() -> None:
     fits = replan.next_step(fault, [], tried(nodes=("node1", "node2"), unused=(),
                                              partition=("node1", "node2", "node3", "node4")))
     assert isinstance(fits, RequeueWithout)
+
+
+def test_no_requeue_when_the_partition_cannot_hold_the_spares_an_attempt_used_up() -> None:
+    """2 nodes + 1 spare on a 4-node partition: the spare took node2's place, then node3 failed too.
+    The requeued job asks for its 3 nodes again (#SBATCH --nodes=3), and without node2 and node3 only
+    2 remain: a requeue would pend for ever, so the run stops; on 5 nodes it requeues."""
+    fault = Verdict("gpu-hardware", "Xid 79", "node3")
+    alloc = ("node1", "node2", "node3")
+    facts = tried(attempt=1, nodes=("node1", "node3"), unused=(), excluded=("node2",), allocation=alloc)
+    step = replan.next_step(fault, [], replace(facts, partition=("node1", "node2", "node3", "node4")))
+    assert isinstance(step, Stop) and "2 of the partition's 4 nodes remain for 3" in step.reason, step
+    five = replan.next_step(fault, [], replace(facts, partition=("node1", "node2", "node3", "node4", "node5")))
+    assert isinstance(five, RequeueWithout) and five.exclude == ("node2", "node3"), five

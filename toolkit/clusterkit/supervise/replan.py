@@ -211,9 +211,12 @@ def next_step(v: Verdict, down: list[str], a: Attempted) -> Step:
                     f"{', '.join(sorted(gone & set(a.pinned)))} by name: a requeue without them could never start",
                     tuple(dropped))
     left = [h for h in a.partition if h not in exclude]
-    if a.partition and len(left) < len(a.nodes) + len(a.unused):
+    # the requeued job asks for its whole allocation again, the spares an attempt used up and the
+    # nodes the start dropped included (its #SBATCH --nodes), not only the nodes still at hand
+    asks = max(len(set(a.allocation)), len(a.nodes) + len(a.unused))
+    if a.partition and len(left) < asks:
         return Stop(f"doctor: {_why(v)}: dropped {named}; {short}, and without the nodes kept out {len(left)} of "
-                    f"the partition's {len(a.partition)} nodes remain for {len(a.nodes) + len(a.unused)}: "
+                    f"the partition's {len(a.partition)} nodes remain for {asks}: "
                     "a requeue could never start", tuple(dropped))
     if a.restarts_left <= 0:
         return Stop(f"doctor: {_why(v)}: dropped {named}; {short} and the restart budget is spent", tuple(dropped))
