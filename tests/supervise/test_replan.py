@@ -117,6 +117,21 @@ def test_the_launch_is_rebuilt_for_the_new_nodes_and_attempt() -> None:
     assert replan.relaunch_argv(("bash", "-c", "x", "clusterkit-launch", "--nodelist=a"), NODES, 1) is None
 
 
+def test_after_a_node_went_down_the_new_step_overlaps_the_old_one() -> None:
+    """Slurm 22.05 never ends a step's part on a node that died (its slurmd gone): the old step keeps
+    its GRES on the other nodes ("Requested nodes are busy" for ever), so the relaunch overlaps it."""
+    down = replan.next_step(Verdict("unknown", "rank 0 failed first"), ["node2"], tried())
+    assert isinstance(down, Relaunch) and down.overlap
+    named = replan.next_step(Verdict("gpu-hardware", "Xid 79", "node2"), [], tried())
+    assert isinstance(named, Relaunch) and not named.overlap
+    argv = ("srun", "--nodes=3", "--nodelist=node1,node2,node3", "bash", "clusterkit-launch", "python", "t.py")
+    new = replan.relaunch_argv(argv, ("node1", "node4", "node3"), 1, overlap=True)
+    assert new == ("srun", "--nodes=3", "--nodelist=node1,node4,node3", "--overlap", "bash", "clusterkit-launch",
+                   "python", "t.py")
+    assert replan.relaunch_argv(new, NODES, 2, overlap=True) == (
+        "srun", "--nodes=3", "--nodelist=node1,node2,node3", "--overlap", "bash", "clusterkit-launch", "python", "t.py")
+
+
 def test_the_hostfile_keeps_each_lines_syntax() -> None:
     text = "node1 slots=8\nnode2 slots=8\nnode3 slots=8\n"
     new = replan.hostfile_for(text, NODES, ("node1", "node4", "node3"))
