@@ -7,10 +7,13 @@ rank resumes from it when it is there.  Each rank's batch is drawn from a genera
 provided it resumed at a saved step with the same world size: rank 0 prints them at the end.
 
   --steps N --step-s S     how long it trains
-  --gpu-fault-on HOST      the rank on HOST prints the lines of a real Xid 79 capture
+  --gpu-fault-on HOSTS     the rank on each of HOSTS (comma-separated) prints the lines of a real Xid 79 capture
   --gpu-fault-log FILE     (FILE: a doctor corpus file; its lines after ``# ---``) at --fail-step
                            and exits 1, as a rank whose GPU fell off the bus
   --key-error              every rank fails in its own code at --fail-step (a KeyError)
+  --oom-on HOST            the rank on HOST joins the memory cgroup --oom-cgroup DIR (made by the
+  --oom-cgroup DIR         test, with a memory limit) at --fail-step and allocates memory until the
+                           kernel's OOM killer kills it there (SIGKILL)
   --stall-on HOST          the rank on HOST stops itself (SIGSTOP) after --fail-step, in the first
                            attempt only (no checkpoint yet): a rank that stops making progress.  The
                            loop then reports its progress (clusterkit.progress) and takes the job's
@@ -39,6 +42,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--gpu-fault-log")
     p.add_argument("--key-error", action="store_true")
     p.add_argument("--stall-on")
+    p.add_argument("--oom-on")
+    p.add_argument("--oom-cgroup")
+    # the deepspeed launcher hands every script these (a deepspeed script reads them through
+    # deepspeed.add_config_arguments); this loop trains with torch.distributed alone
+    p.add_argument("--local_rank", type=int)
+    p.add_argument("--deepspeed_config")
     return p.parse_args()
 
 
@@ -52,6 +61,19 @@ def gpu_fault(capture: str) -> int:
     body = text.split("# ---\n", 1)[1]
     os.write(sys.stderr.fileno(), body.encode())
     return 1
+
+
+def run_out_of_memory(cgroup: str) -> None:
+    """Join the memory cgroup (only what is allocated from now on counts against its limit) and
+    take memory, every page touched, until the kernel's OOM killer ends this process."""
+    Path(cgroup, "cgroup.procs").write_text(f"{os.getpid()}\n")
+    held = []
+    while True:
+        block = bytearray(32 << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        held.append(block)
+        say(f"holding {len(held) * 32} MB")
 
 
 def main() -> int:
@@ -80,8 +102,10 @@ def main() -> int:
         start = state["step"]
         say(f"rank {rank} on {host} resumed at step {start}")
     for step in range(start, args.steps):
-        if step == args.fail_step and args.gpu_fault_on == host and args.gpu_fault_log:
+        if step == args.fail_step and host in (args.gpu_fault_on or "").split(",") and args.gpu_fault_log:
             return gpu_fault(args.gpu_fault_log)
+        if step == args.fail_step and args.oom_on == host and args.oom_cgroup:
+            run_out_of_memory(args.oom_cgroup)
         if step == args.fail_step and args.key_error:
             config: dict[str, float] = {}
             say(f"lr {config['lr']}")

@@ -5,6 +5,7 @@ tests/slurm/test_recovery.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,21 @@ def test_the_launch_is_rebuilt_for_the_new_nodes_and_attempt() -> None:
     assert replan.relaunch_argv(("bash", "-c", "x", "clusterkit-launch", "--nodelist=a"), NODES, 1) is None
 
 
+def test_after_a_node_went_down_the_new_step_overlaps_the_old_one() -> None:
+    """Slurm 22.05 never ends a step's part on a node that died (its slurmd gone): the old step keeps
+    its GRES on the other nodes ("Requested nodes are busy" for ever), so the relaunch overlaps it."""
+    down = replan.next_step(Verdict("unknown", "rank 0 failed first"), ["node2"], tried())
+    assert isinstance(down, Relaunch) and down.overlap
+    named = replan.next_step(Verdict("gpu-hardware", "Xid 79", "node2"), [], tried())
+    assert isinstance(named, Relaunch) and not named.overlap
+    argv = ("srun", "--nodes=3", "--nodelist=node1,node2,node3", "bash", "clusterkit-launch", "python", "t.py")
+    new = replan.relaunch_argv(argv, ("node1", "node4", "node3"), 1, overlap=True)
+    assert new == ("srun", "--nodes=3", "--nodelist=node1,node4,node3", "--overlap", "bash", "clusterkit-launch",
+                   "python", "t.py")
+    assert replan.relaunch_argv(new, NODES, 2, overlap=True) == (
+        "srun", "--nodes=3", "--nodelist=node1,node2,node3", "--overlap", "bash", "clusterkit-launch", "python", "t.py")
+
+
 def test_the_hostfile_keeps_each_lines_syntax() -> None:
     text = "node1 slots=8\nnode2 slots=8\nnode3 slots=8\n"
     new = replan.hostfile_for(text, NODES, ("node1", "node4", "node3"))
@@ -184,3 +200,16 @@ def test_no_requeue_that_leaves_too_few_nodes_in_the_partition() -> None:
     fits = replan.next_step(fault, [], tried(nodes=("node1", "node2"), unused=(),
                                              partition=("node1", "node2", "node3", "node4")))
     assert isinstance(fits, RequeueWithout)
+
+
+def test_no_requeue_when_the_partition_cannot_hold_the_spares_an_attempt_used_up() -> None:
+    """2 nodes + 1 spare on a 4-node partition: the spare took node2's place, then node3 failed too.
+    The requeued job asks for its 3 nodes again (#SBATCH --nodes=3), and without node2 and node3 only
+    2 remain: a requeue would pend for ever, so the run stops; on 5 nodes it requeues."""
+    fault = Verdict("gpu-hardware", "Xid 79", "node3")
+    alloc = ("node1", "node2", "node3")
+    facts = tried(attempt=1, nodes=("node1", "node3"), unused=(), excluded=("node2",), allocation=alloc)
+    step = replan.next_step(fault, [], replace(facts, partition=("node1", "node2", "node3", "node4")))
+    assert isinstance(step, Stop) and "2 of the partition's 4 nodes remain for 3" in step.reason, step
+    five = replan.next_step(fault, [], replace(facts, partition=("node1", "node2", "node3", "node4", "node5")))
+    assert isinstance(five, RequeueWithout) and five.exclude == ("node2", "node3"), five

@@ -42,6 +42,8 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
     p.add_argument("--stall-factor", type=float, default=Limits.factor)
     p.add_argument("--warmup-steps", type=int, default=Limits.warmup_steps)
     p.add_argument("--save-limit-s", type=float, default=Limits.save_s)
+    p.add_argument("--recheck-site", default="")    # with --recheck-stage: spares checked before a relaunch
+    p.add_argument("--recheck-stage", default="")
     a = p.parse_args(words[:cut])
     if a.grace_s < 0 or a.max_restarts < 0 or a.max_relaunches < -1 or not a.stop_signal.isalnum():
         p.error("--grace-s and --max-restarts must be 0 or more, --stop-signal a signal name")
@@ -49,6 +51,8 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
             and 0 < a.save_limit_s <= 86400):
         p.error("--stall-floor-s must be 0 to 86400, --stall-factor 1 to 1000, --warmup-steps 0 or more, "
                 "--save-limit-s above 0 and at most 86400")
+    if bool(a.recheck_site) != bool(a.recheck_stage):
+        p.error("--recheck-site and --recheck-stage go together")
     missing = [name for name in ("CK_RUN_DIR", "CK_JOB_ID") if not env.get(name)]
     if missing:
         p.error(f"{' and '.join(missing)} not set: the job script sets them before it starts the supervisor")
@@ -60,7 +64,8 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
                 requeue_by=a.requeue_by, chain_ids=a.chain_ids,
                 chain_stops=tuple(a.chain_stops.split()), max_relaunches=a.max_relaunches,
                 watch=Limits(a.stall_floor_s, a.stall_factor, a.warmup_steps, a.save_limit_s)
-                if a.stall_floor_s else None)
+                if a.stall_floor_s else None,
+                recheck=(a.recheck_site, a.recheck_stage) if a.recheck_site else None)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

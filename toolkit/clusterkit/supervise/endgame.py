@@ -25,7 +25,7 @@ from typing import NoReturn
 from clusterkit import slurmclient
 from clusterkit.hostlist import fold
 from clusterkit.safefile import NotRegular, read_capped
-from clusterkit.supervise import decide, judge, owned, recovery, replan, stall, watch
+from clusterkit.supervise import decide, judge, owned, recheck, recovery, replan, stall, watch
 from clusterkit.supervise.events import Events, die_by_term
 
 WAITING = "waiting for Slurm to end this run; no result is written"
@@ -52,6 +52,7 @@ class Spec:
     chain_stops: tuple[str, ...] = ()
     max_relaunches: int = -1       # relaunches in the allocation after a failure; -1: recovery off
     watch: stall.Limits | None = None   # stall detection (supervise/watch.py); None: not watched
+    recheck: tuple[str, str] | None = None   # (site file, stage): spares checked before a relaunch takes them
 
 
 def log(text: str) -> None:
@@ -228,7 +229,7 @@ class Supervisor:
                                  restarts_left=s.max_restarts - s.restarts, excluded=recovery.kept_out(shown, run),
                                  pinned=replan.requested(shown), partition=recovery.partition_nodes(self.client, shown),
                                  allocation=run.allocation)
-        step = replan.next_step(v, down, facts)
+        step = recheck.checked(v, down, facts, recheck.preflight(*s.recheck, log) if s.recheck else None, log)
         self.drain()
         if self.stopping or self.warned is not None:
             return rc   # Slurm is ending this run meanwhile: its end, not a relaunch

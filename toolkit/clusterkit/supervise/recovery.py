@@ -155,7 +155,7 @@ def relaunch(run: Run, step: replan.Relaunch, launch: tuple[str, ...], env: dict
              log: Log) -> tuple[str, ...] | None:
     """The next attempt's launch argv, with the environment (``env``, this process's, which the
     launch inherits) and the hostfile set for ``step.nodes``; None when the argv cannot be rebuilt."""
-    argv = replan.relaunch_argv(launch, step.nodes, run.attempt + 1)
+    argv = replan.relaunch_argv(launch, step.nodes, run.attempt + 1, overlap=step.overlap)
     if argv is None:
         log("recovery: the launch names no --nodelist= to rebuild; not relaunching")
         return None

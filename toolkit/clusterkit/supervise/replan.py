@@ -65,6 +65,9 @@ class Relaunch:
     dropped: tuple[tuple[str, str], ...]
     line: str
     once: bool = False     # the relaunch a failure without a node to blame gets once per run
+    # a node down: Slurm (22.05) never ends the old step's part on a node that died, and that step
+    # keeps its CPUs, memory and GRES on the other nodes too, so the new step must overlap it
+    overlap: bool = False
 
 
 @dataclass(frozen=True)
@@ -200,7 +203,7 @@ def next_step(v: Verdict, down: list[str], a: Attempted) -> Step:
         taken = f"; spare(s) {', '.join(spares[:need])} take their place" if need else "; on the same nodes"
         return Relaunch(nodes, tuple(dropped),
                         f"attempt {a.attempt} failed ({_why(v)}): dropped {named}{taken}: relaunching "
-                        f"(relaunch {a.attempt + 1} of {a.max_relaunches})", once=once)
+                        f"(relaunch {a.attempt + 1} of {a.max_relaunches})", once=once, overlap=bool(down))
     short = (f"the budget of {a.max_relaunches} relaunches is spent" if a.attempt + 1 > a.max_relaunches
              else f"{need} node(s) to replace and {len(spares)} spare(s) left")
     if not dropped:
@@ -211,9 +214,12 @@ def next_step(v: Verdict, down: list[str], a: Attempted) -> Step:
                     f"{', '.join(sorted(gone & set(a.pinned)))} by name: a requeue without them could never start",
                     tuple(dropped))
     left = [h for h in a.partition if h not in exclude]
-    if a.partition and len(left) < len(a.nodes) + len(a.unused):
+    # the requeued job asks for its whole allocation again, the spares an attempt used up and the
+    # nodes the start dropped included (its #SBATCH --nodes), not only the nodes still at hand
+    asks = max(len(set(a.allocation)), len(a.nodes) + len(a.unused))
+    if a.partition and len(left) < asks:
         return Stop(f"doctor: {_why(v)}: dropped {named}; {short}, and without the nodes kept out {len(left)} of "
-                    f"the partition's {len(a.partition)} nodes remain for {len(a.nodes) + len(a.unused)}: "
+                    f"the partition's {len(a.partition)} nodes remain for {asks}: "
                     "a requeue could never start", tuple(dropped))
     if a.restarts_left <= 0:
         return Stop(f"doctor: {_why(v)}: dropped {named}; {short} and the restart budget is spent", tuple(dropped))
@@ -225,20 +231,24 @@ _OUTPUT_ATTEMPT = re.compile(r"(\.r[0-9]+\.)(?:a[0-9]+\.)?(?=[^/]*$)")
 MARK = "clusterkit-launch"
 
 
-def relaunch_argv(argv: tuple[str, ...], nodes: tuple[str, ...], attempt: int) -> tuple[str, ...] | None:
+def relaunch_argv(argv: tuple[str, ...], nodes: tuple[str, ...], attempt: int,
+                  overlap: bool = False) -> tuple[str, ...] | None:
     """The launch argv for ``nodes`` and attempt ``attempt``: srun's ``--nodelist`` names the new
     nodes and its ``--output`` carries ``a<attempt>.`` after the restart (``<job>.r0.a1.node3.out``)
-    so each attempt's logs stay apart.  Only clusterkit's own words (before the ``clusterkit-launch``
+    so each attempt's logs stay apart; ``overlap``: srun's ``--overlap`` after ``--nodelist``
+    (:attr:`Relaunch.overlap`).  Only clusterkit's own words (before the ``clusterkit-launch``
     mark) are touched; None when the argv has no ``--nodelist=`` there (not a launch it can rebuild)."""
     cut = argv.index(MARK) if MARK in argv else len(argv)
     out = list(argv)
-    found = False
+    found = -1
     for i, word in enumerate(argv[:cut]):
-        if word.startswith("--nodelist=") and not found:
-            out[i], found = "--nodelist=" + ",".join(nodes), True
+        if word.startswith("--nodelist=") and found < 0:
+            out[i], found = "--nodelist=" + ",".join(nodes), i
         elif word.startswith("--output=") and attempt > 0:
             out[i] = _OUTPUT_ATTEMPT.sub(lambda m: f"{m.group(1)}a{attempt}.", word, count=1)
-    return tuple(out) if found else None
+    if found >= 0 and overlap and "--overlap" not in argv[:cut]:
+        out.insert(found + 1, "--overlap")
+    return tuple(out) if found >= 0 else None
 
 
 def hostfile_for(text: str, old: tuple[str, ...], new: tuple[str, ...]) -> str:
