@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from .conftest import CK, NODES, REPO
 pytest.importorskip("torch", reason="examples/allreduce.py needs torch (pip install torch, CPU build)")
 
 PROFILES = REPO / "tests" / "sshlab" / "profiles"
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 RANK_LINE = re.compile(r"^allreduce rank (\d+)/(\d+) on (\S+): sum=(\d+) expected=(\d+) ok$", re.M)
 
 
@@ -145,9 +147,23 @@ def test_without_spares_the_job_requeues_itself_without_the_bad_node(cli: CK, tm
     """Slurm gives the lowest nodes first: node1 is bad, so the first run gets it; the job requeues
     itself with node1 excluded (one restart) and its second run trains on two good nodes."""
     site, run_dir = _site(tmp_path), cli.runs / "requeue"
-    proc = _submit(cli, site, run_dir, _env(cli, tmp_path, {"node1"}), "--nodes", "2")
+    proc = cli("submit", "--site", str(site), "--stage", "multi-node", "--gpus-per-node", "1", "--launcher",
+               "torchrun", "--nodes", "2", "--out", str(run_dir), "--", "python", "examples/allreduce.py",
+               env=_env(cli, tmp_path, {"node1"}), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job = _job_id(proc.stdout)
+    try:
+        cli.wait_for(job, lambda s: s["state"] in ("PENDING", *TERMINAL) and (s["restarts"] or 0) >= 1,
+                     timeout=240, what="the requeue")
+        # Slurm holds a requeued job about two minutes (BeginTime): released as the preemption
+        # tests do, not within the second of the requeue (slurmd revokes the old run's
+        # credential with 1 s resolution, and a restart stamped in that second fails)
+        time.sleep(1.2)
+        cli.bed.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
+        st = cli.wait_for(job, lambda s: s["state"] in TERMINAL, timeout=240, what="the job's end")
+    finally:
+        cli.bed.run("scancel", job, check=False)
+    assert st["state"] == "COMPLETED", _logs(run_dir)[-4000:]
     first, second = _selection(run_dir, job, 0), _selection(run_dir, job, 1)
     assert first["outcome"] == "requeue" and first["exclude"] == ["node1"], first
     assert second["outcome"] == "launch" and "node1" not in second["allocation"], second
