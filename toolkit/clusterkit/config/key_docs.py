@@ -46,6 +46,8 @@ KEY_DOCS: dict[str, str] = {
     "Network.hcas": "the HCAs NCCL may use (mlx5_0, ...), also checked by preflight",
     "Network.port_rate_gbps": "the rate every HCA port must run at, Gbit/s",
     "Network.socket_ifname": "the interface NCCL's bootstrap and socket transport use (NCCL_SOCKET_IFNAME)",
+    "Network.rendezvous_host": "how launchers reach the head: {suffix: i} (gpu001i) or {interface: ib0} (its "
+                               "address there, read on the head when the job runs); unset: the head's name",
     "Network.rail_optimized": "one HCA per GPU on separate rails: NCCL crosses rails through NVLink",
     "Network.roce": "RoCE settings (gid_index, traffic_class, service_level); fabric roce only",
     "Nodes.nodelist": "the nodes, Slurm host list syntax (gpu[001-064])",

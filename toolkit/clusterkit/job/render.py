@@ -42,6 +42,8 @@ __all__ = ["ENTRY", "LAUNCH_INCLUDE", "container_mounts", "overridden", "overrid
 #: The job script's entry templates; each includes one template per concern (templates/job-*.j2).
 ENTRY = {True: "job.sbatch.j2", False: "job.local.j2"}
 LAUNCH_INCLUDE = {True: "job-launch.step.j2", False: "job-launch.here.j2"}
+#: The run directory's script that names the rendezvous host of a head node (site network.rendezvous_host).
+RDZV = "rendezvous-host.sh"
 
 
 def _hostfile(plan: Plan) -> str | None:
@@ -95,6 +97,8 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
     _check_long_run_parts(site, plan, out["job.sbatch"])
     out["nccl.env"] = draw("nccl.env.j2", ctx)
     out[PROBE] = draw("nccl-probe.sh.j2", ctx)
+    if plan.slurm and site.network.rendezvous_host is not None:
+        out[RDZV] = draw("rendezvous-host.sh.j2", ctx)
     hostfile = _hostfile(plan)
     if hostfile is not None:
         out["hostfile"] = hostfile
