@@ -1,5 +1,6 @@
 """Golden job scripts for site keys and job options that change the script's shape: the
-rendezvous host on another network (``network.rendezvous_host``: a suffix, an interface).
+rendezvous host on another network (``network.rendezvous_host``: a suffix, an interface), per-task GPU
+binding for ``--launcher srun`` (``--set gpu_bind=task``).
 Regenerate with ``--regen-golden`` and review the diff."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ CASES: dict[str, tuple[str, list[str]]] = {
                           ["--stage", "multi-node", "--nodes", "2", "--launcher", "torchrun"]),
     "rendezvous-interface": ("network:\n  rendezvous_host: {interface: ib0}\n",
                              ["--stage", "multi-node", "--nodes", "2", "--launcher", "deepspeed"]),
+    "srun-gpu-bind": ("", ["--stage", "multi-node", "--nodes", "2", "--launcher", "srun", "--set", "gpu_bind=task"]),
 }
 FILES = ("job.sbatch", "rendezvous-host.sh")
 
@@ -48,7 +50,7 @@ def test_options_golden(ck, tmp_path: Path, request: pytest.FixtureRequest, case
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (Debian package shellcheck)")
 def test_shellcheck_option_scripts() -> None:
-    scripts = sorted(str(p) for p in (GOLDEN / "options").glob("*/*.sh*"))
-    assert len(scripts) >= len(CASES)
+    scripts = sorted(str(p) for p in (GOLDEN / "options").glob("*/*") if p.name in ("job.sbatch", "rendezvous-host.sh"))
+    assert len(scripts) == len(CASES) + 2   # each case's job script, the two rendezvous-host.sh
     p = subprocess.run(["shellcheck", "--shell=bash", "--severity=info", *scripts], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout[-4000:]

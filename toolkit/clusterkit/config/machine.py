@@ -21,6 +21,9 @@ class Nodes(_Model):
     gpu_mem_gb: float = Field(80, gt=0)
     cpus_per_node: int = Field(16, ge=1)
     mem_gb: float = Field(256, gt=0)
+    gpu_bind: Literal["task", "none"] = Field(
+        "none", description="--launcher srun: task gives each task its own GPU (cuda:0 is the task's), none "
+        "lets every task see the node's GPUs (cuda:LOCAL_RANK); a job's --set gpu_bind wins")
 
     @field_validator("nodelist")
     @classmethod

@@ -120,6 +120,7 @@ class Resolved:
     qos: str | None
     container: bool             # wanted (the site may still have none)
     preflight_in_job: bool | Literal["perf"]   # False, True (the base checks) or "perf" (preflight --perf too)
+    gpu_bind: Literal["task", "none"] = "none"  # --launcher srun: each task its own GPU, or the node's
     job: JobSetup = field(default_factory=JobSetup)   # site job:, stage job:, then the request's
     # where each choice came from, by setting name: "flag" (the command line), "plan" (the
     # recommendation of `plan --render`), "stage" (the site's stages.<stage> entry), "site" (the
@@ -168,6 +169,7 @@ def _sources(site: Site, request: JobRequest, s: Settings, override: StageOverri
             out[key] = "site"
     out["container"] = source("container", s.container, override, site.software.container is not None)
     out["spares"] = source("spares", s.spares, override, False)
+    out["gpu_bind"] = source("gpu_bind", s.gpu_bind, override, "gpu_bind" in site.nodes.model_fields_set)
     if s.preflight_in_job is None:
         out["preflight_in_job"] = "site" if "in_job" in site.preflight.model_fields_set else "default"
     for key in request.planned:  # given by `plan --render`'s recommendation, not typed by the user
@@ -195,6 +197,7 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
         preflight_in_job=_in_job(sch.kind == "slurm", pick("preflight_in_job", s.preflight_in_job, None,
                                                            site.preflight.in_job)),
         job=merge_job(site, spec.name, override, request.job),
+        gpu_bind=pick("gpu_bind", s.gpu_bind, override, site.nodes.gpu_bind),
         stage_spares=override.spares if override is not None else None,
     )
 

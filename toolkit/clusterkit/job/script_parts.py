@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from clusterkit.errors import PlanError
 from clusterkit.job import array as arrays
-from clusterkit.job import jobenv
+from clusterkit.job import gpubind, jobenv
 from clusterkit.job.launchers import Sh, Word, placeholders, shell_join
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.plan import Plan
@@ -120,6 +120,8 @@ def _launch_body(plan: Plan) -> str:
     if plan.launch.mode == "per_gpu":
         ranks = ('export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
                  f'LOCAL_WORLD_SIZE={plan.gpus_per_node}; ')
+        if plan.basis.resolved.gpu_bind == "task":
+            ranks += gpubind.task_binding(plan.basis.site.nodes.gpu_vendor)
         prefix = shell_join(_launcher_words(plan))
         return ranks + "exec " + (prefix + " " if prefix else "") + '"$@"'
     body = "exec " + shell_join([*_launcher_words(plan), Sh('"$@"')])
