@@ -446,6 +446,7 @@ CHANGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "spares": ("1", "testbed", ("preflight_in_job=true",)),
     "stall_floor_s": ("15", "testbed", ()), "stall_factor": ("4", "testbed", ()),
     "warmup_steps": ("0", "testbed", ()), "save_limit_s": ("120", "testbed", ()),
+    "gpu_bind": ("task", "testbed", ()),
 }
 # include and exclude_slots change deepspeed's argv; their own tests cover the host filters;
 # gpu_type (tests/cli/test_gpu_type.py), max_relaunches (the supervisor's argv, tests/supervise)
