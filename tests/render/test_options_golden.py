@@ -1,6 +1,6 @@
 """Golden job scripts for site keys and job options that change the script's shape: the
 rendezvous host on another network (``network.rendezvous_host``: a suffix, an interface), per-task GPU
-binding for ``--launcher srun`` (``--set gpu_bind=task``).
+binding for ``--launcher srun`` (``--set gpu_bind=task``), teardown steps (the site's and ``--teardown``).
 Regenerate with ``--regen-golden`` and review the diff."""
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ CASES: dict[str, tuple[str, list[str]]] = {
                           ["--stage", "multi-node", "--nodes", "2", "--launcher", "torchrun"]),
     "rendezvous-interface": ("network:\n  rendezvous_host: {interface: ib0}\n",
                              ["--stage", "multi-node", "--nodes", "2", "--launcher", "deepspeed"]),
+    "teardown": ("job:\n  teardown: ['echo site teardown']\n",
+                 ["--stage", "multi-node", "--nodes", "2", "--launcher", "torchrun", "--teardown",
+                  'cp -r out "$HOME/keep/$CK_JOB_ID"']),
     "srun-gpu-bind": ("", ["--stage", "multi-node", "--nodes", "2", "--launcher", "srun", "--set", "gpu_bind=task"]),
 }
 FILES = ("job.sbatch", "rendezvous-host.sh")

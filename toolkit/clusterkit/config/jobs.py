@@ -69,6 +69,7 @@ class JobSection(_Model):
     env: dict[str, str | int] = Field(default_factory=dict)
     setup: list[str] = Field(default_factory=list)
     node_setup: list[str] = Field(default_factory=list)
+    teardown: list[str] = Field(default_factory=list)
     srun_args: list[str] = Field(default_factory=list)
     launcher_args: list[str] = Field(default_factory=list)
     venv: str | None = None

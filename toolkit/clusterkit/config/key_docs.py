@@ -36,6 +36,7 @@ KEY_DOCS: dict[str, str] = {
     "JobSection.env": "NAME=VALUE pairs every job exports",
     "JobSection.setup": "shell commands the batch script runs before the launcher",
     "JobSection.node_setup": "shell commands run once on every node before the launcher",
+    "JobSection.teardown": "shell commands the batch host runs after the training ends for good, succeeded or not",
     "JobSection.srun_args": "arguments added to the job's srun steps",
     "JobSection.launcher_args": "arguments added to the launcher's command line",
     "JobSection.venv": "a Python virtual environment to activate",

@@ -71,6 +71,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "launch_how": launch_how(plan),
         "job": plan.job,
         "node_setup_opts": node_setup_options(plan),
+        "teardown_args": "".join(" --teardown=" + shell_quote(cmd) for cmd in plan.job.teardown),
         "made_by": made_by(plan),
         "sweep_cases": arrays.case_lines(plan.array) if plan.array else [],
         "sweep_names": [arrays.env_name(k) for k in plan.array.keys] if plan.array else [],
@@ -117,6 +118,9 @@ def _check_long_run_parts(site: Site, plan: Plan, script: str) -> None:
     if plan.chain is not None and "ck_chain_ids=" not in script:
         missing = ("job-chain.sbatch.j2", "a chain member would neither stop the chain nor see it stopped",
                    'add {% include "job-chain.sbatch.j2" %} after the end-game include')
+    elif plan.job.teardown and "--teardown=" not in script:
+        missing = ("the supervisor's --teardown (job-supervise.j2)", "the job's teardown steps would not run",
+                   "update the site's job-supervise.j2 from clusterkit's")
     elif plan.settings.requeue_by == "framework" and "--requeue-by framework" not in script:
         missing = ("the supervisor's --requeue-by framework (job-supervise.j2)", "the job would requeue itself as "
                    "well as the framework", "update the site's job-supervise.j2 from clusterkit's")

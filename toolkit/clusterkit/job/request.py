@@ -51,6 +51,7 @@ class JobSetup:
     env: tuple[EnvEntry, ...] = ()          # one entry per name: the last one given wins
     setup: tuple[str, ...] = ()             # batch-shell commands before the launcher, in order
     node_setup: tuple[str, ...] = ()        # commands once on every node before the launcher
+    teardown: tuple[str, ...] = ()          # batch-host commands once the training has ended for good
     srun_args: tuple[str, ...] = ()         # added to every srun step
     launcher_args: tuple[str, ...] = ()     # added to the launcher's own argv
     venv: str | None = None
@@ -61,6 +62,7 @@ class JobSetup:
     def to_dict(self) -> dict[str, Any]:
         return {"env": [{"name": e.name, "value": e.value, "origin": e.origin} for e in self.env],
                 "setup": list(self.setup), "node_setup": list(self.node_setup),
+                "teardown": list(self.teardown),
                 "srun_args": list(self.srun_args), "launcher_args": list(self.launcher_args),
                 "venv": self.venv, "conda": self.conda, "modules": list(self.modules),
                 "sbatch": [[k, v] for k, v in self.sbatch]}
@@ -236,7 +238,7 @@ def merge_job(site: Site, stage: str, override: StageOverride | None, own: JobSe
 
     return JobSetup(
         env=tuple(env.values()), setup=joined("setup"), node_setup=joined("node_setup"),
-        srun_args=joined("srun_args"), launcher_args=joined("launcher_args"),
+        teardown=joined("teardown"), srun_args=joined("srun_args"), launcher_args=joined("launcher_args"),
         venv=next((x.venv for x in reversed(layers) if x.venv is not None), None),
         conda=next((x.conda for x in reversed(layers) if x.conda is not None), None),
         modules=joined("modules"), sbatch=own.sbatch)
@@ -244,9 +246,9 @@ def merge_job(site: Site, stage: str, override: StageOverride | None, own: JobSe
 
 def _section(sec: JobSection, where: str) -> JobSetup:
     return JobSetup(env=tuple(EnvEntry(k, str(v), f"{where}.env") for k, v in sec.env.items()),
-                    setup=tuple(sec.setup), node_setup=tuple(sec.node_setup), srun_args=tuple(sec.srun_args),
-                    launcher_args=tuple(sec.launcher_args), venv=sec.venv, conda=sec.conda,
-                    modules=tuple(sec.modules))
+                    setup=tuple(sec.setup), node_setup=tuple(sec.node_setup), teardown=tuple(sec.teardown),
+                    srun_args=tuple(sec.srun_args), launcher_args=tuple(sec.launcher_args), venv=sec.venv,
+                    conda=sec.conda, modules=tuple(sec.modules))
 
 
 def job_name(request: JobRequest) -> str:
