@@ -1,7 +1,8 @@
 """Golden job scripts for site keys and job options that change the script's shape: the
-rendezvous host on another network (``network.rendezvous_host``: a suffix, an interface), per-task GPU
-binding for ``--launcher srun`` (``--set gpu_bind=task``), teardown steps (the site's and ``--teardown``).
-Regenerate with ``--regen-golden`` and review the diff."""
+rendezvous host on another network (``network.rendezvous_host``: a suffix, an interface),
+per-task GPU binding for ``--launcher srun`` (``--set gpu_bind=task``), teardown steps (the
+site's and ``--teardown``), a singularity image's runscript with the ``--node-setup`` steps in
+the image.  Regenerate with ``--regen-golden`` and review the diff."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ CASES: dict[str, tuple[str, list[str]]] = {
     "teardown": ("job:\n  teardown: ['echo site teardown']\n",
                  ["--stage", "multi-node", "--nodes", "2", "--launcher", "torchrun", "--teardown",
                   'cp -r out "$HOME/keep/$CK_JOB_ID"']),
+    "singularity-runscript-node-setup": (
+        "software:\n  container: {runtime: singularity, image: /images/pt.sif, runscript: true, env: {HF_HOME: /hf}}\n",
+        ["--stage", "multi-node", "--nodes", "2", "--launcher", "torchrun", "--node-setup", "pip list",
+         "--set", "node_setup_in=container"]),
     "srun-gpu-bind": ("", ["--stage", "multi-node", "--nodes", "2", "--launcher", "srun", "--set", "gpu_bind=task"]),
 }
 FILES = ("job.sbatch", "rendezvous-host.sh")

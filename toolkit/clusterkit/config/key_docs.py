@@ -24,7 +24,8 @@ KEY_DOCS: dict[str, str] = {
     "Site.watch": "when the job's supervisor calls a run stalled, and the process-group timeouts the job exports",
     "Site.cost": "price per GPU hour, for `clusterkit plan`'s cost figures",
     "Site.templates": "a folder of job script templates replacing the built-in ones of the same name",
-    "Container.runtime": "pyxis (srun --container-image) or apptainer",
+    "Container.runtime": "pyxis (srun --container-image), apptainer, or singularity (apptainer's flags, the "
+                         "singularity command)",
     "Container.image": "the image every rank runs in (pyxis: registry#image or a .sqsh file)",
     "Container.mounts": "SRC:DST mounts into the container",
     "Site.reliability": "how often GPUs fail and what a save and a restart cost: the checkpoint cadence jobs are told",
@@ -82,7 +83,7 @@ KEY_DOCS: dict[str, str] = {
     "Software.driver_min": "the lowest NVIDIA driver version preflight accepts",
     "Software.cuda": "the CUDA version the nodes provide",
     "Software.modules": "environment modules every job loads",
-    "Software.container": "the container every job runs in (pyxis or apptainer)",
+    "Software.container": "the container every job runs in (pyxis, apptainer or singularity)",
     "StageOverride.launcher": "the launcher of this stage",
     "StageOverride.nodes": "the default node count of this stage",
     "StageOverride.time": "the time limit of this stage's jobs",

@@ -60,6 +60,9 @@ class Settings(BaseModel):
         None, description="--launcher srun: task gives each task its own GPU (its CUDA_VISIBLE_DEVICES, for a "
         "script that uses cuda:0); none: every task sees the node's GPUs (cuda:LOCAL_RANK). Default: the site's "
         "nodes.gpu_bind, else none")
+    node_setup_in: Literal["host", "container"] = Field(
+        "host", description="where the --node-setup steps run: on the host, or in the site's container image "
+        "(its runtime's flags, mounts and environment, as the launcher's)")
     container: bool | None = Field(None, description="use the site's container (default: yes if the site has one)")
     preflight_in_job: bool | Literal["perf"] | None = Field(
         None, description="run preflight checks on the allocated nodes first: true, false, or perf (preflight --perf)")
@@ -157,7 +160,8 @@ def script_variable(key: str, launcher: str) -> str | None:
 
 # Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
 SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "stop_signal", "requeue_by", "spares",
-              "gpu_type", "gpu_bind", "max_relaunches", "stall_floor_s", "stall_factor", "warmup_steps", "save_limit_s")
+              "gpu_type", "gpu_bind", "node_setup_in", "max_relaunches", "stall_floor_s", "stall_factor",
+              "warmup_steps", "save_limit_s")
 
 
 def gpus_per_node(s: Settings, gpn: int) -> str:
