@@ -103,3 +103,17 @@ def test_a_relaunch_head_the_script_cannot_name_is_not_relaunched(tmp_path: Path
     env = {**os.environ, "CK_RDZV_RESOLVE": _script(tmp_path, body)}
     assert head.rendezvous_host("gpu7", env, said.append) is None
     assert len(said) == 1 and "no rendezvous host for gpu7" in said[0] and why in said[0], said
+
+
+def test_a_site_hosts_template_from_before_the_key_is_refused(ck, tmp_path: Path) -> None:
+    tdir = tmp_path / "tpl"
+    tdir.mkdir(mode=0o755)
+    text = (REPO / "templates" / "job-hosts.sbatch.j2").read_text()
+    start = text.index("{% if plan.basis.site.network.rendezvous_host %}")
+    (tdir / "job-hosts.sbatch.j2").write_text(text[:start] + text[text.index("{% endif %}", start) + 11:])
+    site = tmp_path / "s.yaml"
+    site.write_text(f"name: s\nextends: {REPO / 'site_configs' / 'testbed.yaml'}\ntemplates: {tdir}\n"
+                    "network:\n  rendezvous_host: {suffix: i}\n")
+    result = ck("render", "--site", str(site), "--out", str(tmp_path / "run"), "--", "python", "t.py")
+    assert_one_line_error(result, 2, "rendezvous-host.sh", "the launchers would rendezvous at the head's own name")
+    assert not (tmp_path / "run").exists()

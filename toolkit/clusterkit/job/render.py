@@ -120,6 +120,9 @@ def _check_long_run_parts(site: Site, plan: Plan, script: str) -> None:
     if plan.chain is not None and "ck_chain_ids=" not in script:
         missing = ("job-chain.sbatch.j2", "a chain member would neither stop the chain nor see it stopped",
                    'add {% include "job-chain.sbatch.j2" %} after the end-game include')
+    elif plan.slurm and site.network.rendezvous_host is not None and "CK_RDZV_RESOLVE" not in script:
+        missing = ("network.rendezvous_host's rendezvous-host.sh (job-hosts.sbatch.j2)", "the launchers would "
+                   "rendezvous at the head's own name", "update the site's job-hosts.sbatch.j2 from clusterkit's")
     elif plan.job.teardown and "--teardown=" not in script:
         missing = ("the supervisor's --teardown (job-supervise.j2)", "the job's teardown steps would not run",
                    "update the site's job-supervise.j2 from clusterkit's")
