@@ -85,8 +85,8 @@ def test_venv_flag_wins_and_other_stage_sees_its_own(ck, tmp_path: Path) -> None
 
 def test_no_job_section_means_nothing_added(ck, tmp_path: Path) -> None:
     job = plan_job(ck, tmp_path, site=REPO / "site_configs" / "ib-h100.yaml")
-    assert job == {"env": [], "setup": [], "node_setup": [], "srun_args": [], "launcher_args": [], "venv": None,
-                   "conda": None, "modules": [], "sbatch": []}
+    assert job == {"env": [], "setup": [], "node_setup": [], "teardown": [], "srun_args": [], "launcher_args": [],
+                   "venv": None, "conda": None, "modules": [], "sbatch": []}
 
 
 def test_api_takes_a_mapping_or_pairs_and_files_before_pairs(tmp_path: Path) -> None:

@@ -446,12 +446,14 @@ CHANGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "spares": ("1", "testbed", ("preflight_in_job=true",)),
     "stall_floor_s": ("15", "testbed", ()), "stall_factor": ("4", "testbed", ()),
     "warmup_steps": ("0", "testbed", ()), "save_limit_s": ("120", "testbed", ()),
+    "gpu_bind": ("task", "testbed", ()),
 }
 # include and exclude_slots change deepspeed's argv; their own tests cover the host filters;
 # gpu_type (tests/cli/test_gpu_type.py), max_relaunches (the supervisor's argv, tests/supervise)
-# and node_history (tests/history) have tests of their own; straggler_ratio changes only plan.json,
-# which status reads (tests/progress/test_progress.py)
-OWN_TESTS = {"include", "exclude_slots", "gpu_type", "max_relaunches", "node_history", "straggler_ratio"}
+# node_history (tests/history) and node_setup_in (a --node-setup step and a container: tests/cli/test_containers.py)
+# have tests of their own; straggler_ratio changes only plan.json, which status reads (tests/progress/test_progress.py)
+OWN_TESTS = {"include", "exclude_slots", "gpu_type", "max_relaunches", "node_history", "node_setup_in",
+             "straggler_ratio"}
 # deepspeed takes its global batch from micro x accum x dp: global_batch is checked against it
 CHECKED = {("global_batch", "deepspeed"):
            "deepspeed: global_batch 64 != micro_batch 2 x grad_accum 1 x data parallel 16"}

@@ -1,7 +1,7 @@
 """What a site file runs, and what its templates may touch: templates get data they cannot
 change, the run-directory writer writes plain relative names inside the run directory only, and
 everything in a site file that runs code (a template anywhere under its directory, ``job.setup``,
-``job.venv``, ``job.conda``, program-running ``job.srun_args``) follows one trust rule: used only
+``job.teardown``, ``job.venv``, ``job.conda``, program-running ``job.srun_args``) follows one trust rule: used only
 from files no other user can write."""
 
 from __future__ import annotations
@@ -150,6 +150,9 @@ CODE = {
     "abbreviated": ("  srun_args: ['--task-pro=/tmp/pwned.sh']\n", "job.srun_args", "srun runs"),
     "underscored": ("  srun_args: ['--task_prolog=/tmp/pwned.sh']\n", "job.srun_args", "srun runs"),
     "setup": ("  setup: ['touch pwned']\n", "job.setup", "setup commands run"),
+    "teardown": ("  teardown: ['touch pwned']\n", "job.teardown", "teardown commands run"),
+    "stage-teardown": ("  env: {A: b}\nstages:\n  single-node:\n    job: {teardown: ['touch pwned']}\n",
+                       "stages.single-node.job.teardown", "teardown commands run"),
     "launcher-args": ("  launcher_args: ['--launcher_args', '--mca plm_rsh_agent /tmp/pwned.sh']\n",
                       "job.launcher_args", "on to pdsh or mpirun"),
     "launcher-args-abbreviated": ("  launcher_args: ['--launcher_arg=-x LD_PRELOAD=/tmp/p.so']\n",

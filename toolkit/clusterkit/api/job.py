@@ -335,6 +335,13 @@ class Job:
 
         return view(self.record)
 
+    def teardown(self) -> list[dict[str, int]]:
+        """The job's teardown steps that have run, ``{"step": N, "status": S}`` each (``<job>.teardown``,
+        read as data); the training's own status is :meth:`state`'s, which the steps never change."""
+        from clusterkit.scheduler.results import read_teardown_file
+
+        return [{"step": n, "status": rc} for n, rc in read_teardown_file(self.run_dir, self.record.job_id)]
+
     def doctor(self, progress: ProgressBar | None = None) -> Diagnosis:
         """``clusterkit doctor JOB``: why the job ended as it did, from its logs and the scheduler's
         view: ``diagnosis.report["verdict"]`` (category, summary, node, rank, evidence, advice),

@@ -22,6 +22,7 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
                 env: Mapping[str, str] | Sequence[str] | None = None,
                 env_file: StrPath | Sequence[StrPath] | None = None,
                 setup: Sequence[str] | None = None, node_setup: Sequence[str] | None = None,
+                teardown: Sequence[str] | None = None,
                 srun_args: Sequence[str] | None = None, launcher_args: Sequence[str] | None = None,
                 venv: str | None = None, conda: str | None = None, modules: Sequence[str] | None = None,
                 sbatch: Mapping[str, str | bool | None] | Sequence[str] | None = None,
@@ -33,7 +34,8 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
     The job's own additions come after the site's ``job:`` section: ``env`` (``{"HF_HOME": ...}``
     or ``["HF_HOME=...", ...]``; after the lines of each ``env_file``, so a name in both takes
     ``env``'s value), ``setup`` and ``node_setup`` (shell commands in the job before the
-    launcher: once in the batch shell, once per node), ``srun_args``, ``launcher_args``,
+    launcher: once in the batch shell, once per node), ``teardown`` (shell commands on the batch
+    host once the training has ended for good, whether it succeeded or not), ``srun_args``, ``launcher_args``,
     ``venv``/``conda`` (activated in the job), ``modules`` (loaded after the site's) and
     ``sbatch`` (per-job Slurm options: ``{"constraint": "a100"}`` or ``["constraint=a100"]``).
     ``run_name`` names the training run across jobs: ``CK_CHECKPOINT_DIR`` is
@@ -71,7 +73,8 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
         stage = stage_for_nodes(nodes) if nodes is not None else "single-node"
     w = inputs.words
     job = JobSetup(env=(*inputs.env_files(env_file), *inputs.env(env)), setup=w("setup", setup),
-                   node_setup=w("node_setup", node_setup), srun_args=w("srun_args", srun_args),
+                   node_setup=w("node_setup", node_setup), teardown=w("teardown", teardown),
+                   srun_args=w("srun_args", srun_args),
                    launcher_args=w("launcher_args", launcher_args), venv=inputs.text("venv", venv),
                    conda=inputs.text("conda", conda), modules=w("modules", modules), sbatch=inputs.sbatch(sbatch))
     from clusterkit.job import array as arrays

@@ -38,6 +38,7 @@ class JobArgs(TypedDict, total=False):
     env_file: StrPath | Sequence[StrPath] | None
     setup: Sequence[str] | None
     node_setup: Sequence[str] | None
+    teardown: Sequence[str] | None
     srun_args: Sequence[str] | None
     launcher_args: Sequence[str] | None
     venv: str | None

@@ -128,6 +128,9 @@ def job_setup_options() -> list[Callable[[F], F]]:
                           "repeatable, run in order."),
         click.option("--node-setup", "node_setup", multiple=True, metavar="CMD",
                      help="Shell command run once on every node (one task per node) before the launcher; repeatable."),
+        click.option("--teardown", "teardown", multiple=True, metavar="CMD",
+                     help="Shell command on the batch host once the training has ended for good, whether it "
+                          "succeeded or not ($CK_TRAINING_STATUS); repeatable, its exit recorded apart."),
         click.option("--venv", "venv", default=None, metavar="PATH",
                      help="Python virtual environment to activate on every node."),
         click.option("--conda", "conda", default=None, metavar="ENV",
@@ -158,7 +161,7 @@ def array_options() -> list[Callable[[F], F]]:
 
 def job_setup_args(given: dict[str, Any]) -> dict[str, Any]:
     """The job setup options among a command's keyword arguments, empty ones dropped."""
-    names = ("env", "env_file", "setup", "node_setup", "venv", "conda", "modules", "srun_args",
+    names = ("env", "env_file", "setup", "node_setup", "teardown", "venv", "conda", "modules", "srun_args",
              "launcher_args", "sbatch", "run_name")
     return {k: given[k] for k in names if given.get(k) not in (None, ())}
 

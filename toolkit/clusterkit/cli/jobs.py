@@ -214,7 +214,7 @@ def status(job: str | None, show_all: bool, limit: int | None, run: bool, as_jso
     place = found.queue_place() if st.state == "PENDING" and not st.stale else None
     ranks = found.stragglers()
     if as_json:
-        tried = {"dropped": [asdict(v) for v in dropped], "attempts": found.attempts()}
+        tried = {"dropped": [asdict(v) for v in dropped], "attempts": found.attempts(), "teardown": found.teardown()}
         output.emit_json({**_final_json(rec, st, seen.tails), **tried, "progress": asdict(beat) if beat else None,
                           "ranks_reporting": ranks["reporting"], "straggler_ratio": ranks["ratio"],
                           "stragglers": [x.to_dict() for x in ranks["stragglers"]],
@@ -231,6 +231,8 @@ def status(job: str | None, show_all: bool, limit: int | None, run: bool, as_jso
     for v in dropped:   # the in-job preflight's choice, the attempts' (read from the run directory, validated)
         output.line(f"  dropped: {printable(v.worded())}{_figures(v.figures)}")
     show_attempts(found)   # each failed attempt inside the allocation
+    if steps := found.teardown():   # after the training, its status apart
+        output.line("  teardown: " + ", ".join(f"step {t['step']} status {t['status']}" for t in steps))
     if beat is not None:
         output.line(f"  progress: {beat.worded()}")
     for x in ranks["stragglers"]:

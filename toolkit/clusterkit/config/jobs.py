@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -69,6 +69,7 @@ class JobSection(_Model):
     env: dict[str, str | int] = Field(default_factory=dict)
     setup: list[str] = Field(default_factory=list)
     node_setup: list[str] = Field(default_factory=list)
+    teardown: list[str] = Field(default_factory=list)
     srun_args: list[str] = Field(default_factory=list)
     launcher_args: list[str] = Field(default_factory=list)
     venv: str | None = None
@@ -92,6 +93,7 @@ class StageOverride(_Model):
     partition: str | None = None
     max_restarts: int | None = Field(None, ge=0, le=100)
     container: bool | None = None
+    gpu_bind: Literal["task", "none"] | None = None
     job: JobSection | None = None
     spares: int | str | None = Field(None, description="spare nodes the stage's jobs allocate: a count or a share "
                                      "of the nodes (3%: at least one); default 3% at large-cluster, else 0")

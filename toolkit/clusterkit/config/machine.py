@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from clusterkit import hostlist
 from clusterkit.config.model import _Model
@@ -21,6 +21,9 @@ class Nodes(_Model):
     gpu_mem_gb: float = Field(80, gt=0)
     cpus_per_node: int = Field(16, ge=1)
     mem_gb: float = Field(256, gt=0)
+    gpu_bind: Literal["task", "none"] = Field(
+        "none", description="--launcher srun: task gives each task its own GPU (cuda:0 is the task's), none "
+        "lets every task see the node's GPUs (cuda:LOCAL_RANK); a job's --set gpu_bind wins")
 
     @field_validator("nodelist")
     @classmethod
@@ -66,6 +69,42 @@ class RoCE(_Model):
     service_level: int | None = Field(None, ge=0, le=15)
 
 
+#: a host-name suffix (``i``, ``-ib``, ``.ib.cluster``) and a Linux interface name (at most 15 bytes)
+_SUFFIX = re.compile(r"[A-Za-z0-9.-]{1,63}")
+_IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
+
+
+class RendezvousHost(_Model):
+    """How the launchers name the rendezvous (master) host: the head node's name with ``suffix``
+    appended, or the IPv4 address of the head node's ``interface``, read on that node at run time.
+    Unset: the head node's name as Slurm lists it."""
+
+    suffix: str | None = Field(None, description="appended to the head node's name: gpu001 + 'i' -> gpu001i")
+    interface: str | None = Field(None, description="the head node's interface whose IPv4 address is the "
+                                  "rendezvous host (read on that node when the job runs)")
+
+    @field_validator("suffix")
+    @classmethod
+    def _suffix(cls, v: str | None) -> str | None:
+        if v is not None and (not _SUFFIX.fullmatch(v) or ".." in v):
+            raise ValueError(f"suffix {v!r}: 1-63 letters, digits, '.' and '-' (a host name's tail, e.g. 'i' or '-ib')")
+        return v
+
+    @field_validator("interface")
+    @classmethod
+    def _interface(cls, v: str | None) -> str | None:
+        if v is not None and not _IFNAME.fullmatch(v):
+            raise ValueError(f"interface {v!r}: a network interface name, 1-15 letters, digits, '_', '.' and '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> RendezvousHost:
+        if (self.suffix is None) == (self.interface is None):
+            raise ValueError("give one of suffix (the head's name + suffix) or interface (its address on that "
+                             "interface)")
+        return self
+
+
 class Network(_Model):
     """The fabric NCCL runs over, and the interfaces that carry it."""
 
@@ -77,6 +116,7 @@ class Network(_Model):
     spine_oversubscribed: bool = Field(False, description="rails joined by an oversubscribed spine: NCCL rings "
                                        "stay on their rail (NCCL_CROSS_NIC=0)")
     roce: RoCE | None = None
+    rendezvous_host: RendezvousHost | None = None
 
     @field_validator("hcas")
     @classmethod

@@ -13,19 +13,24 @@ from clusterkit.config.model import _Model
 
 
 class Container(_Model):
-    """The container each launcher runs in (pyxis: ``srun --container-*``; apptainer: ``apptainer exec``)."""
+    """The container each launcher runs in (pyxis: ``srun --container-*``; apptainer: ``apptainer exec``;
+    singularity: the same with the ``singularity`` command, for sites that install SingularityCE)."""
 
-    runtime: Literal["pyxis", "apptainer"]
+    runtime: Literal["pyxis", "apptainer", "singularity"]
     image: str
     mounts: list[str] = Field(default_factory=list)
     env: dict[str, str | int] = Field(
         default_factory=dict, description="variables set inside the container over the image's own "
-        "(pyxis: exported and named in --container-env; apptainer: APPTAINERENV_<NAME>)")
+        "(pyxis: exported and named in --container-env; apptainer: APPTAINERENV_<NAME>; singularity: "
+        "SINGULARITYENV_<NAME>)")
     name: str | None = Field(
         None, description="pyxis --container-name: the job's steps share one unpacked container")
     mount_home: bool | None = Field(
         None, description="mount the user's home: false adds --no-container-mount-home (pyxis) or --no-home "
-        "(apptainer), true --container-mount-home (pyxis); unset: the runtime's own default")
+        "(apptainer, singularity), true --container-mount-home (pyxis); unset: the runtime's own default")
+    runscript: bool = Field(
+        False, description="apptainer/singularity: start the launcher through the image's runscript ('run IMAGE "
+        "LAUNCHER ...', the runscript given the launcher's words as its arguments) instead of 'exec IMAGE LAUNCHER'")
 
     @field_validator("mounts")
     @classmethod
@@ -59,7 +64,10 @@ class Container(_Model):
     @model_validator(mode="after")
     def _runtime_options(self) -> Container:
         if self.name is not None and self.runtime != "pyxis":
-            raise ValueError("name is pyxis's --container-name; apptainer exec has no named containers")
+            raise ValueError(f"name is pyxis's --container-name; {self.runtime} exec has no named containers")
+        if self.runscript and self.runtime == "pyxis":
+            raise ValueError("runscript is for apptainer and singularity (their 'run'); pyxis runs the command "
+                             "given, with the image's entrypoint left out")
         return self
 
 

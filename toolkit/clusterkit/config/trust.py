@@ -30,7 +30,7 @@ SRUN_CODE_OPTIONS = ("--task-prolog", "--task-epilog", "--prolog", "--epilog")
 #: abbreviation counts from the length that no longer means another option (``--launcher``, ``--mpi``).
 LAUNCHER_CODE_OPTIONS = {"--launcher-args": "--launcher-a", "--mpi-args": "--mpi-a"}
 #: ``job:`` keys that run code in every job, and what they run (for the error).
-CODE_KEYS = {"setup": "setup commands run", "node_setup": "setup commands run",
+CODE_KEYS = {"setup": "setup commands run", "node_setup": "setup commands run", "teardown": "teardown commands run",
              "venv": "a venv's activate script runs", "conda": "a conda environment's activation scripts run",
              "srun_args": "srun runs a --task-prolog/--task-epilog/--prolog/--epilog program",
              "launcher_args": "the launcher hands --launcher_args/--mpi-args on to pdsh or mpirun, which run programs"}

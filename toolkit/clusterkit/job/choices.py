@@ -33,7 +33,7 @@ SHOWN: tuple[tuple[str, str], ...] = (
     ("strategy", "strategy"), ("zero_stage", "ZeRO stage"), ("offload", "offload"), ("precision", "precision"),
     ("micro_batch", "micro batch"), ("grad_accum", "grad accum"), ("time", "time limit"),
     ("max_restarts", "restarts"), ("container", "container"), ("preflight_in_job", "preflight in job"),
-    ("spares", "spare nodes"),
+    ("spares", "spare nodes"), ("gpu_bind", "GPU binding"),
 )
 _SLURM_CHOICES = frozenset({"time", "max_restarts", "container", "preflight_in_job", "spares"})
 
@@ -47,6 +47,7 @@ def choices(plan: Plan) -> list[Choice]:
         "container": plan.container.image if plan.container else "none",
         "preflight_in_job": "perf" if plan.preflight_in_job == "perf" else "yes" if plan.preflight_in_job else "no",
         "spares": plan.spares,
+        "gpu_bind": "one GPU per task" if plan.basis.resolved.gpu_bind == "task" else "none",
     }
     out = []
     for name, label in SHOWN:

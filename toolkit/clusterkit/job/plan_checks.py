@@ -102,6 +102,10 @@ def _check_used_key(s: Settings, key: str, launcher: str, site: Site) -> None:
 def _check_job(site: Site, r: Resolved, launch: Launch, nnodes: int, in_container: bool) -> None:
     """The job's own environment and activation, where this job can honour them (docs/architecture.md §3)."""
     job = r.job
+    if r.settings.node_setup_in == "container" and not in_container:
+        raise PlanError("the --node-setup steps run in the site's container, but this job has none (the site "
+                        "names no software.container, or --set container=false)", field="settings.node_setup_in",
+                        value="container")
     per_node = [e for e in job.env if ENV_REF.search(e.value)]
     if per_node and site.scheduler.kind == "slurm" and launch.mode == "once" and nnodes > 1 and not in_container:
         e = per_node[0]
@@ -114,9 +118,9 @@ def _check_job(site: Site, r: Resolved, launch: Launch, nnodes: int, in_containe
             raise PlanError("the job runs in the site's container, where the host's modules do not apply "
                             "(build them into the image, or --set container=false)",
                             field="modules", value=" ".join(job.modules))
-        if runtime == "apptainer" and (job.venv or job.conda):
+        if runtime != "pyxis" and (job.venv or job.conda):
             what = "venv" if job.venv else "conda"
-            raise PlanError("the site's apptainer container starts the launcher directly, with no shell to "
+            raise PlanError(f"the site's {runtime} container starts the launcher directly, with no shell to "
                             "activate an environment in: build it into the image, or --set container=false",
                             field=what, value=job.venv or job.conda)
     if job.venv and job.conda:

@@ -28,6 +28,7 @@ from clusterkit.job.script_parts import (
     launch_how,
     made_by,
     node_setup_options,
+    node_setup_wrap,
     probe_python,
     resubmit,
     srun_options,
@@ -42,6 +43,8 @@ __all__ = ["ENTRY", "LAUNCH_INCLUDE", "container_mounts", "overridden", "overrid
 #: The job script's entry templates; each includes one template per concern (templates/job-*.j2).
 ENTRY = {True: "job.sbatch.j2", False: "job.local.j2"}
 LAUNCH_INCLUDE = {True: "job-launch.step.j2", False: "job-launch.here.j2"}
+#: The run directory's script that names the rendezvous host of a head node (site network.rendezvous_host).
+RDZV = "rendezvous-host.sh"
 
 
 def _hostfile(plan: Plan) -> str | None:
@@ -69,6 +72,8 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "launch_how": launch_how(plan),
         "job": plan.job,
         "node_setup_opts": node_setup_options(plan),
+        "node_setup_env": node_setup_wrap(plan)[0], "node_setup_image": node_setup_wrap(plan)[1],
+        "teardown_args": "".join(" --teardown=" + shell_quote(cmd) for cmd in plan.job.teardown),
         "made_by": made_by(plan),
         "sweep_cases": arrays.case_lines(plan.array) if plan.array else [],
         "sweep_names": [arrays.env_name(k) for k in plan.array.keys] if plan.array else [],
@@ -95,6 +100,8 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
     _check_long_run_parts(site, plan, out["job.sbatch"])
     out["nccl.env"] = draw("nccl.env.j2", ctx)
     out[PROBE] = draw("nccl-probe.sh.j2", ctx)
+    if plan.slurm and site.network.rendezvous_host is not None:
+        out[RDZV] = draw("rendezvous-host.sh.j2", ctx)
     hostfile = _hostfile(plan)
     if hostfile is not None:
         out["hostfile"] = hostfile
@@ -113,6 +120,12 @@ def _check_long_run_parts(site: Site, plan: Plan, script: str) -> None:
     if plan.chain is not None and "ck_chain_ids=" not in script:
         missing = ("job-chain.sbatch.j2", "a chain member would neither stop the chain nor see it stopped",
                    'add {% include "job-chain.sbatch.j2" %} after the end-game include')
+    elif plan.slurm and site.network.rendezvous_host is not None and "CK_RDZV_RESOLVE" not in script:
+        missing = ("network.rendezvous_host's rendezvous-host.sh (job-hosts.sbatch.j2)", "the launchers would "
+                   "rendezvous at the head's own name", "update the site's job-hosts.sbatch.j2 from clusterkit's")
+    elif plan.job.teardown and "--teardown=" not in script:
+        missing = ("the supervisor's --teardown (job-supervise.j2)", "the job's teardown steps would not run",
+                   "update the site's job-supervise.j2 from clusterkit's")
     elif plan.settings.requeue_by == "framework" and "--requeue-by framework" not in script:
         missing = ("the supervisor's --requeue-by framework (job-supervise.j2)", "the job would requeue itself as "
                    "well as the framework", "update the site's job-supervise.j2 from clusterkit's")

@@ -51,6 +51,7 @@ class JobSetup:
     env: tuple[EnvEntry, ...] = ()          # one entry per name: the last one given wins
     setup: tuple[str, ...] = ()             # batch-shell commands before the launcher, in order
     node_setup: tuple[str, ...] = ()        # commands once on every node before the launcher
+    teardown: tuple[str, ...] = ()          # batch-host commands once the training has ended for good
     srun_args: tuple[str, ...] = ()         # added to every srun step
     launcher_args: tuple[str, ...] = ()     # added to the launcher's own argv
     venv: str | None = None
@@ -61,6 +62,7 @@ class JobSetup:
     def to_dict(self) -> dict[str, Any]:
         return {"env": [{"name": e.name, "value": e.value, "origin": e.origin} for e in self.env],
                 "setup": list(self.setup), "node_setup": list(self.node_setup),
+                "teardown": list(self.teardown),
                 "srun_args": list(self.srun_args), "launcher_args": list(self.launcher_args),
                 "venv": self.venv, "conda": self.conda, "modules": list(self.modules),
                 "sbatch": [[k, v] for k, v in self.sbatch]}
@@ -120,6 +122,7 @@ class Resolved:
     qos: str | None
     container: bool             # wanted (the site may still have none)
     preflight_in_job: bool | Literal["perf"]   # False, True (the base checks) or "perf" (preflight --perf too)
+    gpu_bind: Literal["task", "none"] = "none"  # --launcher srun: each task its own GPU, or the node's
     job: JobSetup = field(default_factory=JobSetup)   # site job:, stage job:, then the request's
     # where each choice came from, by setting name: "flag" (the command line), "plan" (the
     # recommendation of `plan --render`), "stage" (the site's stages.<stage> entry), "site" (the
@@ -168,6 +171,7 @@ def _sources(site: Site, request: JobRequest, s: Settings, override: StageOverri
             out[key] = "site"
     out["container"] = source("container", s.container, override, site.software.container is not None)
     out["spares"] = source("spares", s.spares, override, False)
+    out["gpu_bind"] = source("gpu_bind", s.gpu_bind, override, "gpu_bind" in site.nodes.model_fields_set)
     if s.preflight_in_job is None:
         out["preflight_in_job"] = "site" if "in_job" in site.preflight.model_fields_set else "default"
     for key in request.planned:  # given by `plan --render`'s recommendation, not typed by the user
@@ -195,6 +199,7 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
         preflight_in_job=_in_job(sch.kind == "slurm", pick("preflight_in_job", s.preflight_in_job, None,
                                                            site.preflight.in_job)),
         job=merge_job(site, spec.name, override, request.job),
+        gpu_bind=pick("gpu_bind", s.gpu_bind, override, site.nodes.gpu_bind),
         stage_spares=override.spares if override is not None else None,
     )
 
@@ -233,7 +238,7 @@ def merge_job(site: Site, stage: str, override: StageOverride | None, own: JobSe
 
     return JobSetup(
         env=tuple(env.values()), setup=joined("setup"), node_setup=joined("node_setup"),
-        srun_args=joined("srun_args"), launcher_args=joined("launcher_args"),
+        teardown=joined("teardown"), srun_args=joined("srun_args"), launcher_args=joined("launcher_args"),
         venv=next((x.venv for x in reversed(layers) if x.venv is not None), None),
         conda=next((x.conda for x in reversed(layers) if x.conda is not None), None),
         modules=joined("modules"), sbatch=own.sbatch)
@@ -241,9 +246,9 @@ def merge_job(site: Site, stage: str, override: StageOverride | None, own: JobSe
 
 def _section(sec: JobSection, where: str) -> JobSetup:
     return JobSetup(env=tuple(EnvEntry(k, str(v), f"{where}.env") for k, v in sec.env.items()),
-                    setup=tuple(sec.setup), node_setup=tuple(sec.node_setup), srun_args=tuple(sec.srun_args),
-                    launcher_args=tuple(sec.launcher_args), venv=sec.venv, conda=sec.conda,
-                    modules=tuple(sec.modules))
+                    setup=tuple(sec.setup), node_setup=tuple(sec.node_setup), teardown=tuple(sec.teardown),
+                    srun_args=tuple(sec.srun_args), launcher_args=tuple(sec.launcher_args), venv=sec.venv,
+                    conda=sec.conda, modules=tuple(sec.modules))
 
 
 def job_name(request: JobRequest) -> str:

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from clusterkit.errors import PlanError
 from clusterkit.job import array as arrays
-from clusterkit.job import jobenv
+from clusterkit.job import gpubind, jobenv
 from clusterkit.job.launchers import Sh, Word, placeholders, shell_join
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.plan import Plan
@@ -63,14 +63,15 @@ _APPTAINER_GPU = {"nvidia": ["--nv"], "amd": ["--rocm"], "intel": []}
 def _launcher_words(plan: Plan) -> list[Word]:
     words: list[Word] = list(placeholders.body_words(plan.launch.words))   # {ck:NAME}: each node's value
     c = plan.container
-    if c and c.runtime == "apptainer":
-        # apptainer wraps the launcher (a "once" launcher is single-node here: it runs in a step);
+    if c and c.runtime != "pyxis":
+        # apptainer (or singularity) wraps the launcher (a "once" launcher is single-node here: it runs in a step);
         # --nv (NVIDIA) or --rocm (AMD) binds the host's driver into the container
         mounts = container_mounts(plan)
         bind = ["--bind", ",".join(mounts)] if mounts else []
         home = ["--no-home"] if c.mount_home is False else []
         gpu = _APPTAINER_GPU[plan.basis.site.nodes.gpu_vendor]
-        words = ["apptainer", "exec", *gpu, *home, *bind, c.image, *words]
+        # `run`: the image's runscript starts the launcher (given its words as arguments); else `exec`
+        words = [c.runtime, "run" if c.runscript else "exec", *gpu, *home, *bind, c.image, *words]
     return words
 
 
@@ -82,8 +83,8 @@ def container_env(plan: Plan) -> list[tuple[str, str]]:
     if c is None:
         return []
     out = [(name, str(value)) for name, value in c.env.items()]
-    if c.runtime == "apptainer":
-        out += [(f"APPTAINERENV_{name}", value) for name, value in out]
+    if c.runtime != "pyxis":   # APPTAINERENV_<NAME> or SINGULARITYENV_<NAME>, set inside
+        out += [(f"{c.runtime.upper()}ENV_{name}", value) for name, value in out]
     return out
 
 
@@ -110,7 +111,7 @@ def probe_python(plan: Plan) -> tuple[str, str]:
     """(the shell words that run the ranks' Python on a program from stdin's ``-``, why it may not run).
     With apptainer the launch body runs on the host and wraps only the launcher: so does the probe."""
     c = plan.container
-    if c and c.runtime == "apptainer":
+    if c and c.runtime != "pyxis":
         words = _launcher_words(replace(plan, launch=replace(plan.launch, words=("python3",))))
         return shell_join(words), f"python3 did not run in the container image {c.image}"
     return "python3", "no python3 on PATH where the ranks run"
@@ -120,6 +121,8 @@ def _launch_body(plan: Plan) -> str:
     if plan.launch.mode == "per_gpu":
         ranks = ('export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
                  f'LOCAL_WORLD_SIZE={plan.gpus_per_node}; ')
+        if plan.basis.resolved.gpu_bind == "task":
+            ranks += gpubind.task_binding(plan.basis.site.nodes.gpu_vendor)
         prefix = shell_join(_launcher_words(plan))
         return ranks + "exec " + (prefix + " " if prefix else "") + '"$@"'
     body = "exec " + shell_join([*_launcher_words(plan), Sh('"$@"')])
@@ -171,6 +174,12 @@ def srun_options(plan: Plan) -> list[str]:
     else:
         opts.append("--ntasks-per-node=1")
         opts.append(_restart_log(plan, "%N"))
+    return opts + _pyxis_options(plan) + user_srun_args(plan)
+
+
+def _pyxis_options(plan: Plan) -> list[str]:
+    """pyxis's srun flags for the site's container (none for another runtime, or no container)."""
+    opts: list[str] = []
     c = plan.container
     if c and c.runtime == "pyxis":
         opts.append("--container-image=" + shell_quote(c.image))
@@ -187,7 +196,7 @@ def srun_options(plan: Plan) -> list[str]:
             opts.append("--container-name=" + shell_quote(c.name))
         if c.mount_home is not None:
             opts.append("--container-mount-home" if c.mount_home else "--no-container-mount-home")
-    return opts + user_srun_args(plan)
+    return opts
 
 
 def user_srun_args(plan: Plan) -> list[str]:
@@ -197,10 +206,31 @@ def user_srun_args(plan: Plan) -> list[str]:
 
 
 def node_setup_options(plan: Plan) -> list[str]:
-    """srun flags for a ``--node-setup`` step: one task on every node, on the host (not in the container).
+    """srun flags for a ``--node-setup`` step: one task on every node, on the host, or with
+    ``--set node_setup_in=container`` in pyxis's container as the launcher's step is.
     ``--ntasks`` too: srun reads the batch's SLURM_NTASKS (a task per GPU for some launchers) as its own."""
-    return [f"--nodes={plan.nnodes}", '--nodelist="$CK_NODELIST"', f"--ntasks={plan.nnodes}", "--ntasks-per-node=1",
+    opts = [f"--nodes={plan.nnodes}", '--nodelist="$CK_NODELIST"', f"--ntasks={plan.nnodes}", "--ntasks-per-node=1",
             f"--cpus-per-task={plan.cpus_per_task}", "--kill-on-bad-exit=1"]
+    return opts + (_pyxis_options(plan) if setup_in_image(plan) else [])
+
+
+def setup_in_image(plan: Plan) -> bool:
+    """Whether the ``--node-setup`` steps run in the site's container (``--set node_setup_in=container``)."""
+    return plan.container is not None and plan.basis.resolved.settings.node_setup_in == "container"
+
+
+def node_setup_wrap(plan: Plan) -> tuple[str, str]:
+    """(what goes before srun, what goes before ``bash -c``) for a ``--node-setup`` step: the
+    container's environment and, for apptainer or singularity, ``RUNTIME exec FLAGS IMAGE``
+    (exec, never the runscript: the step is a shell command); empty on the host."""
+    if not setup_in_image(plan):
+        return "", ""
+    assign = "".join(f"{name}={shell_quote(value)} " for name, value in container_env(plan))
+    c = plan.container
+    image = "" if c is None or c.runtime == "pyxis" else shell_join(
+        _launcher_words(replace(plan, container=c.model_copy(update={"runscript": False}),
+                                launch=replace(plan.launch, words=()))))
+    return ("env " + assign if assign else ""), (image + " " if image else "")
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

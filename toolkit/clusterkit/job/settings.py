@@ -56,6 +56,13 @@ class Settings(BaseModel):
     cpus_per_task: int | None = Field(None, ge=1)
     gpu_type: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$", description="Slurm's GRES "
                                  "type of the GPUs to ask for (e.g. h100): #SBATCH --gpus-per-node=TYPE:N")
+    gpu_bind: Literal["task", "none"] | None = Field(
+        None, description="--launcher srun: task gives each task its own GPU (its CUDA_VISIBLE_DEVICES, for a "
+        "script that uses cuda:0); none: every task sees the node's GPUs (cuda:LOCAL_RANK). Default: the site's "
+        "nodes.gpu_bind, else none")
+    node_setup_in: Literal["host", "container"] = Field(
+        "host", description="where the --node-setup steps run: on the host, or in the site's container image "
+        "(its runtime's flags, mounts and environment, as the launcher's)")
     container: bool | None = Field(None, description="use the site's container (default: yes if the site has one)")
     preflight_in_job: bool | Literal["perf"] | None = Field(
         None, description="run preflight checks on the allocated nodes first: true, false, or perf (preflight --perf)")
@@ -142,6 +149,8 @@ USED_BY: dict[str, tuple[str, ...]] = {
     # a stop signal other than TERM goes to every process of the job step; torchrun, accelerate and
     # deepspeed would die of it: only srun's tasks (every rank a Slurm task) can take it
     "stop_signal": ("srun",),
+    # the one launcher whose every rank is a Slurm task of its own (the others start the ranks themselves)
+    "gpu_bind": ("srun",),
     # the framework requeues from a rank: the ranks run in Slurm job steps (not over SSH)
     "requeue_by": ("torchrun", "deepspeed", "accelerate", "megatron", "srun"),
 }
@@ -161,7 +170,8 @@ def script_variable(key: str, launcher: str) -> str | None:
 
 # Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
 SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "stop_signal", "requeue_by", "spares",
-              "gpu_type", "max_relaunches", "stall_floor_s", "stall_factor", "warmup_steps", "save_limit_s")
+              "gpu_type", "gpu_bind", "node_setup_in", "max_relaunches", "stall_floor_s", "stall_factor",
+              "warmup_steps", "save_limit_s")
 
 
 def gpus_per_node(s: Settings, gpn: int) -> str:

@@ -23,3 +23,25 @@ def read_result_file(path: Path) -> int | None:
     except (OSError, UnicodeDecodeError):
         return None
     return int(text) if re.fullmatch(r"-?\d{1,3}", text) else None
+
+
+#: the most teardown steps a record is read for (each a line ``N STATUS``)
+MAX_TEARDOWN_STEPS = 100
+
+
+def read_teardown_file(run_dir: Path, job_id: str) -> list[tuple[int, int]]:
+    """The job's teardown steps run so far, ``(step, status)``, from ``<job id>.teardown`` (the
+    supervisor's, supervise/teardown.py); empty where there is none or it is not that file's
+    form (a regular file, at most 100 lines ``N STATUS``, steps 1, 2, ... in order)."""
+    try:
+        data, cut = read_capped(run_dir / f"{job_id}.teardown", 16 * MAX_TEARDOWN_STEPS, follow_symlinks=False)
+        lines = [] if cut else data.decode("ascii").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    out = []
+    for n, line in enumerate(lines, 1):
+        m = re.fullmatch(r"(\d{1,3}) (\d{1,3})", line)
+        if m is None or int(m[1]) != n or int(m[2]) > 255:
+            return []
+        out.append((n, int(m[2])))
+    return out

@@ -44,6 +44,7 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
     p.add_argument("--save-limit-s", type=float, default=Limits.save_s)
     p.add_argument("--recheck-site", default="")    # with --recheck-stage: spares checked before a relaunch
     p.add_argument("--recheck-stage", default="")
+    p.add_argument("--teardown", action="append", default=[])   # a step's text, once per step, in order
     a = p.parse_args(words[:cut])
     if a.grace_s < 0 or a.max_restarts < 0 or a.max_relaunches < -1 or not a.stop_signal.isalnum():
         p.error("--grace-s and --max-restarts must be 0 or more, --stop-signal a signal name")
@@ -65,7 +66,8 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
                 chain_stops=tuple(a.chain_stops.split()), max_relaunches=a.max_relaunches,
                 watch=Limits(a.stall_floor_s, a.stall_factor, a.warmup_steps, a.save_limit_s)
                 if a.stall_floor_s else None,
-                recheck=(a.recheck_site, a.recheck_stage) if a.recheck_site else None)
+                recheck=(a.recheck_site, a.recheck_stage) if a.recheck_site else None,
+                teardown=tuple(a.teardown))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

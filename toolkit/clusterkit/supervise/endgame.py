@@ -25,7 +25,7 @@ from typing import NoReturn
 from clusterkit import slurmclient
 from clusterkit.hostlist import fold
 from clusterkit.safefile import NotRegular, read_capped
-from clusterkit.supervise import decide, judge, owned, recheck, recovery, replan, stall, watch
+from clusterkit.supervise import decide, judge, owned, recheck, recovery, replan, stall, teardown, watch
 from clusterkit.supervise.events import Events, die_by_term
 
 WAITING = "waiting for Slurm to end this run; no result is written"
@@ -53,6 +53,7 @@ class Spec:
     max_relaunches: int = -1       # relaunches in the allocation after a failure; -1: recovery off
     watch: stall.Limits | None = None   # stall detection (supervise/watch.py); None: not watched
     recheck: tuple[str, str] | None = None   # (site file, stage): spares checked before a relaunch takes them
+    teardown: tuple[str, ...] = ()      # the job's teardown steps, run before the result (supervise/teardown.py)
 
 
 def log(text: str) -> None:
@@ -322,6 +323,8 @@ class Supervisor:
             answer = self.client(["scontrol", "update", f"JobId={s.job_id}", "Requeue=0"], ignore_term=True)
             if answer.returncode != 0:
                 log("scontrol update Requeue=0 failed: Slurm 24.05 and later may requeue this job once more")
+        if s.teardown:   # the training's status and result stay as they are, whatever the steps do
+            teardown.run(s.teardown, status, reason, s.run_dir, s.job_id, os.environ, log)
         base = Path(s.run_dir) / s.job_id
         try:
             if reason:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from clusterkit.hostlist import HostlistError, expand, fold, is_host
 from clusterkit.safefile import is_real_dir, read_capped, write_atomic
-from clusterkit.supervise import attempts, replan
+from clusterkit.supervise import attempts, head, replan
 from clusterkit.supervise import judge as doctor_run
 from clusterkit.tooltext import decode
 
@@ -159,6 +159,9 @@ def relaunch(run: Run, step: replan.Relaunch, launch: tuple[str, ...], env: dict
     if argv is None:
         log("recovery: the launch names no --nodelist= to rebuild; not relaunching")
         return None
+    rdzv = head.rendezvous_host(step.nodes[0], env, log)   # the site's network.rendezvous_host, if any
+    if rdzv is None:
+        return None
     hostfile = env.get("CK_HOSTFILE", "")
     if hostfile and os.path.isfile(hostfile) and not os.path.islink(hostfile):
         try:
@@ -168,7 +171,9 @@ def relaunch(run: Run, step: replan.Relaunch, launch: tuple[str, ...], env: dict
             log(f"recovery: cannot rewrite the hostfile {hostfile}: {exc.strerror or exc}; not relaunching")
             return None
     env["CK_NODELIST"] = ",".join(step.nodes)
-    env["CK_HEAD"] = env["MASTER_ADDR"] = step.nodes[0]
+    env["CK_HEAD"] = env["MASTER_ADDR"] = rdzv
+    if "CK_HEAD_NODE" in env:
+        env["CK_HEAD_NODE"] = step.nodes[0]
     dropped = {h for h, _ in step.dropped}
     run.unused = tuple(h for h in run.unused if h not in step.nodes and h not in dropped)
     run.nodes = step.nodes
