@@ -361,6 +361,9 @@ def doctor_job(ref: str, progress: ProgressBar | None = None, *, store: RecordSt
     from clusterkit.diagnose import diagnose_job
     from clusterkit.history.book import record_diagnosis
 
+    from .inputs import of
+
+    of("ref", ref, "text")
     store = _store(store)
     found = diagnose_job(ref, progress, store)
     found.notes.extend(record_diagnosis(store.find(ref), found.report))
