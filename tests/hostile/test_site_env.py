@@ -25,10 +25,10 @@ LOADER_NAMES = ["PYTHONPATH", "GCONV_PATH", "PERL5LIB", "RUBYOPT", "JAVA_TOOL_OP
 # Java's other options variable and class path, HOME (Python's user site-packages, whose .pth
 # files run), OpenSSL's configuration (engines and providers it loads), git's ssh, the MPI
 # launchers' remote agents (mpirun's --mca plm_rsh_agent as environment), zsh's start files
-PROGRAM_NAMES = ["JDK_JAVA_OPTIONS", "CLASSPATH", "HOME", "ZDOTDIR", "OPENSSL_CONF", "OPENSSL_MODULES", "GLIBC_TUNABLES",
-                 "GIT_SSH_COMMAND", "GIT_CONFIG_GLOBAL", "OMPI_MCA_plm_rsh_agent", "OMPI_MCA_orte_launch_agent",
-                 "PRTE_MCA_plm_ssh_agent", "HYDRA_LAUNCHER_EXEC", "I_MPI_HYDRA_BOOTSTRAP_EXEC", "PERL5DB",
-                 "LESSOPEN", "R_PROFILE_USER"]
+PROGRAM_NAMES = ["JDK_JAVA_OPTIONS", "CLASSPATH", "HOME", "ZDOTDIR", "OPENSSL_CONF", "OPENSSL_MODULES",
+                 "GLIBC_TUNABLES", "GIT_SSH_COMMAND", "GIT_CONFIG_GLOBAL", "OMPI_MCA_plm_rsh_agent",
+                 "OMPI_MCA_orte_launch_agent", "PRTE_MCA_plm_ssh_agent", "HYDRA_LAUNCHER_EXEC",
+                 "I_MPI_HYDRA_BOOTSTRAP_EXEC", "PERL5DB", "LESSOPEN", "R_PROFILE_USER"]
 TWINS = ["PET_STANDALONE", "PET_NO_PYTHON", "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_RDZV_ID", "PET_NNODES",
          "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NODE_RANK", "PET_MODULE", "PET_RUN_PATH",
          "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP", "ACCELERATE_USE_CPU", "ACCELERATE_DEEPSPEED_ZERO_STAGE",
