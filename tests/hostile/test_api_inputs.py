@@ -69,7 +69,6 @@ CALLS: dict[str, Any] = {
     # round three's own: a command that is no list of words, a job reference or a site of the
     # wrong type, a path with a NUL
     "Site.plan-int": lambda site: site.plan(5),                    # type: ignore[arg-type]
-    "Site.plan-None": lambda site: site.plan(None),                # type: ignore[arg-type]
     "Site.plan-list-of-ints": lambda site: site.plan(["python", 5]),  # type: ignore[list-item]
     "Site.submit-int": lambda site: site.submit(5),                # type: ignore[arg-type]
     "doctor_job": lambda site: api.doctor_job(5),                  # type: ignore[arg-type]

@@ -69,7 +69,7 @@ def check(command: Any, fields: Mapping[str, Any]) -> None:
             wanted = " or ".join(_WORDED[s] for s in shapes)
             raise InputError(f"give {wanted}, not {type(value).__name__}", field=name)
         _utf8(name, value)
-    if not _is("words", command):
+    if command is not None and not _is("words", command):   # None: a request with no command (preflight's)
         raise InputError(f"give a list of strings (the program and its arguments), not {type(command).__name__}",
                          field="command")
     if isinstance(command, (list, tuple)):
