@@ -66,6 +66,15 @@ CALLS: dict[str, Any] = {
     "Site.render_sized": lambda site: site.render_sized(5, ["p"]),  # type: ignore[arg-type]
     "drift": lambda site: api.drift(5),                            # type: ignore[arg-type]
     "diagnose_logs": lambda site: api.diagnose_logs(5),            # type: ignore[arg-type]
+    # round three's own: a command that is no list of words, a job reference or a site of the
+    # wrong type, a path with a NUL
+    "Site.plan-int": lambda site: site.plan(5),                    # type: ignore[arg-type]
+    "Site.plan-list-of-ints": lambda site: site.plan(["python", 5]),  # type: ignore[list-item]
+    "Site.submit-int": lambda site: site.submit(5),                # type: ignore[arg-type]
+    "doctor_job": lambda site: api.doctor_job(5),                  # type: ignore[arg-type]
+    "doctor_job-None": lambda site: api.doctor_job(None),          # type: ignore[arg-type]
+    "node_history": lambda site: api.node_history("testbed"),      # type: ignore[arg-type]
+    "Site.load_file-nul": lambda site: Site.load_file("x\0y.yaml"),
 }
 
 

@@ -78,3 +78,29 @@ def test_doctor_job_on_a_terabyte_sparse_log_is_quick(tmp_path: Path) -> None:
     assert code in (0, 1) and "Traceback" not in err, err
     assert took < 15, took
     assert "gpu-oom" in (tmp_path / "out").read_text()
+
+
+def test_doctor_on_long_lines_a_rank_printed_is_quick(tmp_path: Path) -> None:
+    """A line of 66,000 characters holding an error's words, whose characters each occur an even
+    number of times, looked like two ranks' interleaved copies of one line: the search for that
+    line counted the rest of the line at each of its 10,000 steps (50 s a line)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    line = b"x" * 66_000 + b"NCCL WARN Cuda failure 'out of memory'\n"
+    (logs / "7.r0.node1.out").write_bytes(b"hello\n" + line * 3)
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "clusterkit", "doctor", "--logs", str(logs), "--json"],
+                       capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t0
+    assert "Traceback" not in p.stderr and json.loads(p.stdout)["verdict"], p.stderr[-2000:]
+    assert took < 15, took
+
+
+def test_untangling_a_line_costs_its_alphabet_not_its_length() -> None:
+    from clusterkit.diagnose.tangled import LONGEST, untangle
+
+    line = "ab" * (LONGEST // 2)       # every count even: two, three and four copies are tried
+    t0 = time.monotonic()
+    assert untangle(line + "\n")[0].startswith("ab")
+    assert untangle("x" * 200_000) == ("x" * 200_000, 1)   # longer than any rank's exception line: kept
+    assert time.monotonic() - t0 < 2

@@ -65,6 +65,8 @@ def test_a_figure_that_is_no_finite_number_is_no_figure(bad: str) -> None:
     report = judge(HOSTS, parse_output(lines, marker, HOSTS), LIMITS)
     node1 = next(n for n in report.nodes if n.host == "node1")
     assert node1.gemm_tflops is None or math.isfinite(node1.gemm_tflops)
+    # no figure is no pass: the task finished without the matmul figure every task prints
+    assert node1.status == "failed" and "without a matmul figure" in node1.reason, node1
     json.dumps(report.to_dict(), allow_nan=False)   # valid JSON, whatever the tasks printed
 
 

@@ -196,3 +196,56 @@ def test_site_data_that_runs_nothing_is_used_from_any_file(ck, tmp_path: Path, j
 def test_site_code_from_your_own_file_is_used(ck, tmp_path: Path, name: str) -> None:
     result = _render(ck, tmp_path, _site(tmp_path, CODE[name][0]))
     assert result.code == 0, result.err
+
+
+# Round three's own cases: the image every rank runs in and a module file named by its path are
+# code too; and a folder above the site file (or the template directory) that another user could
+# rename away and refill is as good as writing the file.
+SOFTWARE = {
+    "container": ("  env: {A: b}\nsoftware:\n  container: {runtime: pyxis, image: /shared/planted.sqsh}\n",
+                  "software.container", "every rank runs in the container image"),
+    "module-path": ("  env: {A: b}\nsoftware:\n  modules: [cuda/12.4, /shared/planted/mod]\n",
+                    "software.modules.1", "a module file given as a path runs"),
+    "module-relative": ("  env: {A: b}\nsoftware:\n  modules: [./planted]\n", "software.modules.0",
+                        "a module file given as a path runs"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOFTWARE))
+def test_the_image_and_a_module_file_follow_the_trust_rule(ck, tmp_path: Path, name: str) -> None:
+    job, key, why = SOFTWARE[name]
+    assert_one_line_error(_render(ck, tmp_path, _site(tmp_path, job, 0o666)), 2, "site.yaml:", key,
+                          "is writable by others (mode 0666)", why)
+    assert not (tmp_path / "run").exists()
+    assert _render(ck, tmp_path, _site(tmp_path, job, 0o644)).code == 0     # your own file: used
+
+
+def test_a_module_by_name_is_data_from_any_file(ck, tmp_path: Path) -> None:
+    site = _site(tmp_path, "  env: {A: b}\nsoftware:\n  modules: [cuda/12.4, nccl]\n", 0o666)
+    assert _render(ck, tmp_path, site).code == 0
+
+
+@pytest.mark.parametrize("mode,ok", [(0o777, False), (0o775, False), (0o1777, True), (0o755, True)])
+def test_site_code_under_a_folder_others_could_replace(ck, tmp_path: Path, mode: int, ok: bool) -> None:
+    (tmp_path / "above").mkdir()
+    site = _site(tmp_path / "above", CODE["venv"][0])
+    os.chmod(tmp_path / "above", mode)
+    result = _render(ck, tmp_path, site)
+    if ok:
+        assert result.code == 0, result.err
+    else:
+        assert_one_line_error(result, 2, "job.venv", f"{tmp_path / 'above'} is writable by",
+                              f"without the sticky bit (mode {mode:04o})")
+
+
+def test_a_template_directory_under_a_folder_others_could_replace(ck, tmp_path: Path) -> None:
+    site = site_with_template(tmp_path, "#!/bin/bash\necho hi\n")
+    site.write_text(site.read_text().replace("templates: ./tpl", "templates: ../shared/tpl"))
+    (tmp_path / "shared").mkdir(mode=0o755)
+    (tmp_path / "conf" / "tpl").rename(tmp_path / "shared" / "tpl")
+    os.chmod(tmp_path / "shared", 0o757)
+    result = dry_run(ck, tmp_path, site)
+    assert_one_line_error(result, 2, "templates: template override refused", f"{tmp_path / 'shared'} is writable by "
+                          "others without the sticky bit")
+    os.chmod(tmp_path / "shared", 0o755)
+    assert dry_run(ck, tmp_path, site).code == 0

@@ -21,6 +21,14 @@ SITE = "name: hs\nnodes: {nodelist: 'n[1-2]', gpus_per_node: 2}\nstorage: [{path
 LOADER_NAMES = ["PYTHONPATH", "GCONV_PATH", "PERL5LIB", "RUBYOPT", "JAVA_TOOL_OPTIONS", "MODULEPATH", "PYTHONWARNINGS",
                 "LUA_PATH", "LMOD_RC", "CONDA_PREFIX", "VIRTUAL_ENV", "TCLLIBPATH", "LOCPATH", "HOSTALIASES",
                 "_JAVA_OPTIONS", "RUBYLIB", "PERLLIB", "LD_AUDIT", "BASH_ENV", "CDPATH", "GLOBIGNORE"]
+# ... and, round three's own cases, names that make a program load code or run another program:
+# Java's other options variable and class path, HOME (Python's user site-packages, whose .pth
+# files run), OpenSSL's configuration (engines and providers it loads), git's ssh, the MPI
+# launchers' remote agents (mpirun's --mca plm_rsh_agent as environment), zsh's start files
+PROGRAM_NAMES = ["JDK_JAVA_OPTIONS", "CLASSPATH", "HOME", "ZDOTDIR", "OPENSSL_CONF", "OPENSSL_MODULES",
+                 "GLIBC_TUNABLES", "GIT_SSH_COMMAND", "GIT_CONFIG_GLOBAL", "OMPI_MCA_plm_rsh_agent",
+                 "OMPI_MCA_orte_launch_agent", "PRTE_MCA_plm_ssh_agent", "HYDRA_LAUNCHER_EXEC",
+                 "I_MPI_HYDRA_BOOTSTRAP_EXEC", "PERL5DB", "LESSOPEN", "R_PROFILE_USER"]
 TWINS = ["PET_STANDALONE", "PET_NO_PYTHON", "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "PET_RDZV_ID", "PET_NNODES",
          "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NODE_RANK", "PET_MODULE", "PET_RUN_PATH",
          "ACCELERATE_USE_DEEPSPEED", "ACCELERATE_USE_FSDP", "ACCELERATE_USE_CPU", "ACCELERATE_DEEPSPEED_ZERO_STAGE",
@@ -38,7 +46,7 @@ def _render(ck, tmp_path: Path, *args: str, site: str | Path = "testbed"):  # ty
               cwd=tmp_path)
 
 
-@pytest.mark.parametrize("name", LOADER_NAMES + TWINS)
+@pytest.mark.parametrize("name", LOADER_NAMES + PROGRAM_NAMES + TWINS)
 def test_container_env_refuses_what_job_env_refuses(ck, tmp_path: Path, name: str) -> None:
     site = _site(tmp_path, f"software:\n  container:\n    runtime: pyxis\n    image: i\n    env: {{{name}: /x}}\n")
     result = _render(ck, tmp_path, site=site)
@@ -47,6 +55,13 @@ def test_container_env_refuses_what_job_env_refuses(ck, tmp_path: Path, name: st
     # and the site's job.env the same, at its own line
     site = _site(tmp_path, f"job:\n  env: {{{name}: /x}}\n")
     assert_one_line_error(_render(ck, tmp_path, site=site), 2, "site.yaml:5", "job.env", name)
+
+
+@pytest.mark.parametrize("name", ["HOME", "CLASSPATH", "OMPI_MCA_plm_rsh_agent", "OPENSSL_CONF"])
+def test_a_jobs_own_env_may_set_what_a_site_may_not(ck, tmp_path: Path, name: str) -> None:
+    result = _render(ck, tmp_path, "--env", f"{name}=/mine")
+    assert result.code == 0, result
+    assert f"{name}=/mine" in (tmp_path / "run" / "job.sbatch").read_text()
 
 
 @pytest.mark.parametrize("name", TWINS)

@@ -111,3 +111,15 @@ def test_a_newest_record_that_cannot_be_read_is_skipped_with_a_warning(ck, tmp_p
     res = ck.proc("status", env={"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")})
     assert res.code == 0, res
     assert "job 7" in res.out and "skipping unreadable record" in res.err and "local-9.json" in res.err
+
+
+@pytest.mark.parametrize("command", ["status", "logs", "doctor"])
+def test_a_lone_record_that_cannot_be_read_is_skipped_with_a_warning(ck, tmp_path: Path, command: str) -> None:
+    """The only record truncated (or of wrong types): said as skipped, then no record (exit 2),
+    never a runtime failure (exit 1) naming the record as if it were the job."""
+    root = tmp_path / "state" / "jobs"
+    _record(root, "20260101T000000000001-local-9.json", text='{"version": 1, "job_id": "9", "site": "lo')
+    res = ck.proc(command, env={"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")})
+    assert res.code == 2 and "Traceback" not in res.err, res
+    assert "skipping unreadable record" in res.err and "local-9.json" in res.err
+    assert "no readable job record" in res.err

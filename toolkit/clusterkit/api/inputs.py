@@ -69,6 +69,9 @@ def check(command: Any, fields: Mapping[str, Any]) -> None:
             wanted = " or ".join(_WORDED[s] for s in shapes)
             raise InputError(f"give {wanted}, not {type(value).__name__}", field=name)
         _utf8(name, value)
+    if command is not None and not _is("words", command):   # None: a request with no command (preflight's)
+        raise InputError(f"give a list of strings (the program and its arguments), not {type(command).__name__}",
+                         field="command")
     if isinstance(command, (list, tuple)):
         for word in command:
             if isinstance(word, str) and "\0" in word:
@@ -165,6 +168,8 @@ def of(field: str, value: Any, shape: str) -> Any:
     if not _is(shape, value):
         raise InputError(f"give {_WORDED[shape]}, not {type(value).__name__}", field=field)
     _utf8(field, value)
+    if shape == "path" and "\0" in os.fspath(value):
+        raise InputError("a path cannot hold a NUL byte", field=field, value=ascii(os.fspath(value))[:80])
     return value
 
 

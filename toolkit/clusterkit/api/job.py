@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError
+from clusterkit.errors import ClusterkitError, ExitCode, InputError, NoJobRecord, RecordError
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.records import JobRecord, RecordStore, load_record
 from clusterkit.supervise import attempts as supervise_attempts
@@ -107,7 +107,8 @@ class Job:
         """The job submitted last (the newest record of this user's records directory).  Raises
         :class:`~clusterkit.errors.NoJobRecord` when there is none.  With ``skipped``, newer records
         that cannot be read (truncated, wrong types) are passed over and listed there, up to
-        100 of them; without it, an unreadable newest record is the error."""
+        100 of them (and none readable is :class:`~clusterkit.errors.NoJobRecord`); without it, an
+        unreadable newest record is the error."""
         store = _store(store)
         if skipped is None:
             return cls(store.latest(), store)
@@ -116,7 +117,9 @@ class Job:
                 return cls(load_record(path), store)
             except RecordError as err:
                 skipped.append(err)
-        return cls(store.latest(), store)   # none readable: the newest one's error (or none at all)
+        if skipped:   # none readable: each said (a warning), then as a directory with no record
+            raise NoJobRecord(f"no readable job record in {store.root} ({len(skipped)} unreadable, skipped)")
+        return cls(store.latest(), store)   # none at all
 
     @property
     def id(self) -> str:
@@ -375,6 +378,9 @@ def doctor_job(ref: str, progress: ProgressBar | None = None, *, store: RecordSt
     from clusterkit.diagnose import diagnose_job
     from clusterkit.history.book import record_diagnosis
 
+    from .inputs import of
+
+    of("ref", ref, "text")
     store = _store(store)
     found = diagnose_job(ref, progress, store)
     found.notes.extend(record_diagnosis(store.find(ref), found.report))

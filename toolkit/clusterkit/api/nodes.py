@@ -56,6 +56,10 @@ def node_history(site: Site, *, store: RecordStore | None = None) -> NodeHistory
     recorded when they run."""
     from clusterkit.history.book import nodes
 
+    from .inputs import instance
+    from .site import Site
+
+    instance("site", site, Site, "a clusterkit.api.Site")
     book, summaries = nodes(site.config, store=store)
     return NodeHistory(site.name, book.path, site.config.node_history, tuple(summaries), tuple(book.warnings),
                        tuple(book.events))

@@ -50,9 +50,11 @@ def latest_job(store: RecordStore | None = None) -> Job:
     from clusterkit.cli import output
 
     skipped: list[RecordError] = []
-    job = Job.latest(store=store, skipped=skipped)
-    for err in skipped:   # a newer record that cannot be read: said, then passed over
-        output.warn(f"skipping unreadable record: {err}")
+    try:
+        job = Job.latest(store=store, skipped=skipped)
+    finally:
+        for err in skipped:   # a newer record that cannot be read: said, then passed over
+            output.warn(f"skipping unreadable record: {err}")
     output.info(f"clusterkit: job {job.key}, the latest you submitted")
     return job
 

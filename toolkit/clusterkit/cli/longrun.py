@@ -26,7 +26,7 @@ def long_run_options(f: F) -> F:
                           "from one checkpoint directory; a member that fails for a reason a restart cannot fix "
                           "(doctor: user code, launcher config, imports) cancels the rest."),
         click.option("--run-name", default=None, metavar="NAME",
-                     help="The training run's name: CK_CHECKPOINT_DIR is <checkpoint storage>/checkpoints/NAME "
+                     help="The training run's name: CK_CHECKPOINT_DIR is <checkpoint storage>/checkpoints/<user>/NAME "
                           "(default: the job name and its first job id). The same NAME again resumes; "
                           "refused while another live job writes it."),
     ]

@@ -61,7 +61,7 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
 
     Long runs: --after JOB[:ok|any] waits for an earlier job; --chain N queues N jobs, each after
     the one before, resuming from one checkpoint directory; --run-name NAME names the run whose
-    checkpoints CK_CHECKPOINT_DIR holds (<checkpoint storage>/checkpoints/NAME).
+    checkpoints CK_CHECKPOINT_DIR holds (<checkpoint storage>/checkpoints/<user>/NAME).
 
     Preflight: on Slurm sites the job checks its own nodes as its first step (srun, inside its
     allocation: no SSH to compute nodes needed) and starts nothing on bad ones.  Nodes are

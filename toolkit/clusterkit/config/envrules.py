@@ -63,10 +63,23 @@ SHELL_ENV = ("BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "IFS", "PS4", "PROMPT_C
 #: Names that change how shells, the loader or interpreters start: refused in a site file's
 #: ``job.env`` (the site file is data; these would make it code for every rank).  A job's own
 #: ``--env`` may set them: it is the user's own job.
-SITE_REFUSED_ENV = (*SHELL_ENV, "PATH", "LD_LIBRARY_PATH", "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYOPT",
-                    "RUBYLIB", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "GCONV_PATH", "LOCPATH",
-                    "HOSTALIASES", "TCLLIBPATH", "MODULEPATH")
-SITE_REFUSED_ENV_PREFIXES = ("LD_", "PYTHON", "BASH_FUNC_", "LUA_", "LMOD_", "CONDA", "VIRTUAL_ENV")
+SITE_REFUSED_ENV = (*SHELL_ENV, "PATH", "LD_LIBRARY_PATH", "PERL5LIB", "PERL5OPT", "PERLLIB", "PERL5DB", "RUBYOPT",
+                    "RUBYLIB", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH",
+                    "GCONV_PATH", "LOCPATH", "HOSTALIASES", "TCLLIBPATH", "MODULEPATH", "GLIBC_TUNABLES",
+                    # HOME: Python adds ~/.local's site-packages, whose .pth files run; zsh's start files
+                    "HOME", "ZDOTDIR",
+                    # OpenSSL loads the engines and providers its configuration names (Python's ssl does)
+                    "OPENSSL_CONF", "OPENSSL_ENGINES", "OPENSSL_MODULES",
+                    # programs that other programs run: git's ssh, less's input filter, R's start files
+                    "GIT_SSH", "GIT_SSH_COMMAND", "GIT_EXEC_PATH", "LESSOPEN", "LESSCLOSE", "R_PROFILE",
+                    "R_PROFILE_USER", "R_ENVIRON", "R_ENVIRON_USER",
+                    # the MPI launchers' remote agents (mpirun's --mca plm_rsh_agent as environment): a
+                    # program every node runs, which the site's launcher_args may name only from a trusted file
+                    "HYDRA_LAUNCHER_EXEC", "I_MPI_HYDRA_BOOTSTRAP_EXEC")
+SITE_REFUSED_ENV_PREFIXES = ("LD_", "PYTHON", "BASH_FUNC_", "LUA_", "LMOD_", "CONDA", "VIRTUAL_ENV", "GIT_CONFIG")
+#: Open MPI's and PRRTE's parameters that name a program to run (``plm_rsh_agent``,
+#: ``orte_launch_agent``, ``prte_launch_agent``, ``plm_ssh_agent``), as environment.
+MPI_AGENT_ENV = re.compile(r"(OMPI|ORTE|PRTE|PMIX)_MCA_\w*_agent", re.IGNORECASE)
 #: ``${SLURM_*}``/``${CK_*}`` references a value may hold: each node expands its own at launch.
 ENV_REF = re.compile(r"\$\{((?:SLURM_|CK_)[A-Za-z0-9_]*)\}")
 ENV_REF_PREFIXES = ("SLURM_", "CK_")
@@ -90,7 +103,8 @@ def job_env_problem(name: str, value: str, *, site: bool) -> str | None:
         return f"{name} is set by clusterkit, Slurm or the launcher for each job; use {owner}"
     if name in SHELL_ENV or name.startswith("BASH_FUNC_"):
         return f"{name} changes how the job script's shells start; use --setup or --node-setup for commands"
-    if site and (name in SITE_REFUSED_ENV or name.startswith(SITE_REFUSED_ENV_PREFIXES)):
+    if site and (name in SITE_REFUSED_ENV or name.startswith(SITE_REFUSED_ENV_PREFIXES)
+                 or MPI_AGENT_ENV.fullmatch(name)):
         return (f"{name} changes how shells, the loader or interpreters start, which a site file may not decide "
                 "for every job (see the Security model): use software.modules or the container, "
                 "or the job's own --env")

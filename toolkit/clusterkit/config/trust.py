@@ -8,8 +8,10 @@ the job's shell), and ``job.srun_args`` that name a program srun runs (``--task-
 ``--task-epilog``, ``--prolog``, ``--epilog``, or any abbreviation of them, which srun's
 getopt_long accepts), and ``job.launcher_args`` that hand words on to the program a launcher
 starts (DeepSpeed's ``--launcher_args`` to pdsh or mpirun, Horovod's ``--mpi-args`` to mpirun, or
-an abbreviation argparse accepts).  Each is honoured only from files, and their directories, that
-no user but you or root can write.
+an abbreviation argparse accepts), ``software.container`` (the image every rank runs in) and a
+``software.modules`` entry given as a path (a module file is Tcl or Lua that ``module load``
+runs; a name is looked up on the admins' ``MODULEPATH``).  Each is honoured only from files, and
+their directories, that no user but you or root can write.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ LAUNCHER_CODE_OPTIONS = {"--launcher-args": "--launcher-a", "--mpi-args": "--mpi
 CODE_KEYS = {"setup": "setup commands run", "node_setup": "setup commands run", "teardown": "teardown commands run",
              "venv": "a venv's activate script runs", "conda": "a conda environment's activation scripts run",
              "srun_args": "srun runs a --task-prolog/--task-epilog/--prolog/--epilog program",
-             "launcher_args": "the launcher hands --launcher_args/--mpi-args on to pdsh or mpirun, which run programs"}
+             "launcher_args": "the launcher hands --launcher_args/--mpi-args on to pdsh or mpirun, which run programs",
+             "container": "every rank runs in the container image", "modules": "a module file given as a path runs"}
+JOB_CODE_KEYS = ("setup", "node_setup", "venv", "conda", "srun_args", "launcher_args")
 #: The most entries a template directory may hold (each is checked).
 MAX_TEMPLATE_ENTRIES = 10_000
 
@@ -54,16 +58,46 @@ def writable_by_others(path: Path) -> str | None:
     return None
 
 
-def check_templates(site_file: Path, tdir: Path, where: tuple[str, int | None]) -> None:
-    """A template override is code: honour it only where no other user could have written it,
-    every file and folder under its directory included (Jinja opens ``parts/x.j2`` as readily)."""
-    paths = [site_file.resolve(), site_file.resolve().parent, tdir, *_tree(tdir, where)]
+def replaceable_by_others(folder: Path) -> tuple[Path, str] | None:
+    """A folder above ``folder`` in which another user could rename ``folder`` away and put their
+    own in its place (owned by another user, or writable by group or others without the sticky
+    bit that ``/tmp`` has), and why; None if there is none."""
+    for above in folder.parents:
+        try:
+            st = above.stat()
+        except OSError as exc:
+            return above, f"cannot be checked ({exc.strerror})"
+        if st.st_uid not in (0, os.getuid()):
+            return above, f"is owned by uid {st.st_uid}, not by you or root"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            who = "others" if st.st_mode & stat.S_IWOTH else "its group"
+            return above, f"is writable by {who} without the sticky bit (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _problems(paths: Sequence[Path], folders: Sequence[Path]) -> tuple[Path, str] | None:
     for path in paths:
         problem = writable_by_others(path)
         if problem:
-            raise ConfigError.single(where[0], where[1], "templates",
-                                     f"template override refused: {path} {problem}; templates are code and are used "
-                                     "only from files that no other user can write")
+            return path, problem
+    for folder in folders:
+        found = replaceable_by_others(folder)
+        if found:
+            return found
+    return None
+
+
+def check_templates(site_file: Path, tdir: Path, where: tuple[str, int | None]) -> None:
+    """A template override is code: honour it only where no other user could have written it,
+    every file and folder under its directory included (Jinja opens ``parts/x.j2`` as readily),
+    nor replaced a folder above the site file or the template directory."""
+    paths = [site_file.resolve(), site_file.resolve().parent, tdir, *_tree(tdir, where)]
+    found = _problems(paths, [site_file.resolve().parent, tdir])
+    if found:
+        path, problem = found
+        raise ConfigError.single(where[0], where[1], "templates",
+                                 f"template override refused: {path} {problem}; templates are code and are used "
+                                 "only from files that no other user can write")
 
 
 def _tree(top: Path, where: tuple[str, int | None]) -> list[Path]:
@@ -116,16 +150,31 @@ def check_job_code(site: Site, where: Where) -> None:
     sections += [(("stages", stage, "job"), o.job) for stage, o in site.stages.items() if o.job is not None]
     for prefix, section in sections:
         for key in CODE_KEYS:
-            if runs_code(section, key):
+            if key in JOB_CODE_KEYS and runs_code(section, key):
                 _check_key((*prefix, key), where)
+    if site.software.container is not None:
+        _check_key(("software", "container"), where)
+    for i, module in enumerate(site.software.modules):
+        if module_is_path(module):
+            _check_key(("software", "modules", i), where)
+
+
+def module_is_path(module: str) -> bool:
+    """Whether ``module load`` takes ``module`` as a file's path rather than a name on MODULEPATH."""
+    return module.startswith(("/", ".", "~")) or "/../" in module
 
 
 def _check_key(key: Sequence[str | int], where: Where) -> None:
     file, line = where(tuple(key))
     path = Path(file).resolve()
-    for p in (path, path.parent):
-        problem = writable_by_others(p)
-        if problem:
-            raise ConfigError.single(file, line, ".".join(map(str, key)),
-                                     f"refused: {p} {problem}; {CODE_KEYS[str(key[-1])]} in every job, so it is used "
-                                     "only from site files that no other user can write")
+    found = _problems([path, path.parent], [path.parent])
+    if found:
+        p, problem = found
+        raise ConfigError.single(file, line, ".".join(map(str, key)),
+                                 f"refused: {p} {problem}; {CODE_KEYS[_code_key(key)]} in every job, so it is used "
+                                 "only from site files that no other user can write")
+
+
+def _code_key(key: Sequence[str | int]) -> str:
+    """The :data:`CODE_KEYS` entry of ``key`` (``software.modules.3`` is ``modules``)."""
+    return next(str(k) for k in reversed(key) if str(k) in CODE_KEYS)

@@ -8,7 +8,10 @@ the pieces interleave into ``KeyErrorKeyError: : 'missing_key''missing_key'``.  
 
 Only a line made of k identical copies is untangled (different lines cannot be told apart), and
 only where each character occurs a multiple of k times, so an ordinary line costs one count.
-The search is bounded: a line it cannot settle within :data:`BUDGET` steps is kept as it is.
+The search is bounded: a line longer than :data:`LONGEST` characters is kept as it is (no rank's
+exception line is), a line it cannot settle within :data:`BUDGET` steps too, and each step costs
+the line's alphabet, not its length (a step used to count the rest of the line: 10,000 steps on
+a 66,000-character line a rank printed kept ``doctor`` busy for 50 s).
 """
 
 from __future__ import annotations
@@ -21,12 +24,16 @@ MOST = 4
 SHORTEST = 8
 #: search steps per line before giving up
 BUDGET = 5_000
+#: the longest line looked at: k copies of an exception line of at most MOST x 1,024 characters
+LONGEST = MOST * 1_024
 
 
 def untangle(line: str) -> tuple[str, int]:
     """``(the line one process wrote, how many wrote it)``; ``(line, 1)`` where it is no shuffle
     of identical copies."""
     body = line.rstrip("\r\n")
+    if len(body) > LONGEST:
+        return line, 1
     counts = Counter(body)
     for k in range(2, MOST + 1):
         if len(body) % k or len(body) // k < SHORTEST or any(c % k for c in counts.values()):
@@ -49,6 +56,8 @@ def _root(text: str, k: int) -> str | None:
     """
     n = len(text) // k
     built: list[str] = []
+    suffix = _suffix_counts(text)
+    prefix: list[dict[str, int]] = [{}]   # prefix[i]: the characters of built[:i]
     # each frame: (index into text, positions, choices left to try at this index)
     stack: list[tuple[int, tuple[int, ...], list[tuple[int, tuple[int, ...]]]]] = []
     idx, pos, last = 0, (0,) * k, 0
@@ -59,17 +68,32 @@ def _root(text: str, k: int) -> str | None:
             return None
         if idx == len(text):
             return "".join(built)
-        choices = _choices(text, idx, pos, last, built, n) if _feasible(text, idx, pos, built, k) else []
+        choices = _choices(text, idx, pos, last, built, n) if _feasible(suffix[idx], pos, prefix, k) else []
         while not choices:
             if not stack:
                 return None
             idx, pos, choices = stack.pop()
             del built[max(pos):]  # the copy furthest on is s itself: its length is the largest position
+            del prefix[max(pos) + 1:]
         last, nxt = choices.pop(0)
         stack.append((idx, pos, choices))
         if max(nxt) > len(built):
             built.append(text[idx])
+            grown = dict(prefix[-1])
+            grown[text[idx]] = grown.get(text[idx], 0) + 1
+            prefix.append(grown)
         idx, pos = idx + 1, nxt
+
+
+def _suffix_counts(text: str) -> list[dict[str, int]]:
+    """``out[i]``: how often each character occurs in ``text[i:]`` (``out[len(text)]`` is empty)."""
+    out: list[dict[str, int]] = [{}]
+    for ch in reversed(text):
+        counts = dict(out[-1])
+        counts[ch] = counts.get(ch, 0) + 1
+        out.append(counts)
+    out.reverse()
+    return out
 
 
 def _choices(text: str, idx: int, pos: tuple[int, ...], last: int, built: list[str],
@@ -89,11 +113,13 @@ def _choices(text: str, idx: int, pos: tuple[int, ...], last: int, built: list[s
     return out
 
 
-def _feasible(text: str, idx: int, pos: tuple[int, ...], built: list[str], k: int) -> bool:
-    """Whether the characters left can be what the copies behind still owe plus k copies of the
-    rest of s."""
-    left = Counter(text[idx:])
-    lead = len(built)
-    for p in pos:
-        left.subtract(built[p:lead])
-    return all(c >= 0 and c % k == 0 for c in left.values())
+def _feasible(left: dict[str, int], pos: tuple[int, ...], prefix: list[dict[str, int]], k: int) -> bool:
+    """Whether the characters left (``left``) can be what the copies behind still owe (each copy
+    at ``p`` owes ``built[p:]``, counted from ``prefix``) plus k copies of the rest of s."""
+    lead = prefix[-1]
+    for ch in set(left) | set(lead):
+        owed = sum(lead.get(ch, 0) - prefix[p].get(ch, 0) for p in pos)
+        rest = left.get(ch, 0) - owed
+        if rest < 0 or rest % k:
+            return False
+    return True

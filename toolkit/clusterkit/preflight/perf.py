@@ -248,6 +248,8 @@ def judge(hosts: Sequence[str], events: Sequence[dict[str, Any]], limits: Limits
                 stage = next((k for k in ("world", "pair", "intra", "gemm", "init", "start") if k in evs), "start")
                 why = step_failed or task_stderr.get(r) or "no further output"
                 v.mark("failed", "perf.task", f"task {r} stopped after its {stage} figures: {why}")
+            elif "gemm" not in evs:   # every task prints its matmul figure before it is done
+                v.mark("failed", "perf.gemm", f"task {r} finished without a matmul figure that is a finite number")
         if len(ranks) < tasks_per_node and v.status != "failed":
             v.mark("failed", "perf.task", f"{len(ranks)} of {tasks_per_node} tasks started")
 
