@@ -36,7 +36,8 @@ def test_rank0_writes_one_line_others_nothing(tmp_path: Path, monkeypatch: pytes
     assert heartbeat.progress(7) is True
     got = heartbeat.read(path)
     assert got is not None and got.step == 7 and got.phase == "train"
-    assert [p.name for p in tmp_path.iterdir()] == ["job.progress"]   # no temporary file left
+    # no temporary file left; the first line is a mark in the progress log
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.progress", "job.progress.log"]
 
 
 def test_writes_are_spaced_but_a_save_is_said_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,3 +116,25 @@ def test_a_local_job_reports_and_status_shows_rank0(ck: CLI, tmp_path: Path) -> 
     text = ck.proc("status", env={"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")})
     assert f"  progress: step {step}, " in text.out, text.out
     assert any((run / "logs").glob("*.progress"))
+
+
+def test_the_log_keeps_the_first_line_and_each_change_of_phase(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "p"
+    monkeypatch.setenv("CK_PROGRESS_FILE", str(path))
+    for step, saving in ((1, False), (2, False), (3, False), (3, True), (3, False), (4, False)):
+        heartbeat.progress(step, saving=saving, min_interval_s=0)
+    marks = heartbeat.read_log(f"{path}.log")
+    assert [(m.step, m.phase) for m in marks] == [(1, "train"), (3, "save"), (3, "train")]
+    (tmp_path / "p.log").write_text("step=1 time=5 phase=train\n<script>\nstep=x\nstep=2 time=6 phase=save\n")
+    assert [(m.step, m.time) for m in heartbeat.read_log(f"{path}.log")] == [(1, 5.0), (2, 6.0)]
+
+
+def test_the_log_stops_growing_at_its_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "p"
+    monkeypatch.setenv("CK_PROGRESS_FILE", str(path))
+    monkeypatch.setattr(heartbeat, "MAX_LOG_BYTES", 100)
+    for step in range(1, 20):
+        heartbeat.progress(step, saving=step % 2 == 0, min_interval_s=0)
+    assert 0 < (tmp_path / "p.log").stat().st_size <= 100
+    assert heartbeat.read(path) is not None and heartbeat.read(path).step == 19   # the file itself goes on

@@ -358,8 +358,8 @@ class Plan:
                                   after=None if after is None else parse_after(inputs.of("after", after, "text")),
                                   chain=chain, skip_preflight=not preflight, preflight_transport=preflight_transport,
                                   on_gate=on_gate)
-        return [Job(q.submission.record, store, unsaved=q.submission.unsaved, run=RunDir._of(q.run, self.site))
-                for q in queued]
+        return [Job(q.submission.record, store, unsaved=q.submission.unsaved, run=RunDir._of(q.run, self.site),
+                    untagged=q.submission.untagged) for q in queued]
 
 
 def _out(out: StrPath | None) -> str | None:
