@@ -65,3 +65,13 @@ def test_a_running_allocation_counts_to_now_and_nothing_allocated_is_no_ettr() -
     c = causes([run], now=400)
     assert c.allocated_s == 300 and c.kept_s == 290 and c.failures == ()
     assert causes([JobFacts("13", (Allocation("13", "PENDING", 0.0, None, None, 0.0, None),))], now=5).ettr is None
+
+
+def test_a_run_sacct_shows_as_requeued_is_an_ended_allocation_when_another_followed() -> None:
+    # sacct -D prints the requeued run with the state REQUEUED (scontrol requeue); the job ran again
+    job = JobFacts("14", (alloc("14", "REQUEUED", 0, 100), alloc("14", "COMPLETED", 130, 200)),
+                   marks=(Mark(10, 1, "train"), Mark(40, 3, "save"), Mark(41, 3, "train"), Mark(150, 1, "train")))
+    c = causes([job], now=9999)
+    (f,) = c.failures
+    assert f.what == "allocation ended REQUEUED" and f.checkpoint == 40 and f.lost_s == 60
+    assert (c.startup_s, c.recovery_s, c.kept_s) == (10, 20, 30 + 50)

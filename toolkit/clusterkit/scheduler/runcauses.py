@@ -28,7 +28,7 @@ from clusterkit.scheduler.sacct_runs import Allocation
 
 #: allocation states that ended the allocation without its work being done
 ENDED_WELL = frozenset({"COMPLETED"})
-STILL = frozenset({"RUNNING", "PENDING", "REQUEUED", "SUSPENDED", "CONFIGURING", "COMPLETING"})
+STILL = frozenset({"RUNNING", "PENDING", "REQUEUED", "REQUEUE_HOLD", "SUSPENDED", "CONFIGURING", "COMPLETING"})
 
 
 @dataclass(frozen=True)
@@ -103,14 +103,16 @@ def causes(jobs: Sequence[JobFacts], now: float) -> Causes:
         for k, a in enumerate(job.allocations):
             if a.start is None:
                 continue
-            end = a.end if a.end is not None else a.start + a.elapsed_s if a.state not in STILL else now
+            requeued = k < len(job.allocations) - 1     # a later run of the job followed: this one ended
+            running = a.state in STILL and not requeued
+            end = a.end if a.end is not None else now if running else a.start + a.elapsed_s
             end = max(a.start, end)
             allocated += end - a.start
             faults = [f for f in job.faults if f.restart == k]
             inside = sorted((f for f in faults if f.then == "relaunch" and f.time is not None
                              and a.start <= f.time <= end), key=lambda f: f.time or 0.0)
             closing = next((f for f in faults if f.then != "relaunch"), None)
-            failed_end = a.state not in ENDED_WELL and a.state not in STILL
+            failed_end = requeued or (a.state not in ENDED_WELL and not running)
             cuts: list[tuple[float, Fault | None, str]] = [
                 (f.time or 0.0, f, f"attempt {f.attempt} (relaunched)") for f in inside]
             if failed_end:
