@@ -172,8 +172,8 @@ def status(job: str | None, show_all: bool, limit: int | None, run: bool, html_f
       clusterkit status 4242         # that job
       clusterkit status --all        # your 20 most recent jobs, the latest first
       clusterkit status --limit 50   # your 50 most recent jobs
-      clusterkit status 4242 --run   # its whole run: GPU-hours, time by cause, ETTR
-      clusterkit status lm-7b --run --html run.html   # a run by name, and its timeline page
+      clusterkit status 4242 --run   # its run: GPU-hours, time by cause, ETTR
+      clusterkit status lm-7b --run --html r.html   # a run by name; a page
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID; without it, the job you submitted
     last (the newest of your job records), as for `logs`.
