@@ -28,6 +28,10 @@ class _Tags(HTMLParser):
         self.tags.append((tag, dict(attrs)))
 
 
+def run_dir_of(ck: CLI, env: dict[str, str], job: str) -> str:
+    return str(json.loads(ck.proc("status", job, "--json", env=env).out)["run_dir"])
+
+
 @pytest.fixture(scope="module")
 def failed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[CLI, dict[str, str], str, float, Path]:
     pytest.importorskip("torch", reason="the local site's launcher is torchrun (pip install torch, CPU build)")
@@ -51,8 +55,14 @@ def test_the_lost_time_is_from_the_checkpoint_to_the_failure(failed_run) -> None
     c = run["causes"]
     (f,) = c["failures"]
     assert f["job_id"] == job and f["what"] == "allocation ended FAILED" and f["checkpoint"] is not None
-    # the job trained LOST_STEPS steps (and one more pause) after its save, then failed
-    assert (LOST_STEPS + 1) * STEP_S <= f["lost_s"] <= took
+    # the job trained LOST_STEPS steps (and one more pause) after its save, then failed; its end is
+    # the result file's time, in whole seconds (so up to 1 s early)
+    (alloc,) = run["allocations"]
+    log = (Path(run_dir_of(ck, env, job)) / "logs" / f"{job}.progress.log").read_text().splitlines()
+    save = float(next(m for m in log if m.endswith("phase=save")).split()[1].removeprefix("time="))
+    assert f["checkpoint"] == pytest.approx(save) and f["time"] == alloc["end"]
+    assert f["lost_s"] == pytest.approx(alloc["end"] - save)
+    assert (LOST_STEPS + 1) * STEP_S - 1 < f["lost_s"] <= took
     assert c["lost_s"] == f["lost_s"] and c["kept_s"] >= 2 * STEP_S
     parts = c["startup_s"] + c["recovery_s"] + c["kept_s"] + c["lost_s"] + c["unreported_s"]
     assert parts == pytest.approx(c["allocated_s"]) and c["ettr"] == pytest.approx(c["kept_s"] / c["allocated_s"])

@@ -75,3 +75,12 @@ def test_a_run_sacct_shows_as_requeued_is_an_ended_allocation_when_another_follo
     (f,) = c.failures
     assert f.what == "allocation ended REQUEUED" and f.checkpoint == 40 and f.lost_s == 60
     assert (c.startup_s, c.recovery_s, c.kept_s) == (10, 20, 30 + 50)
+
+
+def test_a_job_that_reports_no_progress_lists_its_failures_and_splits_nothing() -> None:
+    job = JobFacts("15", (alloc("15", "COMPLETED", 0, 600),),
+                   faults=(Fault(200, 0, 0, "gpu-hardware: Xid 79", ("node2",), "relaunch"),))
+    c = causes([job], now=9999)
+    (f,) = c.failures
+    assert f.verdict == "gpu-hardware: Xid 79" and f.dropped == ("node2",) and f.lost_s == 0 and f.checkpoint is None
+    assert c.unreported_s == 600 and c.startup_s == c.kept_s == c.lost_s == 0 and c.ettr == 0

@@ -14,8 +14,9 @@ relaunched inside it (at the attempt's end), and the allocation's own end when i
   older one);
 * **kept**: the rest of its training.
 
-A piece with no progress mark at all is start-up (or recovery) where a failure ended it, and
-**unreported** where it ended well (the job reports no progress: nothing to split).
+A piece with no progress mark is start-up (or recovery) where a failure ended it, and
+**unreported** where it ended well or where the job reports no progress at all (nothing to split;
+its failures are listed with no time lost).
 ``ettr = kept / allocated``.
 """
 
@@ -123,8 +124,8 @@ def causes(jobs: Sequence[JobFacts], now: float) -> Causes:
                 failing = bool(what)
                 seen = [m for m in marks if t0 <= m.time <= t1]
                 wait = "recovery" if after_failure else "startup"
-                if not seen:
-                    tot[wait if failing else "unreported"] += t1 - t0
+                if not seen:   # a job that reports no progress at all: nothing to split
+                    tot[wait if failing and marks else "unreported"] += t1 - t0
                     lost, cp, trained_from = 0.0, None, None
                 else:
                     trained_from = seen[0].time
