@@ -44,6 +44,7 @@ OWNED = {
     "kill-on=yes": "--kill-on-invalid-dep",
     "no-req": "--no-requeue",
     "get-user": "--get-user-env",
+    "comment=x": "--comment",        # the run tag (docs/jobs.md, What a run cost)
 }
 
 
@@ -63,7 +64,7 @@ def test_owned_option_in_the_site_file_is_refused_at_its_line(ck, tmp_path: Path
 
 
 @pytest.mark.parametrize("option", ["constraint=a100", "exclusive", "mem=0", "time-min=1:00:00", "wait-all-nodes=1",
-                                    "mail-type=END", "gres=nvme:1", "comment=x", "container-image=spank-plugin-opt",
+                                    "mail-type=END", "gres=nvme:1", "container-image=spank-plugin-opt",
                                     "threads-per-core=1", "exclusive=user", "mem-per-gpu=10G"])
 def test_options_clusterkit_does_not_write_pass(ck, tmp_path: Path, option: str) -> None:
     result = _render(ck, tmp_path, "--sbatch", option)

@@ -38,8 +38,10 @@ def test_rank0_writes_the_line_every_rank_its_own_file(tmp_path: Path, monkeypat
     assert heartbeat.progress(7) is True
     got = heartbeat.read(path)
     assert got is not None and got.step == 7 and got.phase == "train"
-    # no temporary file left; each rank's own file beside it (tests/supervise/test_ranks.py)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.progress", "job.progress.rank0", "job.progress.rank1"]
+    # no temporary file left; each rank's own file beside it (tests/supervise/test_ranks.py), and the
+    # first line is a mark in the progress log
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.progress", "job.progress.log",
+                                                          "job.progress.rank0", "job.progress.rank1"]
 
 
 def test_writes_are_spaced_but_a_save_is_said_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -158,3 +160,25 @@ def test_a_slow_rank_is_named_a_straggler_in_status(ck: CLI, tmp_path: Path, how
     assert float(ratio) < slow["ratio"] < 20, slow
     text = ck.proc("status", env=env).out
     assert f"  straggler: {os.uname().nodename} (rank 1: " in text and "x the others' " in text, text
+
+
+def test_the_log_keeps_the_first_line_and_each_change_of_phase(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "p"
+    monkeypatch.setenv("CK_PROGRESS_FILE", str(path))
+    for step, saving in ((1, False), (2, False), (3, False), (3, True), (3, False), (4, False)):
+        heartbeat.progress(step, saving=saving, min_interval_s=0)
+    marks = heartbeat.read_log(f"{path}.log")
+    assert [(m.step, m.phase) for m in marks] == [(1, "train"), (3, "save"), (3, "train")]
+    (tmp_path / "p.log").write_text("step=1 time=5 phase=train\n<script>\nstep=x\nstep=2 time=6 phase=save\n")
+    assert [(m.step, m.time) for m in heartbeat.read_log(f"{path}.log")] == [(1, 5.0), (2, 6.0)]
+
+
+def test_the_log_stops_growing_at_its_cap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "p"
+    monkeypatch.setenv("CK_PROGRESS_FILE", str(path))
+    monkeypatch.setattr(heartbeat, "MAX_LOG_BYTES", 100)
+    for step in range(1, 20):
+        heartbeat.progress(step, saving=step % 2 == 0, min_interval_s=0)
+    assert 0 < (tmp_path / "p.log").stat().st_size <= 100
+    assert heartbeat.read(path) is not None and heartbeat.read(path).step == 19   # the file itself goes on

@@ -176,7 +176,8 @@ def test_nothing_fits_at_any_size(site_file: Callable[[str], str], plan_json: Js
 
 def test_human_table_in_a_pipe(site_file: Callable[[str], str], ck: CLI) -> None:
     code, out, err = ck("plan", "--site", site_file(H100_SITE), "--model-params", "7B", "--hours", "10")
-    assert code == 0 and err == ""
+    # where the site's checkpoint storage is on this machine, its free space may be said short
+    assert code == 0 and all(ln.startswith("clusterkit: warning: checkpoints: ") for ln in err.splitlines()), err
     lines = out.splitlines()
     assert not any(ch in out for ch in "│─┃━\x1b")  # plain text: no box drawing, no colour codes
     starred = [ln for ln in lines if ln.startswith("*")]

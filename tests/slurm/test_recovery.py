@@ -18,6 +18,7 @@ Every wait is for a state: a line in a rank's log, the job's state in ``status -
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -112,6 +113,17 @@ def _check_recovered(cli: CK, tmp_path: Path, job: str, run_dir: Path, why: str,
     assert [d["host"] for d in attempt["dropped"]] == ["node2"], attempt
     assert re.search(why, attempt["dropped"][0]["why"]), attempt
     assert any(d["host"] == "node2" for d in out["dropped"]), out["dropped"]
+    # the run's account lists the failure inside the allocation with its verdict and the node
+    # dropped; this loop reports no progress, so no time is split (unreported, none lost)
+    got = cli("status", job, "--run", "--json", timeout=60)
+    assert got.code == 0, got.err
+    run = json.loads(got.out)["run"]
+    [failure] = run["causes"]["failures"]
+    assert failure["what"] == "attempt 0 (relaunched)" and failure["dropped"] == ["node2"], failure
+    assert failure["verdict"] == attempt["verdict"] and failure["job_id"] == job and failure["restart"] == 0
+    assert failure["lost_s"] == 0 and failure["checkpoint"] is None
+    assert run["causes"]["allocated_s"] > 0
+    assert run["causes"]["unreported_s"] == pytest.approx(run["causes"]["allocated_s"])
     shown = cli("status", job, timeout=60)
     assert re.search(r"attempt 0 \(restart 0\) on node1,node2,node3: status \d+, .*; then relaunch",
                      shown.out), shown.out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +108,46 @@ def test_a_requeue_is_counted_lost_with_the_allocation_sacct_gives_it(cli: CK) -
     # the requeue's wait (held, then released) is time without an allocation
     assert run["waiting_s"] >= 1 and run["goodput"] < 1
     print(cli("status", job, "--run", timeout=60).out)
+
+
+def test_a_chain_of_three_with_a_requeue_is_one_tagged_run_that_lost_the_time_since_its_checkpoint(
+        cli: CK) -> None:
+    """Three chained jobs (account_job.py: a checkpoint save at step 4 of 8, 1 s apart); the second
+    is requeued after its save: Slurm's accounting groups the three by their run tag, the run's
+    GPU-hours are sacct's, and what it lost is from that save to the requeue's end in sacct."""
+    cli.bed.wait_idle()
+    proc = cli("submit", "--site", "testbed", "--launcher", "srun", "--gpus-per-node", "1",
+               "--set", "cpus_per_task=1", "--job-name", "acct3", "--chain", "3",
+               "--out", str(cli.runs / "acct3"), "--json", "--", "python", "tests/progress/account_job.py", "1")
+    assert proc.code == 0, proc.err
+    chain = json.loads(proc.out)["chain"]
+    ids, name = [m["job_id"] for m in chain], chain[0]["run_name"]
+    second = ids[1]
+    cli.wait_for(second, lambda s: (s.get("progress") or {}).get("step", 0) >= 5, timeout=120, what="step 5")
+    cli.bed.run("scontrol", "requeue", second)
+    cli.wait_for(second, lambda s: s["state"] == "PENDING" and s["restarts"] == 1, timeout=120, what="requeued")
+    time.sleep(1.2)   # as tests/slurm/test_preemption.py's release: not within the second of the requeue
+    cli.bed.run("scontrol", "update", f"JobId={second}", "StartTime=now")
+    for job in ids:
+        cli.wait_for(job, lambda s: s["state"] == "COMPLETED", timeout=180, what="COMPLETED")
+    rows = {job: _accounted(cli, job) for job in ids}
+    # every job of the run, the first one too (tagged once sbatch gave its id), carries the tag
+    tags = cli.bed.run("sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o", "JobIDRaw,Comment").stdout
+    assert sorted(tags.split()) == sorted(f"{j}|clusterkit-run:{name}" for j in ids), tags
+
+    got = cli("status", name, "--run", "--json", timeout=60)      # the run by its name
+    assert got.code == 0, got.err
+    assert "no run tag" not in got.err, got.err
+    run = json.loads(got.out)["run"]
+    assert run["jobs"] == ids and run["allocation_count"] == 4 and run["requeues"] == 1
+    assert run["gpu_hours"] == pytest.approx(sum(e * g for r in rows.values() for e, g, _ in r) / 3600)
+    (failure,) = run["causes"]["failures"]
+    marks = (Path(chain[1]["run_dir"]) / "logs" / f"{second}.progress.log").read_text().split("\n")
+    save = float(next(m for m in marks if m.endswith("phase=save")).split()[1].removeprefix("time="))
+    requeued_end = run["allocations"][1]["end"]
+    assert failure["job_id"] == second and failure["restart"] == 0 and failure["time"] == requeued_end
+    assert failure["checkpoint"] == pytest.approx(save)
+    assert failure["lost_s"] == pytest.approx(requeued_end - save) and failure["lost_s"] >= 1   # step 5 came after it
+    c = run["causes"]
+    assert c["lost_s"] == failure["lost_s"] and c["recovery_s"] > 0 and 0 < c["ettr"] < 1
+    print(cli("status", name, "--run", timeout=60).out)   # docs/jobs.md shows this output

@@ -449,6 +449,8 @@ SOCKETS=1; [ $((CPUS % 2)) -eq 0 ] && [ "$CPUS" -ge 2 ] && SOCKETS=2
 #   accounting_storage/slurmdbd, no AccountingStorageEnforce: jobs need no user association;
 #     AccountingStoragePass names the munge socket for connections to slurmdbd (AuthInfo is not
 #     used for those: without it sacct/sacctmgr look for munged's default socket)
+#   AccountingStoreFlags=job_comment: sacct shows a job's --comment, the run tag clusterkit groups a
+#     run's jobs by (`status --run`), as a site that wants it does
 #   Preempt*: a job in partition `high` (PriorityTier=2) preempts `debug` jobs (PriorityTier=1) on
 #     the same nodes: their running steps get SIGTERM at once, the batch shell nothing; after
 #     GraceTime the job is cancelled "DUE TO PREEMPTION" (now the batch shell gets TERM) and
@@ -483,6 +485,7 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=$DBD_PORT
 AccountingStoragePass=$MSOCK
+AccountingStoreFlags=job_comment
 JobCompType=jobcomp/none
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherParams=OverMemoryKill

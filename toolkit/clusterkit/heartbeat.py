@@ -4,7 +4,10 @@ The job exports ``CK_PROGRESS_FILE`` (``<run dir>/logs/<job id>.progress``).  Th
 any language: rank 0 writes one line, ``step=<N> time=<unix seconds> phase=train|save``, to a
 new file beside it and renames it over ``CK_PROGRESS_FILE`` (so a reader never sees half a
 line).  ``phase=save`` says a checkpoint is being written: a long save is not a stall.
-``clusterkit status JOB`` shows the newest line.
+``clusterkit status JOB`` shows the newest line.  The first line a process writes and each
+change of phase (a save starts, training goes on after it) are also appended to
+``<CK_PROGRESS_FILE>.log`` (up to ``MAX_LOG_BYTES``): the marks ``status --run`` reads a run's
+start-up, checkpoints and lost time from (docs/jobs.md, "What a run cost").
 
 Every rank (rank 0 too) also keeps a file of its own, ``<CK_PROGRESS_FILE>.rank<R>``, one line
 ``step=<N> time=<t> phase=<p> rank=<R> host=<node> step_s=<s|-> work_s=<s|-> beat=<t>``:
@@ -46,6 +49,7 @@ ENV = "CK_PROGRESS_FILE"
 MIN_INTERVAL_S = 5.0     # between two writes of the same phase
 MAX_BYTES = 512          # what a reader takes of the file
 MAX_STEP = 10**15
+MAX_LOG_BYTES = 256 << 10  # the progress log grows no further; a reader takes its last this many bytes
 _last: dict[str, object] = {"time": 0.0, "phase": None, "path": None}
 BEAT_S = 5.0            # how often each rank's own file is rewritten (its heartbeat)
 WINDOW = 20             # the steps a rank's medians cover
@@ -215,8 +219,26 @@ def _write_main(path: str, step: int, phase: str, now: float) -> bool:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         return False
+    if phase != _last["phase"] or path != _last["path"]:
+        _mark(path + ".log", line)
     _last.update(time=now, phase=phase, path=path, step=step)
     return True
+
+
+def _mark(log: str, line: bytes) -> None:
+    """Append ``line`` to the progress log, never past ``MAX_LOG_BYTES``, never raising."""
+    try:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
+    except OSError:
+        return
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_size + len(line) <= MAX_LOG_BYTES:
+            os.write(fd, line)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 @dataclass(frozen=True)
@@ -234,25 +256,46 @@ class Progress:
         return f"{what} {self.step}, {when} ({time.strftime('%H:%M:%S', time.localtime(self.time))})"
 
 
-def read(path: str | os.PathLike[str]) -> Progress | None:
-    """The line at ``path``, or None when there is none or it is not one: a regular file only
-    (no link, FIFO or device is opened), the first ``MAX_BYTES`` bytes, strictly the format."""
+def _read_regular(path: str | os.PathLike[str], limit: int, tail: bool = False) -> bytes | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return None
-        data = os.read(fd, MAX_BYTES)
+        if tail and st.st_size > limit:
+            os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+        return os.read(fd, limit)
     except OSError:
         return None
     finally:
         os.close(fd)
-    m = _LINE.fullmatch(data.decode("ascii", errors="replace").strip())
+
+
+def _parse(text: str) -> Progress | None:
+    m = _LINE.fullmatch(text.strip())
     if m is None:
         return None
     step, when = int(m.group(1)), float(m.group(2))
     if step > MAX_STEP or not math.isfinite(when):
         return None
     return Progress(step=step, time=when, phase=m.group(3))
+
+
+def read_log(path: str | os.PathLike[str]) -> list[Progress]:
+    """The marks of a progress log (``<progress file>.log``), oldest first: a regular file only,
+    its last ``MAX_LOG_BYTES`` bytes, each line strictly the format (any other line left out)."""
+    data = _read_regular(path, MAX_LOG_BYTES, tail=True)
+    if not data:
+        return []
+    marks = [p for ln in data.decode("ascii", errors="replace").splitlines() if (p := _parse(ln)) is not None]
+    return sorted(marks, key=lambda p: p.time)
+
+
+def read(path: str | os.PathLike[str]) -> Progress | None:
+    """The line at ``path``, or None when there is none or it is not one: a regular file only
+    (no link, FIFO or device is opened), the first ``MAX_BYTES`` bytes, strictly the format."""
+    data = _read_regular(path, MAX_BYTES)
+    return None if data is None else _parse(data.decode("ascii", errors="replace"))

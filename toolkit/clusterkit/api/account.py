@@ -7,6 +7,7 @@ where sacct does not answer (no slurmdbd), from clusterkit's record: submission 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -15,13 +16,15 @@ from typing import TYPE_CHECKING, Any
 from clusterkit import heartbeat, slurmclient
 from clusterkit.chain import run_name_of
 from clusterkit.scheduler.runaccount import Account, Member, account
+from clusterkit.scheduler.runcauses import Causes, Fault, JobFacts, Mark, causes
 from clusterkit.scheduler.sacct_runs import Allocation
 from clusterkit.scheduler.sacct_runs import query as sacct_query
+from clusterkit.supervise import attempts
 from clusterkit.tooltext import parse_iso
 
 if TYPE_CHECKING:
     from clusterkit.scheduler.base import JobStatus
-    from clusterkit.scheduler.records import JobRecord
+    from clusterkit.scheduler.records import JobRecord, RecordStore
 
     from .job import Job
 
@@ -33,10 +36,30 @@ class RunAccount:
     account: Account
     allocations: tuple[Allocation, ...]
     warnings: tuple[str, ...] = field(default=())
+    causes: Causes | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {**asdict(self.account), "allocations": [asdict(a) for a in self.allocations],
-                "warnings": list(self.warnings)}
+                "causes": None if self.causes is None else asdict(self.causes), "warnings": list(self.warnings)}
+
+    def html(self, now: float | None = None) -> str:
+        """The account as one self-contained page (:mod:`clusterkit.scheduler.runpage`)."""
+        from clusterkit.scheduler.runcauses import causes as no_causes
+        from clusterkit.scheduler.runpage import page
+
+        return page(self.account, self.allocations, self.causes or no_causes([], 0.0), self.warnings, now)
+
+
+def _facts(rec: JobRecord | None, job_id: str, allocs: tuple[Allocation, ...]) -> JobFacts:
+    """A job's allocations with its progress marks and the supervisor's judged attempts (none for a
+    job of the run recorded elsewhere)."""
+    if rec is None:
+        return JobFacts(job_id, allocs)
+    logs = Path(rec.run_dir) / "logs"
+    marks = tuple(Mark(p.time, p.step, p.phase) for p in heartbeat.read_log(logs / f"{rec.job_id}.progress.log"))
+    faults = tuple(Fault(a.ended, restart, a.attempt, a.verdict, tuple(h for h, _ in a.dropped), a.then)
+                   for restart, a in attempts.read(rec.run_dir, rec.job_id))
+    return JobFacts(job_id, allocs, marks, faults)
 
 
 def _plan_gpus(rec: JobRecord) -> int | None:
@@ -72,6 +95,63 @@ def _from_record(rec: JobRecord, st: JobStatus, now: float) -> Allocation:
     elapsed = max(0.0, stop - start) if start is not None and stop is not None else 0.0
     return Allocation(rec.job_id, st.state.value, start, start, end if st.terminal else None, elapsed,
                       _plan_gpus(rec), source="record")
+
+
+def _user() -> str | None:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, OSError):
+        return None
+
+
+def _tagged(recs: list[JobRecord], run_name: str, run: slurmclient.Run, accounted: dict[str, list[Allocation]],
+            warnings: list[str], now: float) -> dict[str, list[Allocation]]:
+    """The run's jobs as Slurm's accounting groups them: this user's jobs whose comment is the run's
+    tag (:mod:`clusterkit.job.runtag`), since a day before its first recorded submission."""
+    from clusterkit.job.runtag import tag
+    from clusterkit.scheduler.sacct_runs import tagged
+
+    slurm = [r for r in recs if r.scheduler == "slurm"]
+    user = _user()
+    if not slurm or user is None or not accounted:
+        return {}
+    since = min(parse_iso(r.submitted_at) or now for r in slurm) - 86400
+    got = tagged(tag(run_name), user, since, run, now=now)
+    if isinstance(got, str):
+        warnings.append(f"cannot search Slurm's accounting for the run's tag ({got}); its jobs are those recorded here")
+        return {}
+    found, _ = got
+    by_tag: dict[str, list[Allocation]] = {}
+    for a in found:
+        by_tag.setdefault(a.job_id, []).append(a)
+    missing = sorted(j for j in accounted if j not in by_tag)
+    if missing:
+        warnings.append(f"Slurm's accounting shows no run tag {tag(run_name)} for job(s) {', '.join(missing[:5])}: "
+                        "submitted before clusterkit tagged runs, or slurm.conf lacks "
+                        "AccountingStoreFlags=job_comment; counted from clusterkit's records")
+    return by_tag
+
+
+def job_of_run(ref: str | None, store: RecordStore | None = None) -> Job | None:
+    """The newest recorded job of the run named ``ref`` (a run name, not a job id or SITE:JOB_ID),
+    or None where ``ref`` is not one or no recent record writes it."""
+    from clusterkit.job.longrun import RUN_NAME
+    from clusterkit.scheduler.records import RecordStore
+    from clusterkit.vocab import is_job_id
+
+    from .job import Job
+
+    if not ref or is_job_id(ref) or ":" in ref or not RUN_NAME.fullmatch(ref):
+        return None
+    store = store or RecordStore()
+    recs, _ = store.recent(RECENT)
+    named = [r for r in recs if run_name_of(r) == ref]
+    if not named:
+        return None
+    newest = max(named, key=lambda r: (parse_iso(r.submitted_at) or 0.0, len(r.job_id), r.job_id))
+    return Job(newest, store)
 
 
 def run_records(job: Job) -> list[JobRecord]:
@@ -111,6 +191,7 @@ def run_account(job: Job, *, run: slurmclient.Run = slurmclient.run, now: float 
                 warnings.append(f"{skipped} sacct row(s) that do not fit were left out")
             for a in found:
                 by_job.setdefault(a.job_id, []).append(a)
+    tagged = _tagged(recs, run_name_of(job.record), run, by_job, warnings, now)
     members = []
     for rec in recs:
         st = statuses[rec.key]
@@ -126,5 +207,11 @@ def run_account(job: Job, *, run: slurmclient.Run = slurmclient.run, now: float 
         members.append(Member(rec.job_id, tuple(allocs or [_from_record(rec, st, now)]), failed,
                               beat.step if beat else None, beat.time if beat else None,
                               ended=st.terminal and not st.stale))
+    recorded = {r.job_id for r in recs if r.scheduler == "slurm"}
+    for jid, allocs in sorted(tagged.items(), key=lambda kv: (kv[1][0].submit or 0.0, len(kv[0]), kv[0])):
+        if jid not in recorded:   # a job of the run clusterkit holds no record of here (another machine's)
+            members.append(Member(jid, tuple(allocs), ended=all(a.end is not None for a in allocs)))
     acct = account(run_name_of(job.record), members, now)
-    return RunAccount(acct, tuple(a for m in members for a in m.allocations), tuple(warnings))
+    by_id = {r.job_id: r for r in recs}
+    facts = [_facts(by_id.get(m.job_id), m.job_id, m.allocations) for m in members]
+    return RunAccount(acct, tuple(a for m in members for a in m.allocations), tuple(warnings), causes(facts, now))

@@ -85,11 +85,13 @@ class Job:
     """
 
     def __init__(self, record: JobRecord, store: RecordStore | None = None, *,
-                 unsaved: RecordError | None = None, run: RunDir | None = None) -> None:
+                 unsaved: RecordError | None = None, run: RunDir | None = None, untagged: str | None = None) -> None:
         self._record = record
         self._store = _store(store)
         #: when set, the job is submitted but its record could not be saved (``Job.find`` does not know it)
         self.unsaved: RecordError | None = unsaved
+        #: when set, why Slurm's copy of the job lacks its run tag (``status --run`` finds it by its record)
+        self.untagged: str | None = untagged
         #: the rendered run directory, for a job submitted by this process
         self.run: RunDir | None = run
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from clusterkit.sites.admin import DriftRun
     from clusterkit.sites.create import Draft
     from clusterkit.sizing import Sizing, SizingRequest
+    from clusterkit.sizing.checkpoint import Capacity
 
 class JobArgs(TypedDict, total=False):
     """The job's own additions (:func:`job_request`'s keyword arguments of the same names)."""
@@ -221,6 +222,19 @@ class Site:
         inputs.instance("request", request, est.SizingRequest, "a clusterkit.sizing.SizingRequest")
         return est.size_job(est.Hardware.from_site(self.config), request)
 
+    def checkpoint_capacity(self, params: int, gpus: int, keep: int) -> Capacity:
+        """Whether ``keep`` checkpoints of a ``params``-parameter model saved by ``gpus`` ranks fit
+        the free space and inodes of this site's checkpoint directory (:mod:`clusterkit.sizing.checkpoint`)."""
+        from clusterkit.job.plan import checkpoint_base
+        from clusterkit.preflight.space import free
+        from clusterkit.sizing.checkpoint import judge
+
+        path = checkpoint_base(self.config, os.path.join(os.getcwd(), "runs", "run"))
+        got = free(path, os.path.dirname(path.rstrip("/")))
+        if isinstance(got, str):
+            return judge(path, params, gpus, keep, None, None, got)
+        return judge(path, params, gpus, keep, got[0], got[1])
+
     def render_sized(self, sizing: Sizing, command: Sequence[str], *, out: StrPath | None = None,
                      job_name: str | None = None, settings: Mapping[str, Any] | None = None,
                      origin: Sequence[str] = ()) -> RunDir:
@@ -359,8 +373,8 @@ class Plan:
                                   after=None if after is None else parse_after(inputs.of("after", after, "text")),
                                   chain=chain, skip_preflight=not preflight, preflight_transport=preflight_transport,
                                   on_gate=on_gate)
-        return [Job(q.submission.record, store, unsaved=q.submission.unsaved, run=RunDir._of(q.run, self.site))
-                for q in queued]
+        return [Job(q.submission.record, store, unsaved=q.submission.unsaved, run=RunDir._of(q.run, self.site),
+                    untagged=q.submission.untagged) for q in queued]
 
 
 def _out(out: StrPath | None) -> str | None:

@@ -158,10 +158,13 @@ def stream_to_end(job: Job) -> int:
 @click.option("--run", "run", is_flag=True,
               help="The account of the job's run (every job under its run name, with their requeues): "
                    "wall time, GPU-hours, waiting, requeues, steps, goodput.")
+@click.option("--html", "html_file", metavar="FILE", default=None,
+              help="With --run: also write the run's account as one self-contained page (its timeline).")
 @click.option("--json", "as_json", is_flag=True,
               help='Print the result as JSON: the job\'s document; with --all, {"jobs": [...]}; '
                    'with --run, {"run": {...}}.')
-def status(job: str | None, show_all: bool, limit: int | None, run: bool, as_json: bool) -> int:
+def status(job: str | None, show_all: bool, limit: int | None, run: bool, html_file: str | None,
+           as_json: bool) -> int:
     """Show the state of one job (with the tail of its log unless it completed), by default
     the job you submitted last; with --all, a table of your recent jobs.
 
@@ -171,7 +174,8 @@ def status(job: str | None, show_all: bool, limit: int | None, run: bool, as_jso
       clusterkit status 4242         # that job
       clusterkit status --all        # your 20 most recent jobs, the latest first
       clusterkit status --limit 50   # your 50 most recent jobs
-      clusterkit status 4242 --run   # its whole run: GPU-hours, requeues, goodput
+      clusterkit status 4242 --run   # its run: GPU-hours, time by cause, ETTR
+      clusterkit status lm-7b --run --html r.html   # a run by name; a page
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID; without it, the job you submitted
     last (the newest of your job records), as for `logs`.
@@ -191,12 +195,15 @@ def status(job: str | None, show_all: bool, limit: int | None, run: bool, as_jso
         raise InputError("give JOB, or --all/--limit for the table of recent jobs, not both")
     if run and (show_all or limit is not None):
         raise InputError("--run shows one job's run; it cannot be combined with --all/--limit")
+    if html_file is not None and not run:
+        raise InputError("--html writes a run's page; give it with --run")
     if show_all or limit is not None:
         return _status_table(store, limit or 20, as_json)
     if run:
+        from clusterkit.api.account import job_of_run
         from clusterkit.cli.runaccount import show
 
-        return show(_find_or_latest(job, store), as_json)
+        return show(job_of_run(job, store) or _find_or_latest(job, store), as_json, html_file)
     if not job and not store.files():
         if as_json:
             output.emit_json({"job": None, "records": str(store.root)})

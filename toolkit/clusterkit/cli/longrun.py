@@ -72,6 +72,8 @@ def show_chain(jobs: list[Job], as_json: bool, show_one: Callable[[JobRecord, bo
         output.line(f"  {k}. job {rec.job_id}{after}: {rec.run_dir}")
         if job.unsaved is not None:
             output.warn(f"job {rec.job_id} is submitted, but its record was not saved: {job.unsaved}")
+        if job.untagged is not None:
+            output.warn(f"job {rec.job_id} is submitted without its run tag ({job.untagged})")
     ref = first.job_id if re.fullmatch(r"\d+", first.job_id) else first.key
     output.line(f"  their states: clusterkit status (each: clusterkit status {ref})")
     return 0

@@ -32,7 +32,7 @@ def nodes(site: str, as_json: bool, html_file: str | None) -> int:
     for w in found.warnings:
         output.warn(w)
     if html_file is not None:
-        _write_html(html_file, found.html())
+        write_html(html_file, found.html())
     if as_json:
         output.emit_json(found.to_dict())
         return 0
@@ -58,7 +58,7 @@ def nodes(site: str, as_json: bool, html_file: str | None) -> int:
     return 0
 
 
-def _write_html(path: str, text: str) -> None:
+def write_html(path: str, text: str) -> None:
     """The page at ``path``, whole or not at all; a path that cannot take it is a usage error."""
     from pathlib import Path
 

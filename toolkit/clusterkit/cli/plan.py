@@ -88,6 +88,8 @@ class _Number(click.ParamType):  # type: ignore[type-arg]  # generic from click 
 @click.option("--buffer-factor", type=_Number(float), default=est.BUFFER_FACTOR, show_default=True,
               help="DeepSpeed's additional_buffer_factor on host-memory figures.")
 @click.option("--hours", type=_Number(float), default=None, help="Wall time, for a GPU-hours and cost line.")
+@click.option("--keep-checkpoints", type=_Number(int), default=2, show_default=True, metavar="N",
+              help="Checkpoints kept at once: checked against the checkpoint directory's free space and inodes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the estimate as JSON.")
 @click.option("--render", "do_render", is_flag=True,
               help="Render the recommended setup into a run directory (as `clusterkit render`), for COMMAND.")
@@ -99,8 +101,8 @@ class _Number(click.ParamType):  # type: ignore[type-arg]  # generic from click 
 def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpus: int | None,
          nodes: int | None, launcher: str | None, offload: str | None, zero_init: bool,
          seq_len: int | None, micro_batch: int | None, hidden_size: int | None, layers: int | None,
-         vocab_size: int | None, headroom: float, buffer_factor: float, hours: float | None, as_json: bool,
-         do_render: bool,
+         vocab_size: int | None, headroom: float, buffer_factor: float, hours: float | None,
+         keep_checkpoints: int, as_json: bool, do_render: bool,
          out: str | None, job_name: str | None, sets: tuple[str, ...], command: tuple[str, ...]) -> None:
     """Choose framework, ZeRO stage and node count from model size and the site's GPUs.
 
@@ -125,6 +127,10 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
         launcher=launcher, offload=offload, zero_init=zero_init, headroom=headroom,
         buffer_factor=buffer_factor, hours=hours, shape=shape)
     result = site.size(request)
+    if keep_checkpoints < 1:
+        raise InputError(f"--keep-checkpoints {keep_checkpoints}: keep at least 1")
+    chosen = result.recommended
+    capacity = site.checkpoint_capacity(model_params, chosen.layout.gpus if chosen else 1, keep_checkpoints)
     run = None
     if do_render:
         from clusterkit.cli.common import build_request
@@ -141,9 +147,16 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
         doc["site"] = {"name": site.name, **cast("dict[str, object]", doc["site"])}
         # the same document as `render --json` (its choices among it)
         doc["rendered"] = job_json(run, dry_run=False) if run is not None else None
+        doc["checkpoint_capacity"] = capacity.to_dict()   # its verdict and message, no warning line
         output.emit_json(doc)
         return
     print_human(site.name, result)
+    from clusterkit.cli import output as out_
+
+    if capacity.verdict in ("too-small", "tight"):
+        out_.warn(capacity.message)
+    else:
+        out_.line(capacity.message)
     if run is not None:
         from clusterkit.cli.render import show_rendered
 

@@ -30,12 +30,16 @@ def _when(t: float | None) -> str:
     return time.strftime("%m-%d %H:%M:%S", time.localtime(t)) if t is not None else "-"
 
 
-def show(job: Job, as_json: bool) -> int:
+def show(job: Job, as_json: bool, html_file: str | None = None) -> int:
     from clusterkit.api.account import run_account
 
     found = run_account(job)
     for w in found.warnings:
         output.warn(w)
+    if html_file is not None:
+        from clusterkit.cli.nodes import write_html
+
+        write_html(html_file, found.html())
     if as_json:
         output.emit_json({"run": found.as_json()})
         return 0
@@ -59,4 +63,20 @@ def _print(found: RunAccount) -> None:
                 f"{a.failed_attempts} failed attempt(s) inside allocations")
     steps = "no progress reported" if a.steps is None else f"step {a.steps}"
     share = "-" if a.goodput is None else f"{100 * a.goodput:.1f} %"
-    output.line(f"  kept {duration(a.kept_s)}; goodput (kept / wall) {share}; {steps}")
+    output.line(f"  allocations not requeued {duration(a.kept_s)}, {share} of wall time (an upper bound on ETTR); "
+                f"{steps}")
+    c = found.causes
+    if c is None:
+        return
+    output.line(f"  time by cause: queue {duration(a.waiting_s)}, start-up {duration(c.startup_s)}, "
+                f"training kept {duration(c.kept_s)}, lost since a checkpoint {duration(c.lost_s)}, "
+                f"recovery {duration(c.recovery_s)}"
+                + (f", no progress reported {duration(c.unreported_s)}" if c.unreported_s else ""))
+    ettr = "-" if c.ettr is None else f"{100 * c.ettr:.1f} %"
+    output.line(f"  ETTR (training kept / allocated) {ettr}; {len(c.failures)} failure(s)")
+    for f in c.failures:
+        verdict = f"; doctor: {f.verdict}" if f.verdict else ""
+        dropped = f"; dropped {', '.join(f.dropped)}" if f.dropped else ""
+        since = f"the checkpoint at {_when(f.checkpoint)}" if f.checkpoint is not None else "its training began"
+        output.line(printable(f"    job {f.job_id} restart {f.restart}, {_when(f.time)}: {f.what}{verdict}{dropped}; "
+                              f"lost {duration(f.lost_s)} since {since}"))

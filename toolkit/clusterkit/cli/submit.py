@@ -111,6 +111,9 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
     if job.unsaved is not None:
         output.warn(f"job {rec.job_id} is submitted, but its record was not saved, so status, logs and cancel "
                     f"do not know it (run directory {rec.run_dir}): {job.unsaved}")
+    if job.untagged is not None:
+        output.warn(f"job {rec.job_id} is submitted without its run tag ({job.untagged}); "
+                    f"status --run finds it by its record")
     if follow:
         _show_submitted(rec, False)
         from clusterkit.cli.jobs import stream_to_end

@@ -23,6 +23,7 @@ OWNED_SBATCH = {
     "export-file": "nccl.env", "get-user-env": "nccl.env", "wrap": "the command after '--'",
     "exclude": "--exclude", "parsable": "submit --json (clusterkit reads sbatch's answer itself)",
     "wait": "submit --wait", "test-only": "submit --dry-run", "array": "submit --array or --sweep",
+    "comment": "--run-name (the comment is the run tag Slurm's accounting groups the run's jobs by)",
     "dependency": "submit --after JOB or --chain N", "kill-on-invalid-dep": "submit --after JOB (set with it)",
 }
 

@@ -8,8 +8,8 @@ import re
 from clusterkit.config.schema import OWNED_SBATCH, Site, owned_sbatch
 from clusterkit.errors import PlanError
 from clusterkit.job import array as arrays
+from clusterkit.job import runtag, stages
 from clusterkit.job import settings as settings_mod
-from clusterkit.job import stages
 from clusterkit.job.launchers import Launch
 from clusterkit.job.request import JobRequest, Resolved
 from clusterkit.job.settings import Settings
@@ -72,6 +72,10 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
             # a node's death ends the launch step, not the allocation: the supervisor drops the
             # node, takes a spare and relaunches, or requeues without it (docs/architecture.md §3)
             out.append(("no-kill", None))
+    if r.request.run_name is not None and sch.kind == "slurm":
+        # the run tag Slurm's accounting groups the run's jobs by (job/runtag.py); a job without a
+        # run name is tagged once sbatch gave it its id (its run name holds the id)
+        out.append(("comment", runtag.tag(r.request.run_name)))
     if r.request.dependency:
         # a dependency that can never be met (afterok on a job that failed) ends the job, not a forever-pending one
         out += [("dependency", r.request.dependency), ("kill-on-invalid-dep", "yes")]

@@ -39,6 +39,8 @@ class Submission:
     record: JobRecord
     # the job is submitted, but its record could not be saved (status, logs, cancel do not know it)
     unsaved: RecordError | None = None
+    # a Slurm job without --run-name whose run tag could not be set (docs/jobs.md, What a run cost)
+    untagged: str | None = None
 
 
 def new_record(run: RenderedRun, job_id: str) -> JobRecord:
@@ -59,12 +61,19 @@ def submit_run(run: RenderedRun, store: RecordStore) -> Submission:
     record that cannot be saved is reported in the result, never raised.
     """
     job_id = get(run.plan.scheduler).submit(run)
+    untagged = None
+    if run.plan.scheduler == "slurm" and run.plan.run_name is None:
+        from clusterkit.job.longrun import default_run_name
+        from clusterkit.job.runtag import tag
+        from clusterkit.scheduler.slurm import tag_job
+
+        untagged = tag_job(job_id, tag(default_run_name(run.plan.job_name, job_id)))
     rec = new_record(run, job_id)
     try:
         store.save(rec)
     except RecordError as err:
-        return Submission(rec, err)
-    return Submission(rec)
+        return Submission(rec, err, untagged)
+    return Submission(rec, untagged=untagged)
 
 
 # --------------------------------------------------------------------------- status

@@ -108,3 +108,32 @@ def query(job_ids: Iterable[str], run: slurmclient.Run = slurmclient.run,
     if answer.returncode != 0:
         return slurmclient.unreachable(answer) or f"sacct failed (exit {answer.returncode}): {last_line(answer.stderr)}"
     return allocations(answer.stdout)
+
+
+TAG_FIELDS = (*FIELDS, "User", "Comment")
+MAX_WINDOW_S = 366 * 86400     # how far back a run's jobs are searched for
+
+
+def tagged(tag: str, user: str, since: float, run: slurmclient.Run = slurmclient.run,
+           timeout_s: float = 60.0, now: float | None = None) -> tuple[list[Allocation], int] | str:
+    """Every allocation Slurm's accounting holds of ``user``'s jobs whose comment is ``tag`` (a
+    run's tag, :mod:`clusterkit.job.runtag`), submitted since ``since`` (unix seconds, at most a
+    year back): one ``sacct -u USER -S TIME`` call; rows of another user, or with another comment,
+    are left out, as are rows that do not fit (counted).  Slurm's words when sacct fails."""
+    now = time.time() if now is None else now
+    start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(max(since, now - MAX_WINDOW_S)))
+    argv = ["sacct", "-X", "-D", "-P", "-n", "-u", user, "-S", start, "-E", "now", "-o", ",".join(TAG_FIELDS)]
+    answer = run(argv, timeout_s)
+    if answer.returncode != 0:
+        return slurmclient.unreachable(answer) or f"sacct failed (exit {answer.returncode}): {last_line(answer.stderr)}"
+    return mine(answer.stdout, tag, user)
+
+
+def mine(text: str, tag: str, user: str) -> tuple[list[Allocation], int]:
+    """The allocations of ``sacct -o TAG_FIELDS`` text that are ``user``'s and carry ``tag``."""
+    table = parse_sacct(text, TAG_FIELDS, skip_bad_rows=True)
+    rows = table.rows if isinstance(table, SacctTable) else []
+    ours = [r.raw for r in rows[:MAX_ROWS]
+            if r.fields.get("User", "").strip() == user and r.fields.get("Comment", "").strip() == tag]
+    found, skipped = allocations("\n".join(ours), TAG_FIELDS)
+    return found, skipped + max(0, sum(1 for ln in text.splitlines() if ln.strip()) - len(rows))

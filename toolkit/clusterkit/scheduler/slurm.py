@@ -43,7 +43,7 @@ from clusterkit.scheduler.base import (
 from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.results import read_result_file
 from clusterkit.scheduler.slurm_tables import SlurmQuery
-from clusterkit.slurmtext import UNREACHABLE
+from clusterkit.slurmtext import UNREACHABLE, last_line
 from clusterkit.vocab import JobState, SchedulerKind, is_job_id
 
 if TYPE_CHECKING:
@@ -200,6 +200,16 @@ def submit_slurm(run_dir: Path, script_text: str) -> str:
         raise SubmitError(f"sbatch answered {job_id[:80]!r}, not a job id; see `squeue --me` for "
                           "what was submitted")
     return job_id
+
+
+def tag_job(job_id: str, comment: str, run: slurmclient.Run = slurmclient.run) -> str | None:
+    """Set the job's comment (the run tag of a job whose run name holds its own id, so it could not
+    be written in job.sbatch); None when set, else why not, in one line."""
+    answer = run(["scontrol", "update", f"JobId={job_id}", f"Comment={comment}"], 30)
+    if answer.returncode == 0:
+        return None
+    return slurmclient.unreachable(answer) or f"scontrol update failed (exit {answer.returncode}): " \
+        f"{last_line(answer.stderr)}"
 
 
 def _drop_temp_files(run_dir: Path) -> None:

@@ -36,6 +36,7 @@ class Attempt:
     verdict: str                          # doctor's category and summary
     dropped: tuple[tuple[str, str], ...]  # (host, why)
     then: str                             # relaunch, requeue or stop
+    ended: float | None = None            # when it ended (unix seconds, the batch host's clock)
 
 
 def path_for(run_dir: str | Path, job_id: str, restart: int) -> Path:
@@ -73,7 +74,12 @@ def _one(d: Any) -> Attempt:
     status = d.get("status")
     if not isinstance(status, int) or isinstance(status, bool) or not 0 <= status <= 255:
         raise ValueError("status is not 0 to 255")
-    return Attempt(_count(d["attempt"]), nodes, status, _text(d["verdict"]), dropped, d["then"])
+    ended = d.get("ended")
+    if ended is not None and (not isinstance(ended, (int, float)) or isinstance(ended, bool)
+                              or not 0 <= ended < 1e11):
+        raise ValueError("ended is not a time")
+    return Attempt(_count(d["attempt"]), nodes, status, _text(d["verdict"]), dropped, d["then"],
+                   None if ended is None else float(ended))
 
 
 def read(run_dir: str | Path, job_id: str) -> list[tuple[int, Attempt]]:

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -147,7 +148,8 @@ def record(run: Run, status: int, v: replan.Verdict, step: replan.Step) -> None:
     then = "relaunch" if isinstance(step, replan.Relaunch) else "requeue" if isinstance(step, replan.RequeueWithout) \
         else "stop"
     verdict = f"{v.category}: {v.summary}" if v.summary else v.category
-    run.done.append(attempts.Attempt(run.attempt, run.nodes, min(max(status, 0), 255), verdict, step.dropped, then))
+    run.done.append(attempts.Attempt(run.attempt, run.nodes, min(max(status, 0), 255), verdict, step.dropped, then,
+                                     round(time.time(), 3)))
     attempts.write(run.run_dir, run.job_id, run.restart, run.done)
 
 
