@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.render.golden_files import regen_or_compare
 from tests.render.test_golden import GOLDEN, normalise
 
 CASES = {
@@ -27,15 +28,7 @@ def test_array_golden(ck, tmp_path: Path, request: pytest.FixtureRequest, case: 
     result = ck("render", "--site", "testbed", "--job-name", "golden", "--out", str(run_dir), *CASES[case])
     assert result.code == 0, result.err
     files = {name: normalise((run_dir / name).read_text(), run_dir) for name in ("job.sbatch", "plan.json")}
-    golden = GOLDEN / "arrays" / case
-    if request.config.getoption("--regen-golden"):
-        shutil.rmtree(golden, ignore_errors=True)
-        golden.mkdir(parents=True)
-        for name, text in files.items():
-            (golden / name).write_text(text)
-        return
-    for name, text in files.items():
-        assert text == (golden / name).read_text(), f"{case}/{name} differs (regenerate with --regen-golden)"
+    regen_or_compare(request, GOLDEN / "arrays" / case, files, case)
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (Debian package shellcheck)")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.render.golden_files import regen_or_compare
 from tests.render.test_golden import GOLDEN, normalise
 
 #: case -> (what the site file adds to the testbed's, the render arguments)
@@ -44,16 +45,7 @@ def test_options_golden(ck, tmp_path: Path, request: pytest.FixtureRequest, case
                 "--", "python", "train.py")
     assert result.code == 0, result.err
     files = {name: normalise((run_dir / name).read_text(), run_dir) for name in FILES if (run_dir / name).exists()}
-    golden = GOLDEN / "options" / case
-    if request.config.getoption("--regen-golden"):
-        shutil.rmtree(golden, ignore_errors=True)
-        golden.mkdir(parents=True)
-        for name, text in files.items():
-            (golden / name).write_text(text)
-        return
-    assert sorted(files) == sorted(p.name for p in golden.iterdir()), f"{case}: other files than the golden's"
-    for name, text in files.items():
-        assert text == (golden / name).read_text(), f"{case}/{name} differs (regenerate with --regen-golden)"
+    regen_or_compare(request, GOLDEN / "options" / case, files, case)
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed (Debian package shellcheck)")

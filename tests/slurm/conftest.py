@@ -348,6 +348,10 @@ def testbed5() -> Iterator[Testbed]:
         yield bed
 
 
+#: the states a job ends in
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
+
+
 @dataclass
 class CK:
     """``ck`` against the testbed, as a user runs it: a process with SLURM_CONF, the checkout's
@@ -377,6 +381,17 @@ class CK:
         proc = self("status", job, "--json", timeout=60)
         assert proc.code == 0, proc.err
         return json.loads(proc.out)
+
+    def requeued_then_ended(self, job: str, timeout: float = 240) -> dict:
+        """Wait for the job's requeue, release it from Slurm's hold (BeginTime, about two minutes
+        after a requeue), then wait for its end; its last status.  Not within the second of the
+        requeue: slurmd revokes the old run's credential with 1 s resolution, and a restart stamped
+        in that second fails ("Job credential revoked")."""
+        self.wait_for(job, lambda s: s["state"] in ("PENDING", *TERMINAL) and (s["restarts"] or 0) >= 1,
+                      timeout=timeout, what="the requeue")
+        time.sleep(1.2)
+        self.bed.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
+        return self.wait_for(job, lambda s: s["state"] in TERMINAL, timeout=timeout, what="the job's end")
 
     def wait_for(self, job: str, predicate, timeout: float = 60, what: str = "state") -> dict:
         """Poll ``status JOB --json`` until ``predicate(status)`` holds."""

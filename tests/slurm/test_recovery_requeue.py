@@ -35,7 +35,6 @@ from .test_spares import PROFILES, _env, _job_id
 
 pytest.importorskip("torch", reason="the training loop needs torch (pip install torch, CPU build)")
 
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 
 
 @pytest.fixture
@@ -66,14 +65,7 @@ def test_a_second_failure_with_no_spare_left_requeues_without_both_nodes(cli: CK
     assert proc.code == 0, proc.err
     job = _job_id(proc.out)
     try:
-        cli.wait_for(job, lambda s: s["state"] in ("PENDING", *TERMINAL) and (s["restarts"] or 0) >= 1, timeout=240,
-                     what="the requeue")
-        # Slurm holds a requeued job a while (BeginTime, about two minutes): released as the
-        # preemption tests do, not within the second of the requeue (slurmd revokes the old run's
-        # credential with 1 s resolution, and a restart stamped in that second fails)
-        time.sleep(1.2)
-        cli.bed.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
-        st = cli.wait_for(job, lambda s: s["state"] in TERMINAL, timeout=240, what="the job's end")
+        st = cli.requeued_then_ended(job)
     finally:
         cli.bed.run("scancel", job, check=False)
     batch = _text(run_dir, "slurm-*.out")
@@ -147,11 +139,7 @@ def test_a_spare_that_went_bad_is_checked_before_the_relaunch_and_kept_out(cli: 
         cli.wait_for(job, lambda s: (run_dir / "logs" / f"nodes-{job}.r0.json").exists(), timeout=120,
                      what="the start-up check's choice")
         (marks / "bad-node3").touch()
-        cli.wait_for(job, lambda s: s["state"] in ("PENDING", *TERMINAL) and (s["restarts"] or 0) >= 1, timeout=240,
-                     what="the requeue")
-        time.sleep(1.2)   # see test_a_second_failure_with_no_spare_left_requeues_without_both_nodes
-        cli.bed.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
-        st = cli.wait_for(job, lambda s: s["state"] in TERMINAL, timeout=240, what="the job's end")
+        st = cli.requeued_then_ended(job)
     finally:
         cli.bed.run("scancel", job, check=False)
     batch = _text(run_dir, "slurm-*.out")

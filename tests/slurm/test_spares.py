@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ from .conftest import CK, NODES, REPO
 pytest.importorskip("torch", reason="examples/allreduce.py needs torch (pip install torch, CPU build)")
 
 PROFILES = REPO / "tests" / "sshlab" / "profiles"
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 RANK_LINE = re.compile(r"^allreduce rank (\d+)/(\d+) on (\S+): sum=(\d+) expected=(\d+) ok$", re.M)
 
 
@@ -153,14 +151,7 @@ def test_without_spares_the_job_requeues_itself_without_the_bad_node(cli: CK, tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job = _job_id(proc.stdout)
     try:
-        cli.wait_for(job, lambda s: s["state"] in ("PENDING", *TERMINAL) and (s["restarts"] or 0) >= 1,
-                     timeout=240, what="the requeue")
-        # Slurm holds a requeued job about two minutes (BeginTime): released as the preemption
-        # tests do, not within the second of the requeue (slurmd revokes the old run's
-        # credential with 1 s resolution, and a restart stamped in that second fails)
-        time.sleep(1.2)
-        cli.bed.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
-        st = cli.wait_for(job, lambda s: s["state"] in TERMINAL, timeout=240, what="the job's end")
+        st = cli.requeued_then_ended(job)
     finally:
         cli.bed.run("scancel", job, check=False)
     assert st["state"] == "COMPLETED", _logs(run_dir)[-4000:]
