@@ -231,6 +231,10 @@ def status(job: str | None, show_all: bool, limit: int | None, run: bool, as_jso
     if beat is not None:
         output.line(f"  progress: {beat.worded()}")
     output.line(f"  run directory: {rec.run_dir}")
+    from clusterkit.job.code import CodeSnapshot
+
+    if (snapshot := CodeSnapshot.from_dict(rec.plan.get("code"))) is not None:
+        output.line(f"  {printable(snapshot.worded())}")
     show_tasks(rec, st)
     if st.terminal and st.state != "COMPLETED":
         # the verdict doctor cached; status itself never scans logs

@@ -70,6 +70,11 @@ class Settings(BaseModel):
     stall_factor: float | None = Field(None, ge=1, le=1000, description="... or for this many median step times")
     warmup_steps: int | None = Field(None, ge=0, le=1_000_000, description="steps of each attempt not judged")
     save_limit_s: float | None = Field(None, gt=0, le=86400, description="how long a save marked as one may take")
+    # the code snapshot's limits (the site's code: keys; None: the site's value)
+    code_max_files: int | None = Field(None, ge=1, le=10_000_000, description="most files the code snapshot "
+                                       "may hold (site code.max_files, default 20000)")
+    code_max_mb: int | None = Field(None, ge=1, le=1_000_000, description="most MiB the code snapshot may hold "
+                                    "(site code.max_mb, default 512)")
     # long runs (docs/architecture.md: chains, run names, stop signal)
     stop_signal: Literal["TERM", "USR1", "USR2", "INT"] = Field(
         "TERM", description="the signal the ranks get on the time-limit warning, a preemption Slurm announces, "
