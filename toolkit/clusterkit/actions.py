@@ -94,10 +94,12 @@ def _snapshot(site: Site, resolved: Resolved, run_dir: Path, write: bool, submit
     if not resolved.snapshot or not (submitting or asked):
         return None
     from clusterkit import codesnap
+    from clusterkit.scheduler.records import records_dir
 
     s = resolved.settings
     limits = codesnap.Limits(s.code_max_files or site.code.max_files, (s.code_max_mb or site.code.max_mb) << 20)
-    return codesnap.take(site, resolved.request.code_dir, run_dir, limits, write=write)
+    return codesnap.take(site, resolved.request.code_dir, run_dir, limits, write=write,
+                         skip=(records_dir().parent,))   # clusterkit's own state is no code
 
 
 def _snapshot_notes(plan: Plan, snap: Taken, check_script: bool) -> Plan:

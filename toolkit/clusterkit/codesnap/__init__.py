@@ -26,7 +26,7 @@ from clusterkit.codesnap import listing as ls
 from clusterkit.codesnap import store
 from clusterkit.config.schema import Site
 from clusterkit.errors import ExitCode, SnapshotError
-from clusterkit.job.code import CODE_DIR, CODE_STAGING, CodeSnapshot, module_paths, named_script
+from clusterkit.job.code import CODE_DIR, CODE_STAGING, CodeSnapshot, module_paths, named_script, size_text
 
 _LEFT_OUT_SHOWN = 5
 _EMPTY = CodeSnapshot(source="", tree="", files=0, bytes=0)
@@ -80,19 +80,22 @@ def _remove_tree(path: Path) -> None:
 
 
 def take(site: Site, code_dir: str | None, run_dir: Path, limits: Limits, *, write: bool,
-         cwd: Path | None = None) -> Taken:
+         cwd: Path | None = None, skip: tuple[Path, ...] = ()) -> Taken:
     """Snapshot the code for a job whose run directory is ``run_dir``: ``code_dir`` (``--code``),
-    else the git tree holding the current directory, else the current directory."""
+    else the git tree holding the current directory, else the current directory.  The run
+    directory, ``./runs``, the folders ``skip`` (clusterkit's state) and earlier run directories
+    in the tree are left out."""
     here = Path(os.path.abspath(cwd or Path.cwd()))
+    left_out = tuple(Path(os.path.realpath(p)) for p in (run_dir, here / "runs", *skip))
     if code_dir is not None:
         root = Path(os.path.abspath(os.path.expanduser(code_dir)))
         if not root.is_dir():
             raise SnapshotError(f"--code {code_dir}: not a directory")
-        found = ls.list_dir(root)
+        found = ls.list_dir(root, left_out, limits.max_files)
     else:
         top = ls.git_top(here)
-        found = ls.list_git(top) if top is not None else ls.list_dir(here)
-    ls.prune(found, (Path(os.path.abspath(run_dir)), here / "runs"))
+        found = ls.list_git(top) if top is not None else ls.list_dir(here, left_out, limits.max_files)
+    ls.prune(found, left_out)
     workdir = str(here.relative_to(found.root)) if here.is_relative_to(found.root) else ""
     _check_counts(found, limits)
     made = run_dir if write and not run_dir.exists() else None
@@ -109,7 +112,7 @@ def take(site: Site, code_dir: str | None, run_dir: Path, limits: Limits, *, wri
                 if objects is not None:
                     store.store_object(objects, path, sha, executable, data)
             except store.TooBig:
-                raise SnapshotError(_too_big(found.root, f"more than {_mib(limits.max_bytes)}", limits)) from None
+                raise SnapshotError(_too_big(found.root, f"more than {size_text(limits.max_bytes)}", limits)) from None
             except OSError as exc:
                 raise SnapshotError(f"code snapshot of {found.root}: cannot read {rel} "
                                     f"({exc.strerror or exc})") from None
@@ -157,7 +160,8 @@ def _check_counts(found: ls.Listing, limits: Limits) -> None:
         with _ignore_missing():
             total += os.stat(path).st_size
     if total > limits.max_bytes:
-        raise SnapshotError(_too_big(found.root, f"{_mib(total)}, more than {_mib(limits.max_bytes)}", limits))
+        what = f"{size_text(total)}, more than {size_text(limits.max_bytes)}"
+        raise SnapshotError(_too_big(found.root, what, limits))
 
 
 class _ignore_missing:
@@ -166,10 +170,6 @@ class _ignore_missing:
 
     def __exit__(self, kind: object, exc: object, tb: object) -> bool:
         return isinstance(exc, FileNotFoundError)
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f} MiB"
 
 
 def _too_big(root: Path, what: str, limits: Limits) -> str:

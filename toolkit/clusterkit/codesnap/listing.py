@@ -80,12 +80,15 @@ def list_git(top: Path) -> Listing:
     return listing
 
 
-def list_dir(root: Path) -> Listing:
-    """Every regular file under ``root`` (not a git tree, or ``--code DIR``)."""
+def list_dir(root: Path, skip: tuple[Path, ...] = (), cap: int | None = None) -> Listing:
+    """Every regular file under ``root`` (not a git tree, or ``--code DIR``), the folders ``skip``
+    left out; the walk stops once it found more than ``cap`` files (the limit's error follows)."""
     listing = Listing(root.resolve())
     for dirpath, dirnames, filenames in os.walk(listing.root, followlinks=False):
         here = Path(dirpath)
-        dirnames[:] = sorted(d for d in dirnames if d not in _NEVER)
+        dirnames[:] = sorted(d for d in dirnames if d not in _NEVER and here / d not in skip)
+        if cap is not None and len(listing.files) > cap:
+            break
         for name in sorted(filenames) + [d for d in dirnames if (here / d).is_symlink()]:
             _add(listing, str((here / name).relative_to(listing.root)))
     return listing

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -67,7 +68,7 @@ class CodeSnapshot:
 
     def worded(self) -> str:
         """One line for ``submit``: what the job runs."""
-        what = f"{self.files} file(s), {_size(self.bytes)}"
+        what = f"{self.files} file(s), {size_text(self.bytes)}"
         if not self.git:
             return f"code: snapshot of {self.source} ({what}; not a git tree), tree {self.tree[:12]}"
         state = "clean" if not self.dirty else (f"dirty, diff {self.diff_sha256[:12]}" if self.diff_sha256
@@ -76,7 +77,8 @@ class CodeSnapshot:
         return f"code: snapshot of {self.source} at {commit} ({state}; {what}), tree {self.tree[:12]}"
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
+    """``n`` bytes in B, KiB, MiB or GiB."""
     if n < 1024:
         return f"{n} B"
     value = float(n)
@@ -87,7 +89,9 @@ def _size(n: int) -> str:
     return f"{value:.1f} {unit}"
 
 
-_LAUNCHER_HEADS = ("torchrun", "deepspeed", "accelerate", "python", "python3")
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+_LAUNCHERS = ("torchrun", "deepspeed", "accelerate")
+_PYTHON_VALUED = ("-W", "-X", "-Q")   # python options that take the next word
 
 
 @dataclass(frozen=True)
@@ -101,25 +105,35 @@ class Named:
 def named_script(command: Sequence[str]) -> Named | None:
     """The script or module ``command`` runs: ``python [-u] X.py``, ``python -m pkg.mod``,
     ``torchrun ... X.py``, ``deepspeed X.py``, ``accelerate launch X.py``, ``bash X.sh`` or
-    ``./X``; None when it names none that clusterkit can tell (a program on PATH)."""
+    ``./X``; None when it names none that clusterkit can tell (``python -c``, a program on PATH)."""
     if not command:
         return None
     head = os.path.basename(command[0])
+    words = list(command[1:])
     if head in ("bash", "sh"):
-        rest = [w for w in command[1:] if not w.startswith("-")]
+        rest = [w for w in words if not w.startswith("-")]
         return Named("script", rest[0]) if rest else None
-    if head.startswith("python") or head in _LAUNCHER_HEADS:
-        words = list(command[1:])
+    if _PYTHON.fullmatch(head):
+        skip = False
         for i, word in enumerate(words):
-            if word in ("-m", "--module") and i + 1 < len(words) and head.startswith("python"):
-                return Named("module", words[i + 1])
-            if word in ("-m", "--module"):   # a launcher's module flag: the next plain word is the module
+            if skip:
+                skip = False
+            elif word == "-c":
+                return None
+            elif word == "-m":
+                return Named("module", words[i + 1]) if i + 1 < len(words) else None
+            elif word in _PYTHON_VALUED:
+                skip = True
+            elif not word.startswith("-"):
+                return Named("script", word)   # python runs its first plain word, whatever its name
+        return None
+    if head in _LAUNCHERS:
+        for i, word in enumerate(words):
+            if word in ("-m", "--module"):   # the launcher's module flag: the next plain word is the module
                 after = [w for w in words[i + 1:] if not w.startswith("-")]
                 return Named("module", after[0]) if after else None
             if not word.startswith("-") and word.endswith(".py"):
                 return Named("script", word)
-            if head.startswith("python") and not word.startswith("-"):
-                return Named("script", word)   # python runs its first plain word, whatever its name
         return None
     if "/" in command[0]:
         return Named("script", command[0])
