@@ -158,11 +158,11 @@ def test_the_script_a_command_names(command: list[str], named: Named | None) -> 
 
 def test_a_script_or_module_missing_from_the_snapshot_is_refused(repo: Path, tmp_path: Path) -> None:
     taken = codesnap.take(local(), None, tmp_path / "run", BIG, write=False, cwd=repo)
-    assert codesnap.check_script(taken, ["python", "train.py"]) is None
-    assert codesnap.check_script(taken, ["python", "-m", "json.tool"]) is None   # not the tree's: installed
+    assert codesnap.check_script_of(taken, ["python", "train.py"]) is None
+    assert codesnap.check_script_of(taken, ["python", "-m", "json.tool"]) is None   # not the tree's: installed
     for command, what in ((["python", "trian.py"], "trian.py"), (["python", "-m", "pkg.nothere"], "pkg.nothere")):
         with pytest.raises(SnapshotError) as err:
-            codesnap.check_script(taken, command)
+            codesnap.check_script_of(taken, command)
         assert what in str(err.value) and "not in the code snapshot" in str(err.value)
-    note = codesnap.check_script(taken, ["python", str(tmp_path / "elsewhere.py")])
+    note = codesnap.check_script_of(taken, ["python", str(tmp_path / "elsewhere.py")])
     assert note is not None and "outside the snapshot" in note

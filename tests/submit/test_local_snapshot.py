@@ -85,3 +85,16 @@ def test_dry_run_refuses_a_script_missing_from_the_snapshot(ck: CLI, tmp_path: P
         assert f"the command's script {script} is not in the code snapshot of {tree}" in bad.err
     assert local("submit", "--site", "local", "--dry-run", "--no-snapshot", "--", "python", "trian.py").code == 0
     assert not (tree / "runs").exists() and not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(("limit", "what"), [("code_max_files=1", "2 files, more than 1"),
+                                             ("code_max_mb=1", "more than 1.0 MiB")])
+def test_a_snapshot_past_its_limit_is_one_line_and_leaves_nothing(ck: CLI, tmp_path: Path, limit: str,
+                                                                  what: str) -> None:
+    tree = _repo(tmp_path)
+    (tree / "notes.bin").write_bytes(b"x" * (1 << 20))   # untracked, not ignored: in the snapshot
+    local = ck.bind(process=True, cwd=tree, env={"CLUSTERKIT_STATE_DIR": str(tmp_path / "state")})
+    bad = local("submit", "--site", "local", "--set", limit, "--", "python", "train.py")
+    assert bad.code == 2 and bad.err.count("\n") == 1, bad.err
+    assert f"code snapshot of {tree}: {what}" in bad.err and "--no-snapshot" in bad.err
+    assert not (tree / "runs").exists() and not (tmp_path / "state" / "jobs").exists()

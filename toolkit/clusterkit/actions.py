@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
                gate: Callable[[Plan], Plan] | None = None, write: bool = True,
-               submitting: bool = False) -> RenderedRun:
+               submitting: bool = False, checks: Callable[[Plan], None] | None = None) -> RenderedRun:
     """Plan ``request`` on ``site`` once and write the run directory atomically.
 
     The request is resolved against the site once (job name, launcher, every setting); the run
@@ -68,16 +68,23 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
         plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs,
                                                                   python=request.python or supervisor_python(),
                                                                   code=snap.info if snap else None))
+        missing = None
         if snap is not None:
-            plan = _snapshot_notes(plan, snap, submitting)
+            plan, missing = snap.noted(plan, check_script=submitting)
         from clusterkit.history.book import keep_out  # nodes that keep failing: before the gate, as --exclude
 
         plan = keep_out(site_obj, plan)
+        if checks is not None:   # submit's own checks of the plan, before the snapshot's and preflight
+            checks(plan)
         if gate is not None:
+            if missing is not None:   # before preflight reaches any node
+                raise missing
             plan = gate(plan)
         from clusterkit.job import render as render_mod  # jinja2: not on preflight's path
 
         artifacts = render_mod.render(site_obj, plan)
+        if missing is not None:   # after every error of the plan and its templates: the last thing to fix
+            raise missing
         if write:
             rundir.write_run_dir(run_dir, artifacts, fill=snap.place if snap else None)
     except BaseException:
@@ -100,18 +107,6 @@ def _snapshot(site: Site, resolved: Resolved, run_dir: Path, write: bool, submit
     limits = codesnap.Limits(s.code_max_files or site.code.max_files, (s.code_max_mb or site.code.max_mb) << 20)
     return codesnap.take(site, resolved.request.code_dir, run_dir, limits, write=write,
                          skip=(records_dir().parent,))   # clusterkit's own state is no code
-
-
-def _snapshot_notes(plan: Plan, snap: Taken, check_script: bool) -> Plan:
-    """The plan with the snapshot's warnings: links left out of it, a script outside it."""
-    from clusterkit.codesnap import check_script as script_check
-
-    notes = []
-    if snap.info.left_out:
-        notes.append(f"code: links leading out of {snap.info.source} are not in the snapshot: "
-                     f"{', '.join(snap.info.left_out)}")
-    note = script_check(snap, plan.command) if check_script else None
-    return replace(plan, warnings=(*plan.warnings, *notes, *([note] if note else [])))
 
 
 def supervisor_python() -> str:
@@ -299,20 +294,22 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
     store.check_writable()
     gated: list[Gate] = []
 
-    def gate(plan: Plan) -> Plan:
+    def checks(plan: Plan) -> None:
         off_shared = planning.run_dir_off_shared(site, plan.run_dir, plan.nnodes)
         if off_shared is not None:  # render shows it as a warning; a job is not queued with it
             raise PlanError(off_shared)
         check_array_size(site, plan)   # before preflight: an array Slurm refuses is not worth a check
         check_partition_nodes(site, plan)
         rundir.check_job_dirs(plan.run_dir, plan.checkpoint_dir, plan.run_name)
+
+    def gate(plan: Plan) -> Plan:
         decided = preflight_gate(site, plan, skip=skip_preflight, transport=preflight_transport)
         gated.append(decided)
         if on_gate is not None:
             on_gate(decided)
         return decided.plan
 
-    run = render_run(site, request, out, gate=gate, submitting=True)
+    run = render_run(site, request, out, gate=gate, submitting=True, checks=checks)
     submission = submit_run(run, store)
     if gated and gated[0].report is not None and gated[0].excluded:   # the node history remembers them
         from clusterkit.history.book import record_preflight

@@ -19,7 +19,7 @@ import posixpath
 import shutil
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clusterkit.codesnap import listing as ls
@@ -27,6 +27,7 @@ from clusterkit.codesnap import store
 from clusterkit.config.schema import Site
 from clusterkit.errors import ExitCode, SnapshotError
 from clusterkit.job.code import CODE_DIR, CODE_STAGING, CodeSnapshot, module_paths, named_script, size_text
+from clusterkit.job.plan import Plan
 
 _LEFT_OUT_SHOWN = 5
 _EMPTY = CodeSnapshot(source="", tree="", files=0, bytes=0)
@@ -47,7 +48,7 @@ class Taken:
     manifest: bytes
     objects: Path | None = None              # where the objects are (None: not written: a dry run)
     private: Path | None = None              # the run directory's own object folder, removed once placed
-    made: Path | None = None                 # the run directory, when taking the snapshot created it
+    made: tuple[Path, ...] = ()              # the folders taking the snapshot created (the run directory, ...)
     paths: set[str] = field(default_factory=set)
 
     def place(self, staging: Path) -> None:
@@ -61,6 +62,19 @@ class Taken:
                                 f"({exc.strerror or exc})", exit_code=ExitCode.FAILURE) from None
         self.discard()
 
+    def noted(self, plan: Plan, *, check_script: bool) -> tuple[Plan, SnapshotError | None]:
+        """``plan`` with the snapshot's warnings (links left out of it, a script outside it), and the
+        error for a script it lacks (``check_script``), which the caller raises once the rest passed."""
+        notes = []
+        if self.info.left_out:
+            notes.append(f"code: links leading out of {self.info.source} are not in the snapshot: "
+                         f"{', '.join(self.info.left_out)}")
+        try:
+            note = check_script_of(self, plan.command) if check_script else None
+        except SnapshotError as exc:
+            return plan, exc
+        return replace(plan, warnings=(*plan.warnings, *notes, *([note] if note else []))), None
+
     def discard(self) -> None:
         """Remove the run directory's private object folder (the shared store keeps its objects)."""
         if self.private is not None:
@@ -70,9 +84,9 @@ class Taken:
     def abandon(self) -> None:
         """Undo what taking the snapshot made in the run directory (the run was not written)."""
         self.discard()
-        if self.made is not None:
+        for folder in self.made:   # deepest first, each only if empty: nothing else was written
             with contextlib.suppress(OSError):
-                self.made.rmdir()   # empty: nothing else was written
+                folder.rmdir()
 
 
 def _remove_tree(path: Path) -> None:
@@ -98,7 +112,7 @@ def take(site: Site, code_dir: str | None, run_dir: Path, limits: Limits, *, wri
     ls.prune(found, left_out)
     workdir = str(here.relative_to(found.root)) if here.is_relative_to(found.root) else ""
     _check_counts(found, limits)
-    made = run_dir if write and not run_dir.exists() else None
+    made = tuple(p for p in (run_dir, *run_dir.parents) if not p.exists()) if write else ()
     objects, private = _objects(site, run_dir, write)
     try:
         entries: list[tuple[str, str, bool]] = []
@@ -178,7 +192,7 @@ def _too_big(root: Path, what: str, limits: Limits) -> str:
             "--code DIR, raise the limit with --set code_max_files=N / code_max_mb=N, or submit with --no-snapshot")
 
 
-def check_script(taken: Taken, command: Sequence[str]) -> str | None:
+def check_script_of(taken: Taken, command: Sequence[str]) -> str | None:
     """Refuse a command whose script is missing from the snapshot (exit 2); a note (None: none)
     for a script named by a path outside the snapshot, which the job reads as it is then."""
     named = named_script(command)
