@@ -166,3 +166,20 @@ def test_a_script_or_module_missing_from_the_snapshot_is_refused(repo: Path, tmp
         assert what in str(err.value) and "not in the code snapshot" in str(err.value)
     note = codesnap.check_script_of(taken, ["python", str(tmp_path / "elsewhere.py")])
     assert note is not None and "outside the snapshot" in note
+
+
+def test_earlier_run_directories_are_left_out_and_kept_examples_stay(repo: Path, tmp_path: Path) -> None:
+    for folder, written in (("old-run", True), ("golden/case", False)):
+        (repo / folder).mkdir(parents=True)
+        (repo / folder / "job.sbatch").write_text("#!/bin/bash\n")
+        (repo / folder / "plan.json").write_text("{}\n")
+        if written:   # a run directory clusterkit wrote has its logs folder
+            (repo / folder / "logs").mkdir()
+    (repo / "runs" / "x").mkdir(parents=True)
+    (repo / "runs" / "x" / "f.py").write_text("")
+    state = repo / "state"
+    state.mkdir()
+    (state / "record.json").write_text("{}")
+    taken = codesnap.take(local(), None, tmp_path / "run", BIG, write=False, cwd=repo, skip=(state,))
+    assert {"golden/case/job.sbatch", "golden/case/plan.json"} <= taken.paths
+    assert not {p for p in taken.paths if p.startswith(("old-run/", "runs/", "state/"))}

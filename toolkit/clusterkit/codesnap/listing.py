@@ -99,10 +99,12 @@ _NEVER = frozenset({".git", ".clusterkit"})   # git's own database, clusterkit's
 
 def prune(listing: Listing, skip: tuple[Path, ...] = ()) -> None:
     """Leave out what is no code: the directories ``skip`` (the run directory being written, the
-    run directories' folder) and every clusterkit run directory in the tree (a folder holding both
-    ``job.sbatch`` and ``plan.json``: an earlier job's, with its own snapshot)."""
+    run directories' folder) and every clusterkit run directory in the tree (a folder holding
+    ``job.sbatch``, ``plan.json`` and a ``logs`` folder: an earlier job's, with its own snapshot;
+    a rendered example kept in the repository, with no ``logs``, stays)."""
     runs = {rel.rsplit("/", 1)[0] for rel in listing.files if rel.endswith("/job.sbatch")}
     runs &= {rel.rsplit("/", 1)[0] for rel in listing.files if rel.endswith("/plan.json")}
+    runs = {run for run in runs if (listing.root / run / "logs").is_dir()}   # written: a kept example is code
     for where in skip:
         if where.is_relative_to(listing.root) and where != listing.root:
             runs.add(str(where.relative_to(listing.root)))
