@@ -30,8 +30,8 @@ from tests.conftest import REPO, assert_one_line_error
 def test_bad_array_options_are_one_line_errors_and_write_nothing(ck, tmp_path: Path, args: list[str],
                                                                  needle: str) -> None:
     out = tmp_path / "run"
-    result = ck("submit", "--site", "testbed", "--out", str(out), "--dry-run", "--no-snapshot",
-                                                            *args, "--", "python", "t.py")
+    result = ck("submit", "--site", "testbed", "--out", str(out), "--dry-run", "--no-snapshot", *args, "--",
+                "python", "t.py")
     assert_one_line_error(result, 2, needle)
     assert not out.exists()
 
@@ -58,8 +58,8 @@ def test_the_sites_max_array_size_refuses_an_index_at_it(ck, tmp_path: Path) -> 
 
 def test_dry_run_lists_the_tasks_and_their_values(ck, tmp_path: Path) -> None:
     result = ck("submit", "--site", "testbed", "--out", str(tmp_path / "run"), "--dry-run", "--no-snapshot",
-                                                            "--sweep", "lr=0.1,0.2",
-                "--sweep", "seed=1,2", "--array", "%3", "--", "python", "train.py", "--lr", "{lr}")
+                "--sweep", "lr=0.1,0.2", "--sweep", "seed=1,2", "--array", "%3", "--", "python", "train.py", "--lr",
+                "{lr}")
     assert result.code == 0, result.err
     assert "#SBATCH --array=0-3%3\n" in result.out and 'ck_cmd=(train.py --lr "${CK_SWEEP_LR}")' in result.out
     lines = [ln.removeprefix("clusterkit: dry run: ") for ln in result.err.splitlines()

@@ -225,9 +225,11 @@ def _show_submitted(rec: JobRecord, as_json: bool) -> None:
     from clusterkit.cli import output
 
     if as_json:
+        from clusterkit.scheduler.status import code_of
+
         output.emit_json({"job": rec.key, "job_id": rec.job_id, "site": rec.site, "stage": rec.stage,
                           "launcher": rec.launcher, "nodes": rec.nnodes, "world_size": rec.world_size,
-                          "run_dir": rec.run_dir, "script": rec.script, "state": "SUBMITTED"})
+                          "run_dir": rec.run_dir, "script": rec.script, "state": "SUBMITTED", "code": code_of(rec)})
         return
     where = "Slurm" if rec.scheduler == "slurm" else "this machine (local executor)"
     output.line(f"Submitted job {rec.job_id} to {where}: {rec.launcher} on {rec.nnodes} node(s), "
