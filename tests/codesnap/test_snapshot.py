@@ -183,3 +183,9 @@ def test_earlier_run_directories_are_left_out_and_kept_examples_stay(repo: Path,
     taken = codesnap.take(local(), None, tmp_path / "run", BIG, write=False, cwd=repo, skip=(state,))
     assert {"golden/case/job.sbatch", "golden/case/plan.json"} <= taken.paths
     assert not {p for p in taken.paths if p.startswith(("old-run/", "runs/", "state/"))}
+
+
+def test_the_job_starts_where_submit_ran_also_through_a_link(repo: Path, tmp_path: Path) -> None:
+    (tmp_path / "link").symlink_to(repo)
+    info = codesnap.take(local(), None, tmp_path / "run", BIG, write=False, cwd=tmp_path / "link" / "pkg").info
+    assert info.workdir == "pkg" and info.job_dir("/r") == "/r/code/pkg"

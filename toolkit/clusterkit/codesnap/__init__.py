@@ -110,7 +110,8 @@ def take(site: Site, code_dir: str | None, run_dir: Path, limits: Limits, *, wri
         top = ls.git_top(here)
         found = ls.list_git(top) if top is not None else ls.list_dir(here, left_out, limits.max_files)
     ls.prune(found, left_out)
-    workdir = str(here.relative_to(found.root)) if here.is_relative_to(found.root) else ""
+    real = Path(os.path.realpath(here))   # the tree's root is resolved: so is where the job starts
+    workdir = str(real.relative_to(found.root)) if real.is_relative_to(found.root) else ""
     _check_counts(found, limits)
     made = tuple(p for p in (run_dir, *run_dir.parents) if not p.exists()) if write else ()
     objects, private = _objects(site, run_dir, write)
