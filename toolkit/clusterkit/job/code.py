@@ -105,14 +105,19 @@ class Named:
 def named_script(command: Sequence[str]) -> Named | None:
     """The script or module ``command`` runs: ``python [-u] X.py``, ``python -m pkg.mod``,
     ``torchrun ... X.py``, ``deepspeed X.py``, ``accelerate launch X.py``, ``bash X.sh`` or
-    ``./X``; None when it names none that clusterkit can tell (``python -c``, a program on PATH)."""
+    ``./X``; None when it names none that clusterkit can tell (``python -c``, ``bash -c``, a program
+    on PATH)."""
     if not command:
         return None
     head = os.path.basename(command[0])
     words = list(command[1:])
     if head in ("bash", "sh"):
-        rest = [w for w in words if not w.startswith("-")]
-        return Named("script", rest[0]) if rest else None
+        for word in words:
+            if not word.startswith("-"):
+                return Named("script", word)
+            if "c" in word.lstrip("-") and not word.startswith("--"):   # -c, -ec: the command is text, no file
+                return None
+        return None
     if _PYTHON.fullmatch(head):
         skip = False
         for i, word in enumerate(words):
