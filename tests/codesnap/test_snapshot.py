@@ -169,6 +169,8 @@ def test_a_script_or_module_missing_from_the_snapshot_is_refused(repo: Path, tmp
         assert what in str(err.value) and "not in the code snapshot" in str(err.value)
     note = codesnap.check_script_of(taken, ["python", str(tmp_path / "elsewhere.py")])
     assert note is not None and "outside the snapshot" in note
+    note = codesnap.check_script_of(taken, ["python", str(repo / "train.py")])
+    assert note is not None and "by its absolute path" in note
 
 
 def test_earlier_run_directories_are_left_out_and_kept_examples_stay(repo: Path, tmp_path: Path) -> None:

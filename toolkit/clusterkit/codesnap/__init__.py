@@ -217,7 +217,8 @@ def check_script_of(taken: Taken, command: Sequence[str]) -> str | None:
         rel = str(Path(named.name).relative_to(source))
         if rel not in taken.paths:
             raise SnapshotError(_missing(named.name, info))
-        return None
+        return (f"code: the command names {named.name} by its absolute path: the job runs that file as it is when "
+                "the job starts, not the snapshot's copy (a path relative to the working directory would)")
     rel = posixpath.normpath(posixpath.join(info.workdir, named.name))
     if rel not in taken.paths:
         raise SnapshotError(_missing(named.name, info))
