@@ -121,6 +121,10 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
     if not as_json and job.run is not None:
         from clusterkit.cli.render import choices_line
 
+        for w in job.run.plan.warnings:
+            if w.startswith("code: "):   # what the snapshot left out, a script it does not hold
+                output.warn(w)
+
         output.info(choices_line(job.run).strip())
         if job.run.plan.cadence is not None and job.run.plan.slurm:
             output.info(job.run.plan.cadence.worded())
