@@ -132,15 +132,16 @@ def test_the_cli_words_the_same_errors_with_its_options(ck: CLI, tmp_path: Path,
 
 # -- one job script, whichever way it is asked for ---------------------------------------------
 
-SAME_JOBS = [
+SAME_JOBS = [   # the live tree (no code snapshot): render takes none, and the dry run is compared with it
     ("testbed", ["--stage", "multi-node", "--nodes", "2", "--launcher", "deepspeed", "--set", "zero_stage=3",
-                 "--set", "micro_batch=2"],
-     {"stage": "multi-node", "nodes": 2, "launcher": "deepspeed", "settings": {"zero_stage": 3, "micro_batch": 2}}),
+                 "--set", "micro_batch=2", "--no-snapshot"],
+     {"stage": "multi-node", "nodes": 2, "launcher": "deepspeed", "settings": {"zero_stage": 3, "micro_batch": 2},
+      "snapshot": False}),
     ("testbed", ["--stage", "single-node", "--gpus-per-node", "4", "--launcher", "srun", "--exclude", "node[2-3]",
-                 "--job-name", "same", "--debug"],
+                 "--job-name", "same", "--debug", "--no-snapshot"],
      {"stage": "single-node", "gpus_per_node": 4, "launcher": "srun", "exclude": ["node2", "node3"],
-      "job_name": "same", "debug": True}),
-    ("local", [], {}),
+      "job_name": "same", "debug": True, "snapshot": False}),
+    ("local", ["--no-snapshot"], {"snapshot": False}),
 ]
 
 

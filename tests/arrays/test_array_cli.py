@@ -30,7 +30,8 @@ from tests.conftest import REPO, assert_one_line_error
 def test_bad_array_options_are_one_line_errors_and_write_nothing(ck, tmp_path: Path, args: list[str],
                                                                  needle: str) -> None:
     out = tmp_path / "run"
-    result = ck("submit", "--site", "testbed", "--out", str(out), "--dry-run", *args, "--", "python", "t.py")
+    result = ck("submit", "--site", "testbed", "--out", str(out), "--dry-run", "--no-snapshot", *args, "--",
+                "python", "t.py")
     assert_one_line_error(result, 2, needle)
     assert not out.exists()
 
@@ -56,15 +57,16 @@ def test_the_sites_max_array_size_refuses_an_index_at_it(ck, tmp_path: Path) -> 
 
 
 def test_dry_run_lists_the_tasks_and_their_values(ck, tmp_path: Path) -> None:
-    result = ck("submit", "--site", "testbed", "--out", str(tmp_path / "run"), "--dry-run", "--sweep", "lr=0.1,0.2",
-                "--sweep", "seed=1,2", "--array", "%3", "--", "python", "train.py", "--lr", "{lr}")
+    result = ck("submit", "--site", "testbed", "--out", str(tmp_path / "run"), "--dry-run", "--no-snapshot",
+                "--sweep", "lr=0.1,0.2", "--sweep", "seed=1,2", "--array", "%3", "--", "python", "train.py", "--lr",
+                "{lr}")
     assert result.code == 0, result.err
     assert "#SBATCH --array=0-3%3\n" in result.out and 'ck_cmd=(train.py --lr "${CK_SWEEP_LR}")' in result.out
     lines = [ln.removeprefix("clusterkit: dry run: ") for ln in result.err.splitlines()
              if "task" in ln and "run directory" not in ln]
     assert lines == ["array: 4 task(s) (#SBATCH --array=0-3%3), at most 3 at once", "  task 0: lr=0.1 seed=1",
                      "  task 1: lr=0.1 seed=2", "  task 2: lr=0.2 seed=1", "  task 3: lr=0.2 seed=2"]
-    js = ck("submit", "--site", "testbed", "--out", str(tmp_path / "run2"), "--dry-run", "--json",
+    js = ck("submit", "--site", "testbed", "--out", str(tmp_path / "run2"), "--dry-run", "--no-snapshot", "--json",
             "--sweep", "lr=0.1,0.2", "--", "python", "train.py")
     assert json.loads(js.out)["array"] == {"spec": "0-1", "tasks": 2, "throttle": None, "task_list": [
         {"index": 0, "values": {"lr": "0.1"}}, {"index": 1, "values": {"lr": "0.2"}}]}

@@ -90,7 +90,8 @@ def test_the_python_api_says_so(tmp_path: Path) -> None:
 
 
 def test_dry_run_prints_the_choices_on_stderr(ck, tmp_path: Path) -> None:
-    result = ck("submit", "--site", "testbed", "--dry-run", "--out", str(tmp_path / "r"), "--", "python", "t.py")
+    result = ck("submit", "--site", "testbed", "--dry-run", "--no-snapshot",
+                "--out", str(tmp_path / "r"), "--", "python", "t.py")
     assert result.code == 0, result.err
     assert "clusterkit: dry run: choices: launcher torchrun (default), nodes 1 (default)" in result.err
     assert result.out == (tmp_path / "r" / "job.sbatch").read_text()

@@ -15,7 +15,7 @@ PLAN = ("plan", "--model-params", "7B", "--json")
 @pytest.mark.parametrize("args", [
     PLAN,
     ("render", "--json", "--", "python", "train.py"),
-    ("submit", "--dry-run", "--json", "--", "python", "train.py"),
+    ("submit", "--dry-run", "--no-snapshot", "--json", "--", "python", "train.py"),
     ("preflight", "--json"),
 ])
 def test_every_command_taking_site_takes_it_from_the_variable(ck, tmp_path: Path, args: tuple[str, ...]) -> None:

@@ -180,7 +180,8 @@ def test_help_fits_80_columns(ck, command: tuple[str, ...]) -> None:
 
 
 def test_a_single_node_slurm_job_requeues_like_a_multi_node_one(ck, tmp_path: Path) -> None:
-    result = ck("submit", "--dry-run", "--site", "ib-h100", "--set", "max_restarts=3", "--", "python", "t.py",
+    result = ck("submit", "--dry-run", "--no-snapshot",
+                "--site", "ib-h100", "--set", "max_restarts=3", "--", "python", "t.py",
                 cwd=tmp_path)
     assert result.code == 0, result.err
     assert "restarts 3 (flag)" in result.err and "no requeue" not in result.err
@@ -191,14 +192,16 @@ def test_a_single_node_slurm_job_requeues_like_a_multi_node_one(ck, tmp_path: Pa
 
 def test_a_single_node_launcher_outside_slurms_steps_says_it_does_not_requeue(ck, tmp_path: Path) -> None:
     """horovod starts its workers itself: no warning can reach them, so no requeue, and the job says so."""
-    result = ck("submit", "--dry-run", "--site", "ib-h100", "--launcher", "horovod", "--", "python", "t.py",
+    result = ck("submit", "--dry-run", "--no-snapshot",
+                "--site", "ib-h100", "--launcher", "horovod", "--", "python", "t.py",
                 cwd=tmp_path)
     assert result.code == 0, result.err
     assert "restarts none (horovod runs outside Slurm's steps)" in result.err
     assert "#SBATCH --requeue" not in result.out and "ck_max_restarts=0 " in result.out
     assert "of at most" not in result.out
     assert "(no requeue: horovod starts its workers outside Slurm's job steps)" in result.out
-    asked = ck("submit", "--dry-run", "--site", "ib-h100", "--launcher", "horovod", "--set", "max_restarts=2",
+    asked = ck("submit", "--dry-run", "--no-snapshot",
+               "--site", "ib-h100", "--launcher", "horovod", "--set", "max_restarts=2",
                "--", "python", "t.py", cwd=tmp_path)
     assert_one_line_error(asked, 2, "horovod starts its workers over SSH from the batch host",
                           "use --set max_restarts=0")

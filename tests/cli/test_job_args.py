@@ -307,7 +307,8 @@ def test_missing_accelerate_config_is_one_line(ck, site: Path, tmp_path: Path) -
 
 
 def test_dry_run_shows_every_added_argument(ck, site: Path, tmp_path: Path) -> None:
-    result = ck("submit", "--dry-run", "--site", str(site), "--stage", "multi-node", "--out", str(tmp_path / "r"),
+    result = ck("submit", "--dry-run", "--no-snapshot",
+                "--site", str(site), "--stage", "multi-node", "--out", str(tmp_path / "r"),
                 "--srun-arg=--label", "--launcher-arg=--tee=3", "--sbatch", "constraint=h100", "--json",
                 "--", "python", "train.py")
     assert result.code == 0, result.err

@@ -250,7 +250,8 @@ def test_venv_conda_and_modules_where_they_apply(ck, tmp_path: Path) -> None:
 
 
 def test_dry_run_shows_everything(ck, tmp_path: Path) -> None:
-    result = ck("submit", "--site", "testbed", "--dry-run", "--skip-preflight", "--out", str(tmp_path / "run"),
+    result = ck("submit", "--site", "testbed", "--dry-run", "--no-snapshot",
+                "--skip-preflight", "--out", str(tmp_path / "run"),
                 "--env", "HF_HOME=/data/hf", "--setup", "echo prep", "--node-setup", "echo node", "--venv", "/v",
                 "--", "python", "t.py")
     assert result.code == 0, result.err

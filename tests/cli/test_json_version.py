@@ -30,7 +30,7 @@ def env(tmp_path: Path) -> dict[str, str]:
 COMMANDS = [
     ("plan", "--site", "ib-h100", "--model-params", "7B", "--json"),
     ("render", "--site", "local", "--out", "{tmp}/r1", "--json", "--", "python", "t.py"),
-    ("submit", "--site", "local", "--out", "{tmp}/r2", "--dry-run", "--json", "--", "python", "t.py"),
+    ("submit", "--site", "local", "--out", "{tmp}/r2", "--dry-run", "--no-snapshot", "--json", "--", "python", "t.py"),
     ("preflight", "--site", "local", "--json"),
     ("sites", "list", "--json"),
     ("sites", "show", "local", "--json"),

@@ -18,7 +18,8 @@ LONG_RUN = ("--stage", "multi-node", "--nodes", "2", "--launcher", "srun", "--se
 
 
 def _dry_run(ck, tmp_path: Path, *args: str, site: str = "testbed"):
-    return ck("submit", "--dry-run", "--site", site, *args, "--out", str(tmp_path / "run"), "--", "python",
+    return ck("submit", "--dry-run", "--no-snapshot",
+              "--site", site, *args, "--out", str(tmp_path / "run"), "--", "python",
               "train.py")
 
 

@@ -171,7 +171,7 @@ def test_render_plans_once(ck, tmp_path: Path, plan_calls: list[JobRequest]) -> 
 
 
 def test_submit_dry_run_plans_once(ck, tmp_path: Path, plan_calls: list[JobRequest]) -> None:
-    res = ck("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--dry-run",
+    res = ck("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--dry-run", "--no-snapshot",
              "--out", str(tmp_path / "run"), "--", "python", "train.py")
     assert res.code == 0, res.err
     assert len(plan_calls) == 1
@@ -198,7 +198,7 @@ def resolve_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 
 @pytest.mark.parametrize("command", [
     ("render", "--launcher", "deepspeed"),
-    ("submit", "--dry-run", "--set", "time=01:00:00"),
+    ("submit", "--dry-run", "--no-snapshot", "--set", "time=01:00:00"),
     ("plan", "--render", "--model-params", "1e9"),
 ], ids=lambda c: " ".join(c[:2]))
 def test_the_request_is_resolved_once(ck, tmp_path: Path, resolve_calls: dict[str, int],
@@ -282,7 +282,7 @@ def test_submit_plans_once_and_preflight_excludes_from_that_plan(ck, tmp_path: P
     _fake_preflight(monkeypatch, {"node2"}, seen)
     run_dir = tmp_path / "run"
     res = ck("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--exclude", "node4",
-             "--launcher", "deepspeed", "--out", str(run_dir), "--", "python", "train.py")
+             "--launcher", "deepspeed", "--no-snapshot", "--out", str(run_dir), "--", "python", "train.py")
     assert res.code == 0, res.err
     assert len(plan_calls) == 1
     assert seen == [{"stage": "multi-node", "nodes": ["node1", "node2", "node3"]}]   # node4 was excluded already
@@ -301,6 +301,7 @@ def test_submit_refused_by_preflight_leaves_no_run_directory(ck, tmp_path: Path,
     site.write_text(SITE_WITH_PREFLIGHT.format(base=REPO / "site_configs" / "testbed.yaml"))
     _fake_slurm(tmp_path, monkeypatch)
     _fake_preflight(monkeypatch, {"node1", "node2", "node3"}, [])
+    (tmp_path / "train.py").write_text("")   # in the snapshot, whose objects go to ./runs too (no shared store)
     res = ck("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "2", "--", "python", "train.py",
              cwd=tmp_path)
     assert res.code == 3, res.err   # unreachable nodes: exit 3

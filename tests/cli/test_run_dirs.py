@@ -131,14 +131,19 @@ def test_render_and_dry_run_without_out_write_nothing(ck, tmp_path: Path) -> Non
                     f"storage:\n  - {{path: {scratch}, type: lustre}}\n")
     work = tmp_path / "work"
     work.mkdir()
-    for args in (("render",), ("submit", "--dry-run"), ("render", "--json"), ("submit", "--dry-run", "--json")):
+    code = tmp_path / "code"   # what the dry run snapshots (hashed, nothing stored): t.py is there
+    code.mkdir()
+    (code / "t.py").write_text("print(1)\n")
+    dry = ("submit", "--dry-run", "--code", str(code))
+    for args in (("render",), dry, ("render", "--json"), (*dry, "--json")):
         result = ck(*args, "--site", str(site), "--nodes", "4", "--", "python", "t.py", cwd=work)
         assert result.code == 0, result.err
         assert list(work.iterdir()) == [] and not (tmp_path / "lustre").exists(), args
     assert "nothing written (--out DIR writes the run directory)" in ck(
-        "submit", "--dry-run", "--site", "local", "--", "python", "t.py", cwd=work).err
+        *dry, "--site", "local", "--", "python", "t.py", cwd=work).err
     shown = ck("render", "--site", "local", "--", "python", "t.py", cwd=work)
     assert "run directory: none written (preview); --out DIR writes these files" in shown.out
     assert list(work.iterdir()) == []
-    written = ck("submit", "--dry-run", "--site", "local", "--out", "run", "--", "python", "t.py", cwd=work)
+    written = ck(*dry, "--site", "local", "--out", "run", "--", "python", "t.py", cwd=work)
     assert written.code == 0 and (work / "run" / "job.sbatch").read_text() in written.out
+    assert (work / "run" / "code" / "t.py").read_text() == "print(1)\n"   # --out: the snapshot's tree too

@@ -96,9 +96,11 @@ def runs_here(argv: tuple[str, ...]) -> bool:
 
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Iterator[Path]:
-    """A directory with a copy of the example sites and the examples, as a checkout has them."""
+    """A directory with a copy of the example sites and the examples, as a checkout has them, and
+    the training script the docs name (``submit`` checks that its code snapshot holds it)."""
     shutil.copytree(REPO / "site_configs", tmp_path / "site_configs")
-    (tmp_path / "examples").symlink_to(REPO / "examples")
+    shutil.copytree(REPO / "examples", tmp_path / "examples")   # a copy: a link out of the tree is not snapshotted
+    (tmp_path / "train.py").write_text("")
     yield tmp_path
 
 

@@ -109,7 +109,7 @@ def test_a_bad_rate_names_the_file_line_and_key(ck: CLI, tmp_path: Path) -> None
 
 def test_submit_dry_run_says_it_too(ck: CLI) -> None:
     res = ck("submit", "--site", str(REPO / "site_configs" / "ib-h100.yaml"), "--stage", "large-cluster",
-             "--nodes", "64", "--dry-run", "--", "python", "train.py")
+             "--nodes", "64", "--dry-run", "--no-snapshot", "--", "python", "train.py")
     assert res.code == 0, res.err
     said = [line for line in res.err.splitlines() if "CK_CHECKPOINT_INTERVAL_S=" in line]
     assert len(said) == 1 and said[0].startswith("clusterkit: dry run: checkpoint every "), res.err

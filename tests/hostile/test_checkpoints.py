@@ -33,7 +33,8 @@ def _site(tmp_path: Path) -> Path:
 
 def _script(ck, tmp_path: Path, *args: str) -> Path:
     run = tmp_path / "run"
-    result = ck("submit", "--dry-run", "--site", str(_site(tmp_path)), "--out", str(run), *args, "--", "python",
+    result = ck("submit", "--dry-run", "--no-snapshot",
+                "--site", str(_site(tmp_path)), "--out", str(run), *args, "--", "python",
                 "t.py", cwd=tmp_path)
     assert result.code == 0, result.err
     return run

@@ -28,7 +28,8 @@ def site_with_template(tmp_path: Path, text: str, name: str = "job.sbatch.j2") -
 
 
 def dry_run(ck, tmp_path: Path, site: Path):  # type: ignore[no-untyped-def]
-    return ck("submit", "--dry-run", "--site", str(site), "--out", str(tmp_path / "run"), "--", "python", "t.py",
+    return ck("submit", "--dry-run", "--no-snapshot",
+              "--site", str(site), "--out", str(tmp_path / "run"), "--", "python", "t.py",
               cwd=tmp_path)
 
 
@@ -95,7 +96,8 @@ def test_template_override_in_use_is_named(ck, tmp_path: Path) -> None:
 
 
 def test_builtin_templates_say_nothing_about_overrides(ck, tmp_path: Path) -> None:
-    result = ck("submit", "--dry-run", "--site", "testbed", "--out", str(tmp_path / "run"), "--", "python", "t.py")
+    result = ck("submit", "--dry-run", "--no-snapshot",
+                "--site", "testbed", "--out", str(tmp_path / "run"), "--", "python", "t.py")
     assert result.code == 0, result.err
     assert "renders its own templates" not in result.err and result.out.startswith("#!/bin/bash")
 
@@ -110,7 +112,8 @@ def test_one_include_overridden_the_rest_built_in(ck, tmp_path: Path) -> None:
     result = dry_run(ck, tmp_path, site)
     assert result.code == 0, result.err
     assert "# ---- site tsite: its own preflight step\nsite-check || ck_fail 1 'site-check failed'\n" in result.out
-    builtin = ck("submit", "--dry-run", "--site", "testbed", "--out", str(tmp_path / "run2"), "--", "python", "t.py",
+    builtin = ck("submit", "--dry-run", "--no-snapshot",
+                 "--site", "testbed", "--out", str(tmp_path / "run2"), "--", "python", "t.py",
                  cwd=tmp_path)
     def unmade(text: str) -> str:  # the command lines that made them differ (--site), nothing else may
         return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("# made by: "))
@@ -169,7 +172,8 @@ def test_a_template_building_a_huge_value_is_held_by_the_budget(tmp_path: Path, 
             "hwm = next(ln for ln in open('/proc/self/status') if ln.startswith('VmHWM:'))\n"
             "print('MAXRSS', hwm.split()[1], file=sys.stderr)\n"
             "sys.exit(rc)\n")
-    p = subprocess.run([sys.executable, "-c", code, "submit", "--dry-run", "--site", str(site), "--out",
+    p = subprocess.run([sys.executable, "-c", code, "submit", "--dry-run", "--no-snapshot",
+                       "--site", str(site), "--out",
                         str(tmp_path / "run"), "--", "python", "t.py"], capture_output=True, text=True, timeout=60,
                        cwd=tmp_path)
     assert p.returncode == 2, p.stderr

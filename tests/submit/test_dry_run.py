@@ -72,10 +72,11 @@ def test_dry_run_runs_no_preflight_and_prints_the_script(ck, tmp_path: Path, mon
         site = tmp_path / "dry.yaml"
         site.write_text(SITE.replace("PORT", str(listener.port)))
         out = tmp_path / "run"
-        res = ck("submit", "--site", str(site), "--dry-run", "--out", str(out), "--", "python", "train.py", env=env)
+        res = ck("submit", "--site", str(site), "--dry-run", "--no-snapshot", "--out", str(out), "--", "python",
+                 "train.py", env=env)
         # the control: a real submit's preflight does reach the node (and finds it broken)
-        real = ck("submit", "--site", str(site), "--out", str(tmp_path / "real"), "--", "python", "train.py",
-                  env=env)
+        real = ck("submit", "--site", str(site), "--no-snapshot", "--out", str(tmp_path / "real"), "--", "python",
+                  "train.py", env=env)
     finally:
         listener.close()
     assert res.code == 0, res.err

@@ -16,7 +16,8 @@ from tests.submit.conftest import submitted_job_id
 def test_dry_run_prints_exactly_job_sbatch_and_submits_nothing(local_ck: CLI, tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = local_ck("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "3", "--dry-run",
-                    "--skip-preflight", "--out", str(out), "--", "python", "train.py", "--tag", "a'; echo x")
+                    "--no-snapshot", "--skip-preflight", "--out", str(out), "--", "python", "train.py", "--tag",
+                    "a'; echo x")
     assert proc.code == 0, proc.err
     assert proc.out == (out / "job.sbatch").read_text()
     assert proc.out.count("#SBATCH --nodes=3") == 1

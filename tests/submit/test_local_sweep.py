@@ -20,7 +20,8 @@ if os.environ.get("RANK", "0") == "0":
 
 
 def test_a_sweep_dry_run_on_the_local_site_lists_its_tasks(local_ck: CLI, tmp_path: Path) -> None:
-    proc = local_ck("submit", "--site", "local", "--dry-run", "--sweep", "lr=0.1,0.01", "--", "python", "t.py",
+    proc = local_ck("submit", "--site", "local", "--dry-run", "--no-snapshot",
+                    "--sweep", "lr=0.1,0.01", "--", "python", "t.py",
                     "--lr", "{lr}", cwd=tmp_path)
     assert proc.code == 0, proc.err
     assert "array" not in proc.err.replace("sweep: 2 task(s)", "")   # nothing about an --array not typed

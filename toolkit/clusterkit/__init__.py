@@ -22,13 +22,14 @@ if TYPE_CHECKING:
         PreflightError,
         RecordError,
         RunDirError,
+        SnapshotError,
         SubmitError,
     )
     from clusterkit.heartbeat import progress
 
 __all__ = [
     "ClusterkitError", "ConfigError", "InputError", "Job", "JobResult", "LogLine", "Plan", "PlanError",
-    "PreflightError", "RecordError", "RunDir", "RunDirError", "Site", "SubmitError", "WaitTimeout",
+    "PreflightError", "RecordError", "RunDir", "RunDirError", "Site", "SnapshotError", "SubmitError", "WaitTimeout",
     "__version__", "diagnose_logs", "jobs", "progress",
 ]
 _ERRORS = frozenset(n for n in __all__ if n.endswith("Error"))

@@ -25,10 +25,11 @@ from clusterkit.job import launchers
 from clusterkit.job import plan as planning
 from clusterkit.job import settings as settings_mod
 from clusterkit.job.plan import Plan
-from clusterkit.job.request import JobRequest, resolve
+from clusterkit.job.request import JobRequest, Resolved, resolve
 from clusterkit.rundir import RenderedRun
 
 if TYPE_CHECKING:
+    from clusterkit.codesnap import Taken
     from clusterkit.preflight.report import NodeResult, PolicyDecision, Report
     from clusterkit.scheduler.jobs import Submission
     from clusterkit.scheduler.records import RecordStore
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 
 
 def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
-               gate: Callable[[Plan], Plan] | None = None, write: bool = True) -> RenderedRun:
+               gate: Callable[[Plan], Plan] | None = None, write: bool = True,
+               submitting: bool = False, checks: Callable[[Plan], None] | None = None) -> RenderedRun:
     """Plan ``request`` on ``site`` once and write the run directory atomically.
 
     The request is resolved against the site once (job name, launcher, every setting); the run
@@ -48,6 +50,11 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
     default run directory (created here, where ``--out`` is only checked), and ``./runs`` if it
     was made for it, is removed again.  ``write=False`` renders the same artifacts and writes
     nothing (no directory made either; the run directory is the one a write would make now).
+    ``submitting`` (``submit``, ``submit --dry-run``): with the snapshot on (the request's, else the
+    stage's or site's ``code.snapshot``; :mod:`clusterkit.codesnap`) the code is snapshotted after
+    the run directory is claimed, its tree moves in with the artifacts, and a command whose script
+    the snapshot lacks is refused.  ``render`` snapshots only when the request asks (``--snapshot``,
+    ``--code``): it previews, and a snapshot per preview would copy the tree each time.
     """
     site_obj = load_site(site) if isinstance(site, str) else site
     resolved = resolve(site_obj, request)
@@ -55,23 +62,51 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
     claim = rundir.resolve_out(out, resolved.job_name, base=None if out else rundir.default_base(site_obj),
                                write=write)
     run_dir = claim.path
+    snap = None
     try:
+        snap = _snapshot(site_obj, resolved, run_dir, write, submitting)
         plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs,
-                                                                  python=request.python or supervisor_python()))
+                                                                  python=request.python or supervisor_python(),
+                                                                  code=snap.info if snap else None))
+        missing = None
+        if snap is not None:
+            plan, missing = snap.noted(plan, check_script=submitting)
         from clusterkit.history.book import keep_out  # nodes that keep failing: before the gate, as --exclude
 
         plan = keep_out(site_obj, plan)
+        if checks is not None:   # submit's own checks of the plan, before the snapshot's and preflight
+            checks(plan)
         if gate is not None:
+            if missing is not None:   # before preflight reaches any node
+                raise missing
             plan = gate(plan)
         from clusterkit.job import render as render_mod  # jinja2: not on preflight's path
 
         artifacts = render_mod.render(site_obj, plan)
+        if missing is not None:   # after every error of the plan and its templates: the last thing to fix
+            raise missing
         if write:
-            rundir.write_run_dir(run_dir, artifacts)
+            rundir.write_run_dir(run_dir, artifacts, fill=snap.place if snap else None)
     except BaseException:
+        if snap is not None:
+            snap.abandon()
         claim.release()  # the default directory (and ./runs) when resolve_out created them
         raise
     return RenderedRun(site_obj, plan, artifacts, run_dir)
+
+
+def _snapshot(site: Site, resolved: Resolved, run_dir: Path, write: bool, submitting: bool) -> Taken | None:
+    """The code snapshot the job runs in (None: off for this job, stage or site, or a render not asking)."""
+    asked = resolved.request.snapshot is True or resolved.request.code_dir is not None
+    if not resolved.snapshot or not (submitting or asked):
+        return None
+    from clusterkit import codesnap
+    from clusterkit.scheduler.records import records_dir
+
+    s = resolved.settings
+    limits = codesnap.Limits(s.code_max_files or site.code.max_files, (s.code_max_mb or site.code.max_mb) << 20)
+    return codesnap.take(site, resolved.request.code_dir, run_dir, limits, write=write,
+                         skip=(records_dir().parent,))   # clusterkit's own state is no code
 
 
 def supervisor_python() -> str:
@@ -259,20 +294,22 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
     store.check_writable()
     gated: list[Gate] = []
 
-    def gate(plan: Plan) -> Plan:
+    def checks(plan: Plan) -> None:
         off_shared = planning.run_dir_off_shared(site, plan.run_dir, plan.nnodes)
         if off_shared is not None:  # render shows it as a warning; a job is not queued with it
             raise PlanError(off_shared)
         check_array_size(site, plan)   # before preflight: an array Slurm refuses is not worth a check
         check_partition_nodes(site, plan)
         rundir.check_job_dirs(plan.run_dir, plan.checkpoint_dir, plan.run_name)
+
+    def gate(plan: Plan) -> Plan:
         decided = preflight_gate(site, plan, skip=skip_preflight, transport=preflight_transport)
         gated.append(decided)
         if on_gate is not None:
             on_gate(decided)
         return decided.plan
 
-    run = render_run(site, request, out, gate=gate)
+    run = render_run(site, request, out, gate=gate, submitting=True, checks=checks)
     submission = submit_run(run, store)
     if gated and gated[0].report is not None and gated[0].excluded:   # the node history remembers them
         from clusterkit.history.book import record_preflight

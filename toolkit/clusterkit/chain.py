@@ -124,7 +124,10 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
     check_not_array(request)
     if out is not None:
         out = os.path.abspath(os.path.expanduser(out))
-    first_req = replace(request, chain=ChainLink(1, n, ids_file="", unfixable=NOT_FIXED_BY_RESTART))
+    # member 1 waits held until the ids file lists every member: one that failed at once would
+    # otherwise find no later member to cancel (each member's code snapshot takes its seconds)
+    held = replace(request.job, sbatch=(*request.job.sbatch, ("hold", None)))
+    first_req = replace(request, job=held, chain=ChainLink(1, n, ids_file="", unfixable=NOT_FIXED_BY_RESTART))
     run, sub = actions.submit(site, first_req, None if out is None else f"{out}/member-1", store,
                               skip_preflight=skip_preflight, preflight_transport=preflight_transport, on_gate=on_gate)
     queued = [Queued(run, sub)]
@@ -143,6 +146,7 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
         from clusterkit.scheduler.records import atomic_write_text
 
         atomic_write_text(Path(ids_file), "".join(f"{q.submission.record.job_id}\n" for q in queued))
+        _release(first.job_id)
     except BaseException as exc:
         _cancel_all(queued)
         if not isinstance(exc, ClusterkitError):
@@ -153,6 +157,15 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
         err.exit_code = exc.exit_code
         raise err from None
     return queued
+
+
+def _release(job_id: str) -> None:
+    """``scontrol release`` member 1, held until the chain's ids file was written."""
+    from clusterkit import slurmclient
+
+    proc = slurmclient.run(["scontrol", "release", job_id], 60)
+    if proc.returncode != 0:
+        raise SubmitError(f"scontrol release {job_id} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1][:200]}")
 
 
 def _cancel_all(queued: list[Queued]) -> None:

@@ -146,6 +146,17 @@ class RunDirError(ClusterkitError):
     exit_code = ExitCode.USAGE
 
 
+class SnapshotError(ClusterkitError):
+    """The code snapshot cannot be taken (past its limits, a script the command names missing from
+    it: exit 2) or stored (the store's folders not yours alone, a write failing: exit 1)."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, message: str, *, exit_code: ExitCode = ExitCode.USAGE) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 class PreflightError(ClusterkitError):
     """Preflight found bad nodes (or could not run at all)."""
 

@@ -17,14 +17,15 @@ import os
 import pwd
 import re
 import shutil
-import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clusterkit.errors import RunDirError
+from clusterkit.job.code import CODE_DIR, CODE_STAGING
+from clusterkit.safefile import not_own_dir
 
 if TYPE_CHECKING:
     from clusterkit.config.schema import Site
@@ -169,8 +170,9 @@ def resolve_out(out: str | None, job_name: str, *, base: Path | None = None, wri
     return replace(claim, path=path)
 
 
-def write_run_dir(path: Path, artifacts: Mapping[str, str]) -> Path:
+def write_run_dir(path: Path, artifacts: Mapping[str, str], fill: Callable[[Path], None] | None = None) -> Path:
     """Write every artifact into the empty (or new) directory ``path``; return ``path``.
+    ``fill`` adds to the staging folder before anything moves in (the code snapshot's tree).
 
     On any failure the artifacts written so far are removed, and ``path`` too if this call
     created it.  A name that is not a plain relative path inside ``path`` is refused first.
@@ -184,6 +186,8 @@ def write_run_dir(path: Path, artifacts: Mapping[str, str]) -> Path:
         staging = _claim(path)
         try:
             _write_artifacts(staging, artifacts)
+            if fill is not None:
+                fill(staging)
             for name in sorted(os.listdir(staging), key=lambda n: n in EXECUTABLE):  # job.sbatch last
                 os.rename(staging / name, path / name)
                 moved.append(path / name)
@@ -221,7 +225,7 @@ def _claim(path: Path) -> Path:
         os.mkdir(staging)
     except FileExistsError:
         raise RunDirError(f"run directory {path} is being written by another clusterkit") from None
-    if any(name != STAGING for name in os.listdir(path)):
+    if any(name not in (STAGING, CODE_STAGING) for name in os.listdir(path)):
         staging.rmdir()
         raise RunDirError(f"run directory {path} already exists and is not empty; choose a new directory")
     return staging
@@ -233,9 +237,10 @@ _BAD_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
 def check_artifact_name(name: str) -> str:
     """Refuse an artifact name that is not a plain relative path inside the run directory: no
     absolute path, no empty, '.' or '..' part, no control character or backslash, nothing in
-    the staging or ``logs`` folder the writer keeps for itself."""
+    the staging, ``logs`` or ``code`` folder the writer keeps for itself."""
     parts = name.split("/")
-    if (not name or name.startswith("/") or _BAD_NAME_CHARS.search(name) or parts[0] in (STAGING, "logs")
+    if (not name or name.startswith("/") or _BAD_NAME_CHARS.search(name)
+            or parts[0] in (STAGING, "logs", CODE_DIR, CODE_STAGING)
             or any(part in ("", ".", "..") or len(os.fsencode(part)) > 255 for part in parts)):
         raise RunDirError(f"artifact name {_short(name)!r}: not a plain relative path inside the run directory")
     return name
@@ -266,26 +271,6 @@ def _undo(path: Path, moved: list[Path], created: bool) -> None:
             entry.unlink(missing_ok=True)
     if created:
         _remove_empty(path)
-
-
-def not_own_dir(path: Path, kind: str) -> str | None:
-    """Why ``path`` is not a directory of the user's alone (None: it is, or it does not exist yet).
-    ``own``: a real directory (no link) you own that others cannot write; ``run``: the same, a link
-    followed; ``shared``: the folder that holds every user's own (yours or root's; writable by
-    others only with the sticky bit, as /tmp).  The job script checks the same before it starts."""
-    try:
-        st = os.lstat(path) if kind == "own" else os.stat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        return f"{path} cannot be checked ({exc.strerror})"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{path} is {'a symbolic link' if stat.S_ISLNK(st.st_mode) else 'not a directory'}"
-    if st.st_uid != os.getuid() and (kind != "shared" or st.st_uid != 0):
-        return f"{path} is owned by uid {st.st_uid}, not by you"
-    if st.st_mode & stat.S_IWOTH and (kind != "shared" or not st.st_mode & stat.S_ISVTX):
-        return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
 
 
 def check_job_dirs(run_dir: str, checkpoints: str, run_name: str | None) -> None:

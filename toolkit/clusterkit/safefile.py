@@ -119,3 +119,23 @@ def skip_hole(fh: BinaryIO) -> bool:
     if data != pos:
         fh.seek(data)
     return True
+
+
+def not_own_dir(path: Path, kind: str) -> str | None:
+    """Why ``path`` is not a directory of the user's alone (None: it is, or it does not exist yet).
+    ``own``: a real directory (no link) you own that others cannot write; ``run``: the same, a link
+    followed; ``shared``: the folder that holds every user's own (yours or root's; writable by
+    others only with the sticky bit, as /tmp).  The job script checks the same before it starts."""
+    try:
+        st = os.lstat(path) if kind == "own" else os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path} cannot be checked ({exc.strerror})"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{path} is {'a symbolic link' if stat.S_ISLNK(st.st_mode) else 'not a directory'}"
+    if st.st_uid != os.getuid() and (kind != "shared" or st.st_uid != 0):
+        return f"{path} is owned by uid {st.st_uid}, not by you"
+    if st.st_mode & stat.S_IWOTH and (kind != "shared" or not st.st_mode & stat.S_ISVTX):
+        return f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None

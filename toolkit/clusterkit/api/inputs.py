@@ -21,7 +21,7 @@ SHAPES: dict[str, tuple[str, ...]] = {
     "job_name": ("text",), "exclude": ("text", "words"), "settings": ("anymap",), "debug": ("bool",),
     "env": ("map", "words"), "env_file": ("path", "paths"), "setup": ("words",), "node_setup": ("words",),
     "teardown": ("words",), "srun_args": ("words",), "launcher_args": ("words",), "modules": ("words",),
-    "sbatch": ("map", "words"), "sweep": ("words",),
+    "sbatch": ("map", "words"), "sweep": ("words",), "snapshot": ("bool",), "code": ("path",),
 }
 _WORDED = {"text": "a string", "words": "a list of strings", "map": "a mapping of strings",
            "anymap": "a mapping of names to values", "path": "a path", "paths": "a list of paths",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -27,7 +28,8 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
                 venv: str | None = None, conda: str | None = None, modules: Sequence[str] | None = None,
                 sbatch: Mapping[str, str | bool | None] | Sequence[str] | None = None,
                 run_name: str | None = None, array: str | None = None,
-                sweep: Sequence[str] | None = None) -> JobRequest:
+                sweep: Sequence[str] | None = None, snapshot: bool | None = None,
+                code: StrPath | None = None) -> JobRequest:
     """The :class:`~clusterkit.job.plan.JobRequest` for :meth:`Site.plan`'s arguments (the CLI's
     job options build theirs here too), every input checked and named by its field.
 
@@ -41,7 +43,9 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
     ``run_name`` names the training run across jobs: ``CK_CHECKPOINT_DIR`` is
     ``<checkpoint storage>/checkpoints/<user>/<run_name>`` (default: the job name and its first job id).
     ``array`` (Slurm's ``--array`` syntax, ``"0-15%4"``) and ``sweep`` (``["lr=0.1,0.01", "seed=1,2"]``:
-    the cartesian product is the array) make a job array (:mod:`clusterkit.job.array`)."""
+    the cartesian product is the array) make a job array (:mod:`clusterkit.job.array`).
+    ``snapshot=False`` runs the job in the live tree rather than a snapshot of the code taken now;
+    ``code`` snapshots that directory rather than the working tree (:mod:`clusterkit.codesnap`)."""
     inputs.check(command, locals())   # the parameters alone: each of its shape, all text UTF-8
     from clusterkit import hostlist
     from clusterkit.vocab import LAUNCHERS, STAGE_NAMES
@@ -81,6 +85,9 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
 
     if array is not None and not isinstance(array, str):
         raise InputError("give the array as Slurm's text, e.g. '0-15%4'", field="array")
+    if code is not None and snapshot is False:
+        raise InputError("a directory to snapshot was given with the snapshot turned off: drop one of them "
+                         "(--code, --no-snapshot)", field="code", value=repr(os.fspath(code))[:80])
     if run_name is not None:
         from clusterkit.job.longrun import RUN_NAME, RUN_NAME_RULE
 
@@ -88,4 +95,5 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
             raise InputError(RUN_NAME_RULE, field="run_name", value=repr(str(run_name)[:80]))
     return JobRequest(stage=stage, command=words, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
                       job_name=job_name, settings=values, debug=debug, exclude=excluded, job=job,
-                      run_name=run_name, array=arrays.request(array, inputs.words("sweep", sweep)))
+                      run_name=run_name, array=arrays.request(array, inputs.words("sweep", sweep)),
+                      snapshot=snapshot, code_dir=None if code is None else os.fspath(code))

@@ -49,6 +49,8 @@ class JobArgs(TypedDict, total=False):
     run_name: str | None
     array: str | None                 # a job array: Slurm's --array syntax
     sweep: Sequence[str] | None       # a sweep: KEY=V1,V2 items, their product the array
+    snapshot: bool | None             # False: run the live tree, no code snapshot (--no-snapshot)
+    code: StrPath | None              # snapshot this directory rather than the working tree (--code)
 
 
 class Site:
@@ -311,22 +313,25 @@ class Plan:
     site: Site
     request: JobRequest
 
-    def render(self, out: StrPath | None = None, *, write: bool = True) -> RunDir:
+    def render(self, out: StrPath | None = None, *, write: bool = True, submitting: bool = False) -> RunDir:
         """Write the run directory (``out``, which must be new or empty; default
         ``./runs/<job>-<time>``) without submitting: job.sbatch, nccl.env, plan.json and the
         launcher's files.  Nothing is left behind when it fails.  ``write=False``: the same
         files in :attr:`RunDir.files`, nothing written or created (``path`` is where they would
         go).  Raises :class:`~clusterkit.errors.PlanError`,
         :class:`~clusterkit.errors.RunDirError` (field ``out``) or
-        :class:`~clusterkit.errors.InputError`."""
-        run = actions.render_run(self.site.config, self.request, _out(out), write=write)
+        :class:`~clusterkit.errors.InputError`.  ``submitting``: as :meth:`submit` renders: in a
+        snapshot of the code (unless the request or site turns it off), a command whose script the
+        snapshot lacks refused (:class:`~clusterkit.errors.SnapshotError`); without it, a snapshot
+        only where the request asks for one (``snapshot=True``, ``code``)."""
+        run = actions.render_run(self.site.config, self.request, _out(out), write=write, submitting=submitting)
         return RunDir._of(run, self.site)
 
     def dry_run(self, out: StrPath | None = None) -> str:
         """What :meth:`submit` would hand to the scheduler, byte for byte: job.sbatch's text; nothing
         is submitted, no node is contacted (so preflight's node exclusions are not applied) and
         nothing is written unless ``out`` is given (then the run directory is, as :meth:`render`)."""
-        return self.render(out, write=out is not None).sbatch
+        return self.render(out, write=out is not None, submitting=True).sbatch
 
     def submit(self, *, out: StrPath | None = None, preflight: bool = True, wait: bool = False,
                preflight_transport: str | None = None,

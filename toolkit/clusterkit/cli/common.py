@@ -143,6 +143,12 @@ def job_setup_options() -> list[Callable[[F], F]]:
                      help="Argument added to the launcher's own argv, repeatable."),
         click.option("--sbatch", "sbatch", multiple=True, metavar="KEY[=VALUE]",
                      help="Per-job Slurm option, repeatable (e.g. constraint=a100); wins over the site's."),
+        click.option("--snapshot/--no-snapshot", "snapshot", default=None,
+                     help="Run the job in a snapshot of the code taken now (git's files of the working tree; "
+                          "default: the site's code.snapshot, on unless the site turns it off), or in the live "
+                          "tree as it is when the job starts."),
+        click.option("--code", "code", default=None, metavar="DIR",
+                     help="Snapshot every file under DIR rather than the working tree (git's files)."),
     ]
 
 
@@ -162,7 +168,7 @@ def array_options() -> list[Callable[[F], F]]:
 def job_setup_args(given: dict[str, Any]) -> dict[str, Any]:
     """The job setup options among a command's keyword arguments, empty ones dropped."""
     names = ("env", "env_file", "setup", "node_setup", "teardown", "venv", "conda", "modules", "srun_args",
-             "launcher_args", "sbatch", "run_name")
+             "launcher_args", "sbatch", "run_name", "snapshot", "code")
     return {k: given[k] for k in names if given.get(k) not in (None, ())}
 
 

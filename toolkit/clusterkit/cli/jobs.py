@@ -247,6 +247,10 @@ def status(job: str | None, show_all: bool, limit: int | None, run: bool, html_f
     for x in ranks["stragglers"]:
         output.line(f"  straggler: {x.worded()}")
     output.line(f"  run directory: {rec.run_dir}")
+    from clusterkit.job.code import CodeSnapshot
+
+    if (snapshot := CodeSnapshot.from_dict(rec.plan.get("code"))) is not None:
+        output.line(f"  {printable(snapshot.worded())}")
     show_tasks(rec, st)
     if st.terminal and st.state != "COMPLETED":
         # the verdict doctor cached; status itself never scans logs

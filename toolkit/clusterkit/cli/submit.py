@@ -92,7 +92,7 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
         check_not_array(request)
     planned = Plan(Site.load(site), request)
     if dry_run:  # contacts no node: preflight's exclusions are the one thing a dry run cannot show
-        run = longrun_cli.dry_run_plan(planned, after, chain).render(out, write=out is not None)
+        run = longrun_cli.dry_run_plan(planned, after, chain).render(out, write=out is not None, submitting=True)
         _note_preflight_skipped(planned.site.config, skip_preflight)
         return _show_dry_run(run, as_json, longrun_cli.dry_run_note(chain))
     try:
@@ -123,6 +123,10 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
         wait = rec.scheduler != "slurm"
     if not as_json and job.run is not None:
         from clusterkit.cli.render import choices_line
+
+        for w in job.run.plan.warnings:
+            if w.startswith("code: "):   # what the snapshot left out, a script it does not hold
+                output.warn(w)
 
         output.info(choices_line(job.run).strip())
         if job.run.plan.cadence is not None and job.run.plan.slurm:
@@ -228,14 +232,22 @@ def _show_submitted(rec: JobRecord, as_json: bool) -> None:
     from clusterkit.cli import output
 
     if as_json:
+        from clusterkit.scheduler.status import code_of
+
         output.emit_json({"job": rec.key, "job_id": rec.job_id, "site": rec.site, "stage": rec.stage,
                           "launcher": rec.launcher, "nodes": rec.nnodes, "world_size": rec.world_size,
-                          "run_dir": rec.run_dir, "script": rec.script, "state": "SUBMITTED"})
+                          "run_dir": rec.run_dir, "script": rec.script, "state": "SUBMITTED", "code": code_of(rec)})
         return
     where = "Slurm" if rec.scheduler == "slurm" else "this machine (local executor)"
     output.line(f"Submitted job {rec.job_id} to {where}: {rec.launcher} on {rec.nnodes} node(s), "
                        f"world size {rec.world_size} (site {rec.site}, stage {rec.stage})")
     output.line(f"  run directory: {rec.run_dir}")
+    from clusterkit.job.code import CodeSnapshot
+    from clusterkit.tooltext import printable
+
+    code = CodeSnapshot.from_dict(rec.plan.get("code"))
+    if code is not None:
+        output.line(f"  {printable(code.worded())}")
     arr = rec.plan.get("array")
     if isinstance(arr, dict):   # a job array: its tasks are named JOB_INDEX
         from clusterkit.cli.arrays import values_lines

@@ -94,6 +94,8 @@ class StageOverride(_Model):
     max_restarts: int | None = Field(None, ge=0, le=100)
     container: bool | None = None
     gpu_bind: Literal["task", "none"] | None = None
+    snapshot: bool | None = Field(None, description="run the stage's jobs in a snapshot of the code (default: "
+                                  "the site's code.snapshot)")
     job: JobSection | None = None
     spares: int | str | None = Field(None, description="spare nodes the stage's jobs allocate: a count or a share "
                                      "of the nodes (3%: at least one); default 3% at large-cluster, else 0")

@@ -17,6 +17,7 @@ import re
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from clusterkit.config.checks import Perf, Preflight
+from clusterkit.config.code_keys import CodeKeys
 from clusterkit.config.history_keys import NodeHistoryKeys
 from clusterkit.config.jobs import JobSection, Scheduler, StageOverride
 from clusterkit.config.machine import SSH, Network, Nodes, RoCE, Storage
@@ -61,6 +62,7 @@ class Site(_Model):
     perf: Perf = Field(default_factory=Perf)
     node_history: NodeHistoryKeys = Field(default_factory=NodeHistoryKeys)
     watch: WatchKeys = Field(default_factory=WatchKeys)
+    code: CodeKeys = Field(default_factory=CodeKeys)
     cost: Cost | None = None
     reliability: Reliability = Field(default_factory=Reliability)
     templates: str | None = None

@@ -25,6 +25,7 @@ from clusterkit import __version__
 from clusterkit.config.schema import Container, Site
 from clusterkit.job import array as arrays
 from clusterkit.job import goodput, jobenv, launchers, nccl, stages, torch_version
+from clusterkit.job.code import CodeSnapshot
 from clusterkit.job.directives import _sbatch, array_plan, cpu_share
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.longrun import ChainLink, check_run_name
@@ -97,6 +98,7 @@ class Plan:
     nccl_checks: tuple[nccl.VersionCheck, ...] = ()
     spares: int = 0                     # allocated beyond nnodes; the in-job preflight picks the nnodes used
     cadence: goodput.Cadence | None = None   # how often to checkpoint (CK_CHECKPOINT_INTERVAL_S)
+    code: CodeSnapshot | None = None    # the snapshot of the code the job runs in (its working directory)
 
     @property
     def allocated(self) -> int:
@@ -152,6 +154,7 @@ class Plan:
             d["array"] = self.array.to_dict()
         d["nccl_checks"] = [c.to_dict() for c in self.nccl_checks]
         d["cadence"] = self.cadence.to_dict() if self.cadence is not None else None
+        d["code"] = self.code.to_dict() if self.code is not None else None
         return d
 
 
@@ -236,6 +239,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         nccl_checks=tuple(nccl.version_checks(site, env)),
         spares=spares,
         cadence=_cadence(site, nnodes * gpn),
+        code=request.code,
     )
 
 

@@ -89,6 +89,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "probe_checks": plan.nccl_checks,
         "fr_pairs": nccl.fr_pairs(list(plan.env)),
         "pdsh_env": ".deepspeed_env" in plan.launch.templated,
+        "code_dir": plan.code.job_dir(plan.run_dir) if plan.code is not None else None,
     }
     out: dict[str, str] = {}
     out["job.sbatch"] = draw(ENTRY[plan.slurm], ctx)
@@ -98,6 +99,12 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
                                  "the site's job script template does not include job-setup.j2, so the job's "
                                  "setup steps would not run: add {% include \"job-setup.j2\" %} before the launch")
     _check_long_run_parts(site, plan, out["job.sbatch"])
+    if plan.code is not None and "CK_CODE_DIR=" not in out["job.sbatch"]:
+        # a site's own entry template from before code snapshots: the job would run the live tree
+        raise ConfigError.single(site.templates or "templates", None, "templates",
+                                 "the site's job script template does not include job-code.j2, so the job would not "
+                                 "start in its code snapshot: add {% include \"job-code.j2\" %} after job-lib.sh.j2, "
+                                 "or submit with --no-snapshot")
     out["nccl.env"] = draw("nccl.env.j2", ctx)
     out[PROBE] = draw("nccl-probe.sh.j2", ctx)
     if plan.slurm and site.network.rendezvous_host is not None:

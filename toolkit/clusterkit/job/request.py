@@ -26,6 +26,7 @@ from clusterkit.errors import PlanError
 from clusterkit.job import settings as settings_mod
 from clusterkit.job import stages
 from clusterkit.job.array import ArrayRequest
+from clusterkit.job.code import CodeSnapshot
 from clusterkit.job.longrun import ChainLink
 from clusterkit.job.settings import Settings
 from clusterkit.vocab import StageSpec
@@ -103,6 +104,10 @@ class JobRequest:
     chain: ChainLink | None = None   # this job's place in a --chain
     # --array / --sweep: one sbatch, a task per index (clusterkit.job.array)
     array: ArrayRequest | None = None
+    # the code snapshot: None: the site's (stage's) code.snapshot; False: --no-snapshot
+    snapshot: bool | None = None
+    code_dir: str | None = None       # --code DIR: snapshot DIR rather than the working tree
+    code: CodeSnapshot | None = None  # the snapshot taken (by actions.render_run), which the job runs in
 
 
 @dataclass(frozen=True)
@@ -129,11 +134,13 @@ class Resolved:
     # site file), "default"
     sources: Mapping[str, str] = field(default_factory=dict)
     stage_spares: int | str | None = None   # the site's stages.<stage>.spares (job/spares.py decides)
+    snapshot: bool = False      # run in a snapshot of the code (request, stage, site's code.snapshot)
 
     def with_request(self, **changes: Any) -> Resolved:
         """The same choices for the request with ``changes`` that choose nothing (run_dir, inputs)."""
-        if set(changes) - {"run_dir", "inputs", "origin", "python"}:
-            raise ValueError(f"{sorted(changes)}: only run_dir, inputs, origin and python leave the choices alone")
+        if set(changes) - {"run_dir", "inputs", "origin", "python", "code"}:
+            raise ValueError(f"{sorted(changes)}: only run_dir, inputs, origin, python and code leave the choices "
+                             "alone")
         return replace(self, request=replace(self.request, **changes))
 
 
@@ -201,6 +208,8 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
         job=merge_job(site, spec.name, override, request.job),
         gpu_bind=pick("gpu_bind", s.gpu_bind, override, site.nodes.gpu_bind),
         stage_spares=override.spares if override is not None else None,
+        snapshot=bool(pick("snapshot", True if request.code_dir is not None else request.snapshot, override,
+                           site.code.snapshot)),
     )
 
 

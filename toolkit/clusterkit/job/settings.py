@@ -80,6 +80,11 @@ class Settings(BaseModel):
     straggler_ratio: float | None = Field(None, ge=0, le=100, description="a rank slower than this many times "
                                           "the others' median step (work) time is a straggler in status (site "
                                           "default 1.5); 0: not judged")
+    # the code snapshot's limits (the site's code: keys; None: the site's value)
+    code_max_files: int | None = Field(None, ge=1, le=10_000_000, description="most files the code snapshot "
+                                       "may hold (site code.max_files, default 20000)")
+    code_max_mb: int | None = Field(None, ge=1, le=1_000_000, description="most MiB the code snapshot may hold "
+                                    "(site code.max_mb, default 512)")
     # long runs (docs/architecture.md: chains, run names, stop signal)
     stop_signal: Literal["TERM", "USR1", "USR2", "INT"] = Field(
         "TERM", description="the signal the ranks get on the time-limit warning, a preemption Slurm announces, "

@@ -167,6 +167,15 @@ def summarize(rec: JobRecord, st: JobStatus) -> Mapping[str, Any]:
         "state": st.state.value, "exit_code": st.exit_code, "signal": st.signal, "reason": st.reason,
         "node_list": st.nodes, "restarts": st.restarts, "source": st.source, "stale": shown_stale(st),
         "submitted_at": rec.submitted_at, "ended_at": ended_at(rec) if st.terminal else None,
-        "run_dir": rec.run_dir, "diagnosis": rec.diagnosis,
+        "run_dir": rec.run_dir, "diagnosis": rec.diagnosis, "code": code_of(rec),
         **({"tasks": st.reason} if st.tasks else {}),   # a job array: its tasks by state
     }
+
+
+_CODE_KEYS = ("tree", "commit", "dirty", "diff_sha256", "source", "workdir", "files", "bytes", "git", "store")
+
+
+def code_of(rec: JobRecord) -> dict[str, Any] | None:
+    """The code snapshot the job runs in, as its record's plan has it (None: it runs the live tree)."""
+    code = rec.plan.get("code")
+    return {k: code.get(k) for k in _CODE_KEYS} if isinstance(code, dict) else None
