@@ -193,8 +193,8 @@ def test_sbatch_options_per_job_win_over_the_sites(ck, site: Path, tmp_path: Pat
     ("out=x", "sets --output, which clusterkit writes itself; use --out"),
     ("time=10", "sets --time, which clusterkit writes itself; use scheduler.time"),
     ("cpus-per-task=4", "use --set cpus_per_task=N"),
-    ("comment=a b", "whitespace, quotes and control characters are not allowed"),
-    ("comment=a\nsrun evil", "whitespace, quotes and control characters are not allowed"),
+    ("wckey=a b", "whitespace, quotes and control characters are not allowed"),
+    ("wckey=a\nsrun evil", "whitespace, quotes and control characters are not allowed"),
 ])
 def test_owned_or_unsafe_sbatch_options_are_refused(ck, site: Path, tmp_path: Path, arg: str, needle: str) -> None:
     result = ck("render", "--site", str(site), "--out", str(tmp_path / "r"), "--sbatch", arg,

@@ -92,10 +92,10 @@ def test_nul_and_oversized_arguments_are_refused(tmp_path: Path, field: str, val
 
 
 @pytest.mark.parametrize("value,needle", [
-    ("comment=it's", "whitespace, quotes and control characters are not allowed"),
-    ("comment=$(touch PWNED)", "whitespace, quotes and control characters are not allowed"),
-    ("comment=a\n#SBATCH --wrap=touch PWNED", "whitespace, quotes and control characters are not allowed"),
-    ("comment=" + "x" * (1 << 20), "longer than 4096 characters"),
+    ("wckey=it's", "whitespace, quotes and control characters are not allowed"),
+    ("wckey=$(touch PWNED)", "whitespace, quotes and control characters are not allowed"),
+    ("wckey=a\n#SBATCH --wrap=touch PWNED", "whitespace, quotes and control characters are not allowed"),
+    ("wckey=" + "x" * (1 << 20), "longer than 4096 characters"),
 ])
 def test_hostile_sbatch_values_are_refused(ck, tmp_path: Path, value: str, needle: str) -> None:
     result = ck("render", "--site", str(_site(tmp_path)), "--out", str(tmp_path / "r"), "--sbatch", value,
@@ -105,7 +105,7 @@ def test_hostile_sbatch_values_are_refused(ck, tmp_path: Path, value: str, needl
 
 
 def test_nul_in_an_sbatch_value_is_refused(tmp_path: Path) -> None:
-    plan = Site.load(str(_site(tmp_path))).plan(["python", "train.py"], sbatch={"comment": "a\0b"})
+    plan = Site.load(str(_site(tmp_path))).plan(["python", "train.py"], sbatch={"wckey": "a\0b"})
     with pytest.raises(ClusterkitError, match="control characters are not allowed"):
         plan.render(tmp_path / "r")
 
@@ -113,10 +113,10 @@ def test_nul_in_an_sbatch_value_is_refused(tmp_path: Path) -> None:
 def test_safe_sbatch_value_is_one_word_of_its_line(ck, tmp_path: Path) -> None:
     run_dir = tmp_path / "r"
     value = "afterok:1?2&3|4;5<6>7*[8]{9}%10#11"
-    result = ck("render", "--site", str(_site(tmp_path)), "--out", str(run_dir), "--sbatch", f"comment={value}",
+    result = ck("render", "--site", str(_site(tmp_path)), "--out", str(run_dir), "--sbatch", f"wckey={value}",
                 "--", "python", "train.py")
     assert result.code == 0, result.err
-    assert f"#SBATCH --comment={value}\n" in (run_dir / "job.sbatch").read_text()
+    assert f"#SBATCH --wckey={value}\n" in (run_dir / "job.sbatch").read_text()
     # a comment line to bash: it runs nothing
     assert subprocess.run(["bash", "-n", str(run_dir / "job.sbatch")]).returncode == 0
 
