@@ -20,19 +20,20 @@ def test_a_tag_names_its_run_and_nothing_else_is_a_tag() -> None:
 
 
 def test_a_job_with_a_run_name_carries_its_tag_in_job_sbatch(ck, tmp_path: Path) -> None:
-    got = ck("submit", "--dry-run", "--site", "testbed", "--run-name", "lm-7b", "--out", str(tmp_path / "a"),
-             "--", "python", "train.py")
+    got = ck("submit", "--dry-run", "--no-snapshot", "--site", "testbed", "--run-name", "lm-7b", "--out",
+             str(tmp_path / "a"), "--", "python", "train.py")
     assert got.code == 0, got.err
     assert "#SBATCH --comment=clusterkit-run:lm-7b\n" in got.out
     # without a run name the tag holds the job id, so it is set once sbatch answered, not rendered
-    plain = ck("submit", "--dry-run", "--site", "testbed", "--out", str(tmp_path / "b"), "--", "python", "train.py")
+    plain = ck("submit", "--dry-run", "--no-snapshot", "--site", "testbed", "--out", str(tmp_path / "b"), "--",
+               "python", "train.py")
     assert plain.code == 0, plain.err
     assert "--comment" not in plain.out
 
 
 def test_a_comment_of_ones_own_is_refused_in_one_line(ck, tmp_path: Path) -> None:
-    got = ck("submit", "--dry-run", "--site", "testbed", "--sbatch", "comment=mine", "--out", str(tmp_path / "a"),
-             "--", "python", "train.py")
+    got = ck("submit", "--dry-run", "--no-snapshot", "--site", "testbed", "--sbatch", "comment=mine", "--out",
+             str(tmp_path / "a"), "--", "python", "train.py")
     assert got.code == 2 and "--comment" in got.err and "--run-name" in got.err, got.err
     assert "Traceback" not in got.err and not (tmp_path / "a").exists()
 
