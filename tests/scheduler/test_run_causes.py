@@ -84,3 +84,16 @@ def test_a_job_that_reports_no_progress_lists_its_failures_and_splits_nothing() 
     (f,) = c.failures
     assert f.verdict == "gpu-hardware: Xid 79" and f.dropped == ("node2",) and f.lost_s == 0 and f.checkpoint is None
     assert c.unreported_s == 600 and c.startup_s == c.kept_s == c.lost_s == 0 and c.ettr == 0
+
+
+def test_a_save_whose_train_mark_came_in_the_same_millisecond_is_a_checkpoint() -> None:
+    """The marks have millisecond times: a quick save's train mark can carry the save's own time;
+    the log's order says it came after (a local job failed this way on a loaded machine)."""
+    job = JobFacts("9", (alloc("9", "FAILED", 100, 200),),
+                   marks=(Mark(110, 1, "train"), Mark(150.123, 3, "save"), Mark(150.123, 3, "train")),
+                   faults=())
+    (f,) = causes([job], now=9999).failures
+    assert f.checkpoint == 150.123 and f.lost_s == pytest.approx(200 - 150.123)
+    # a save with no train mark after it never finished: no checkpoint
+    unfinished = JobFacts("9", (alloc("9", "FAILED", 100, 200),), marks=(Mark(110, 1, "train"), Mark(150, 3, "save")))
+    assert causes([unfinished], now=9999).failures[0].checkpoint is None

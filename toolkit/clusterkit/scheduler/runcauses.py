@@ -86,10 +86,12 @@ class Causes:
 
 
 def _checkpoint(marks: Sequence[Mark], t0: float, t1: float) -> float | None:
-    """The newest save mark in [t0, t1) that a train mark followed before t1 (the save finished)."""
+    """The newest save mark in [t0, t1) that a train mark followed before t1 (the save finished).
+    "Followed" is the log's order: a save that ends within the millisecond the marks are written in has
+    its train mark at the same time."""
     best = None
     for i, m in enumerate(marks):
-        if m.phase == "save" and t0 <= m.time < t1 and any(n.phase == "train" and m.time < n.time <= t1
+        if m.phase == "save" and t0 <= m.time < t1 and any(n.phase == "train" and m.time <= n.time <= t1
                                                            for n in marks[i + 1:]):
             best = m.time
     return best
