@@ -97,3 +97,14 @@ def test_a_save_whose_train_mark_came_in_the_same_millisecond_is_a_checkpoint() 
     # a save with no train mark after it never finished: no checkpoint
     unfinished = JobFacts("9", (alloc("9", "FAILED", 100, 200),), marks=(Mark(110, 1, "train"), Mark(150, 3, "save")))
     assert causes([unfinished], now=9999).failures[0].checkpoint is None
+
+
+def test_a_job_that_shrank_when_a_node_went_down_is_one_allocation_not_a_failure() -> None:
+    """Slurm records a --no-kill job that lost a node as RESIZING up to the loss, then goes on in
+    the next record (the testbed's node-down recovery test showed 'allocation ended RESIZING')."""
+    job = JobFacts("10", (alloc("10", "RESIZING", 100, 300), alloc("10", "COMPLETED", 300, 900)),
+                   faults=(Fault(290, 0, 0, "down in Slurm", ("node2",), "relaunch"),))
+    c = causes([job], now=9999)
+    (f,) = c.failures
+    assert f.what == "attempt 0 (relaunched)" and f.dropped == ("node2",) and f.restart == 0
+    assert c.allocated_s == 800

@@ -37,7 +37,7 @@ CODE_KEYS = {"setup": "setup commands run", "node_setup": "setup commands run", 
              "srun_args": "srun runs a --task-prolog/--task-epilog/--prolog/--epilog program",
              "launcher_args": "the launcher hands --launcher_args/--mpi-args on to pdsh or mpirun, which run programs",
              "container": "every rank runs in the container image", "modules": "a module file given as a path runs"}
-JOB_CODE_KEYS = ("setup", "node_setup", "venv", "conda", "srun_args", "launcher_args")
+JOB_CODE_KEYS = ("setup", "node_setup", "teardown", "venv", "conda", "srun_args", "launcher_args")
 #: The most entries a template directory may hold (each is checked).
 MAX_TEMPLATE_ENTRIES = 10_000
 

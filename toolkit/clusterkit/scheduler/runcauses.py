@@ -97,16 +97,32 @@ def _checkpoint(marks: Sequence[Mark], t0: float, t1: float) -> float | None:
     return best
 
 
+def _joined(allocations: Sequence[Allocation]) -> list[Allocation]:
+    """A job's runs, one per restart.  Slurm splits a job's record when the job shrinks (a node of
+    a ``--no-kill`` allocation went down, and recovery went on without it): the part before is
+    RESIZING and the job goes on in the next record.  That is one allocation, not an end."""
+    out: list[Allocation] = []
+    for a in allocations:
+        if out and out[-1].state == "RESIZING":
+            before = out.pop()
+            a = replace(a, submit=before.submit, start=before.start if before.start is not None else a.start,
+                        elapsed_s=before.elapsed_s + a.elapsed_s,
+                        gpus=max(before.gpus or 0, a.gpus or 0) if (before.gpus, a.gpus) != (None, None) else None)
+        out.append(a)
+    return out
+
+
 def causes(jobs: Sequence[JobFacts], now: float) -> Causes:
     tot = {"startup": 0.0, "recovery": 0.0, "kept": 0.0, "lost": 0.0, "unreported": 0.0}
     failures: list[Failure] = []
     allocated = 0.0
     for job in jobs:
         marks = sorted(job.marks, key=lambda m: m.time)
-        for k, a in enumerate(job.allocations):
+        runs = _joined(job.allocations)
+        for k, a in enumerate(runs):
             if a.start is None:
                 continue
-            requeued = k < len(job.allocations) - 1     # a later run of the job followed: this one ended
+            requeued = k < len(runs) - 1     # a later run of the job followed: this one ended
             running = a.state in STILL and not requeued
             end = a.end if a.end is not None else now if running else a.start + a.elapsed_s
             end = max(a.start, end)

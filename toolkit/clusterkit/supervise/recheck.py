@@ -13,8 +13,8 @@ and the log says the spares went unchecked.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -67,11 +67,10 @@ def _why(node: dict[str, object]) -> str:
 def preflight(site: str, stage: str, log: Log) -> Check:
     """The check of new nodes, as the job's start ran it: ``clusterkit preflight`` over srun."""
     def check(nodes: tuple[str, ...]) -> dict[str, str] | None:
-        if shutil.which("clusterkit") is None:
-            log("recovery: clusterkit is not on PATH on the batch host: the spares go unchecked")
-            return None
-        argv = ["clusterkit", "preflight", "--site", site, "--stage", stage, "--transport", "srun",
-                "--nodelist", fold(nodes), "--json"]
+        # the supervisor's own Python, which imports clusterkit (the job script chose it), not a
+        # `clusterkit` that PATH may or may not hold on the batch host
+        argv = [sys.executable, "-m", "clusterkit", "preflight", "--site", site, "--stage", stage,
+                "--transport=srun", "--nodelist", fold(nodes), "--json"]
         try:
             proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                   timeout=CHECK_TIMEOUT_S, check=False)
