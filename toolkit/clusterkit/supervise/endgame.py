@@ -172,8 +172,7 @@ class Supervisor:
     def look_for_preemption(self) -> None:
         """A preempted job's steps get SIGTERM while the batch script hears nothing until the grace
         time is over; ending now would record the run COMPLETED, and Slurm would never requeue it."""
-        seen = decide.preemption(self.show_job())
-        if seen is not None:
+        if (seen := decide.preemption(self.show_job())) is not None:
             self.warned, self.preempted = seen, True
 
     def run(self) -> NoReturn:
@@ -221,8 +220,10 @@ class Supervisor:
         if v is None:   # the run ends as it would without recovery
             self.attempts = None
             return rc
-        s = self.spec
-        shown = self.show_job()
+        s, shown = self.spec, self.show_job()
+        if decide.preemption(shown) or decide.requeue_pending(shown, s.restarts):   # the step died of Slurm's end
+            self.warned, self.preempted = decide.preemption(shown) or "preemption (Slurm requeued the run)", True
+            return rc   # (a preemption can kill the steps before the batch script hears of it)
         gone = replan.left_allocation(shown, run.allocation) or []   # Slurm took them out (node failure)
         down = [h for h in run.allocation if h in gone or h in recovery.down_nodes(self.client, run)]
         facts = replan.Attempted(attempt=run.attempt, nodes=run.nodes, unused=tuple(h for h in run.unused
