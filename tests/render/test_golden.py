@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, shared_site
+from tests.render.golden_files import regenerated
 
 GOLDEN = REPO / "tests" / "golden"
 SITES = ["local", "testbed", "ib-h100", "roce-a100", "eth-nfs"]
@@ -60,14 +61,8 @@ def rendered_files(ck, tmp_path: Path, site: str, stage: str, launcher: str,
 @pytest.mark.parametrize("site,stage,launcher", CASES, ids=["-".join(c) for c in CASES])
 def test_golden(ck, tmp_path: Path, request: pytest.FixtureRequest, site: str, stage: str, launcher: str) -> None:
     files = rendered_files(ck, tmp_path, site, stage, launcher)
-    golden_dir = GOLDEN / site / stage / launcher
-    if request.config.getoption("--regen-golden"):
-        shutil.rmtree(golden_dir, ignore_errors=True)
-        golden_dir.mkdir(parents=True)
-        for name, text in files.items():
-            (golden_dir / name).write_text(text)
-        return
-    assert_matches_golden(files, site, stage, launcher)
+    if not regenerated(request, GOLDEN / site / stage / launcher, files):
+        assert_matches_golden(files, site, stage, launcher)
 
 
 def assert_matches_golden(files: dict[str, str], site: str, stage: str, launcher: str) -> None:
@@ -95,14 +90,8 @@ def test_golden_with_spares(ck, tmp_path: Path, request: pytest.FixtureRequest, 
     files = rendered_files(ck, tmp_path, site, stage, launcher, SPARES[(site, stage, launcher)])
     assert "job.sbatch" in files, files
     name = f"{launcher}-spares"
-    if request.config.getoption("--regen-golden"):
-        golden_dir = GOLDEN / site / stage / name
-        shutil.rmtree(golden_dir, ignore_errors=True)
-        golden_dir.mkdir(parents=True)
-        for file, text in files.items():
-            (golden_dir / file).write_text(text)
-        return
-    assert_matches_golden(files, site, stage, name)
+    if not regenerated(request, GOLDEN / site / stage / name, files):
+        assert_matches_golden(files, site, stage, name)
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
