@@ -2,7 +2,7 @@
 """Recovery on the Slurm testbed: from a fault to training resuming, in the allocation and
 through the queue, and what the supervisor itself costs.
 
-    python bench/recovery.py [--repeat 2] [--faults xid79,down] [--healthy-minutes 2]
+    python bench/recovery.py [--repeat 2] [--faults xid79,down,dead,link] [--healthy-minutes 2]
 
 Starts its own 5-node testbed (tests/slurm/testbed.sh, needs root) and runs the recovery tests'
 training loop (tests/slurm/recovery_train.py: torch DDP over gloo on the CPU, a checkpoint every
@@ -12,6 +12,10 @@ For each fault, each policy, ``--repeat`` times:
 
 * faults: ``xid79``: the rank on node2 prints a real Xid 79 capture and exits at step 8;
   ``down``: node2 set DOWN (``scontrol update``) once rank 0 saved step 6;
+  ``dead``: node2 dies once rank 0 saved step 6 (its slurmd and every process on it SIGKILLed);
+  ``link``: node2's link set down in its network namespace once rank 0 saved step 6.  For these
+  two, slurmctld's SlurmdTimeout is lowered to 15 s for the bench (300 s by default: on a real
+  cluster, the time until Slurm calls the node down is that setting);
 * policies: ``in-allocation``: ``--spares 1``: the supervisor drops node2 and relaunches on the
   spare; ``requeue``: ``--spares 0``: no spare, so the job goes back through the queue without
   node2 (what a job without clusterkit's in-allocation recovery gets at best: ``--requeue``
@@ -34,9 +38,11 @@ import argparse
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,6 +53,7 @@ import pytest  # noqa: E402  (the testbed harness is the tests' own)
 
 from tests.conftest import CLI  # noqa: E402
 from tests.slurm.conftest import CK, _started  # noqa: E402
+from tests.slurm.test_recovery import DEAD_AFTER_S, _back, _kill_node, _revive, _slurmd_timeout  # noqa: E402
 from tests.slurm.test_spares import _env, _site  # noqa: E402
 
 TRAIN = REPO / "tests" / "slurm" / "recovery_train.py"
@@ -86,6 +93,7 @@ def one(ck: CK, site: Path, env: dict[str, str], work: Path, fault: str, spares:
     """Seconds from the fault to training resuming, and the job's end state."""
     run_dir = work / f"{fault}-{spares}-{time.time_ns()}"
     ck.bed.wait_idle(timeout=180)
+    link = ["ip", "-n", ck.bed.netns("node2"), "link", "set", ck.bed.iface("node2")]
     try:
         if fault == "xid79":
             job = submit(ck, site, env, run_dir, spares, "--gpu-fault-on", "node2", "--gpu-fault-log", str(XID79))
@@ -94,7 +102,12 @@ def one(ck: CK, site: Path, env: dict[str, str], work: Path, fault: str, spares:
             job = submit(ck, site, env, run_dir, spares, "--step-s", "0.5")
             wait_text(run_dir, "rank 0 saved step 6", 300)
             t_fault = time.monotonic()
-            ck.bed.run("scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=clusterkit-bench")
+            if fault == "down":
+                ck.bed.run("scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=clusterkit-bench")
+            elif fault == "dead":
+                _kill_node(ck.bed, "node2")
+            else:
+                subprocess.run([*link, "down"], check=True, capture_output=True, timeout=10)
         t_resumed = wait_text(run_dir, "resumed at step", 600)
         end = ck.wait_for(job, lambda s: s["state"] in TERMINAL, timeout=600, what="the end")["state"]
         return t_resumed - t_fault, end
@@ -102,6 +115,11 @@ def one(ck: CK, site: Path, env: dict[str, str], work: Path, fault: str, spares:
         ck.bed.run("scancel", "--user", "root", check=False)
         if fault == "down":
             ck.bed.resume("node2")
+        elif fault == "dead":
+            _revive(ck.bed, "node2")
+        elif fault == "link":
+            subprocess.run([*link, "up"], capture_output=True, timeout=10)
+            _back(ck.bed, "node2")
 
 
 def supervisors() -> dict[int, tuple[float, int]]:
@@ -162,14 +180,15 @@ def main() -> int:
             env, site = _env(ck, work, set()), _site(work)
             print(f"{'fault':8} {'policy':32} {'fault -> resumed (s)':>22}   end states")
             for fault in args.faults.split(","):
-                for spares, policy in ((1, "in-allocation (1 spare)"), (0, "requeue (no spare, queue empty)")):
-                    times, ends = [], []
-                    for _ in range(args.repeat):
-                        t, end = one(ck, site, env, work, fault, spares)
-                        times.append(t)
-                        ends.append(end)
-                    print(f"{fault:8} {policy:32} {statistics.median(times):14.1f} median "
-                          f"({min(times):.1f}-{max(times):.1f})   {','.join(ends)}")
+                with _slurmd_timeout(ck.bed, DEAD_AFTER_S) if fault in ("dead", "link") else nullcontext():
+                    for spares, policy in ((1, "in-allocation (1 spare)"), (0, "requeue (no spare, queue empty)")):
+                        times, ends = [], []
+                        for _ in range(args.repeat):
+                            t, end = one(ck, site, env, work, fault, spares)
+                            times.append(t)
+                            ends.append(end)
+                        print(f"{fault:8} {policy:32} {statistics.median(times):14.1f} median "
+                              f"({min(times):.1f}-{max(times):.1f})   {','.join(ends)}", flush=True)
             if args.healthy_minutes > 0:
                 healthy(ck, site, env, work, args.healthy_minutes)
     except pytest.skip.Exception as e:
