@@ -213,3 +213,23 @@ def test_no_requeue_when_the_partition_cannot_hold_the_spares_an_attempt_used_up
     assert isinstance(step, Stop) and "2 of the partition's 4 nodes remain for 3" in step.reason, step
     five = replan.next_step(fault, [], replace(facts, partition=("node1", "node2", "node3", "node4", "node5")))
     assert isinstance(five, RequeueWithout) and five.exclude == ("node2", "node3"), five
+
+
+def test_logs_that_blame_nothing_beside_a_node_slurm_calls_down_are_that_nodes_failure() -> None:
+    """A node that died (or lost its link) leaves no line in the ranks' logs: doctor finds nothing
+    there, Slurm reports the node down.  The attempt's cause is the node's failure, doctor's kept."""
+    quiet = Verdict("unknown", "no failure found in these logs")
+    v = replan.with_slurm_facts(quiet, ["node2"])
+    assert v.category == "slurm-node-failure" and v.node is None
+    assert v.summary == ("Slurm reports node2 down or failing "
+                         "(doctor on the ranks' logs: unknown: no failure found in these logs)")
+    step = replan.next_step(v, ["node2"], tried())
+    assert isinstance(step, Relaunch) and step.nodes == ("node1", "node4", "node3") and not step.once
+    assert "attempt 0 failed (slurm-node-failure: Slurm reports node2 down" in step.line
+    assert "dropped node2 (down in Slurm)" in step.line
+    # what the logs do blame is kept: a node's fault, the run's own fault; nothing down: unchanged
+    for kept in (Verdict("gpu-hardware", "Xid 79", "node3"), Verdict("user-code", "KeyError")):
+        assert replan.with_slurm_facts(kept, ["node2"]) == kept
+    assert replan.with_slurm_facts(quiet, []) == quiet
+    many = replan.with_slurm_facts(quiet, [f"node{i}" for i in range(1, 12)])
+    assert "node8 ... down or failing" in many.summary and len(many.summary) <= 300

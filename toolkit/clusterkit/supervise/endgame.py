@@ -210,9 +210,8 @@ class Supervisor:
 
     # ---- recovery inside the allocation (a failed attempt, the run not stopping)
     def recover(self, rc: int, run: recovery.Run) -> int:
-        """Judge the failed attempt and act: the next attempt's status (a relaunch), or the end
-        (a requeue without the bad nodes, or a stop with the verdict).  Without doctor, the run
-        ends as before recovery (``self.attempts`` cleared, ``rc`` returned)."""
+        """Judge the failed attempt and act: the next attempt's status (a relaunch), or the end (a requeue
+        without the bad nodes, a stop with the verdict).  Without doctor: as before recovery (``rc``)."""
         how = "doctor judges its logs" if self.stalled is None else "it stalled (no doctor run)"
         log(f"attempt {run.attempt} on {','.join(run.nodes)} failed (status {rc}): {how}")
         v, self.stalled = self.stalled or recovery.judge_launch(run, self.spec.launch, log), None
@@ -226,6 +225,7 @@ class Supervisor:
             return rc   # (a preemption can kill the steps before the batch script hears of it)
         gone = replan.left_allocation(shown, run.allocation) or []   # Slurm took them out (node failure)
         down = [h for h in run.allocation if h in gone or h in recovery.down_nodes(self.client, run)]
+        v = replan.with_slurm_facts(v, down)   # logs that blame nothing, a node Slurm calls down: its failure
         facts = replan.Attempted(attempt=run.attempt, nodes=run.nodes, unused=tuple(h for h in run.unused
                                  if h not in down), max_relaunches=run.max_relaunches, unknown_used=run.unknown_used,
                                  restarts_left=s.max_restarts - s.restarts, excluded=recovery.kept_out(shown, run),

@@ -172,6 +172,16 @@ def left_allocation(show_job: str, allocation: tuple[str, ...]) -> list[str] | N
     return [h for h in allocation if h not in still]
 
 
+def with_slurm_facts(v: Verdict, down: list[str]) -> Verdict:
+    """doctor's verdict on the ranks' logs, with what Slurm knows: when the logs blame nothing
+    (``unknown``, ``ok``, a Slurm end) while Slurm reports nodes of the allocation down or failing,
+    the attempt's cause is those nodes' failure (``slurm-node-failure``), doctor's answer kept beside."""
+    if not down or v.category in RELAUNCH or v.category in STOP:
+        return v
+    said = f"Slurm reports {', '.join(down[:8])}{' ...' if len(down) > 8 else ''} down or failing"
+    return Verdict("slurm-node-failure", f"{said} (doctor on the ranks' logs: {_why(v)})"[:_WHY_MAX])
+
+
 def _why(v: Verdict) -> str:
     return f"{v.category}: {v.summary}" if v.summary else v.category
 
