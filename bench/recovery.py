@@ -11,9 +11,9 @@ training loop (tests/slurm/recovery_train.py: torch DDP over gloo on the CPU, a 
 For each fault, each policy, ``--repeat`` times:
 
 * faults: ``xid79``: the rank on node2 prints a real Xid 79 capture and exits at step 8;
-  ``down``: node2 set DOWN (``scontrol update``) once rank 0 saved step 6;
-  ``dead``: node2 dies once rank 0 saved step 6 (its slurmd and every process on it SIGKILLed);
-  ``link``: node2's link set down in its network namespace once rank 0 saved step 6.  For these
+  ``down``: the node of rank 1 set DOWN (``scontrol update``) once rank 0 saved step 6;
+  ``dead``: that node dies then (its slurmd and every process on it SIGKILLed);
+  ``link``: that node's link set down in its network namespace then.  For these
   two, slurmctld's SlurmdTimeout is lowered to 15 s for the bench (300 s by default: on a real
   cluster, the time until Slurm calls the node down is that setting);
 * policies: ``in-allocation``: ``--spares 1``: the supervisor drops node2 and relaunches on the
@@ -93,7 +93,7 @@ def one(ck: CK, site: Path, env: dict[str, str], work: Path, fault: str, spares:
     """Seconds from the fault to training resuming, and the job's end state."""
     run_dir = work / f"{fault}-{spares}-{time.time_ns()}"
     ck.bed.wait_idle(timeout=180)
-    link = ["ip", "-n", ck.bed.netns("node2"), "link", "set", ck.bed.iface("node2")]
+    victim = "node2"
     try:
         if fault == "xid79":
             job = submit(ck, site, env, run_dir, spares, "--gpu-fault-on", "node2", "--gpu-fault-log", str(XID79))
@@ -101,25 +101,33 @@ def one(ck: CK, site: Path, env: dict[str, str], work: Path, fault: str, spares:
         else:
             job = submit(ck, site, env, run_dir, spares, "--step-s", "0.5")
             wait_text(run_dir, "rank 0 saved step 6", 300)
+            # the node rank 1 runs on: Slurm may place the job on other nodes than node[1-3]
+            m = re.search(r"^rank 1/\d+ on (node\d+) ", logs(run_dir), re.M)
+            victim = m.group(1) if m else victim
             t_fault = time.monotonic()
             if fault == "down":
-                ck.bed.run("scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=clusterkit-bench")
+                ck.bed.run("scontrol", "update", f"NodeName={victim}", "State=DOWN", "Reason=clusterkit-bench")
             elif fault == "dead":
-                _kill_node(ck.bed, "node2")
+                _kill_node(ck.bed, victim)
             else:
-                subprocess.run([*link, "down"], check=True, capture_output=True, timeout=10)
+                subprocess.run([*link(ck, victim), "down"], check=True, capture_output=True, timeout=10)
         t_resumed = wait_text(run_dir, "resumed at step", 600)
         end = ck.wait_for(job, lambda s: s["state"] in TERMINAL, timeout=600, what="the end")["state"]
         return t_resumed - t_fault, end
     finally:
         ck.bed.run("scancel", "--user", "root", check=False)
         if fault == "down":
-            ck.bed.resume("node2")
+            ck.bed.resume(victim)
         elif fault == "dead":
-            _revive(ck.bed, "node2")
+            _revive(ck.bed, victim)
         elif fault == "link":
-            subprocess.run([*link, "up"], capture_output=True, timeout=10)
-            _back(ck.bed, "node2")
+            subprocess.run([*link(ck, victim), "up"], capture_output=True, timeout=10)
+            _back(ck.bed, victim)
+
+
+def link(ck: CK, node: str) -> list[str]:
+    """``ip`` words that set ``node``'s link in its network namespace (``up`` or ``down`` follows)."""
+    return ["ip", "-n", ck.bed.netns(node), "link", "set", ck.bed.iface(node)]
 
 
 def supervisors() -> dict[int, tuple[float, int]]:

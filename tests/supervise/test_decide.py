@@ -155,3 +155,10 @@ def test_a_forged_ids_file_reaches_only_jobs_slurm_holds_as_this_chains_next_mem
     # several dependencies: one of them afterany on the member before is enough
     assert decide.chain_successors(["4322"], "4321", "4322 afterok:1(unfulfilled),afterany:4321(unfulfilled)\n") \
         == ["4322"]
+
+
+def test_the_local_sites_time_limit_ends_failed_with_how_to_go_on() -> None:
+    assert decide.local_end(0, None, 60) == (0, "") and decide.local_end(3, None, 60) == (3, "")
+    rc, why = decide.local_end(0, decide.WARNING, 60)   # the ranks saved and exited 0: still not done
+    assert rc == 1 and why.startswith("the local site's time limit came: every rank got SIGTERM and 60 s to save")
+    assert "--run-name" in why and "--set time=MINUTES" in why

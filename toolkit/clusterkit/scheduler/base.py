@@ -78,6 +78,21 @@ def status_from_result(code: int, rec: JobRecord) -> JobStatus:
                      source="result-file")
 
 
+def with_script_reason(rec: JobRecord, st: JobStatus) -> JobStatus:
+    """The job's own reason for its end (``<job id>.reason``, the supervisor's: restart budget
+    spent, a time limit on the local site, ...) beats the scheduler's generic one
+    (``NonZeroExitCode``).  Its first line, bounded and printable."""
+    if not st.terminal:
+        return st
+    try:
+        with open(Path(rec.run_dir) / f"{rec.job_id}.reason", "rb") as f:
+            text = f.read(4096).decode("utf-8", errors="replace")
+    except OSError:
+        return st
+    reason = printable(text.strip().splitlines()[0])[:300] if text.strip() else ""
+    return replace(st, reason=reason) if reason else st
+
+
 def preempted_then_ended(st: JobStatus, code: int | None, rec: JobRecord) -> JobStatus | None:
     """A job (or array task) Slurm calls PREEMPTED that its own script ended for good: the
     script's end (its result file), with Slurm's restarts and nodes.  Slurm 24.05+ records a job

@@ -28,6 +28,7 @@ from clusterkit.scheduler.base import (
     OnGrace,
     cached_status,
     status_from_result,
+    with_script_reason,
 )
 from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.results import read_result_file
@@ -37,14 +38,16 @@ if TYPE_CHECKING:
     from clusterkit.rundir import RenderedRun
     from clusterkit.scheduler.records import JobRecord
 
-SIGNAL_DELAY_S = 30  # the controller's warning signal comes this long before the time limit
 
 
 class LocalScheduler:
     kind: SchedulerKind = "local"
 
     def submit(self, run: RenderedRun) -> str:
-        return submit_local(run.run_dir, run.script, slurm_minutes(run.plan.time))
+        # the controller's warning (USR2) comes scheduler.preempt_signal_s before the time limit, as
+        # Slurm's --signal: the supervisor's grace time (shorter) ends, and the result is written, first
+        signal_s = run.plan.basis.site.scheduler.preempt_signal_s
+        return submit_local(run.run_dir, run.script, slurm_minutes(run.plan.time), signal_s)
 
     def status(self, records: Sequence[JobRecord]) -> list[JobStatus]:
         return [cached_status(r) if r.state is not None and r.state.is_terminal else local_status(r) for r in records]
@@ -56,7 +59,7 @@ class LocalScheduler:
         return log_files(rec)
 
 
-def submit_local(run_dir: Path, script: Path, timeout_min: float) -> str:
+def submit_local(run_dir: Path, script: Path, timeout_min: float, signal_delay_s: int) -> str:
     """Start the rendered script on this machine; return the job id (the controller's pid).
 
     Same environment contract as ``submitit.local.local.start_controller``, with two changes:
@@ -68,7 +71,7 @@ def submit_local(run_dir: Path, script: Path, timeout_min: float) -> str:
     env = dict(os.environ)
     env.update(
         SUBMITIT_LOCAL_NTASKS="1", SUBMITIT_LOCAL_COMMAND=shlex.join(["bash", str(script)]),
-        SUBMITIT_LOCAL_TIMEOUT_S=str(int(60 * timeout_min)), SUBMITIT_LOCAL_SIGNAL_DELAY_S=str(SIGNAL_DELAY_S),
+        SUBMITIT_LOCAL_TIMEOUT_S=str(int(60 * timeout_min)), SUBMITIT_LOCAL_SIGNAL_DELAY_S=str(signal_delay_s),
         SUBMITIT_LOCAL_NODEID="0", SUBMITIT_LOCAL_JOB_NUM_NODES="1", SUBMITIT_STDERR_TO_STDOUT="",
         SUBMITIT_EXECUTOR="local", SUBMITIT_LOCAL_WITH_SHELL="",
     )
@@ -84,7 +87,7 @@ def local_status(rec: JobRecord) -> JobStatus:
     """A local job's state: its result file, else whether its controller process still lives."""
     code = read_result_file(rec.result_file)
     if code is not None:
-        return status_from_result(code, rec)
+        return with_script_reason(rec, status_from_result(code, rec))
     if rec.host != socket.gethostname():  # its pid means nothing here
         return JobStatus(state=JobState.UNKNOWN, reason=f"local job of host {rec.host}; ask there", source="none")
     if _local_alive(rec.job_id):

@@ -39,6 +39,7 @@ from clusterkit.scheduler.base import (
     cached_status,
     preempted_then_ended,
     status_from_result,
+    with_script_reason,
 )
 from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.results import read_result_file
@@ -78,7 +79,7 @@ class SlurmScheduler:
             self.query.unreachable = str(exc)
             return [_stale_status(rec, str(exc)) for rec in records]
         found = dict(zip(picked, tasks, strict=True))
-        return [found[i] if i in found else _with_reason(rec, _slurm_status(rec, known.get(rec.job_id)))
+        return [found[i] if i in found else with_script_reason(rec, _slurm_status(rec, known.get(rec.job_id)))
                 for i, rec in enumerate(records)]
 
     def cancel(self, rec: JobRecord, st: JobStatus, *, now: bool, on_grace: OnGrace | None = None) -> CancelOutcome:
@@ -125,19 +126,6 @@ def _slurm_status(rec: JobRecord, st: JobStatus | None) -> JobStatus:
         # record of its launcher's status
         return replace(st, exit_code=code)
     return st
-
-
-def _with_reason(rec: JobRecord, st: JobStatus) -> JobStatus:
-    """The job script's own reason for its end (``<job id>.reason``: restart budget spent, ...)
-    beats Slurm's generic one (``NonZeroExitCode``)."""
-    if not st.terminal:
-        return st
-    try:
-        text = (Path(rec.run_dir) / f"{rec.job_id}.reason").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return st
-    reason = text.strip().splitlines()[0][:300] if text.strip() else ""
-    return replace(st, reason=reason) if reason else st
 
 
 # --------------------------------------------------------------------------- submit

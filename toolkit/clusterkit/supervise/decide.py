@@ -89,6 +89,16 @@ def end_game(f: Facts) -> Action:
     return Requeue(f"{f.why}: requeueing (restart {f.restarts + 1} of {f.max_restarts})")
 
 
+def local_end(rc: int, warned: str | None, grace_s: int) -> tuple[int, str]:
+    """The end of a run on the local site (no Slurm, no requeue): the launcher's status, or, after
+    the time-limit warning, a failure that says the ranks were stopped and how to go on."""
+    if warned is None:
+        return rc, ""
+    return 1, (f"the local site's time limit came: every rank got SIGTERM and {grace_s} s to save (launcher "
+               f"status {rc}); the local site does not requeue: submit again with the same --run-name to resume "
+               "from the checkpoint, or with a longer --set time=MINUTES")
+
+
 def after_requeue(f: Facts, accepted: bool) -> WaitForSlurm | Fail:
     """Slurm's answer to our requeue.  Slurm answers an accepted requeue with TERM to the job's
     processes, so a TERM that came meanwhile (``f.stopping``) means it is ending this run too;

@@ -87,13 +87,12 @@ class Supervisor:
         slurm = spec.mode != "local"
         if slurm:   # an INT ends a batch script as it ended the shell: by that signal, no traceback
             signal.signal(signal.SIGINT, signal.SIG_DFL)
-        self.events = Events([signal.SIGUSR2, signal.SIGTERM, signal.SIGALRM] if slurm
-                             else [signal.SIGINT, signal.SIGTERM])
+        self.events = Events([signal.SIGUSR2, signal.SIGTERM, signal.SIGALRM] if slurm   # local: USR2 before
+                             else [signal.SIGINT, signal.SIGTERM, signal.SIGUSR2])   # its time limit too
 
     # ---- the launcher
     def start(self) -> int | None:
-        """Start the launcher as the job script's ``&`` did (stdin /dev/null, INT and QUIT
-        ignored, this process group); its status when it could not start at all."""
+        """Start the launcher (stdin /dev/null, INT and QUIT ignored); its status if it cannot start."""
         try:
             self.proc = slurmclient.launch(self.spec.launch)
         except OSError as exc:
@@ -128,7 +127,7 @@ class Supervisor:
 
     # ---- the signals while the run is on
     def on_signal(self, signum: int) -> None:
-        if self.spec.mode == "local":
+        if self.spec.mode == "local" and signum != signal.SIGUSR2:
             log(f"{signal.Signals(signum).name} received: sending TERM to the launcher")
             self.signal_launcher()
         elif signum == signal.SIGUSR2:
@@ -185,8 +184,9 @@ class Supervisor:
             s = self.spec
             self.attempts = recovery.start(os.environ, s.job_id, s.run_dir, s.restarts, s.max_relaunches, log)
         rc = self.launch_once()
-        if self.spec.mode == "local":
-            self.result(rc)
+        if self.spec.mode == "local":   # no requeue here: a time limit's end says how to go on
+            rc, why = decide.local_end(rc, self.warned, self.spec.grace_s)
+            self.result(rc, why)
             sys.exit(rc)
         while True:
             self.drain()
@@ -317,8 +317,8 @@ class Supervisor:
         sys.exit(status)
 
     def result(self, status: int, reason: str = "") -> None:
-        """The end for good: ``<job id>.result`` (one line: the status) tells ``clusterkit status``
-        and submitit the job ended; ``<job id>.reason`` says why, when there is more to say."""
+        """The end for good: ``<job id>.result`` (its status) tells ``clusterkit status`` and
+        submitit the job ended; ``<job id>.reason`` says why, when there is more to say."""
         s = self.spec
         if s.mode != "local" and decide.requeue_off_first(s.restarts, self.preempted, self.warned):
             answer = self.client(["scontrol", "update", f"JobId={s.job_id}", "Requeue=0"], ignore_term=True)
