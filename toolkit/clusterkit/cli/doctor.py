@@ -112,6 +112,10 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool, category_on
     Cascade symptoms (watchdog timeouts, connection resets, killed peers) are counted under
     the verdict, never reported as its cause.
     """
+    from clusterkit.cli.login import forward_job
+
+    if not from_logs and (fwd := forward_job("doctor", targets)) is not None:
+        return fwd
     from clusterkit.api import diagnose_logs, doctor_job
     from clusterkit.cli import output
     from clusterkit.diagnose import LogsUnreadable
