@@ -25,7 +25,8 @@ Exit codes:
   0  the job succeeded (verdict ok)
   1  a failure was diagnosed (including unknown)
   2  usage error
-  3  logs or Slurm could not be read
+  3  logs or Slurm could not be read, or the login node of a job submitted
+     through one could not be reached
 """
 
 
