@@ -103,3 +103,16 @@ def test_an_upload_folder_others_may_write_is_refused(tmp_path: Path) -> None:
     (tmp_path / UPLOAD_DIR / "objects").chmod(0o777)
     with pytest.raises(SnapshotError, match="another user could plant"):
         checkout(tree, home=tmp_path)
+
+
+def test_what_the_login_nodes_submit_printed_is_read_as_data() -> None:
+    from clusterkit.errors import SubmitError
+    from clusterkit.remote.flow import _submitted_json
+
+    one = _submitted_json('{"job_id": "41", "run_dir": "/r/a", "nodes": 4, "launcher": "srun", "x": [1]}\n', "h")
+    assert one == [{"job_id": "41", "run_dir": "/r/a", "nodes": 4, "launcher": "srun"}]
+    chain = '{"chain": [{"job_id": "42", "run_dir": "/r/1"}, {"job_id": "43", "run_dir": "/r/2"}]}'
+    assert [d["job_id"] for d in _submitted_json(f"note\n{chain}\n", "h")] == ["42", "43"]
+    for bad in ('{"job_id": "../x", "run_dir": "/r"}', '{"chain": [{"job_id": "42"}]}', "Submitted job 42", ""):
+        with pytest.raises(SubmitError, match="printed no job id clusterkit can read"):
+            _submitted_json(bad, "h")

@@ -55,19 +55,22 @@ def submit_remote(command: click.Command, site_ref: str, *, code_dir: str | None
     done = api_login.submit(site, args, code_dir=code_dir, dry_run=dry_run,
                             accept_new_host_keys=accept_new_host_keys, note=lambda m: output.info(f"clusterkit: {m}"),
                             out=_write_out, err=_write_err)
-    rec = done.record
-    if rec is None:
+    recs = done.saved
+    if not recs:
         return done.exit_status
     if as_json:
-        output.emit_json({**done.remote, "job": rec.key, "login": rec.login.host, "remote_job": f"{rec.remote_site}:"
-                          f"{rec.job_id}", "code": done.uploaded.info.to_dict()})
+        jobs = [{**doc, "job": rec.key, "login": rec.login.host, "remote_job": f"{rec.remote_site}:{rec.job_id}",
+                 "code": done.uploaded.info.to_dict()} for rec, doc in zip(recs, done.remote, strict=True)]
+        output.emit_json(jobs[0] if len(jobs) == 1 else {"chain": jobs})
     else:
-        output.line(f"Submitted job {rec.job_id} through the login node {rec.login.host} (site {rec.site}): "
-                    f"{done.remote.get('launcher', '?')} on {done.remote.get('nodes', '?')} node(s)")
-        output.line(f"  run directory on the cluster: {rec.run_dir}")
+        for rec, doc in zip(recs, done.remote, strict=True):
+            output.line(f"Submitted job {rec.job_id} through the login node {rec.login.host} (site {rec.site}): "
+                        f"{doc.get('launcher', '?')} on {doc.get('nodes', '?')} node(s)")
+            output.line(f"  run directory on the cluster: {rec.run_dir}")
         output.line(f"  {done.uploaded.info.worded()}; {done.uploaded.files_sent} file(s) sent")
-        output.line(f"  its state: clusterkit status {rec.job_id}")
-        output.line(f"  its logs:  clusterkit logs {rec.job_id} --follow")
+        output.line(f"  its state: clusterkit status {recs[0].job_id}")
+        output.line(f"  its logs:  clusterkit logs {recs[0].job_id} --follow")
+    rec = recs[0]
     if follow:
         return api_login.forward(rec, "logs", [api_login.remote_ref(rec, rec.job_id), "--follow"],
                                  out=_write_out, err=_write_err)

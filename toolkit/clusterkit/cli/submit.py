@@ -84,6 +84,9 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
         if follow and given:
             raise InputError(f"--follow and {name} cannot be combined")
 
+    if chain is not None and (follow or wait):
+        raise InputError("--chain queues its jobs and returns: follow them with `clusterkit status` "
+                         "(not with --wait or --follow)")
     loaded = Site.load(site)
     if code_upload is not None:
         _use_upload(code_upload, job_setup)
@@ -93,9 +96,6 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
         return submit_remote(click.get_current_context().command, site, code_dir=job_setup.get("code"),
                              snapshot=job_setup.get("snapshot"), dry_run=dry_run, follow=follow, wait=wait,
                              as_json=as_json, accept_new_host_keys=accept_new_host_keys)
-    if chain is not None and (follow or wait):
-        raise InputError("--chain queues its jobs and returns: follow them with `clusterkit status` "
-                         "(not with --wait or --follow)")
     if exclude_from:
         exclude = _exclude_from(exclude_from, exclude)
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,

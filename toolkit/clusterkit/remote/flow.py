@@ -102,9 +102,13 @@ class Relay:
 @dataclass(frozen=True)
 class Submitted:
     exit_status: int
-    record: records.LoginRecord | None
+    saved: list[records.LoginRecord]     # one job, or a chain's members in order
     uploaded: Uploaded
-    remote: dict[str, object]   # what the login node's submit printed (--json), validated fields only
+    remote: list[dict[str, object]]      # what the login node's submit printed (--json), validated fields only
+
+    @property
+    def record(self) -> records.LoginRecord | None:
+        return self.saved[0] if self.saved else None
 
 
 def submit(site: Site, args: Sequence[str], *, code_dir: str | None, dry_run: bool,
@@ -122,31 +126,39 @@ def submit(site: Site, args: Sequence[str], *, code_dir: str | None, dry_run: bo
         argv = clusterkit_argv(login, "submit", *([] if dry_run else ["--no-wait", "--json"]),
                                "--site", remote_site, "--code-upload", up.tree, *args)
         if dry_run:
-            return Submitted(session.stream(argv, Relay(out), Relay(err)), None, up, {})
+            return Submitted(session.stream(argv, Relay(out), Relay(err)), [], up, [])
         rc, stdout, stderr = session.capture(argv, timeout_s=SUBMIT_TIMEOUT_S)
     if stderr:
         Relay(err)(stderr.encode())
     if rc != 0:
-        return Submitted(rc, None, up, {})
-    doc = _submitted_json(stdout, login.host)
-    rec = records.save(str(doc["job_id"]), site.name, remote_site, login, str(doc["run_dir"]), up.info.to_dict())
-    return Submitted(0, rec, up, doc)
+        return Submitted(rc, [], up, [])
+    docs = _submitted_json(stdout, login.host)
+    recs = [records.save(str(d["job_id"]), site.name, remote_site, login, str(d["run_dir"]), up.info.to_dict())
+            for d in docs]
+    return Submitted(0, recs, up, docs)
 
 
-def _submitted_json(stdout: str, host: str) -> dict[str, object]:
+def _submitted_json(stdout: str, host: str) -> list[dict[str, object]]:
+    """The jobs the login node's ``submit --json`` printed (one, or a chain's ``{"chain": [...]}``),
+    each with a valid job id and run directory, else SubmitError."""
     lines = [ln for ln in stdout.splitlines() if ln.strip()]
     try:
         doc = json.loads(lines[-1]) if lines else None
     except (json.JSONDecodeError, RecursionError):
         doc = None
-    job_id = doc.get("job_id") if isinstance(doc, dict) else None
-    run_dir = doc.get("run_dir") if isinstance(doc, dict) else None
-    if not isinstance(job_id, str) or not is_job_id(job_id) or not isinstance(run_dir, str) or len(run_dir) > 4096:
-        raise SubmitError(f"login node {host}: its submit printed no job id clusterkit can read "
-                          f"({shorten(printable(stdout.strip()), 120) or 'nothing'}); see `clusterkit status` there")
+    members = doc.get("chain") if isinstance(doc, dict) and "chain" in doc else [doc]
     keep = ("job", "job_id", "site", "stage", "launcher", "nodes", "world_size", "run_dir", "state")
-    assert isinstance(doc, dict)
-    return {k: doc[k] for k in keep if isinstance(doc.get(k), (str, int)) and not isinstance(doc.get(k), bool)}
+    out: list[dict[str, object]] = []
+    for m in members if isinstance(members, list) and 0 < len(members) <= 1000 else [None]:
+        job_id = m.get("job_id") if isinstance(m, dict) else None
+        run_dir = m.get("run_dir") if isinstance(m, dict) else None
+        if not (isinstance(m, dict) and isinstance(job_id, str) and is_job_id(job_id) and isinstance(run_dir, str)
+                and len(run_dir) <= 4096):
+            raise SubmitError(f"login node {host}: its submit printed no job id clusterkit can read "
+                              f"({shorten(printable(stdout.strip()), 120) or 'nothing'}); see `clusterkit status` "
+                              "there")
+        out.append({k: m[k] for k in keep if isinstance(m.get(k), (str, int)) and not isinstance(m.get(k), bool)})
+    return out
 
 
 def forward(rec: records.LoginRecord, command: str, args: Sequence[str], *,
