@@ -50,6 +50,7 @@ REFUSED, TARPIT, BLACKHOLE = "@refused", "@tarpit", "@blackhole"
 FAULTS = (REFUSED, TARPIT, BLACKHOLE)
 NETNS_PORT = 2300  # fixed inside our own namespace: nothing else can hold it there
 SSHD = "/usr/sbin/sshd"
+SFTP_SERVER = "/usr/lib/openssh/sftp-server"   # the sftp subsystem (ForceCommand runs the wrapper for it)
 PER_SSHD = 16  # sshd: "Too many listen sockets" past 16 ListenAddress lines
 
 # The ForceCommand.  Runs under the login shell (bash) for every session; kept to builtins
@@ -66,6 +67,10 @@ read -r CLUSTERKIT_LAB_NODE < "$node/name"
 export CLUSTERKIT_LAB_NODE CLUSTERKIT_SYSROOT="$node/root" PATH="$node/bin:$PATH"
 if [ -z "${SSH_ORIGINAL_COMMAND:-}" ]; then
     exec bash
+fi
+if [ "$SSH_ORIGINAL_COMMAND" = "@SFTP@" ]; then  # the sftp subsystem: the profile's own server, if it has one
+    [ -x "$node/bin/sftp-server" ] && exec "$node/bin/sftp-server"
+    exec @SFTP@
 fi
 exec bash -c "$SSH_ORIGINAL_COMMAND"
 """
@@ -323,7 +328,7 @@ def _sshd_config(workdir: Path, index: int, port: int, addrs: Sequence[str],
              "KbdInteractiveAuthentication no", "UsePAM no", "PermitRootLogin prohibit-password",
              "MaxStartups 1024", "MaxSessions 64", "UseDNS no", "StrictModes no",
              # Debian's bash sources ~/.bashrc for ssh commands unless SHLVL is set: +130 ms.
-             "SetEnv SHLVL=1", f"ForceCommand {workdir}/node-wrapper",
+             "SetEnv SHLVL=1", f"ForceCommand {workdir}/node-wrapper", f"Subsystem sftp {SFTP_SERVER}",
              "AllowTcpForwarding yes", "X11Forwarding no", "PrintMotd no", "PrintLastLog no",
              f"LogLevel {log_level}"]
     path = workdir / f"sshd-{index}.conf"
@@ -438,7 +443,7 @@ def _prepare_files(lab: SSHLab, profiles_dir: Path) -> None:
         f"[{addr}]:{lab.port} {lab.host_key_line}\n" for addr in lab.addresses.values()))
     lab.ssh_config.write_text(_client_config(lab))
     wrapper = wd / "node-wrapper"
-    wrapper.write_text(WRAPPER.replace("@LAB@", str(wd)))
+    wrapper.write_text(WRAPPER.replace("@LAB@", str(wd)).replace("@SFTP@", SFTP_SERVER))
     wrapper.chmod(0o755)
     for name in lab.nodes:
         _make_node(wd, name, lab.addresses[name], lab.profiles[name], profiles_dir)

@@ -176,6 +176,13 @@ class SlurmUnreachable(SubmitError):
     exit_code = ExitCode.UNREACHABLE
 
 
+class LoginUnreachable(ClusterkitError):
+    """The site's login node could not be reached over SSH (refused, timed out, host key unknown
+    or changed, no key accepted): exit 3, as an unreachable Slurm controller."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
 class SlurmTextError(ClusterkitError):
     """Slurm printed something clusterkit cannot use (a partition's node list that is not a
     plain host list, ...): named, never guessed at."""

@@ -25,7 +25,7 @@ Exit codes:
      no job record for the JOB given)
   3  preflight could not reach some nodes; the Slurm controller could not be
      reached (status still shows every job, Slurm ones with their last known
-     state)
+     state); the site's login node could not be reached
 """
 
 _NO_RECORD = """\
@@ -52,21 +52,24 @@ COMMAND_EXIT_CODES: dict[str, str] = {
   2  usage or config error (bad option, invalid site config, impossible plan,
      unusable run directory)
   3  the Slurm controller could not be reached, or preflight could not reach
-     some nodes
+     some nodes, or the site's login node could not be reached
   N  with --wait or --follow: the job's own exit status (128+N: killed by
      signal N)
 """,
     "status": "  0  ok\n" + _NO_RECORD + """\
   3  the Slurm controller could not be reached (Slurm jobs shown with their
-     last known state, marked stale)
+     last known state, marked stale), or the login node of a job submitted
+     through one
 """,
-    "logs": "  0  ok\n" + _NO_RECORD.replace("for the JOB given", "for the JOB given, or none yet"),
+    "logs": "  0  ok\n" + _NO_RECORD.replace("for the JOB given", "for the JOB given, or none yet")
+            + "  3  the login node of a job submitted through one could not be reached\n",
     "cancel": """\
   0  cancelled, or already ended
   1  a job record could not be read, or scancel failed
   2  usage error (bad option), or no job record for a JOB given (then none
      is cancelled)
-  3  the Slurm controller could not be reached
+  3  the Slurm controller could not be reached, or the login node of a job
+     submitted through one
 """,
     "sites": """\
   0  ok

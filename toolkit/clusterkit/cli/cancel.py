@@ -32,6 +32,10 @@ def cancel(refs: tuple[str, ...], now: bool, as_json: bool) -> int:
 
     JOB is a job id as `submit` printed it, or SITE:JOB_ID.
     """
+    from clusterkit.cli.login import forward_job
+
+    if (fwd := forward_job("cancel", refs)) is not None:
+        return fwd
     from clusterkit.cli import output
     from clusterkit.errors import RecordError
 

@@ -25,7 +25,8 @@ Exit codes:
   0  the job succeeded (verdict ok)
   1  a failure was diagnosed (including unknown)
   2  usage error
-  3  logs or Slurm could not be read
+  3  logs or Slurm could not be read, or the login node of a job submitted
+     through one could not be reached
 """
 
 
@@ -112,6 +113,10 @@ def doctor(targets: tuple[str, ...], from_logs: bool, as_json: bool, category_on
     Cascade symptoms (watchdog timeouts, connection resets, killed peers) are counted under
     the verdict, never reported as its cause.
     """
+    from clusterkit.cli.login import forward_job
+
+    if not from_logs and (fwd := forward_job("doctor", targets)) is not None:
+        return fwd
     from clusterkit.api import diagnose_logs, doctor_job
     from clusterkit.cli import output
     from clusterkit.diagnose import LogsUnreadable

@@ -187,6 +187,10 @@ def status(job: str | None, show_all: bool, limit: int | None, run: bool, html_f
     with their last known state marked stale (UNKNOWN when none is known), with a warning;
     the exit code is then 3.
     """
+    from clusterkit.cli.login import forward_job
+
+    if not html_file and (fwd := forward_job("status", [job] if job else [], latest=not show_all)) is not None:
+        return fwd
     from clusterkit.cli import output
     from clusterkit.errors import InputError
 
@@ -302,6 +306,10 @@ def logs(job: str | None, follow: bool, lines: int, as_json: bool, rank: int | N
     JOB is a job id as `submit` printed it, or SITE:JOB_ID; without it, the job you submitted
     last (the newest of your job records).
     """
+    from clusterkit.cli.login import forward_job
+
+    if (fwd := forward_job("logs", [job] if job else [])) is not None:
+        return fwd
     from clusterkit.cli import output
     from clusterkit.errors import InputError
 

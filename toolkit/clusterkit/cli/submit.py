@@ -42,12 +42,18 @@ if TYPE_CHECKING:
                    "the best --nodes (the same as --set spares=K; needs the in-job preflight).")
 @click.option("--exclude-from", "exclude_from", default=None, metavar="JOB",
               help="Keep out the nodes that job JOB's preflight dropped (added to --exclude).")
+@click.option("--accept-new-host-keys", is_flag=True,
+              help="Through the site's login node: store its host key when known_hosts has none (as preflight's "
+                   "option; a changed key is always refused).")
+@click.option("--code-upload", "code_upload", default=None, metavar="TREE", hidden=True,
+              help="On the login node: snapshot the code a laptop uploaded (what a laptop's submit runs there).")
 @long_run_options
 def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None, gpus_per_node: int | None,
            sets: tuple[str, ...], out: str | None, job_name: str | None, exclude: str | None, debug: bool,
            as_json: bool, command: tuple[str, ...], dry_run: bool, wait: bool | None, follow: bool,
            skip_preflight: bool, preflight_transport: str | None, spares: int | None, exclude_from: str | None,
-           after: str | None, chain: int | None, run_name: str | None, **job_setup: Any) -> int:
+           after: str | None, chain: int | None, run_name: str | None, accept_new_host_keys: bool,
+           code_upload: str | None, **job_setup: Any) -> int:
     """Render a job and submit it: sbatch on Slurm sites, submitit's local executor on local ones.
 
     \b
@@ -70,6 +76,7 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
     """
     from clusterkit.actions import PreflightRefused
     from clusterkit.api import Plan, Site
+    from clusterkit.api.login import through_login
     from clusterkit.cli import output
     from clusterkit.errors import InputError
 
@@ -80,6 +87,15 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
     if chain is not None and (follow or wait):
         raise InputError("--chain queues its jobs and returns: follow them with `clusterkit status` "
                          "(not with --wait or --follow)")
+    loaded = Site.load(site)
+    if code_upload is not None:
+        _use_upload(code_upload, job_setup)
+    elif through_login(loaded.config):   # from a laptop: the login node submits (docs/laptop.md)
+        from clusterkit.cli.login import submit_remote
+
+        return submit_remote(click.get_current_context().command, site, code_dir=job_setup.get("code"),
+                             snapshot=job_setup.get("snapshot"), dry_run=dry_run, follow=follow, wait=wait,
+                             as_json=as_json, accept_new_host_keys=accept_new_host_keys)
     if exclude_from:
         exclude = _exclude_from(exclude_from, exclude)
     request = build_request(stage=stage, command=command, launcher=launcher, nodes=nodes,
@@ -90,7 +106,7 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
         from clusterkit.chain import check_not_array
 
         check_not_array(request)
-    planned = Plan(Site.load(site), request)
+    planned = Plan(loaded, request)
     if dry_run:  # contacts no node: preflight's exclusions are the one thing a dry run cannot show
         run = longrun_cli.dry_run_plan(planned, after, chain).render(out, write=out is not None, submitting=True)
         _note_preflight_skipped(planned.site.config, skip_preflight)
@@ -139,6 +155,20 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
     from clusterkit.cli.jobs import follow_to_end
 
     return follow_to_end(job, as_json)
+
+
+def _use_upload(tree: str, job_setup: dict[str, Any]) -> None:
+    """On the login node: the code a laptop uploaded as ``--code``, from its working directory."""
+    import os
+
+    from clusterkit.api.login import checkout
+    from clusterkit.errors import InputError
+
+    if job_setup.get("code") or job_setup.get("snapshot") is False:
+        raise InputError("--code-upload names the code: not with --code or --no-snapshot")
+    path, workdir = checkout(tree)
+    os.chdir(path / workdir if workdir else path)
+    job_setup["code"] = str(path)
 
 
 def _exclude_from(ref: str, exclude: str | None) -> str:

@@ -20,6 +20,7 @@ from clusterkit.config.checks import Perf, Preflight
 from clusterkit.config.code_keys import CodeKeys
 from clusterkit.config.history_keys import NodeHistoryKeys
 from clusterkit.config.jobs import JobSection, Scheduler, StageOverride
+from clusterkit.config.login_keys import LoginKeys
 from clusterkit.config.machine import SSH, Network, Nodes, RoCE, Storage
 from clusterkit.config.model import _Model
 from clusterkit.config.sbatch_owned import OWNED_SBATCH, owned_sbatch
@@ -27,8 +28,9 @@ from clusterkit.config.software import NCCL, Container, Software
 from clusterkit.config.watch_keys import WatchKeys
 from clusterkit.vocab import Stage
 
-__all__ = ["NCCL", "OWNED_SBATCH", "SSH", "Container", "Cost", "JobSection", "Network", "Nodes", "Perf", "Preflight",
-           "Reliability", "RoCE", "Scheduler", "Site", "Software", "StageOverride", "Storage", "owned_sbatch"]
+__all__ = ["NCCL", "OWNED_SBATCH", "SSH", "Container", "Cost", "JobSection", "LoginKeys", "Network", "Nodes", "Perf",
+           "Preflight", "Reliability", "RoCE", "Scheduler", "Site", "Software", "StageOverride", "Storage",
+           "owned_sbatch"]
 
 
 class Cost(_Model):
@@ -63,6 +65,7 @@ class Site(_Model):
     node_history: NodeHistoryKeys = Field(default_factory=NodeHistoryKeys)
     watch: WatchKeys = Field(default_factory=WatchKeys)
     code: CodeKeys = Field(default_factory=CodeKeys)
+    login: LoginKeys | None = None
     cost: Cost | None = None
     reliability: Reliability = Field(default_factory=Reliability)
     templates: str | None = None

@@ -169,6 +169,16 @@ class SSHRunner:
         target = self._resolved.get(host)
         return target if target is not None else self._targets.resolve(host)
 
+    def connect(self, host: str) -> paramiko.Transport:
+        """One authenticated connection to ``host`` (through its jump hosts), its key checked as
+        every node's is; raises NodeFailure.  :meth:`close` closes the jump connections."""
+        target = self.resolve(host)
+        self._host_keys.prepare(target.known_hosts, [target.hostkey_name])
+        return self._connect(target, _Watch(deadline=float("inf")))
+
+    def close(self) -> None:
+        self._close_jumps()
+
     @property
     def ssh_config_path(self) -> str:
         return self._targets.ssh_config_path
