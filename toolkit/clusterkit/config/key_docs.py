@@ -23,6 +23,7 @@ KEY_DOCS: dict[str, str] = {
     "Site.node_history": "when the nodes that keep failing in your jobs (`clusterkit nodes`) are kept out of new jobs",
     "Site.watch": "when the job's supervisor calls a run stalled, and the process-group timeouts the job exports",
     "Site.code": "the snapshot of the code each job runs in (taken at submit time): on or off, and its limits",
+    "Site.login": "the cluster's login node, for submitting from a laptop over SSH (host, user, port, jump host)",
     "Site.cost": "price per GPU hour, for `clusterkit plan`'s cost figures",
     "Site.templates": "a folder of job script templates replacing the built-in ones of the same name",
     "Container.runtime": "pyxis (srun --container-image), apptainer, or singularity (apptainer's flags, the "
