@@ -6,8 +6,10 @@ in, values out; nothing here runs a command.
 
 topology/tree prints one line per switch, ``SwitchName=s0 Level=0 LinkSpeed=1 Nodes=tux[0-1]``,
 a higher switch with ``Switches=`` and every node below it in ``Nodes=``; topology/block one line
-per base block, ``BlockName=b1 BlockIndex=0 Nodes=tux[0-3]``.  A node's group is its lowest-level
-switch (its leaf), or the smallest block holding it.
+per base block, ``BlockName=b1 BlockIndex=0 Nodes=tux[0-3]`` (``BlockSize=4`` after it in 24.11),
+and from 24.11 one per aggregated block, ``AggregatedBlock=b[1-2] BlockIndex=3 Nodes=tux[0-7]
+BlockSize=8`` (read as a block of level 1 whose children are the blocks it names).  A node's group
+is its leaf: its lowest-level switch, or the base block holding it.
 """
 
 from __future__ import annotations
@@ -114,22 +116,29 @@ def parse(text: str) -> Topology:
     return Topology(plugin, tuple(groups), tuple(unparsed))
 
 
+_NAME_KEYS = ("SwitchName", "BlockName", "AggregatedBlock")
+
+
 def _group(line: str) -> tuple[Group | None, Plugin | None]:
     kv = split_record(line)
-    kind: Plugin = "tree" if "SwitchName" in kv else "block"
-    name = kv.get("SwitchName", kv.get("BlockName"))
-    if name is None or ("SwitchName" in kv and "BlockName" in kv):
+    keys = [k for k in _NAME_KEYS if k in kv]
+    if len(keys) != 1:
         return None, None
-    try:
-        name = check_host(name)
-    except HostlistError:
-        return None, None
+    kind: Plugin = "tree" if keys[0] == "SwitchName" else "block"
+    name = kv[keys[0]]
     nodes = _names(kv.get("Nodes", ""))
-    children = _names(kv.get("Switches", ""), limit=MAX_LINES)
-    level = parse_int(kv["Level"]) if "Level" in kv else 0
+    if keys[0] == "AggregatedBlock":   # named by the blocks it joins, a host list
+        children, level = _names(name, limit=MAX_LINES), 1
+        if not children or len(name) > 1000:
+            return None, None
+    else:
+        try:
+            name = check_host(name)
+        except HostlistError:
+            return None, None
+        children = _names(kv.get("Switches", ""), limit=MAX_LINES) if kind == "tree" else ()
+        level = parse_int(kv["Level"]) if "Level" in kv else 0
     if nodes is None or children is None or level is None or not 0 <= level <= 64:
-        return None, None
-    if kind == "block" and children:
         return None, None
     return Group(name, level, nodes, children), kind
 
