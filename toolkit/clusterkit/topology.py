@@ -127,6 +127,7 @@ def _group(line: str) -> tuple[Group | None, Plugin | None]:
     kind: Plugin = "tree" if keys[0] == "SwitchName" else "block"
     name = kv[keys[0]]
     nodes = _names(kv.get("Nodes", ""))
+    level: int | None
     if keys[0] == "AggregatedBlock":   # named by the blocks it joins, a host list
         children, level = _names(name, limit=MAX_LINES), 1
         if not children or len(name) > 1000:
