@@ -89,3 +89,13 @@ def test_sites_init_writes_the_plugin_from_scontrol(tmp_path: Path, monkeypatch:
 
 def test_parser_is_total_on_the_real_captures() -> None:
     assert_total(topology.parse, [c.body for c in CAPTURES])
+
+
+def test_lines_of_no_switch_or_block_are_kept_bounded_and_never_taken() -> None:
+    cap = next(c for c in WHOLE if c.path.stem == "tree-22.05.8-two-leaves")
+    block = next(c for c in WHOLE if c.path.stem == "block-24.11.5-three-racks")
+    mixed = topology.parse(cap.body + block.body + "SwitchName=leaf1 Level=0 Nodes=node9\n" + "junk\n" * 500)
+    assert mixed.plugin == "tree" and [g.name for g in mixed.groups] == ["leaf1", "leaf2", "spine"]
+    assert len(mixed.unparsed) == topology.MAX_UNPARSED   # the block lines, the second leaf1, the junk: first 100
+    assert mixed.unparsed[0].startswith("BlockName=rack1")
+    assert mixed.group_of()["node1"] == "leaf1" and "node9" not in mixed.group_of()

@@ -27,6 +27,7 @@ from clusterkit.tooltext import parse_int, printable
 MAX_TEXT = 8 << 20
 MAX_LINES = 100_000
 MAX_NODES = 200_000
+MAX_UNPARSED = 100
 
 Plugin = Literal["tree", "block"]
 
@@ -94,10 +95,11 @@ def _names(value: str, *, limit: int = MAX_NODES) -> tuple[str, ...] | None:
 def parse(text: str) -> Topology:
     """``scontrol show topology`` (any Slurm since 2.x: tree; 23.11+: block) -> :class:`Topology`.
 
-    A line is a switch (``SwitchName=``) or a block (``BlockName=``) whose name is a host name and
-    whose ``Nodes=``/``Switches=`` are host lists; anything else, a second plugin's lines among the
-    first's included, goes to ``unparsed``.  Bounded: :data:`MAX_TEXT` characters, :data:`MAX_LINES`
-    lines, :data:`MAX_NODES` nodes a line.
+    A line is a switch (``SwitchName=``) or a block (``BlockName=``, ``AggregatedBlock=``) whose
+    name is a host name (an aggregated block's: a host list) and whose ``Nodes=``/``Switches=`` are
+    host lists; anything else, a second plugin's lines among the first's included, goes to
+    ``unparsed`` (the first :data:`MAX_UNPARSED`).  Bounded: :data:`MAX_TEXT` characters,
+    :data:`MAX_LINES` lines, :data:`MAX_NODES` nodes a line.
     """
     groups: list[Group] = []
     unparsed: list[str] = []
@@ -108,7 +110,8 @@ def parse(text: str) -> Topology:
             continue
         g, kind = _group(line.strip())
         if g is None or kind is None or (plugin is not None and kind != plugin) or g.name in seen:
-            unparsed.append(printable(line)[:300])
+            if len(unparsed) < MAX_UNPARSED:
+                unparsed.append(printable(line)[:300])
             continue
         plugin = kind
         seen.add(g.name)
