@@ -1,6 +1,7 @@
 """Golden job scripts for site keys and job options that change the script's shape: the
 rendezvous host on another network (``network.rendezvous_host``: a suffix, an interface),
-per-task GPU binding for ``--launcher srun`` (``--set gpu_bind=task``), teardown steps (the
+per-task GPU binding for ``--launcher srun`` (``--set gpu_bind=task``), the placement by topology
+(``network.topology``: ``--switches``/``--segment``, the hosts ordered by switch), teardown steps (the
 site's and ``--teardown``), a singularity image's runscript with the ``--node-setup`` steps in
 the image.  Regenerate with ``--regen-golden`` and review the diff."""
 
@@ -29,6 +30,10 @@ CASES: dict[str, tuple[str, list[str]]] = {
         "software:\n  container: {runtime: singularity, image: /images/pt.sif, runscript: true, env: {HF_HOME: /hf}}\n",
         ["--stage", "multi-node", "--nodes", "2", "--launcher", "torchrun", "--node-setup", "pip list",
          "--set", "node_setup_in=container"]),
+    "topology-tree": ('network:\n  topology: {plugin: tree, max_switches: 1, max_wait: "00:05:00"}\n',
+                      ["--stage", "multi-node", "--nodes", "2", "--launcher", "deepspeed"]),
+    "topology-block": ("network:\n  topology: {plugin: block, segment: 2}\n",
+                       ["--stage", "multi-node", "--nodes", "4", "--launcher", "torchrun"]),
     "srun-gpu-bind": ("", ["--stage", "multi-node", "--nodes", "2", "--launcher", "srun", "--set", "gpu_bind=task"]),
 }
 FILES = ("job.sbatch", "rendezvous-host.sh")

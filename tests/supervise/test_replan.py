@@ -233,3 +233,64 @@ def test_logs_that_blame_nothing_beside_a_node_slurm_calls_down_are_that_nodes_f
     assert replan.with_slurm_facts(quiet, []) == quiet
     many = replan.with_slurm_facts(quiet, [f"node{i}" for i in range(1, 12)])
     assert "node8 ... down or failing" in many.summary and len(many.summary) <= 300
+
+
+# ---- placement by topology (network.topology): spares under the dropped node's switch
+
+
+LEAVES = (("node1", "leaf1"), ("node2", "leaf1"), ("node3", "leaf2"), ("node4", "leaf2"), ("node5", "leaf1"))
+
+
+def test_a_spare_under_the_dropped_nodes_switch_is_taken_first() -> None:
+    alloc = ("node1", "node2", "node3", "node4", "node5")
+    facts = tried(nodes=("node1", "node2", "node3"), unused=("node4", "node5"), allocation=alloc, switch_of=LEAVES)
+    step = replan.next_step(Verdict("gpu-hardware", "Xid 79", "node2"), [], facts)
+    assert isinstance(step, Relaunch)
+    assert step.nodes == ("node1", "node5", "node3")   # node5 (leaf1) for node2 (leaf1), not node4 (leaf2)
+    assert "spare(s) node5 take their place" in step.line
+    # without the switches: the first spare, in Slurm's order, as before
+    plain = replan.next_step(Verdict("gpu-hardware", "Xid 79", "node2"), [], replace(facts, switch_of=()))
+    assert isinstance(plain, Relaunch) and plain.nodes == ("node1", "node3", "node4")
+
+
+def test_with_no_spare_under_its_switch_the_first_spare_is_taken_and_the_nodes_stay_grouped() -> None:
+    alloc = ("node1", "node2", "node3", "node4", "node5")
+    facts = tried(nodes=("node1", "node5", "node3"), unused=("node2", "node4"), allocation=alloc, switch_of=LEAVES)
+    step = replan.next_step(Verdict("gpu-hardware", "", "node3"), [], facts)
+    # node3's switch leaf2 has node4 spare: taken; the list by switch, the first host (node1) first
+    assert isinstance(step, Relaunch) and step.nodes == ("node1", "node5", "node4")
+    two = replan.next_step(Verdict("gpu-hardware", "", "node1"), ["node3"], replace(facts, unused=("node2", "node4")))
+    assert isinstance(two, Relaunch) and set(two.nodes) == {"node2", "node5", "node4"}
+    assert two.nodes == ("node2", "node5", "node4")   # leaf1's together, then leaf2's
+
+
+def test_pick_spares_prefers_the_switch_then_the_order() -> None:
+    from clusterkit.topology import pick_spares
+    group_of = dict(LEAVES)
+    assert pick_spares(["node3", "node1"], ["node2", "node4", "node5"], group_of) == ["node4", "node2"]
+    assert pick_spares(["node3", "node4"], ["node2", "node5"], group_of) == ["node2", "node5"]   # none under leaf2
+    assert pick_spares(["node1", "node2"], ["node5"], group_of) == ["node5"]   # short: fewer
+    assert pick_spares(["nodeX"], ["node4", "node5"], group_of) == ["node4"]   # a node under no switch
+
+
+def test_the_supervisor_asks_slurm_for_the_switches_once_and_only_when_the_job_orders_by_them(tmp_path: Path) -> None:
+    import subprocess
+
+    from clusterkit.supervise import recovery
+    from tests.captures.capture import captures
+    body = next(c.body for c in captures("topology") if c.path.stem == "tree-22.05.8-two-leaves")
+    calls: list[list[str]] = []
+
+    def client(argv: list[str], timeout_s: float = 30, ignore_term: bool = False) -> subprocess.CompletedProcess[str]:
+        calls.append(list(argv))
+        assert ignore_term   # inside the job: Slurm's TERM must not end the question
+        return subprocess.CompletedProcess(argv, 0, body, "")
+
+    env = {"SLURM_JOB_NODELIST": "node[1-4]", "CK_NODELIST": "node1,node3", "CK_TOPOLOGY": "tree"}
+    run = recovery.start(env, "7", str(tmp_path), 0, 3, lambda line: None)
+    assert run is not None and run.by_switch
+    want = (("node1", "leaf1"), ("node2", "leaf1"), ("node3", "leaf2"), ("node4", "leaf2"))
+    assert recovery.switches(client, run) == want and recovery.switches(client, run) == want
+    assert calls == [["scontrol", "show", "topology"]]
+    plain = recovery.start({**env, "CK_TOPOLOGY": ""}, "7", str(tmp_path), 0, 3, lambda line: None)
+    assert plain is not None and recovery.switches(client, plain) == () and len(calls) == 1

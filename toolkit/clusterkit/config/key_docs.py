@@ -52,6 +52,8 @@ KEY_DOCS: dict[str, str] = {
     "Network.socket_ifname": "the interface NCCL's bootstrap and socket transport use (NCCL_SOCKET_IFNAME)",
     "Network.rendezvous_host": "how launchers reach the head: {suffix: i} (gpu001i) or {interface: ib0} (its "
                                "address there, read on the head when the job runs); unset: the head's name",
+    "Network.topology": "Slurm's topology plugin and the placement jobs ask for: {plugin: tree, max_switches: 1, "
+                        "max_wait: \"00:10:00\"} or {plugin: block, segment: 4}; hosts ordered by switch or block",
     "Network.rail_optimized": "one HCA per GPU on separate rails: NCCL crosses rails through NVLink",
     "Network.roce": "RoCE settings (gid_index, traffic_class, service_level); fabric roce only",
     "Nodes.nodelist": "the nodes, Slurm host list syntax (gpu[001-064])",

@@ -10,6 +10,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from clusterkit import hostlist
 from clusterkit.config.model import _Model
+from clusterkit.config.topology_keys import NetworkTopology
 
 
 class Nodes(_Model):
@@ -117,6 +118,7 @@ class Network(_Model):
                                        "stay on their rail (NCCL_CROSS_NIC=0)")
     roce: RoCE | None = None
     rendezvous_host: RendezvousHost | None = None
+    topology: NetworkTopology | None = None
 
     @field_validator("hcas")
     @classmethod

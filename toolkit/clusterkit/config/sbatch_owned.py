@@ -24,7 +24,9 @@ OWNED_SBATCH = {
     "exclude": "--exclude", "parsable": "submit --json (clusterkit reads sbatch's answer itself)",
     "wait": "submit --wait", "test-only": "submit --dry-run", "array": "submit --array or --sweep",
     "comment": "--run-name (the comment is the run tag Slurm's accounting groups the run's jobs by)",
-    "dependency": "submit --after JOB or --chain N", "kill-on-invalid-dep": "submit --after JOB (set with it)",
+    "dependency": "submit --after JOB or --chain N",
+    "kill-on-invalid-dep": "submit --after JOB (set with it)",
+    "switches": "network.topology.max_switches (and max_wait)", "segment": "network.topology.segment",
 }
 
 

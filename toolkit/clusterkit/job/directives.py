@@ -72,6 +72,7 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
             # a node's death ends the launch step, not the allocation: the supervisor drops the
             # node, takes a spare and relaunches, or requeues without it (docs/architecture.md §3)
             out.append(("no-kill", None))
+    out += _placement(site, nnodes)
     if r.request.run_name is not None and sch.kind == "slurm":
         # the run tag Slurm's accounting groups the run's jobs by (job/runtag.py); a job without a
         # run name is tagged once sbatch gave it its id (its run name holds the id)
@@ -110,6 +111,19 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
                             field="sbatch", value=shown)
         out.append((option, text))
     return tuple(out)
+
+
+def _placement(site: Site, nnodes: int) -> list[tuple[str, str | None]]:
+    """``--switches=N[@T]`` (topology/tree) or ``--segment=S`` (topology/block) from the site's
+    ``network.topology``, for a Slurm job of more than one node; a node count that is no multiple
+    of the segment is refused (Slurm would refuse the job)."""
+    topo = site.network.topology
+    if topo is None or site.scheduler.kind != "slurm" or nnodes < 2:
+        return []
+    if topo.segment is not None and nnodes % topo.segment:
+        raise PlanError(f"{nnodes} nodes are no multiple of network.topology.segment {topo.segment} (topology/block: "
+                        "Slurm places a job in whole segments); choose a node count (spares included) that is")
+    return list(topo.sbatch())
 
 
 def array_plan(site: Site, request: JobRequest) -> arrays.ArrayPlan | None:

@@ -107,6 +107,7 @@ def render(name: str, facts: ClusterFacts, partition: T.Partition | None, nodes:
     _nodes(out, nodes, first, probed)
     _software(out, probed)
     _network(out, probed)
+    _topology(out, facts, nodes)
     _storage(out, probed)
     out.todo(0, "cost", "cost: {gpu_hour: 2.5, currency: USD}", "GPU-hour price: not known to Slurm")
     return Draft("\n".join(out.lines) + "\n", out.missing, out.unverified, expected=out.expected)
@@ -240,6 +241,31 @@ def _network(out: _Out, probed: Mapping[str, NodeFacts] | None) -> None:
         out.put(1, f"port_rate_gbps: {int(top)}", "the rate of the fastest ACTIVE ports of these HCAs"
                 + (f"; below it on a probed node: {', '.join(slow)}" if slow else ""))
     _ifname(out, probed, fabric)
+
+
+def _topology(out: _Out, facts: ClusterFacts, nodes: Sequence[T.Node]) -> None:
+    """``network.topology`` from ``TopologyPlugin`` and ``scontrol show topology``: the plugin, and
+    the placement a job asks for left to the admin (the leaf groups' sizes say what fits)."""
+    plugin = facts.topology_plugin
+    if plugin is None:
+        return
+    names = {n.name for n in nodes}
+    group_of = facts.topology.group_of() if facts.topology is not None else {}
+    sizes: dict[str, int] = {}
+    for host in names:
+        if host in group_of:
+            sizes[group_of[host]] = sizes.get(group_of[host], 0) + 1
+    kind = "leaf switches" if plugin == "tree" else "blocks"
+    seen = (f"{len(sizes)} {kind} over these nodes, {min(sizes.values())}-{max(sizes.values())} nodes each"
+            if sizes else f"scontrol show topology places none of these nodes under its {kind}")
+    out.put(1, "topology:", f"TopologyPlugin topology/{plugin}: {seen}")
+    out.value(2, "network.topology.plugin", plugin, "TopologyPlugin")
+    if plugin == "tree":
+        out.todo(2, "network.topology.max_switches", 'max_switches: 1   # and max_wait: "00:10:00"',
+                 "the most leaf switches a job may span (--switches=N@T): the site's choice")
+    else:
+        out.todo(2, "network.topology.segment", f"segment: {min(sizes.values()) if sizes else 1}",
+                 "nodes per segment, each inside one block (--segment, Slurm 24.05+): the site's choice")
 
 
 def _gbps(rate: float | None) -> str:

@@ -2,7 +2,8 @@
 client command and returns its stdout (:func:`clusterkit.slurmclient.require` on a real cluster).
 
 Three calls, one per kind, whatever the cluster's size: ``scontrol show config``,
-``scontrol show partition -o``, ``scontrol show node -o``.  A controller that does not answer
+``scontrol show partition -o``, ``scontrol show node -o``; a fourth, ``scontrol show topology``,
+where the config names topology/tree or topology/block.  A controller that does not answer
 is a :class:`SlurmUnreachable` (exit 3), never a guess.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from clusterkit import hostlist
+from clusterkit import hostlist, topology
 from clusterkit.errors import InputError, SlurmTextError
 from clusterkit.sites import slurm_text as T
 from clusterkit.slurmclient import require
@@ -22,6 +23,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "config": ("scontrol", "show", "config"),
     "partitions": ("scontrol", "show", "partition", "-o"),
     "nodes": ("scontrol", "show", "node", "-o"),
+    "topology": ("scontrol", "show", "topology"),
 }
 
 
@@ -32,6 +34,13 @@ class ClusterFacts:
     config: T.SlurmConfig
     partitions: T.Partitions
     nodes: T.Nodes
+    topology: topology.Topology | None = None   # asked only where TopologyPlugin is tree or block
+
+    @property
+    def topology_plugin(self) -> str | None:
+        """``tree`` or ``block`` where ``TopologyPlugin`` names topology/tree or topology/block."""
+        plugin = self.config.values.get("TopologyPlugin", "")
+        return {"topology/tree": "tree", "topology/block": "block"}.get(plugin)
 
     @property
     def cluster(self) -> str | None:
@@ -65,7 +74,10 @@ def gather(run: SlurmCommand = require) -> ClusterFacts:
     config = T.parse_config(run(COMMANDS["config"]))
     partitions = T.parse_partitions(run(COMMANDS["partitions"]))
     nodes = T.parse_nodes(run(COMMANDS["nodes"]))
-    return ClusterFacts(config, partitions, nodes)
+    facts = ClusterFacts(config, partitions, nodes)
+    if facts.topology_plugin is None:
+        return facts
+    return ClusterFacts(config, partitions, nodes, topology.parse(run(COMMANDS["topology"])))
 
 
 @dataclass(frozen=True)

@@ -230,7 +230,7 @@ class Supervisor:
                                  if h not in down), max_relaunches=run.max_relaunches, unknown_used=run.unknown_used,
                                  restarts_left=s.max_restarts - s.restarts, excluded=recovery.kept_out(shown, run),
                                  pinned=replan.requested(shown), partition=recovery.partition_nodes(self.client, shown),
-                                 allocation=run.allocation)
+                                 allocation=run.allocation, switch_of=recovery.switches(self.client, run))
         step = recheck.checked(v, down, facts, recheck.preflight(*s.recheck, log) if s.recheck else None, log)
         self.drain()
         if self.stopping or self.warned is not None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from clusterkit.hostlist import HostlistError, expand, fold, is_host
 from clusterkit.safefile import is_real_dir, read_capped, write_atomic
-from clusterkit.supervise import attempts, head, replan
+from clusterkit.supervise import attempts, head, hostorder, replan
 from clusterkit.supervise import judge as doctor_run
 from clusterkit.tooltext import decode
 
@@ -43,6 +43,8 @@ class Run:
     attempt: int = 0
     unknown_used: bool = False
     done: list[attempts.Attempt] = field(default_factory=list)
+    by_switch: bool = False       # the job script ordered the hosts by switch (CK_TOPOLOGY)
+    switch_of: tuple[tuple[str, str], ...] | None = None   # read once, at the first failure
 
 
 def start(env: Mapping[str, str], job_id: str, run_dir: str, restart: int, max_relaunches: int,
@@ -60,7 +62,18 @@ def start(env: Mapping[str, str], job_id: str, run_dir: str, restart: int, max_r
         log("recovery off: the nodes launched on (CK_NODELIST) are not a part of the allocation")
         return None
     return Run(job_id, run_dir, restart, allocation, nodes, tuple(h for h in unused if h not in dropped_at_start),
-               max_relaunches)
+               max_relaunches, by_switch=env.get("CK_TOPOLOGY") in ("tree", "block"))
+
+
+def switches(client: Client, run: Run) -> tuple[tuple[str, str], ...]:
+    """The allocation's nodes' leaf switches or blocks (``scontrol show topology``, asked once a
+    run) when the job orders its hosts by switch; none otherwise or when Slurm gives none."""
+    if not run.by_switch:
+        return ()
+    if run.switch_of is None:
+        group_of, _ = hostorder.groups(lambda argv, timeout_s: client(argv, timeout_s=timeout_s, ignore_term=True))
+        run.switch_of = tuple((h, group_of[h]) for h in run.allocation if h in group_of)
+    return run.switch_of
 
 
 def _dropped_at_start(run_dir: str, job_id: str, restart: int) -> set[str]:

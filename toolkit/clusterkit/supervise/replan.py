@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from clusterkit import topology
 from clusterkit.hostlist import HostlistError, check_host, expand
 from clusterkit.tooltext import load_json, printable
 
@@ -106,6 +107,9 @@ class Attempted:
     # the allocation in Slurm's order (SLURM_JOB_NODELIST): a step numbers its nodes so, whatever
     # --nodelist's order, and its node 0 (SLURM_NODEID, and SLURM_PROCID 0) must be the head
     allocation: tuple[str, ...] = ()
+    # each node's leaf switch or block (network.topology; none: not placed by topology): a spare
+    # under the dropped node's switch first, the relaunch's nodes ordered by switch as at the start
+    switch_of: tuple[tuple[str, str], ...] = ()
 
 
 def verdict_from_doctor(out: str) -> Verdict:
@@ -206,11 +210,15 @@ def next_step(v: Verdict, down: list[str], a: Attempted) -> Step:
     short_why = {v.node: v.category}   # the log line names each node's cause briefly; the record in full
     named = ", ".join(f"{h} ({short_why.get(h, 'down in Slurm')})" for h, _ in dropped) or "no node named"
     if a.attempt + 1 <= a.max_relaunches and need <= len(spares):
-        fresh = iter(spares[:need])   # each spare takes a dropped node's place in the list
+        group_of = dict(a.switch_of)
+        chosen = topology.pick_spares([h for h in a.nodes if h in gone], spares, group_of)
+        fresh = iter(chosen)   # each spare takes a dropped node's place in the list
         nodes = tuple(next(fresh) if h in gone else h for h in a.nodes)
         if set(nodes) <= set(a.allocation):   # then in Slurm's order: the head is the step's node 0
             nodes = tuple(h for h in a.allocation if h in set(nodes))
-        taken = f"; spare(s) {', '.join(spares[:need])} take their place" if need else "; on the same nodes"
+            if group_of:   # by switch, as the job script ordered them (its first host still first)
+                nodes = tuple(topology.order_hosts(nodes, group_of))
+        taken = f"; spare(s) {', '.join(chosen)} take their place" if need else "; on the same nodes"
         return Relaunch(nodes, tuple(dropped),
                         f"attempt {a.attempt} failed ({_why(v)}): dropped {named}{taken}: relaunching "
                         f"(relaunch {a.attempt + 1} of {a.max_relaunches})", once=once, overlap=bool(down))
