@@ -138,7 +138,7 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
         user = build_request(stage="single-node", command=command, launcher=None, nodes=None, gpus_per_node=None,
                              sets=sets, job_name=job_name, exclude=None, debug=False)
         run = site.render_sized(result, command, out=out, job_name=job_name, settings=user.settings,
-                                origin=user.origin)
+                                origin=user.origin, keep_checkpoints=keep_checkpoints)
     if as_json:
         from clusterkit.cli import output
         from clusterkit.cli.render import job_json
