@@ -75,7 +75,8 @@ def _print(found: RunAccount) -> None:
     ettr = "-" if c.ettr is None else f"{100 * c.ettr:.1f} %"
     output.line(f"  ETTR (training kept / allocated) {ettr}; {len(c.failures)} failure(s)")
     for f in c.failures:
-        verdict = f"; doctor: {f.verdict}" if f.verdict else ""
+        verdict = (f"; doctor (on its logs, now): {f.verdict}" if f.judged_by == "doctor" else
+                   f"; doctor: {f.verdict}" if f.verdict else f"; not judged: {f.not_judged}" if f.not_judged else "")
         dropped = f"; dropped {', '.join(f.dropped)}" if f.dropped else ""
         since = f"the checkpoint at {_when(f.checkpoint)}" if f.checkpoint is not None else "its training began"
         output.line(printable(f"    job {f.job_id} restart {f.restart}, {_when(f.time)}: {f.what}{verdict}{dropped}; "

@@ -70,6 +70,8 @@ class Failure:
     checkpoint: float | None    # the last checkpoint before it (unix seconds)
     lost_s: float
     recovery_s: float           # until training went on (0: it did not, in this allocation)
+    judged_by: str = ""         # supervisor (when it happened), doctor (on its logs, for the account) or ""
+    not_judged: str = ""        # where no verdict: why
 
 
 @dataclass(frozen=True)
