@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CLI, REPO
-from tests.progress.failing_job import LOST_STEPS, STEP_S
+from tests.progress.failing_job import LOST_STEPS, SAVE_S, STEP_S
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -67,8 +67,13 @@ def test_the_lost_time_is_from_the_checkpoint_to_the_failure(failed_run) -> None
     parts = c["startup_s"] + c["recovery_s"] + c["kept_s"] + c["lost_s"] + c["unreported_s"]
     assert parts == pytest.approx(c["allocated_s"]) and c["ettr"] == pytest.approx(c["kept_s"] / c["allocated_s"])
     assert c["startup_s"] > 0 and len(c["checkpoints"]) == 1
+    # the save's own time, measured from its mark to the next, for plan --save-s
+    (took_s,) = c["saves_s"]
+    assert SAVE_S <= took_s < SAVE_S + 1, c["saves_s"]
     text = ck.proc("status", job, "--run", env=env)
     assert text.code == 0 and "allocation ended FAILED" in text.out and "ETTR" in text.out, text.out
+    assert f"measured: saves {took_s:.1f} s (median of 1); for the cadence: clusterkit plan ... --save-s 1 " \
+        in text.out, text.out
 
 
 def test_a_bad_html_path_is_one_line_and_exit_2(failed_run) -> None:  # type: ignore[no-untyped-def]
