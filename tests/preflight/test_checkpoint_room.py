@@ -134,3 +134,16 @@ def test_the_job_asks_its_own_preflight_from_its_settings(ck: CLI, tmp_path: Pat
                  "--set", "preflight_in_job=true", "--out", str(tmp_path / "b"), "--", "python", "t.py")
     assert planned.code == 0, planned.err
     assert "--model-params 1000000 --keep-checkpoints 4 " in (tmp_path / "b" / "job.sbatch").read_text()
+
+
+def test_the_api_checks_what_it_is_given(tmp_path: Path) -> None:
+    from clusterkit.api import Site
+    from clusterkit.errors import InputError
+
+    site = Site.load("testbed")
+    need = site.checkpoint_need(7 * 10**9, 3, str(tmp_path / "ck"))
+    assert (need.path, need.params, need.keep, need.gpus, need.warn_only) == (str(tmp_path / "ck"), 7e9, 3, 0, False)
+    assert site.checkpoint_need(10**6).path.endswith("/checkpoints")      # the site's checkpoint directory
+    for bad in ({"params": 0}, {"params": 10**6, "keep": 0}, {"params": 10**6, "path": "a\nb"}):
+        with pytest.raises(InputError):
+            site.checkpoint_need(**bad)  # type: ignore[arg-type]
