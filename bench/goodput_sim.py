@@ -81,8 +81,13 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     rng = random.Random(args.seed)
+
+    def _inputs(a: argparse.Namespace) -> str:
+        """The restart costs are assumptions unless given (then, as measured where they came from)."""
+        return "assumed inputs" if (a.restart_alloc, a.restart_queue) == (120.0, 1800.0) else "given"
+
     print(f"failures {args.rate:g}/GPU-hour; saves {args.save:g} s; restart {args.restart_alloc:g} s on a spare, "
-          f"{args.restart_queue:g} s through the queue (assumed inputs); {args.failures} failures per figure; "
+          f"{args.restart_queue:g} s through the queue ({_inputs(args)}); {args.failures} failures per figure; "
           f"spares {args.spares_per_100:g} per 100 nodes")
     head = (f"{'GPUs':>6} {'MTBF':>7} {'interval':>15} {'requeue sim':>11} {'closed':>7} {'diff':>6} "
             f"{'in-alloc sim':>12} {'closed':>7} {'diff':>6} {'+spares sim':>11} {'spares':>6}")

@@ -35,6 +35,7 @@ resident memory, read from /proc (the testbed's nodes share this machine's proce
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import statistics
@@ -187,6 +188,7 @@ def main() -> int:
             ck = CK(bed=bed, state_dir=work / "state", runs=work / "runs", ck=CLI())
             env, site = _env(ck, work, set()), _site(work)
             print(f"{'fault':8} {'policy':32} {'fault -> resumed (s)':>22}   end states")
+            by_policy: dict[int, list[float]] = {1: [], 0: []}
             for fault in args.faults.split(","):
                 with _slurmd_timeout(ck.bed, DEAD_AFTER_S) if fault in ("dead", "link") else nullcontext():
                     for spares, policy in ((1, "in-allocation (1 spare)"), (0, "requeue (no spare, queue empty)")):
@@ -195,8 +197,13 @@ def main() -> int:
                             t, end = one(ck, site, env, work, fault, spares)
                             times.append(t)
                             ends.append(end)
+                        by_policy[spares] += times
                         print(f"{fault:8} {policy:32} {statistics.median(times):14.1f} median "
                               f"({min(times):.1f}-{max(times):.1f})   {','.join(ends)}", flush=True)
+            # the restart cost the checkpoint cadence rests on (docs/jobs.md, "How often to checkpoint")
+            inside, queued = (math.ceil(statistics.median(by_policy[k])) for k in (1, 0))
+            print(f"for the cadence: clusterkit plan ... --restart-s {inside} (in the allocation), or "
+                  f"--restart-s {queued} plus your queue's wait (requeue); or the site's reliability.restart_s")
             if args.healthy_minutes > 0:
                 healthy(ck, site, env, work, args.healthy_minutes)
     except pytest.skip.Exception as e:

@@ -447,6 +447,9 @@ CHANGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "stall_floor_s": ("15", "testbed", ()), "stall_factor": ("4", "testbed", ()),
     "warmup_steps": ("0", "testbed", ()), "save_limit_s": ("120", "testbed", ()),
     "gpu_bind": ("task", "testbed", ()),
+    # the in-job preflight's checkpoint capacity check (tests/preflight/test_checkpoint_room.py runs it)
+    "model_params": ("7B", "testbed", ("preflight_in_job=true",)),
+    "keep_checkpoints": ("3", "testbed", ("preflight_in_job=true", "model_params=7B")),
 }
 # include and exclude_slots change deepspeed's argv; their own tests cover the host filters;
 # gpu_type (tests/cli/test_gpu_type.py), max_relaunches (the supervisor's argv, tests/supervise)

@@ -114,3 +114,22 @@ def test_submit_dry_run_says_it_too(ck: CLI) -> None:
     said = [line for line in res.err.splitlines() if "CK_CHECKPOINT_INTERVAL_S=" in line]
     assert len(said) == 1 and said[0].startswith("clusterkit: dry run: checkpoint every "), res.err
     assert "export CK_CHECKPOINT_INTERVAL_S=" in res.out
+
+
+def test_plan_gives_the_cadence_of_its_recommendation_with_measured_costs(ck: CLI) -> None:
+    """``clusterkit plan`` states the cadence for the GPUs it recommends; ``--save-s`` and
+    ``--restart-s`` take what a run measured (status --run, bench/recovery.py) over the site's."""
+    res = ck("plan", "--site", "ib-h100", "--model-params", "70B", "--nodes", "16", "--json")
+    assert res.code == 0, res.err
+    doc = json.loads(res.out)
+    c = doc["cadence"]
+    assert c["gpus"] == doc["recommended"]["gpus"] == 128 and (c["save_s"], c["restart_s"]) == (60, 300)
+    assert c["interval_s"] == goodput.cadence(128, None, 60, 300).interval_s
+    fed = json.loads(ck("plan", "--site", "ib-h100", "--model-params", "70B", "--nodes", "16", "--save-s", "20",
+                        "--restart-s", "17", "--json").out)["cadence"]
+    want = goodput.cadence(128, None, 20, 17)
+    assert (fed["save_s"], fed["restart_s"], fed["interval_s"], fed["ettr"]) == (20, 17, want.interval_s, want.ettr)
+    text = ck("plan", "--site", "ib-h100", "--model-params", "70B", "--nodes", "16", "--save-s", "20")
+    assert text.code == 0 and f"CK_CHECKPOINT_INTERVAL_S={goodput.cadence(128, None, 20, 300).interval_s}" in text.out
+    assert_one_line_error(ck("plan", "--site", "ib-h100", "--model-params", "7B", "--save-s", "0"), 2,
+                          "--save-s 0: seconds, above 0 and at most 86400")

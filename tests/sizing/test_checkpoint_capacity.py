@@ -1,4 +1,4 @@
-"""Checkpoint capacity (clusterkit/sizing/checkpoint.py, preflight/space.py, ``plan
+"""Checkpoint capacity (clusterkit/job/checkpoint.py, preflight/space.py, ``plan
 --keep-checkpoints``): the modelled checkpoint size times the number kept against the checkpoint
 directory's free space and inodes."""
 
@@ -8,8 +8,8 @@ import json
 import os
 from pathlib import Path
 
+from clusterkit.job.checkpoint import BYTES_PER_PARAM, checkpoint_bytes, judge
 from clusterkit.preflight.space import free
-from clusterkit.sizing.checkpoint import BYTES_PER_PARAM, checkpoint_bytes, judge
 
 
 def test_a_405b_checkpoint_is_what_the_model_states_hold() -> None:

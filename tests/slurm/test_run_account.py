@@ -150,4 +150,6 @@ def test_a_chain_of_three_with_a_requeue_is_one_tagged_run_that_lost_the_time_si
     assert failure["lost_s"] == pytest.approx(requeued_end - save) and failure["lost_s"] >= 1   # step 5 came after it
     c = run["causes"]
     assert c["lost_s"] == failure["lost_s"] and c["recovery_s"] > 0 and 0 < c["ettr"] < 1
+    # no supervisor judged the requeued run: status --run asked doctor about its logs itself
+    assert failure["judged_by"] == "doctor" and failure["verdict"] and not failure["not_judged"], failure
     print(cli("status", name, "--run", timeout=60).out)   # docs/jobs.md shows this output

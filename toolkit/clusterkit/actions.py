@@ -367,7 +367,7 @@ def check_partition_nodes(site: Site, plan: Plan, runner: slurmclient.Run | None
 
 
 def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | None, *, job_name: str | None,
-                 settings: Mapping[str, Any], origin: tuple[str, ...] = ()) -> RenderedRun:
+                 settings: Mapping[str, Any], origin: tuple[str, ...] = (), keep_checkpoints: int = 2) -> RenderedRun:
     """``clusterkit plan --render``: the recommended setup (launcher, stage, nodes and its
     settings) through the one render path; the user's ``settings`` win over the plan's."""
     chosen = sizing.recommended
@@ -380,6 +380,8 @@ def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | 
     # keep what the chosen launcher takes (torchrun hands strategy to the script as CK_STRATEGY;
     # an offload it cannot do is the script's choice, as `plan` says)
     values = {k: v for k, v in values.items() if chosen.method.launcher in settings_mod.used_by(k)}
+    values.update(settings_mod.room_settings(settings, site.preflight.in_job, site.scheduler.kind == "slurm",
+                                             sizing.request.total_params, keep_checkpoints))
     # what the recommendation chose shows as "plan"; what the user fixed (plan --nodes/--gpus/
     # --launcher/--offload, --set) as "flag"
     fixed = set(settings) | {name for name, given in (

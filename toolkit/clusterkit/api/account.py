@@ -214,4 +214,7 @@ def run_account(job: Job, *, run: slurmclient.Run = slurmclient.run, now: float 
     acct = account(run_name_of(job.record), members, now)
     by_id = {r.job_id: r for r in recs}
     facts = [_facts(by_id.get(m.job_id), m.job_id, m.allocations) for m in members]
-    return RunAccount(acct, tuple(a for m in members for a in m.allocations), tuple(warnings), causes(facts, now))
+    from .account_verdicts import judged
+
+    return RunAccount(acct, tuple(a for m in members for a in m.allocations), tuple(warnings),
+                      judged(causes(facts, now), by_id))

@@ -24,13 +24,14 @@ from .request import job_request
 
 if TYPE_CHECKING:
     from clusterkit.config.load import SiteEntry
+    from clusterkit.job.checkpoint import Capacity
     from clusterkit.job.plan import Plan as StagePlan
+    from clusterkit.preflight.capacity import CheckpointNeed
     from clusterkit.preflight.report import NodeResult, Report
     from clusterkit.rundir import RenderedRun
     from clusterkit.sites.admin import DriftRun
     from clusterkit.sites.create import Draft
     from clusterkit.sizing import Sizing, SizingRequest
-    from clusterkit.sizing.checkpoint import Capacity
 
 class JobArgs(TypedDict, total=False):
     """The job's own additions (:func:`job_request`'s keyword arguments of the same names)."""
@@ -182,7 +183,7 @@ class Site:
                   transport: str | None = None, accept_new_host_keys: bool = False,
                   on_start: Callable[[list[str]], None] | None = None,
                   on_result: Callable[[NodeResult], None] | None = None,
-                  srun_args: Sequence[str] = ()) -> Report:
+                  srun_args: Sequence[str] = (), checkpoint: CheckpointNeed | None = None) -> Report:
         """Check ``nodes`` (a Slurm host list or a list of hosts; default: the site's nodelist) for
         ``stage`` over ``transport`` (``ssh``, ``srun`` or ``local``; default ``local`` on a local
         site, else the site's ``preflight.transport``, ``ssh`` unless set): GPUs and driver,
@@ -193,8 +194,10 @@ class Site:
         Returns the :class:`~clusterkit.preflight.report.Report`; bad nodes are in it, not raised
         (over srun, nodes Slurm has drained or down are not asked: :func:`actions.preflight_skip`).
         ``on_start(hosts)`` is called before any node is contacted, ``on_result(node)`` as each
-        node answers.  Raises :class:`~clusterkit.errors.InputError` for a bad argument
-        (``field`` ``nodes``, ``stage`` or ``transport``).
+        node answers.  ``checkpoint`` (a :class:`~clusterkit.preflight.capacity.CheckpointNeed`;
+        :meth:`checkpoint_need` makes one) adds the checkpoint capacity check.  Raises
+        :class:`~clusterkit.errors.InputError` for a bad argument (``field`` ``nodes``, ``stage``
+        or ``transport``).
         """
         from clusterkit.preflight.run import run_preflight
 
@@ -213,7 +216,15 @@ class Site:
         inputs.check(None, {"nodes": hosts, "stage": stage})
         return run_preflight(self.config, stage, hosts, transport, accept_new_host_keys=accept_new_host_keys,
                              on_start=on_start, on_result=on_result, srun_args=srun_args,
-                             skip=actions.preflight_skip(self.config, hosts, transport))
+                             skip=actions.preflight_skip(self.config, hosts, transport), checkpoint=checkpoint)
+
+    def checkpoint_need(self, params: int, keep: int = 2, path: str | None = None, *,
+                        warn_only: bool = False) -> CheckpointNeed:
+        """What :meth:`preflight` checks the checkpoint directory for: ``keep`` checkpoints of a
+        ``params``-parameter model in ``path`` (default: this site's checkpoint directory)."""
+        from clusterkit.preflight.capacity import need
+
+        return need(self.config, params, keep, path, warn_only=warn_only)
 
     def size(self, request: SizingRequest) -> Sizing:
         """``clusterkit plan``: the launcher, ZeRO stage and node count for a model on this site's
@@ -226,29 +237,25 @@ class Site:
 
     def checkpoint_capacity(self, params: int, gpus: int, keep: int) -> Capacity:
         """Whether ``keep`` checkpoints of a ``params``-parameter model saved by ``gpus`` ranks fit
-        the free space and inodes of this site's checkpoint directory (:mod:`clusterkit.sizing.checkpoint`)."""
-        from clusterkit.job.plan import checkpoint_base
-        from clusterkit.preflight.space import free
-        from clusterkit.sizing.checkpoint import judge
+        the free space and inodes of this site's checkpoint directory (:mod:`clusterkit.job.checkpoint`)."""
+        from clusterkit.preflight.space import here
 
-        path = checkpoint_base(self.config, os.path.join(os.getcwd(), "runs", "run"))
-        got = free(path, os.path.dirname(path.rstrip("/")))
-        if isinstance(got, str):
-            return judge(path, params, gpus, keep, None, None, got)
-        return judge(path, params, gpus, keep, got[0], got[1])
+        return here(self.config, params, gpus, keep)
 
     def render_sized(self, sizing: Sizing, command: Sequence[str], *, out: StrPath | None = None,
                      job_name: str | None = None, settings: Mapping[str, Any] | None = None,
-                     origin: Sequence[str] = ()) -> RunDir:
+                     origin: Sequence[str] = (), keep_checkpoints: int = 2) -> RunDir:
         """``clusterkit plan --render``: render the recommended setup of ``sizing`` (launcher, stage,
         nodes and its settings) for ``command``; ``settings`` win over the recommendation's.
-        ``origin``: the command line that asked for it, recorded in job.sbatch."""
+        ``origin``: the command line that asked for it, recorded in job.sbatch.  Where the job's
+        own preflight runs, it checks the room for ``keep_checkpoints`` of the model's checkpoints."""
         from clusterkit.sizing import Sizing as SizingResult
 
         inputs.instance("sizing", sizing, SizingResult, "the Sizing that Site.size returned")
         request = job_request(command, job_name=job_name, settings=settings)
         run = actions.render_sized(self.config, sizing, request.command, _out(out), job_name=job_name,
-                                   settings=request.settings, origin=tuple(origin))
+                                   settings=request.settings, origin=tuple(origin),
+                                   keep_checkpoints=keep_checkpoints)
         return RunDir._of(run, self)
 
 

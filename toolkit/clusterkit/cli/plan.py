@@ -15,8 +15,10 @@ import click
 from clusterkit import sizing as est
 from clusterkit.cli.common import site_option_named
 from clusterkit.errors import InputError
+from clusterkit.job import goodput
 
 if TYPE_CHECKING:
+    from clusterkit.config.schema import Site as SiteConfig
     from clusterkit.sizing.candidates import Candidate
 
 
@@ -90,6 +92,12 @@ class _Number(click.ParamType):  # type: ignore[type-arg]  # generic from click 
 @click.option("--hours", type=_Number(float), default=None, help="Wall time, for a GPU-hours and cost line.")
 @click.option("--keep-checkpoints", type=_Number(int), default=2, show_default=True, metavar="N",
               help="Checkpoints kept at once: checked against the checkpoint directory's free space and inodes.")
+@click.option("--save-s", type=_Number(float), default=None, metavar="S",
+              help="Seconds one checkpoint save takes, for the cadence (default: the site's "
+                   "reliability.checkpoint_save_s; status --run measures it).")
+@click.option("--restart-s", type=_Number(float), default=None, metavar="S",
+              help="Seconds from a failure to training again, for the cadence (default: the site's "
+                   "reliability.restart_s; bench/recovery.py and status --run measure it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the estimate as JSON.")
 @click.option("--render", "do_render", is_flag=True,
               help="Render the recommended setup into a run directory (as `clusterkit render`), for COMMAND.")
@@ -102,7 +110,7 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
          nodes: int | None, launcher: str | None, offload: str | None, zero_init: bool,
          seq_len: int | None, micro_batch: int | None, hidden_size: int | None, layers: int | None,
          vocab_size: int | None, headroom: float, buffer_factor: float, hours: float | None,
-         keep_checkpoints: int, as_json: bool, do_render: bool,
+         keep_checkpoints: int, save_s: float | None, restart_s: float | None, as_json: bool, do_render: bool,
          out: str | None, job_name: str | None, sets: tuple[str, ...], command: tuple[str, ...]) -> None:
     """Choose framework, ZeRO stage and node count from model size and the site's GPUs.
 
@@ -131,6 +139,7 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
         raise InputError(f"--keep-checkpoints {keep_checkpoints}: keep at least 1")
     chosen = result.recommended
     capacity = site.checkpoint_capacity(model_params, chosen.layout.gpus if chosen else 1, keep_checkpoints)
+    cadence = _cadence(site.config, chosen.layout.gpus if chosen else None, save_s, restart_s)
     run = None
     if do_render:
         from clusterkit.cli.common import build_request
@@ -138,7 +147,7 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
         user = build_request(stage="single-node", command=command, launcher=None, nodes=None, gpus_per_node=None,
                              sets=sets, job_name=job_name, exclude=None, debug=False)
         run = site.render_sized(result, command, out=out, job_name=job_name, settings=user.settings,
-                                origin=user.origin)
+                                origin=user.origin, keep_checkpoints=keep_checkpoints)
     if as_json:
         from clusterkit.cli import output
         from clusterkit.cli.render import job_json
@@ -148,6 +157,7 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
         # the same document as `render --json` (its choices among it)
         doc["rendered"] = job_json(run, dry_run=False) if run is not None else None
         doc["checkpoint_capacity"] = capacity.to_dict()   # its verdict and message, no warning line
+        doc["cadence"] = cadence.to_dict() if cadence is not None else None
         output.emit_json(doc)
         return
     print_human(site.name, result)
@@ -157,10 +167,26 @@ def plan(site_ref: str, model_params: int, largest_layer_params: int | None, gpu
         out_.warn(capacity.message)
     else:
         out_.line(capacity.message)
+    if cadence is not None:
+        out_.line(cadence.worded())
     if run is not None:
         from clusterkit.cli.render import show_rendered
 
         show_rendered(run, as_json=False)
+
+
+def _cadence(site: SiteConfig, gpus: int | None, save_s: float | None,
+             restart_s: float | None) -> goodput.Cadence | None:
+    """How often the recommended setup should checkpoint (:mod:`clusterkit.job.goodput`), the
+    site's reliability figures unless given; None where nothing was recommended."""
+    rel = site.reliability
+    for name, value, low in (("--save-s", save_s, 0.0), ("--restart-s", restart_s, -1.0)):
+        if value is not None and not low < value <= 86400:
+            raise InputError(f"{name} {value:g}: seconds, {'above' if low == 0 else 'at least'} 0 and at most 86400")
+    if gpus is None:
+        return None
+    return goodput.cadence(gpus, rel.gpu_failures_per_hour, rel.checkpoint_save_s if save_s is None else save_s,
+                           rel.restart_s if restart_s is None else restart_s)
 
 
 def _shape(params: int, seq_len: int | None, micro_batch: int | None, hidden: int | None,

@@ -56,9 +56,19 @@ _STYLE = {"unjudged": "bold yellow", "unreachable": "bold magenta", "failed": "b
 @click.option("--perf", is_flag=True, help="Measure instead: matmul throughput and checksum per GPU, all-reduce "
               "bandwidth within each node, between node pairs and over all nodes, in one srun step (--transport "
               "srun); name slow nodes, slow links and wrong results (the site's perf: settings).")
+@click.option("--model-params", metavar="SIZE", default=None,
+              help="Check the checkpoint directory's room for this model's checkpoints (7B, 70e9): "
+                   "14 bytes a parameter, one file per GPU, times --keep-checkpoints.")
+@click.option("--keep-checkpoints", metavar="N", default=None,
+              help="With --model-params: checkpoints kept (default 2).")
+@click.option("--checkpoint-dir", metavar="DIR", default=None,
+              help="With --model-params: the checkpoint directory on the nodes (default: the site's).")
+@click.option("--checkpoint-warn-only", is_flag=True, hidden=True,
+              help="Too little room for the checkpoints warns instead of failing the node (the in-job preflight).")
 def preflight(site_ref: str | None, stage: str | None, nodes: str | None, old_nodes: str | None,
               transport: str | None, as_json: bool, accept_new_host_keys: bool, srun_args: tuple[str, ...],
-              perf: bool) -> int:
+              perf: bool, model_params: str | None, keep_checkpoints: str | None, checkpoint_dir: str | None,
+              checkpoint_warn_only: bool) -> int:
     """Check the nodes a job would run on: GPUs and driver, InfiniBand/RoCE ports,
     GPUDirect RDMA, and the site's storage, in parallel, one connection per node.
 
@@ -78,13 +88,18 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, old_no
         raise InputError("--perf runs one srun step over the nodes: use --transport srun", field="transport",
                          value=repr(transport))
     nodes = nodelist_option(nodes, old_nodes)
+    given = _checkpoint_options(model_params, keep_checkpoints, checkpoint_dir, checkpoint_warn_only, perf)
     site = Site.load(site_ref)
     if perf:
         return _perf(site.config, stage, nodes, srun_args, as_json)
+    need = None
+    if given is not None:
+        need = site.checkpoint_need(given[0], given[1], checkpoint_dir, warn_only=checkpoint_warn_only)
     progress = _Progress(enabled=sys.stderr.isatty())
     try:
         report = site.preflight(nodes, stage=stage, transport=transport, accept_new_host_keys=accept_new_host_keys,
-                                on_start=progress.start, on_result=progress.advance, srun_args=srun_args)
+                                on_start=progress.start, on_result=progress.advance, srun_args=srun_args,
+                                checkpoint=need)
     except ClusterkitError as err:  # the API's field "nodes" is this command's --nodelist
         err.problems = tuple(replace(p, field="nodelist") if p.field == "nodes" else p for p in err.problems)
         raise
@@ -97,6 +112,30 @@ def preflight(site_ref: str | None, stage: str | None, nodes: str | None, old_no
     else:
         _render(report)
     return 130 if report.interrupted else int(report.exit_code())
+
+
+def _checkpoint_options(params: str | None, keep: str | None, where: str | None, warn_only: bool,
+                        perf: bool) -> tuple[int, int] | None:
+    """(parameters, checkpoints kept) for the checkpoint capacity check, or None without --model-params."""
+    from clusterkit.errors import InputError
+    from clusterkit.sizing import parse_size
+
+    if params is None:
+        stray = [n for n, v in (("--keep-checkpoints", keep), ("--checkpoint-dir", where),
+                                ("--checkpoint-warn-only", warn_only)) if v]
+        if stray:
+            raise InputError(f"{', '.join(stray)} only make sense with --model-params")
+        return None
+    if perf:
+        raise InputError("--model-params checks the checkpoint directory: not with --perf")
+    count = 2
+    if keep is not None:
+        if not keep.strip().isdigit() or not 1 <= int(keep) <= 1000:
+            raise InputError(f"--keep-checkpoints {keep[:40]!r}: keep 1 to 1000 checkpoints")
+        count = int(keep)
+    if where is not None and (not where or any(ord(c) < 32 for c in where)):
+        raise InputError(f"--checkpoint-dir {where[:80]!r}: not a directory path")
+    return parse_size(params, "--model-params"), count
 
 
 class _Progress:

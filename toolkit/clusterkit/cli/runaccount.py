@@ -3,6 +3,7 @@ totals (docs/jobs.md, "What a run cost"); ``--json`` the same as one document.""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -74,8 +75,17 @@ def _print(found: RunAccount) -> None:
                 + (f", no progress reported {duration(c.unreported_s)}" if c.unreported_s else ""))
     ettr = "-" if c.ettr is None else f"{100 * c.ettr:.1f} %"
     output.line(f"  ETTR (training kept / allocated) {ettr}; {len(c.failures)} failure(s)")
+    save, recovery = c.measured()
+    if save is not None or recovery is not None:
+        said = [f"saves {save:.1f} s (median of {len(c.saves_s)})" if save is not None else "",
+                f"recovery {recovery:.1f} s (median)" if recovery is not None else ""]
+        flags = [f"--save-s {max(1, math.ceil(save))}" if save is not None else "",
+                 f"--restart-s {math.ceil(recovery)}" if recovery is not None else ""]
+        output.line(f"  measured: {', '.join(x for x in said if x)}; for the cadence: clusterkit plan ... "
+                    f"{' '.join(x for x in flags if x)} (or the site's reliability: keys)")
     for f in c.failures:
-        verdict = f"; doctor: {f.verdict}" if f.verdict else ""
+        verdict = (f"; doctor (on its logs, now): {f.verdict}" if f.judged_by == "doctor" else
+                   f"; doctor: {f.verdict}" if f.verdict else f"; not judged: {f.not_judged}" if f.not_judged else "")
         dropped = f"; dropped {', '.join(f.dropped)}" if f.dropped else ""
         since = f"the checkpoint at {_when(f.checkpoint)}" if f.checkpoint is not None else "its training began"
         output.line(printable(f"    job {f.job_id} restart {f.restart}, {_when(f.time)}: {f.what}{verdict}{dropped}; "

@@ -203,6 +203,13 @@ def _check_request(site: Site, r: Resolved) -> tuple[int, int, tuple[str, ...]]:
     exclude = attempt(_exclude_list, site, request.exclude)
     for key in _unused_settings(s, r.launcher, site):
         attempt(_check_used_key, s, key, r.launcher, site)
+    if "keep_checkpoints" in s.model_fields_set and s.model_params is None:
+        found.append(PlanError("it goes with --set model_params=SIZE (the checkpoints' room is checked for "
+                               "the model's size)", field="settings.keep_checkpoints"))
+    if s.model_params is not None and site.scheduler.kind == "slurm" and r.preflight_in_job is not True:
+        found.append(PlanError("the checkpoint directory's room is checked by the job's own preflight, which is "
+                               + ("off: add --set preflight_in_job=true" if not r.preflight_in_job else
+                                  "--perf here: use --set preflight_in_job=true"), field="settings.model_params"))
     if s.container and not site.software.container:
         found.append(PlanError(f"but site {site.name} configures no software.container", field="settings.container",
                                value="true", sep=" "))

@@ -10,7 +10,9 @@ valid ones, like site configs.  A setting the chosen launcher or site would igno
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Mapping
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -92,6 +94,11 @@ class Settings(BaseModel):
     requeue_by: Literal["clusterkit", "framework"] = Field(
         "clusterkit", description="who calls scontrol requeue after the time-limit warning: clusterkit, or the "
         "training framework on the stop signal (clusterkit then only delivers it and keeps the restart budget)")
+    # the checkpoints' room, checked by the in-job preflight (clusterkit plan --render sets them)
+    model_params: int | None = Field(None, ge=1, le=10**15, description="the model's parameters (7B, 70e9): the "
+                                     "in-job preflight checks that keep_checkpoints of its checkpoints fit the "
+                                     "checkpoint directory (14 bytes a parameter)")
+    keep_checkpoints: int = Field(2, ge=1, le=1000, description="checkpoints kept at once (with model_params)")
     # nodes that keep failing (the site's node_history: keys; docs/architecture.md §3, Node history)
     node_history: bool = Field(True, description="keep out the nodes the user's node history of the site says keep "
                                "failing (false: let them into this job)")
@@ -100,6 +107,11 @@ class Settings(BaseModel):
     @classmethod
     def _in_job(cls, v: Any) -> Any:
         return in_job_value(v)
+
+    @field_validator("model_params", mode="before")
+    @classmethod
+    def _params(cls, v: Any) -> Any:
+        return param_count(v)
 
     @field_validator("straggler_ratio")
     @classmethod
@@ -115,6 +127,35 @@ class Settings(BaseModel):
 
 
 _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+_COUNT = re.compile(r"([0-9]{1,16}(?:\.[0-9]{1,16})?(?:[eE][0-9]{1,2})?)([KMBGT]?)")
+_SCALE = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+def param_count(v: Any) -> Any:
+    """A parameter count as written (``7B``, ``70e9``, ``350M``; decimal, as ``clusterkit plan``
+    reads them) as a whole number; anything else is left for the field to refuse."""
+    if not isinstance(v, str):
+        return v
+    m = _COUNT.fullmatch(v.strip().upper().replace("_", ""))
+    if not m:
+        raise ValueError("not a parameter count (examples: 7B, 70e9, 350M, 1.5T)")
+    value = Decimal(m.group(1)) * _SCALE[m.group(2)]
+    if value != value.to_integral_value():
+        raise ValueError("not a whole number of parameters")
+    return int(value)
+
+
+def room_settings(given: Mapping[str, Any], site_in_job: Any, slurm: bool, params: int, keep: int) -> dict[str, Any]:
+    """``plan --render``: the settings that have the job's own preflight check the checkpoint
+    directory's room for the model (``model_params``, ``keep_checkpoints``), where it runs its
+    base checks (a Slurm site, ``preflight_in_job`` true) and the user did not set them."""
+    try:
+        in_job = in_job_value(given.get("preflight_in_job", site_in_job))
+    except ValueError:   # refused with the other settings
+        return {}
+    if not slurm or in_job is not True or "model_params" in given:
+        return {}
+    return {"model_params": params, "keep_checkpoints": keep}
 
 
 def in_job_value(v: Any) -> Any:
@@ -176,7 +217,7 @@ def script_variable(key: str, launcher: str) -> str | None:
 # Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
 SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "stop_signal", "requeue_by", "spares",
               "gpu_type", "gpu_bind", "node_setup_in", "max_relaunches", "stall_floor_s", "stall_factor",
-              "warmup_steps", "save_limit_s")
+              "warmup_steps", "save_limit_s", "model_params", "keep_checkpoints")
 
 
 def gpus_per_node(s: Settings, gpn: int) -> str:

@@ -18,15 +18,11 @@ from clusterkit.nodes import device_parsers as D
 from clusterkit.nodes import parsers as P
 from clusterkit.nodes import sections as S
 from clusterkit.nodes.script import Section, SectionOutput
-from clusterkit.preflight.engine import (
-    LARGE,
-    SINGLE,
-    Check,
-    CheckSet,
-    Severity,
-    Verdict,
-)
+from clusterkit.preflight import capacity
+from clusterkit.preflight.capacity import CheckpointNeed
+from clusterkit.preflight.engine import SINGLE, Check, CheckSet, Severity, Verdict
 from clusterkit.preflight.health import health_parts
+from clusterkit.preflight.storage import storage_checks, storage_sections
 from clusterkit.vocab import STAGE_NAMES
 
 # ---------------------------------------------------------------------------------------------
@@ -66,9 +62,10 @@ class Expectations:
     command_timeout_s: float = 30.0
     socket_ifname: str | None = None
     gid_index: int | None = None  # network.roce.gid_index, when pinned
+    checkpoint: CheckpointNeed | None = None  # the checkpoints to keep, where a model size is given
 
     @classmethod
-    def from_site(cls, site: Site, stage: str) -> Expectations:
+    def from_site(cls, site: Site, stage: str, checkpoint: CheckpointNeed | None = None) -> Expectations:
         """What ``site`` asks of every node at ``stage``."""
         storage = tuple(StorageExpect.from_config(s) for s in site.storage)
         return cls(
@@ -84,16 +81,13 @@ class Expectations:
             command_timeout_s=float(site.ssh.command_timeout_s),
             socket_ifname=site.network.socket_ifname,
             gid_index=site.network.roce.gid_index if site.network.roce else None,
+            checkpoint=checkpoint,
         )
 
 
 # ---------------------------------------------------------------------------------------------
 # the catalogue of checks
 # ---------------------------------------------------------------------------------------------
-
-
-def _identity(text: str) -> str:
-    return text
 
 
 def _gpu_sections(e: Expectations) -> list[Section]:
@@ -303,62 +297,6 @@ def _ifname_check(e: Expectations) -> Check:
                  describe="network.socket_ifname exists with an IPv4 address")
 
 
-def _storage_sections(items: list[tuple[int, StorageExpect]]) -> list[Section]:
-    sections = [S.mounts_section()]
-    for i, s in items:
-        sections.append(S.df_section(i, s.path, s.timeout_s))
-        if s.writable:
-            sections.append(S.write_section(i, s.path, s.timeout_s))
-    return sections
-
-
-def _storage_checks(e: Expectations, items: list[tuple[int, StorageExpect]]) -> list[Check]:
-    checks: list[Check] = []
-    for i, s in items:
-        checks += _checks_for_path(e, i, s)
-    return checks
-
-
-def _checks_for_path(e: Expectations, i: int, s: StorageExpect) -> list[Check]:
-    def mounted(mounts: tuple[P.Mount, ...], _: SectionOutput) -> Verdict:
-        m = P.find_mount(mounts, s.path)
-        if s.type == "local":
-            return Verdict(m is not None, f"{s.path} on {m.fstype if m else '?'}")
-        if m is None or not S.mounted_as(m, s.type):
-            where = f"only {m.mountpoint} ({m.fstype})" if m else "nothing"
-            return Verdict(False, f"{s.path} not mounted as {s.type} ({where} serves it)")
-        return Verdict(True, f"{s.path} mounted ({m.fstype} from {m.source})")
-
-    def nfs_at_scale(mounts: tuple[P.Mount, ...], _: SectionOutput) -> Verdict:
-        m = P.find_mount(mounts, s.path)
-        nfs = S.mounted_as(m, "nfs")
-        # hundreds of ranks opening files at once swamp a single NFS server's metadata path
-        return Verdict(not nfs, f"{s.path} is NFS: at large-cluster scale prefer Lustre/GPFS" if nfs
-                       else f"{s.path} is not NFS")
-
-    def free(d: P.DiskSpace, _: SectionOutput) -> Verdict:
-        ok = d.available_gb >= s.min_free_gb
-        msg = f"{s.path} {d.available_gb:,.0f} GB free"
-        return Verdict(ok, msg if ok else f"{msg} < {s.min_free_gb:g} GB required")
-
-    def writable(_text: str, out: SectionOutput) -> Verdict:
-        ok = out.rc == "0" and "writable" in out.text
-        why = P.first_line(out.text) or f"rc {out.rc}"
-        return Verdict(ok, f"{s.path} writable" if ok else f"{s.path} not writable: {why}")
-
-    checks = [Check("storage.mounted", "mounts", P.parse_mounts, mounted, target=s.path,
-                    describe=f"{s.path} mounted as {s.type}")]
-    if e.stage == LARGE and s.type == "nfs":
-        checks.append(Check("storage.nfs_at_scale", "mounts", P.parse_mounts, nfs_at_scale, Severity.WARN,
-                            target=s.path, describe="large-cluster stage: warn on NFS"))
-    checks.append(Check("storage.free", f"df_{i}", P.parse_df, free, target=s.path, requires="storage.mounted",
-                        describe=f"answers within {s.timeout_s:g} s with >= {s.min_free_gb:g} GB free"))
-    if s.writable:
-        checks.append(Check("storage.writable", f"write_{i}", _identity, writable, target=s.path,
-                            requires="storage.mounted", describe="writable (used for checkpoints)"))
-    return checks
-
-
 def select_checks(expect: Expectations) -> CheckSet:
     """Choose sections and checks for a stage: single-node skips IB and shared storage,
     ethernet sites skip IB, large-cluster adds the NFS warning."""
@@ -388,8 +326,11 @@ def select_checks(expect: Expectations) -> CheckSet:
         checks.append(_ifname_check(expect))
     items = [(i, s) for i, s in enumerate(expect.storage) if expect.stage != SINGLE or not s.shared]
     if items:
-        sections += _storage_sections(items)
-        checks += _storage_checks(expect, items)
+        sections += storage_sections(items)
+        checks += storage_checks(expect.stage, items)
+    if expect.checkpoint is not None:   # on every stage: a single node's checkpoints need room too
+        sections.append(capacity.section(expect.checkpoint, min(60.0, max(5.0, expect.command_timeout_s / 3))))
+        checks += capacity.checks(expect.checkpoint)
     ib = expect.stage != SINGLE and expect.fabric in ("infiniband", "roce")
     health_sections, health_checks = health_parts(expect, ib=ib)  # GPU memory, Xid, PCIe, NVLink, clocks
     sections += health_sections

@@ -17,6 +17,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from clusterkit import hostlist
@@ -29,6 +30,7 @@ from clusterkit.vocab import STAGE_NAMES, TRANSPORTS, stage_for_nodes
 if TYPE_CHECKING:
     from clusterkit.config.schema import Site
     from clusterkit.nodes.transport import NodeOutput, Runner
+    from clusterkit.preflight.capacity import CheckpointNeed
 
 ProgressCallback = Callable[[NodeResult], None]
 
@@ -83,7 +85,7 @@ def run_preflight(site: Site, stage: str | None = None, nodes: str | None = None
                   accept_new_host_keys: bool = False, runner: Runner | None = None,
                   on_result: ProgressCallback | None = None,
                   on_start: Callable[[list[str]], None] | None = None, srun_args: Sequence[str] = (),
-                  skip: Mapping[str, str] | None = None) -> Report:
+                  skip: Mapping[str, str] | None = None, checkpoint: CheckpointNeed | None = None) -> Report:
     """Check ``nodes`` (default: the site's nodelist) for ``stage`` over ``transport``.
 
     ``stage`` defaults to the stage of a job on that many nodes.  ``runner`` replaces the
@@ -92,6 +94,8 @@ def run_preflight(site: Site, stage: str | None = None, nodes: str | None = None
     calling thread).  Ctrl-C during the run returns the report so far with ``interrupted``.
     ``srun_args`` go on the srun transport's step, after its own.  ``skip``: hosts not to contact,
     with why (Slurm has them drained or down): each is unreachable with that reason, the rest checked.
+    ``checkpoint``: the checkpoints to keep, checked against their directory's room on each node
+    (:mod:`~clusterkit.preflight.capacity`; its ``gpus`` 0: the GPUs of the nodes checked).
     """
     if transport not in TRANSPORTS:
         raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
@@ -99,7 +103,9 @@ def run_preflight(site: Site, stage: str | None = None, nodes: str | None = None
         raise InputError(f"choose one of {', '.join(STAGE_NAMES)}", field="stage", value=repr(stage))
     hosts = resolve_hosts(site, nodes, transport)
     stage = stage or stage_for_nodes(len(hosts))
-    check_set = catalogue.select_checks(catalogue.Expectations.from_site(site, stage))
+    if checkpoint is not None and checkpoint.gpus < 1:
+        checkpoint = replace(checkpoint, gpus=max(1, len(hosts) * site.nodes.gpus_per_node))
+    check_set = catalogue.select_checks(catalogue.Expectations.from_site(site, stage, checkpoint))
     runner = runner if runner is not None else make_runner(site, transport, accept_new_host_keys=accept_new_host_keys,
                                                            srun_args=srun_args)
     report = Report(site.name, stage, transport, hosts, notes=list(check_set.notes),

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
+from statistics import median
 
 from clusterkit.scheduler.sacct_runs import Allocation
 
@@ -70,6 +72,8 @@ class Failure:
     checkpoint: float | None    # the last checkpoint before it (unix seconds)
     lost_s: float
     recovery_s: float           # until training went on (0: it did not, in this allocation)
+    judged_by: str = ""         # supervisor (when it happened), doctor (on its logs, for the account) or ""
+    not_judged: str = ""        # where no verdict: why
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,13 @@ class Causes:
     ettr: float | None
     failures: tuple[Failure, ...] = field(default=())
     checkpoints: tuple[tuple[str, float], ...] = field(default=())   # (job, time) of each save mark
+    saves_s: tuple[float, ...] = field(default=())   # each finished save: its mark to the next train mark
+
+    def measured(self) -> tuple[float | None, float | None]:
+        """The median save and the median recovery (failure to training again) this run measured,
+        for ``plan --save-s/--restart-s`` or the site's ``reliability:``; None where none was seen."""
+        recoveries = [f.recovery_s for f in self.failures if f.recovery_s > 0]
+        return (median(self.saves_s) if self.saves_s else None, median(recoveries) if recoveries else None)
 
 
 def _checkpoint(marks: Sequence[Mark], t0: float, t1: float) -> float | None:
@@ -160,7 +171,14 @@ def causes(jobs: Sequence[JobFacts], now: float) -> Causes:
     kept = tot["kept"]
     return Causes(allocated, tot["startup"], tot["recovery"], kept, tot["lost"], tot["unreported"],
                   kept / allocated if allocated > 0 else None, tuple(failures),
-                  tuple((j.job_id, m.time) for j in jobs for m in j.marks if m.phase == "save"))
+                  tuple((j.job_id, m.time) for j in jobs for m in j.marks if m.phase == "save"),
+                  tuple(d for j in jobs for d in _save_times(sorted(j.marks, key=lambda m: m.time))))
+
+
+def _save_times(marks: Sequence[Mark]) -> list[float]:
+    """How long each save took: from its save mark to the next mark, where that is a train mark."""
+    return [round(nxt.time - m.time, 3) for m, nxt in pairwise(marks)
+            if m.phase == "save" and nxt.phase == "train"]
 
 
 def _with_recovery(failures: list[Failure], marks_of: dict[str, list[Mark]]) -> list[Failure]:

@@ -49,9 +49,15 @@ def _failure_text(f: Failure) -> str:
     text = f"job {f.job_id} restart {f.restart}, {_when(f.time)}: {f.what}"
     if f.verdict:
         text += f"; doctor: {f.verdict}"
+    elif f.not_judged:
+        text += f"; not judged: {f.not_judged}"
     if f.dropped:
         text += f"; dropped {', '.join(f.dropped)}"
     return text + f"; lost {_dur(f.lost_s)}"
+
+
+def _verdict(f: Failure) -> str:
+    return f.verdict or (f"not judged: {f.not_judged}" if f.not_judged else "-")
 
 
 def _timeline(jobs: Sequence[str], allocs: Sequence[Allocation], causes: Causes, now: float) -> str:
@@ -98,7 +104,7 @@ def page(account: Account, allocs: Sequence[Allocation], causes: Causes, warning
     rows = "".join(f'<tr><td>{escape(k)}</td><td class="num">{_dur(v)}</td></tr>' for k, v in by_cause)
     failures = "".join(
         f'<tr class="failure"><td>{escape(f.job_id)}</td><td>{f.restart}</td><td>{escape(_when(f.time))}</td>'
-        f"<td>{escape(f.what)}</td><td>{escape(f.verdict or '-')}</td><td>{escape(', '.join(f.dropped) or '-')}</td>"
+        f"<td>{escape(f.what)}</td><td>{escape(_verdict(f))}</td><td>{escape(', '.join(f.dropped) or '-')}</td>"
         f'<td>{escape(_when(f.checkpoint))}</td><td class="num">{_dur(f.lost_s)}</td></tr>'
         for f in c.failures[:MAX_MARKS])
     gpu_h = "unknown" if a.gpu_hours is None else f"{a.gpu_hours:.4g}"

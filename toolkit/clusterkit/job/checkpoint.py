@@ -41,7 +41,9 @@ def checkpoint_bytes(params: int) -> int:
 
 
 def _gb(n: int) -> str:
-    return f"{n / 1e12:.2f} TB" if n >= 1e12 else f"{n / 1e9:.1f} GB"
+    if n >= 1e12:
+        return f"{n / 1e12:.2f} TB"
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 def judge(path: str, params: int, gpus: int, keep: int, free_bytes: int | None, free_inodes: int | None,
