@@ -8,8 +8,8 @@ the job's shell), and ``job.srun_args`` that name a program srun runs (``--task-
 ``--task-epilog``, ``--prolog``, ``--epilog``, or any abbreviation of them, which srun's
 getopt_long accepts), and ``job.launcher_args`` that hand words on to the program a launcher
 starts (DeepSpeed's ``--launcher_args`` to pdsh or mpirun, Horovod's ``--mpi-args`` to mpirun, or
-an abbreviation argparse accepts), ``software.container`` (the image every rank runs in), ``launchers.<name>`` (a site's own
-launcher: its argv is a program jobs run) and a
+an abbreviation argparse accepts), ``software.container`` (the image every rank runs in),
+``launchers.<name>`` (a site's own launcher: its argv is a program jobs run) and a
 ``software.modules`` entry given as a path (a module file is Tcl or Lua that ``module load``
 runs; a name is looked up on the admins' ``MODULEPATH``).  Each is honoured only from files, and
 their directories, that no user but you or root can write.
