@@ -1,9 +1,10 @@
 """Open MPI's ``mpirun``: once, on the batch host, ``-np <world> --map-by ppr:G:node`` over the job's hosts.
 
-Under Slurm, mpirun reads the allocation itself and starts its daemons (``orted``) on the nodes with
-Slurm's own srun (Open MPI's ``plm slurm``); ``--hostfile`` (Open MPI's ``host slots=N`` lines, written
-from the hosts the job launches on) keeps it to those hosts, and ``--map-by ppr:G:node`` puts G
-ranks on each.  On a local site: ``--host localhost:G``.  Each rank starts through a small
+Under Slurm, mpirun starts its daemons (``orted``) on the other nodes with Slurm's own srun (Open MPI's
+``plm slurm``); the hosts and their slots are the hostfile's (Open MPI's ``host slots=N`` lines,
+written from the hosts the job launches on), not Slurm's view of the allocation (``--mca ras
+^slurm``: Open MPI would read Slurm's one task a node as one slot a host and refuse G ranks there, and
+would see spare nodes the job does not launch on), and ``--map-by ppr:G:node`` puts G ranks on each.  On a local site: ``--host localhost:G``.  Each rank starts through a small
 ``bash -c`` that sets torch's ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``
 from Open MPI's ``OMPI_COMM_WORLD_*``, so ``env://`` init works unchanged (``MASTER_ADDR`` and
 ``MASTER_PORT`` are the job's rendezvous host and port, sent with ``-x`` as every variable of the
@@ -61,7 +62,10 @@ def build(ctx: Context) -> Launch:
                         "use torchrun/srun, or --set container=false")
     g = ctx.gpus_per_node
     words: list[Word] = ["mpirun", "-np", str(ctx.world_size), "--map-by", f"ppr:{g}:node", "--bind-to", "none"]
-    words += ["--hostfile", Sh('"$CK_HOSTFILE"')] if ctx.slurm else ["--host", f"localhost:{g}"]
+    # under Slurm the hostfile is the allocation (--mca ras ^slurm): Open MPI would otherwise take Slurm's
+    # tasks per node (one: clusterkit allocates a task a node) as each host's slots and refuse G ranks there
+    words += (["--mca", "ras", "^slurm", "--hostfile", Sh('"$CK_HOSTFILE"')] if ctx.slurm
+              else ["--host", f"localhost:{g}"])
     words += [*ctx.launcher_args, "bash", "-c", RANKS, "clusterkit-rank"]
     notes = (f"-np {ctx.world_size} = {ctx.nnodes} hosts x {g} ranks (--map-by ppr:{g}:node); RANK, LOCAL_RANK, "
              "WORLD_SIZE from OMPI_COMM_WORLD_*",)
