@@ -1,11 +1,12 @@
 """Open MPI's ``mpirun``: once, on the batch host, ``-np <world> --map-by ppr:G:node`` over the job's hosts.
 
-Under Slurm, mpirun starts its daemons (``orted``) on the other nodes with Slurm's own srun (Open MPI's
-``plm slurm``); the hosts and their slots are the hostfile's (Open MPI's ``host slots=N`` lines,
-written from the hosts the job launches on), not Slurm's view of the allocation (``--mca ras
-^slurm``: Open MPI would read Slurm's one task a node as one slot a host and refuse G ranks there, and
-would see spare nodes the job does not launch on), and ``--map-by ppr:G:node`` puts G ranks on each.
-On a local site: ``--host localhost:G``.  Each rank starts through a small ``bash -c`` that sets torch's ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``
+Under Slurm, mpirun starts its daemons (``orted``) on the other nodes with Slurm's own srun
+(Open MPI's ``plm slurm``); the hosts and their slots are the hostfile's (Open MPI's ``host
+slots=N`` lines, written from the hosts the job launches on), not Slurm's view of the allocation
+(``--mca ras ^slurm``: Open MPI would read Slurm's one task a node as one slot a host and refuse G
+ranks there, and would see spare nodes the job does not launch on); ``--map-by ppr:G:node`` puts
+G ranks on each.  On a local site: ``--host localhost:G``.  Each rank starts through a small
+``bash -c`` that sets torch's ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``
 from Open MPI's ``OMPI_COMM_WORLD_*``, so ``env://`` init works unchanged (``MASTER_ADDR`` and
 ``MASTER_PORT`` are the job's rendezvous host and port, sent with ``-x`` as every variable of the
 job's environment is).  ``--bind-to none``: Open MPI would otherwise pin each rank to one core (at
