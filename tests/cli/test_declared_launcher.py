@@ -168,7 +168,7 @@ def test_mpirun_renders_open_mpis_words_root_only_when_root_and_owns_its_flags(c
     body = _body(out)
     exec_words = body[body.index("exec mpirun"):]
     assert " -x MASTER_ADDR -x MASTER_PORT " in exec_words and " -x MY_VAR " in exec_words
-    assert ("-np 4 --map-by ppr:2:node --bind-to none --mca ras '^slurm' --hostfile \"$CK_HOSTFILE\" --bind-to=core "
+    assert ('-np 4 --map-by ppr:2:node --bind-to none --oversubscribe --hostfile "$CK_HOSTFILE" --bind-to=core '
             "bash -c " in exec_words)
     # the root switch: only when the job script runs as root
     setup = text[text.index("# ---- mpirun: setup"):text.index("# ---- launch:")]

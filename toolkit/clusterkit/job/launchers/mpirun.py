@@ -1,10 +1,15 @@
 """Open MPI's ``mpirun``: once, on the batch host, ``-np <world> --map-by ppr:G:node`` over the job's hosts.
 
-Under Slurm, mpirun starts its daemons (``orted``) on the other nodes with Slurm's own srun
-(Open MPI's ``plm slurm``); the hosts and their slots are the hostfile's (Open MPI's ``host
-slots=N`` lines, written from the hosts the job launches on), not Slurm's view of the allocation
-(``--mca ras ^slurm``: Open MPI would read Slurm's one task a node as one slot a host and refuse G
-ranks there, and would see spare nodes the job does not launch on); ``--map-by ppr:G:node`` puts
+Under Slurm, mpirun reads the allocation from Slurm and starts its daemons (``orted``) on the other
+nodes with Slurm's own srun (Open MPI's ``plm slurm``, ``--nodelist`` those hosts); ``--hostfile``
+(Open MPI's ``host slots=N`` lines, written from the hosts the job launches on) keeps it to them,
+not the spares or the nodes the job's preflight dropped.  Open MPI counts Slurm's tasks per node as
+a host's slots, one (clusterkit allocates a task a node, the launcher starts the ranks), so G ranks
+a host need ``--oversubscribe`` (seen with Slurm's variables and ``--do-not-launch``: without it
+Open MPI refuses; with ``--mca ras ^slurm`` instead, the hostfile's slots count, but plm slurm's
+srun loses its ``--nodelist`` (its argv recorded) and the testbed ran every rank on the batch host).  An
+MPI program then yields the CPU while it waits (``mpi_yield_when_idle``; ``--env
+OMPI_MCA_mpi_yield_when_idle=0`` turns that off).  ``--map-by ppr:G:node`` puts
 G ranks on each.  On a local site: ``--host localhost:G``.  Each rank starts through a small
 ``bash -c`` that sets torch's ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and ``LOCAL_WORLD_SIZE``
 from Open MPI's ``OMPI_COMM_WORLD_*``, so ``env://`` init works unchanged (``MASTER_ADDR`` and
@@ -19,7 +24,7 @@ Open MPI refuses to run as root unless told twice; the job script tells it
 Intel MPI's ``mpirun`` (Hydra) differs: ``-n``/``-ppn`` instead of ``-np``/``--map-by``, a
 ``-f`` hostfile of ``host:N`` lines, ``-genv``/``-genvlist`` instead of ``-x``, ``PMI_RANK``
 instead of ``OMPI_COMM_WORLD_RANK``, and under Slurm ``I_MPI_HYDRA_BOOTSTRAP=slurm``; it is not
-built in: a site declares it under ``launchers:`` (docs/jobs.md).
+built in: a site declares it under ``launchers:`` (docs/admin.md).
 """
 
 from __future__ import annotations
@@ -63,9 +68,9 @@ def build(ctx: Context) -> Launch:
                         "use torchrun/srun, or --set container=false")
     g = ctx.gpus_per_node
     words: list[Word] = ["mpirun", "-np", str(ctx.world_size), "--map-by", f"ppr:{g}:node", "--bind-to", "none"]
-    # under Slurm the hostfile is the allocation (--mca ras ^slurm): Open MPI would otherwise take Slurm's
-    # tasks per node (one: clusterkit allocates a task a node) as each host's slots and refuse G ranks there
-    words += (["--mca", "ras", "^slurm", "--hostfile", Sh('"$CK_HOSTFILE"')] if ctx.slurm
+    # under Slurm Open MPI takes Slurm's tasks per node as each host's slots (one: clusterkit allocates
+    # a task a node), and the hostfile only picks the hosts: G ranks a host need --oversubscribe
+    words += (["--oversubscribe", "--hostfile", Sh('"$CK_HOSTFILE"')] if ctx.slurm
               else ["--host", f"localhost:{g}"])
     words += [*ctx.launcher_args, "bash", "-c", RANKS, "clusterkit-rank"]
     notes = (f"-np {ctx.world_size} = {ctx.nnodes} hosts x {g} ranks (--map-by ppr:{g}:node); RANK, LOCAL_RANK, "
