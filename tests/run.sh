@@ -21,7 +21,9 @@ PKGS=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server openssh-server
       # to build the testbed's second Slurm (--slurm 24.11) from source
       gcc make pkg-config libmunge-dev libjson-c-dev libyaml-dev libmariadb-dev libhwloc-dev liblz4-dev libcurl4-openssl-dev debian-archive-keyring
       # headless Chromium: `clusterkit nodes --html`'s page, screenshotted (tests/history/test_html.py)
-      chromium)
+      chromium
+      # Open MPI's mpirun (4.1): --launcher mpirun, run on the testbed and checked by its own parser
+      openmpi-bin)
 if [ "${1:-}" = "--slurm" ]; then
   case "${2:-}" in
     22.05|24.11) export SLURMLAB_SLURM=$2 ;;

@@ -37,7 +37,7 @@ AT_PLAN = [  # raised by site.plan(...): the inputs alone are wrong
      "settings.zero_stage=5: Input should be less than or equal to 3"),
     ({"settings": {"time": "abc"}}, InputError, "settings.time", "settings.time='abc': "),
     ({"stage": "huge"}, InputError, "stage", "stage='huge': choose one of single-node"),
-    ({"launcher": "mpirun"}, InputError, "launcher", "launcher='mpirun': choose one of"),
+    ({"launcher": "Bad Name"}, InputError, "launcher", "launcher='Bad Name': choose one of"),
     ({"nodes": 0}, InputError, "nodes", "nodes=0: must be a whole number"),
     ({"exclude": "node["}, InputError, "exclude", "exclude: "),
 ]

@@ -135,7 +135,7 @@ def test_unknown_site_lists_known(ck) -> None:
 
 @pytest.mark.parametrize("args,needles", [
     (["--stage", "huge"], ["Invalid value for '--stage'"]),
-    (["--launcher", "mpirun"], ["Invalid value for '--launcher'"]),
+    (["--launcher", "slurmrun"], ["unknown launcher 'slurmrun'", "mpirun"]),
     (["--stage", "multi-node", "--nodes", "12"], ["outside stage multi-node (2-8 nodes)"]),
     (["--stage", "multi-node", "--nodes", "5"], ["site testbed has only 4 nodes"]),
     (["--stage", "large-cluster", "--nodes", "3"], ["outside stage large-cluster (9 or more nodes)"]),

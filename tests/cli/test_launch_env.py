@@ -476,9 +476,9 @@ def test_every_setting_is_covered() -> None:
 def test_every_setting_changes_the_job_for_the_launchers_that_use_it(ck, tmp_path: Path, key: str) -> None:
     value, site, extra = CHANGES[key]
     for launcher in settings_mod.used_by(key):
-        # testbed: /tmp is shared.  horovod and colossalai refuse requeue (multi-node's default):
+        # testbed: /tmp is shared.  horovod, colossalai and mpirun refuse requeue (multi-node's default):
         # their single-node jobs carry every setting they use all the same
-        multi = site == "testbed" and launcher not in ("horovod", "colossalai")
+        multi = site == "testbed" and launcher not in ("horovod", "colossalai", "mpirun")
         stage = ["--stage", "multi-node", "--nodes", "2"] if multi else []
         base_sets = [a for s in extra if launcher in settings_mod.used_by(s.split("=")[0]) for a in ("--set", s)]
         args = ["--site", site, *stage, "--launcher", launcher, *base_sets]

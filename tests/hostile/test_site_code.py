@@ -1,7 +1,8 @@
 """What a site file runs, and what its templates may touch: templates get data they cannot
 change, the run-directory writer writes plain relative names inside the run directory only, and
 everything in a site file that runs code (a template anywhere under its directory, ``job.setup``,
-``job.teardown``, ``job.venv``, ``job.conda``, program-running ``job.srun_args``) follows one trust rule: used only
+``job.teardown``, ``job.venv``, ``job.conda``, program-running ``job.srun_args``, a site's own
+``launchers:``) follows one trust rule: used only
 from files no other user can write."""
 
 from __future__ import annotations
@@ -159,6 +160,8 @@ CODE = {
                                   "job.launcher_args", "on to pdsh or mpirun"),
     "mpi-args": ("  launcher_args: ['--mpi-args=--mca plm_rsh_agent /tmp/pwned.sh']\n", "job.launcher_args",
                  "which run programs"),
+    "site-launcher": ("  env: {A: b}\nlaunchers:\n  ctrun:\n    argv: [/tmp/pwned.sh]\n", "launchers.ctrun",
+                      "the site's own launcher runs its argv's program"),
     "stage-venv": ("  env: {A: b}\nstages:\n  multi-node:\n    job: {venv: /planted}\n", "stages.multi-node.job.venv",
                    "activate script"),
 }

@@ -21,11 +21,12 @@ from tests.render.golden_files import regenerated
 GOLDEN = REPO / "tests" / "golden"
 SITES = ["local", "testbed", "ib-h100", "roce-a100", "eth-nfs"]
 STAGES = {"single-node": "1", "multi-node": "4", "large-cluster": "16"}
-LAUNCHERS = ["torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun"]
+LAUNCHERS = ["torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun", "mpirun"]
 EXTRA = {"megatron": ["--set", "tp=2", "--set", "pp=2"],
          "deepspeed": ["--set", "zero_stage=3", "--set", "micro_batch=2"],
          # their workers start over SSH, outside Slurm's steps: requeue is refused unless max_restarts=0
-         "horovod": ["--set", "max_restarts=0"], "colossalai": ["--set", "max_restarts=0"]}
+         "horovod": ["--set", "max_restarts=0"], "colossalai": ["--set", "max_restarts=0"],
+         "mpirun": ["--set", "max_restarts=0"]}
 CASES = [(s, st, la) for s in SITES for st in STAGES for la in LAUNCHERS]
 
 

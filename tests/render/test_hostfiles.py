@@ -14,10 +14,11 @@ from tests.conftest import REPO, shared_site
 
 HOSTFILES = REPO / "hostfiles"
 SITES = ["testbed", "ib-h100", "roce-a100", "eth-nfs"]
-DIALECT_LAUNCHERS = ["deepspeed", "horovod", "colossalai"]
+DIALECT_LAUNCHERS = ["deepspeed", "horovod", "colossalai", "mpirun"]
 CASES = [(s, la) for s in SITES for la in DIALECT_LAUNCHERS]
-# each launcher's hostfile dialect: DeepSpeed and Horovod want slots, ColossalAI bare host names
-LINE = {"deepspeed": "{host} slots={gpus}", "horovod": "{host} slots={gpus}", "colossalai": "{host}"}
+# each launcher's hostfile dialect: DeepSpeed, Horovod and Open MPI want slots, ColossalAI bare host names
+LINE = {"deepspeed": "{host} slots={gpus}", "horovod": "{host} slots={gpus}", "colossalai": "{host}",
+        "mpirun": "{host} slots={gpus}"}
 
 
 @pytest.mark.parametrize("site,launcher", CASES, ids=[f"{s}-{la}" for s, la in CASES])

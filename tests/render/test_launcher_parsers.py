@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -265,9 +266,32 @@ def check_colossalai(plan: dict[str, Any], run_dir: Path, nodes: Sequence[int] |
         assert [ns.training_script, *ns.training_script_args] == plan["launch"]["command"]
 
 
+def check_mpirun(plan: dict[str, Any], run_dir: Path, nodes: Sequence[int] | None = None) -> None:
+    # Open MPI's own mpirun (Debian's openmpi-bin) reads the argv and the hostfile and maps the
+    # ranks without starting them (--do-not-launch --display-map)
+    from clusterkit.job.launchers.mpirun import RANKS
+
+    if shutil.which("mpirun") is None:
+        pytest.skip("Open MPI's mpirun is not installed (apt-get install openmpi-bin; tests/run.sh does)")
+    assert plan["launch"]["mode"] == "once"
+    words = argv(plan, run_dir, 0)
+    gpus, command = plan["gpus_per_node"], plan["launch"]["command"]
+    assert words[0] == "mpirun" and words[-len(command) - 4:] == ["bash", "-c", RANKS, "clusterkit-rank", *command]
+    env = {"PATH": os.environ["PATH"], "HOME": str(run_dir), "TMPDIR": str(run_dir),
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    p = subprocess.run(["mpirun", "--do-not-launch", "--display-map", *words[1:]], env=env, capture_output=True,
+                       text=True, timeout=60, cwd=run_dir)
+    out = p.stdout + p.stderr
+    placed = re.findall(r"Data for node: (\S+)\s+Num slots: (\d+)\s+Max slots: \d+\s+Num procs: (\d+)", out)
+    ranks = [int(r) for r in re.findall(r"Process rank: (\d+)", out)]
+    hosts = plan["hosts"] if plan["scheduler"] == "slurm" else [socket.gethostname()]
+    assert [(h, int(s), int(n)) for h, s, n in placed] == [(h, gpus, gpus) for h in hosts], out[-3000:]
+    assert ranks == list(range(plan["world_size"])), out[-3000:]   # in host order, G ranks each
+
+
 CHECKS = {"torchrun": check_torchrun, "megatron": check_torchrun, "deepspeed": check_deepspeed,
           "accelerate": check_accelerate, "srun": check_srun, "horovod": check_horovod,
-          "colossalai": check_colossalai}
+          "colossalai": check_colossalai, "mpirun": check_mpirun}
 
 
 @pytest.mark.parametrize("site,stage,launcher", RENDERED, ids=["-".join(c) for c in RENDERED])

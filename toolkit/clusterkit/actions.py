@@ -58,7 +58,7 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
     """
     site_obj = load_site(site) if isinstance(site, str) else site
     resolved = resolve(site_obj, request)
-    inputs = read_inputs(resolved.launcher, request, resolved.job.launcher_args).inputs
+    inputs = read_inputs(resolved.launcher, request, resolved.job.launcher_args, site_obj.launchers).inputs
     claim = rundir.resolve_out(out, resolved.job_name, base=None if out else rundir.default_base(site_obj),
                                write=write)
     run_dir = claim.path
@@ -124,12 +124,13 @@ def supervisor_python() -> str:
 _MAX_INPUT_BYTES = 1 << 20
 
 
-def read_inputs(launcher: str, request: JobRequest, launcher_args: Sequence[str] = ()) -> JobRequest:
+def read_inputs(launcher: str, request: JobRequest, launcher_args: Sequence[str] = (),
+                declared: launchers.Declared | None = None) -> JobRequest:
     """Read, on the submit host, the files of the command (or of the launcher's arguments) the
     launcher checks at render time (a user's own DeepSpeed or accelerate config, whose batch sizes
     or counts must match the world before the job is queued)."""
     read: dict[str, tuple[str, str]] = {}
-    for wanted in launchers.inputs(launcher, request.command, launcher_args):
+    for wanted in launchers.inputs(launcher, request.command, launcher_args, declared):
         path = Path(wanted.path)
         try:
             with path.open("rb") as fh:

@@ -74,8 +74,15 @@ def stage_for_nodes(nodes: int) -> str:
 
 # --------------------------------------------------------------------------- launchers, transports, schedulers
 
-LAUNCHERS: tuple[str, ...] = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun")
-Launcher = Literal["torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun"]
+LAUNCHERS: tuple[str, ...] = ("torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun",
+                               "mpirun")
+Launcher = Literal["torchrun", "deepspeed", "horovod", "accelerate", "megatron", "colossalai", "srun", "mpirun"]
+#: a site's own launcher's name (site key ``launchers:``): not a built-in one's
+LAUNCHER_NAME = r"[a-z][a-z0-9_-]{0,39}"
+#: ``{ck:NAME}`` run-time values of the training command and ``--launcher-arg`` (job/launchers/placeholders.py)
+RUN_VALUES: tuple[str, ...] = ("job_id", "node_id", "node_rank", "node_name", "restart", "array_index", "run_dir")
+#: the further ``{ck:NAME}`` values a site's own launcher's argv may use (config/launcher_keys.py)
+LAUNCHER_VALUES: tuple[str, ...] = ("rdzv_host", "rdzv_port", "nnodes", "nproc_per_node", "world_size", "hostfile")
 
 # how preflight reaches the nodes (nodes/transport/)
 TRANSPORTS: tuple[str, ...] = ("ssh", "srun", "local")

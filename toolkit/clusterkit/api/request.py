@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,7 +49,7 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
     ``code`` snapshots that directory rather than the working tree (:mod:`clusterkit.codesnap`)."""
     inputs.check(command, locals())   # the parameters alone: each of its shape, all text UTF-8
     from clusterkit import hostlist
-    from clusterkit.vocab import LAUNCHERS, STAGE_NAMES
+    from clusterkit.vocab import LAUNCHER_NAME, LAUNCHERS, STAGE_NAMES
 
     if isinstance(command, str):
         raise InputError("give the command as a list of words, e.g. ['python', 'train.py']", field="command")
@@ -60,8 +61,10 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
         raise InputError("is empty; e.g. python train.py", field="command", sep=" ")
     if stage is not None and stage not in STAGE_NAMES:
         raise InputError(f"choose one of {', '.join(STAGE_NAMES)}", field="stage", value=repr(stage))
-    if launcher is not None and launcher not in LAUNCHERS:
-        raise InputError(f"choose one of {', '.join(LAUNCHERS)}", field="launcher", value=repr(launcher))
+    if launcher is not None and (not isinstance(launcher, str) or not re.fullmatch(LAUNCHER_NAME, launcher)):
+        # a name the site's own launchers: may hold is checked against the site when the job is planned
+        raise InputError(f"choose one of {', '.join(LAUNCHERS)}, or one of the site's own (its launchers: key)",
+                         field="launcher", value=repr(launcher))
     for name, number in (("nodes", nodes), ("gpus_per_node", gpus_per_node)):
         if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < 1):
             raise InputError("must be a whole number of at least 1", field=name, value=repr(number))

@@ -23,6 +23,11 @@ F = Callable[..., Any]
 SITE_ENV = "CLUSTERKIT_SITE"
 
 
+def _complete_launcher(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    from click.shell_completion import CompletionItem
+    return [CompletionItem(n) for n in LAUNCHER_NAMES if n.startswith(incomplete)]
+
+
 def _complete_site(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Site names on the search path, for shell completion (a path completes as a file)."""
     from click.shell_completion import CompletionItem
@@ -87,8 +92,9 @@ def job_options(f: F) -> F:
         click.option("--stage", type=click.Choice(STAGE_NAMES), default=None,
                      help="Deployment stage: single-node (1), multi-node (2-8), large-cluster (9+ nodes) "
                           "(default: the one that holds --nodes, else single-node)."),
-        click.option("--launcher", type=click.Choice(LAUNCHER_NAMES), default=None,
-                     help="Launcher (default: the site's choice for the stage, else the stage's)."),
+        click.option("--launcher", default=None, metavar="NAME", shell_complete=_complete_launcher,
+                     help=f"Launcher: {', '.join(LAUNCHER_NAMES)}, or one of the site's own (its launchers: key) "
+                          "(default: the site's choice for the stage, else the stage's)."),
         click.option("--nodes", type=click.IntRange(min=1), default=None,
                      help="Number of nodes (default: the stage's)."),
         click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,

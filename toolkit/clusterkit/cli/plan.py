@@ -70,8 +70,8 @@ class _Number(click.ParamType):  # type: ignore[type-arg]  # generic from click 
 @click.option("--gpus", type=_Number(int), default=None,
               help="Fix the GPU count (a multiple of the site's GPUs per node).")
 @click.option("--nodes", type=_Number(int), default=None, help="Fix the node count.")
-@click.option("--launcher", type=click.Choice(est.LAUNCHERS), default=None,
-              help="Only setups this launcher can run.")
+@click.option("--launcher", type=click.Choice(est.LAUNCHERS), default=None, metavar="NAME",
+              help=f"Only setups this launcher can run: {', '.join(est.LAUNCHERS)}.")
 @click.option("--offload", type=click.Choice(est.OFFLOADS), default=None, help="Only setups with this CPU offload.")
 @click.option("--zero-init/--no-zero-init", default=True, show_default=True,
               help="ZeRO-3/FSDP build the model sharded (deepspeed.zero.Init / meta device) "

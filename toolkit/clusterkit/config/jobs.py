@@ -11,7 +11,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from clusterkit.config.envrules import job_env_problem
 from clusterkit.config.model import _Model
 from clusterkit.config.sbatch_owned import OWNED_SBATCH, owned_sbatch
-from clusterkit.vocab import Launcher, SchedulerKind, check_slurm_time, check_spares
+from clusterkit.vocab import LAUNCHER_NAME, SchedulerKind, check_slurm_time, check_spares
 
 
 class Scheduler(_Model):
@@ -87,7 +87,8 @@ class JobSection(_Model):
 
 
 class StageOverride(_Model):
-    launcher: Launcher | None = None
+    launcher: str | None = Field(None, pattern=f"^{LAUNCHER_NAME}$", description="a built-in launcher or one of the "
+                                 "site's launchers:")
     nodes: int | None = Field(None, ge=1)
     time: str | None = None
     partition: str | None = None

@@ -17,6 +17,9 @@ KEY_DOCS: dict[str, str] = {
     "Site.storage": "file systems the nodes mount; shared ones (nfs, lustre, gpfs, beegfs) hold runs and checkpoints",
     "Site.nccl": "NCCL settings every job of this site gets (communication settings only)",
     "Site.job": "what every job of this site adds: environment, setup steps, srun and launcher arguments",
+    "Site.launchers": "the site's own launchers, declared as data: argv with {ck:NAME} values, per node, task or "
+                      "job, the flags each owns (--launcher NAME)",
+    "DeclaredLauncher.description": "one line saying what the launcher is",
     "Site.stages": "per-stage settings (single-node, multi-node, large-cluster): launcher, nodes, time, ...",
     "Site.preflight": "when nodes are checked (in the job, before submit) and what is done with bad ones",
     "Site.perf": "what `preflight --perf` measures and what a node must reach",

@@ -14,19 +14,20 @@ from __future__ import annotations
 import os
 import re
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from clusterkit.config.checks import Perf, Preflight
 from clusterkit.config.code_keys import CodeKeys
 from clusterkit.config.history_keys import NodeHistoryKeys
 from clusterkit.config.jobs import JobSection, Scheduler, StageOverride
+from clusterkit.config.launcher_keys import DeclaredLauncher, check_launchers
 from clusterkit.config.login_keys import LoginKeys
 from clusterkit.config.machine import SSH, Network, Nodes, RoCE, Storage
 from clusterkit.config.model import _Model
 from clusterkit.config.sbatch_owned import OWNED_SBATCH, owned_sbatch
 from clusterkit.config.software import NCCL, Container, Software
 from clusterkit.config.watch_keys import WatchKeys
-from clusterkit.vocab import Stage
+from clusterkit.vocab import LAUNCHERS, Stage
 
 __all__ = ["NCCL", "OWNED_SBATCH", "SSH", "Container", "Cost", "JobSection", "LoginKeys", "Network", "Nodes", "Perf",
            "Preflight", "Reliability", "RoCE", "Scheduler", "Site", "Software", "StageOverride", "Storage",
@@ -59,6 +60,7 @@ class Site(_Model):
     storage: list[Storage] = Field(default_factory=list)
     nccl: NCCL = Field(default_factory=NCCL)
     job: JobSection = Field(default_factory=JobSection)
+    launchers: dict[str, DeclaredLauncher] = Field(default_factory=dict)   # the site's own (config/launcher_keys.py)
     stages: dict[Stage, StageOverride] = Field(default_factory=dict)
     preflight: Preflight = Field(default_factory=Preflight)
     perf: Perf = Field(default_factory=Perf)
@@ -77,6 +79,21 @@ class Site(_Model):
     def _name(cls, v: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v):
             raise ValueError(f"{v!r}: use letters, digits, '.', '_' and '-'")
+        return v
+
+    @field_validator("launchers")
+    @classmethod
+    def _launchers(cls, v: dict[str, DeclaredLauncher]) -> dict[str, DeclaredLauncher]:
+        return check_launchers(v)
+
+    @field_validator("stages")
+    @classmethod
+    def _stage_launchers(cls, v: dict[str, StageOverride], info: ValidationInfo) -> dict[str, StageOverride]:
+        declared = info.data.get("launchers") or {}
+        for stage, override in v.items():
+            if override.launcher is not None and override.launcher not in (*LAUNCHERS, *declared):
+                raise ValueError(f"stages.{stage}.launcher {override.launcher!r}: choose one of "
+                                 + ", ".join((*LAUNCHERS, *declared)) + " (the site's own under launchers:)")
         return v
 
     @model_validator(mode="after")

@@ -8,7 +8,8 @@ the job's shell), and ``job.srun_args`` that name a program srun runs (``--task-
 ``--task-epilog``, ``--prolog``, ``--epilog``, or any abbreviation of them, which srun's
 getopt_long accepts), and ``job.launcher_args`` that hand words on to the program a launcher
 starts (DeepSpeed's ``--launcher_args`` to pdsh or mpirun, Horovod's ``--mpi-args`` to mpirun, or
-an abbreviation argparse accepts), ``software.container`` (the image every rank runs in) and a
+an abbreviation argparse accepts), ``software.container`` (the image every rank runs in),
+``launchers.<name>`` (a site's own launcher: its argv is a program jobs run) and a
 ``software.modules`` entry given as a path (a module file is Tcl or Lua that ``module load``
 runs; a name is looked up on the admins' ``MODULEPATH``).  Each is honoured only from files, and
 their directories, that no user but you or root can write.
@@ -36,7 +37,8 @@ CODE_KEYS = {"setup": "setup commands run", "node_setup": "setup commands run", 
              "venv": "a venv's activate script runs", "conda": "a conda environment's activation scripts run",
              "srun_args": "srun runs a --task-prolog/--task-epilog/--prolog/--epilog program",
              "launcher_args": "the launcher hands --launcher_args/--mpi-args on to pdsh or mpirun, which run programs",
-             "container": "every rank runs in the container image", "modules": "a module file given as a path runs"}
+             "container": "every rank runs in the container image", "modules": "a module file given as a path runs",
+             "launchers": "the site's own launcher runs its argv's program"}
 JOB_CODE_KEYS = ("setup", "node_setup", "teardown", "venv", "conda", "srun_args", "launcher_args")
 #: The most entries a template directory may hold (each is checked).
 MAX_TEMPLATE_ENTRIES = 10_000
@@ -154,6 +156,8 @@ def check_job_code(site: Site, where: Where) -> None:
                 _check_key((*prefix, key), where)
     if site.software.container is not None:
         _check_key(("software", "container"), where)
+    for name in site.launchers:
+        _check_key(("launchers", name), where)
     for i, module in enumerate(site.software.modules):
         if module_is_path(module):
             _check_key(("software", "modules", i), where)
@@ -177,4 +181,4 @@ def _check_key(key: Sequence[str | int], where: Where) -> None:
 
 def _code_key(key: Sequence[str | int]) -> str:
     """The :data:`CODE_KEYS` entry of ``key`` (``software.modules.3`` is ``modules``)."""
-    return next(str(k) for k in reversed(key) if str(k) in CODE_KEYS)
+    return "launchers" if key[0] == "launchers" else next(str(k) for k in reversed(key) if str(k) in CODE_KEYS)

@@ -53,7 +53,7 @@ def choices(plan: Plan) -> list[Choice]:
     for name, label in SHOWN:
         if (name in _SLURM_CHOICES and not plan.slurm) or (name == "spares" and not plan.spares):
             continue
-        if name in settings_mod.Settings.model_fields and plan.launcher not in settings_mod.used_by(name):
+        if name in settings_mod.Settings.model_fields and not settings_mod.acts_on(name, plan.launcher):
             continue
         source = sources.get(name, "default")
         if name == "max_restarts" and not plan.requeue:

@@ -130,7 +130,7 @@ class Plan:
         if _check_spares(site, r, self.nnodes, exclude)[0] != self.spares:   # a default that no longer fits
             return make_plan(site, replace(r, request=replace(r.request, exclude=exclude)))
         ctx = _with_hosts(ctx, _candidates(site, exclude, self.nnodes, self.spares))
-        if launchers.get(self.launcher)(ctx) != self.launch:  # re-runs the launcher's host checks
+        if launchers.get(self.launcher, site.launchers)(ctx) != self.launch:  # re-runs the launcher's host checks
             raise AssertionError(f"{self.launcher}: the launch changed with the exclude list; "
                                  "launchers may read the hosts only to refuse a request")
         sbatch = _sbatch(site, self.basis.resolved, self.allocated, self.gpus_per_node, self.launch, exclude)
@@ -197,7 +197,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     _check_job_args(site, r, launcher)
     spares, spares_note = _check_spares(site, r, nnodes, exclude)
     ctx = _context(site, r, nnodes, gpn, use_container, exclude, spares)
-    launch = launchers.get(launcher)(ctx)
+    launch = launchers.get(launcher, site.launchers)(ctx)
     _check_not_launched_twice(launch, request.command)
     _check_preemption(site, launch, spec, time, max_restarts, r.sources.get("max_restarts") == "flag")
     _check_long_run(site, r, spec)

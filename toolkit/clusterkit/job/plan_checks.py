@@ -91,7 +91,7 @@ def _unused_settings(s: Settings, launcher: str, site: Site) -> list[str]:
 def _check_used_key(s: Settings, key: str, launcher: str, site: Site) -> None:
     """Refuse a --set key the launcher or site would ignore: nothing given is silently dropped."""
     users = settings_mod.used_by(key)
-    if launcher not in users:
+    if not settings_mod.acts_on(key, launcher):
         raise PlanError(f"the {launcher} launcher does not use it; it is used by {', '.join(users)}",
                         field=f"settings.{key}")
     if key in settings_mod.SLURM_ONLY and site.scheduler.kind != "slurm":
@@ -135,7 +135,7 @@ def _check_job_args(site: Site, r: Resolved, launcher: str) -> None:
     for words, mine, site_key, check_one in (
             (job.srun_args, own.srun_args, "job.srun_args", jobargs.check_srun),
             (job.launcher_args, own.launcher_args, "job.launcher_args",
-             lambda w, origin: _check_launcher(launcher, w, origin))):
+             lambda w, origin: _check_launcher(site, launcher, w, origin))):
         if not words:
             continue
         first_own = len(words) - len(mine)
@@ -158,8 +158,8 @@ def _check_not_launched_twice(launch: Launch, command: tuple[str, ...]) -> None:
                         field="command", value=repr(" ".join(command[:3])[:80]))
 
 
-def _check_launcher(launcher: str, words: tuple[str, ...], origin: str) -> None:
-    owned = launchers.owned_args(launcher)
+def _check_launcher(site: Site, launcher: str, words: tuple[str, ...], origin: str) -> None:
+    owned = launchers.owned_args(launcher, site.launchers)
     if owned is None:
         raise PlanError(f"the {launcher} launcher starts every rank as an srun task, with no launcher process to "
                         "take arguments: use --srun-arg", field="launcher_args", value=repr(words[0][:60]))

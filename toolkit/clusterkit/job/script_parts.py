@@ -62,6 +62,10 @@ _APPTAINER_GPU = {"nvidia": ["--nv"], "amd": ["--rocm"], "intel": []}
 
 def _launcher_words(plan: Plan) -> list[Word]:
     words: list[Word] = list(placeholders.body_words(plan.launch.words))   # {ck:NAME}: each node's value
+    if plan.launch.env_flag and words:
+        # mpirun's -x NAME: the job's variables reach every rank however its daemons start
+        names = dict.fromkeys([*plan.launch.env_sent, *(v.name for v in plan.env)])
+        words[1:1] = [w for name in names for w in (plan.launch.env_flag, name)]
     c = plan.container
     if c and c.runtime != "pyxis":
         # apptainer (or singularity) wraps the launcher (a "once" launcher is single-node here: it runs in a step);

@@ -231,8 +231,14 @@ def valid_keys() -> list[str]:
 
 
 def used_by(key: str) -> tuple[str, ...]:
-    """The launchers that act on setting ``key``."""
+    """The built-in launchers that act on setting ``key``."""
     return USED_BY.get(key, LAUNCHERS)
+
+
+def acts_on(key: str, launcher: str) -> bool:
+    """Whether ``launcher`` acts on setting ``key``; a site's own launcher (not built in) on those
+    every launcher uses (the job's, not a launcher's: time, restarts, container, ...)."""
+    return launcher in used_by(key) or (key not in USED_BY and launcher not in LAUNCHERS)
 
 
 def _typed(raw: str) -> Any:

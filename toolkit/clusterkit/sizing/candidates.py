@@ -43,10 +43,11 @@ class Method:
 
 #: The candidates, in the order of the fallback ladder: least memory saving (fastest) first.
 METHODS: tuple[Method, ...] = (
-    Method("ddp", "DDP", "torchrun", frozenset({"torchrun", "accelerate", "horovod", "srun", "colossalai"})),
+    Method("ddp", "DDP", "torchrun", frozenset({"torchrun", "accelerate", "horovod", "srun", "colossalai",
+                                                                  "mpirun"})),
     Method("zero1", "ZeRO-1", "deepspeed", ZERO_LAUNCHERS, zero_stage=1),
     Method("zero2", "ZeRO-2", "deepspeed", ZERO_LAUNCHERS, zero_stage=2),
-    Method("fsdp", "FSDP full shard", "torchrun", FSDP_LAUNCHERS | {"srun"}),
+    Method("fsdp", "FSDP full shard", "torchrun", FSDP_LAUNCHERS | {"srun", "mpirun"}),
     Method("zero3", "ZeRO-3", "deepspeed", ZERO_LAUNCHERS, zero_stage=3),
     # the figure assumes ZeRO-1 over data parallel (4 + 16/d bytes per parameter); without the
     # distributed optimizer every GPU would hold 20 bytes per parameter

@@ -24,9 +24,12 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import ModuleType
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from clusterkit.errors import PlanError
+
+if TYPE_CHECKING:
+    from clusterkit.config.launcher_keys import DeclaredLauncher
 from clusterkit.job.launchers.words import Sh as Sh
 from clusterkit.job.launchers.words import Word as Word
 from clusterkit.job.nccl import EnvVar
@@ -112,6 +115,10 @@ class Launch:
     check_env: Callable[[Sequence[EnvVar]], None] | None = None
     # what the user's own command or config decides (launchers/given.py): setting -> (value, where read)
     given: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # the launcher's flag that sends one variable to every rank (mpirun's ``-x NAME``): the job script
+    # gives it, after the program's name, for each of the job's variables and for ``env_sent``
+    env_flag: str = ""
+    env_sent: tuple[str, ...] = ()
 
     @property
     def line(self) -> str:
@@ -188,41 +195,62 @@ def rendezvous(ctx: Context) -> Sh:
     return Sh('"$CK_HEAD:$CK_PORT"')
 
 
-def _module(name: str) -> ModuleType:
+#: a site's own launchers by name (site key ``launchers:``; job/launchers/declared.py)
+Declared = Mapping[str, "DeclaredLauncher"]
+
+
+def _module(name: str, declared: Declared | None = None) -> ModuleType | None:
+    """The built-in launcher's module; None for one of the site's own (``declared``)."""
     if name not in LAUNCHERS:
-        raise PlanError(f"unknown launcher {name!r}; valid launchers: {', '.join(LAUNCHERS)}")
+        if declared and name in declared:
+            return None
+        own = f" (this site's own: {', '.join(declared)})" if declared else ""
+        raise PlanError(f"unknown launcher {name!r}; valid launchers: {', '.join(LAUNCHERS)}{own}")
     return importlib.import_module(f"clusterkit.job.launchers.{name}")
 
 
-def get(name: str) -> Callable[[Context], Launch]:
+def get(name: str, declared: Declared | None = None) -> Callable[[Context], Launch]:
     """The launcher's ``build``, with the job's ``--launcher-arg`` words after its own (a module's
-    ``extra_args(ctx)`` says which, where it takes some of them itself)."""
-    module = _module(name)
-    build: Callable[[Context], Launch] = module.build
-    extra: Callable[[Context], tuple[str, ...]] = getattr(module, "extra_args", lambda ctx: ctx.launcher_args)
+    ``extra_args(ctx)`` says which, where it takes some of them itself); ``declared``: the site's own."""
+    module = _module(name, declared)
+    if module is None:
+        from clusterkit.job.launchers import declared as declared_mod
+
+        assert declared is not None
+        build: Callable[[Context], Launch] = declared_mod.builder(name, declared[name])
+        extra: Callable[[Context], tuple[str, ...]] = lambda ctx: ctx.launcher_args  # noqa: E731
+    else:
+        build = module.build
+        extra = getattr(module, "extra_args", lambda ctx: ctx.launcher_args)
 
     def build_with_args(ctx: Context) -> Launch:
         from clusterkit.job.launchers import placeholders
 
         launch = build(ctx)
         args = extra(ctx)
-        placeholders.check(ctx.command, args, once_multi=launch.mode == "once" and ctx.multi, array=ctx.array,
-                           launcher=launch.name)
+        placeholders.check(ctx.command, ctx.launcher_args, once_multi=launch.mode == "once" and ctx.multi,
+                           array=ctx.array, launcher=launch.name)
         return replace(launch, words=(*launch.words, *args)) if args else launch
 
     return build_with_args
 
 
-def owned_args(name: str) -> Mapping[str, str] | None:
+def owned_args(name: str, declared: Declared | None = None) -> Mapping[str, str] | None:
     """The launcher's own flags that ``--launcher-arg`` may not give, and what sets each; None
     for a launcher with no process of its own to take arguments (srun)."""
-    owned: Mapping[str, str] | None = getattr(_module(name), "OWNED_ARGS", None)
+    module = _module(name, declared)
+    if module is None:
+        assert declared is not None
+        return declared[name].owned(name)
+    owned: Mapping[str, str] | None = getattr(module, "OWNED_ARGS", None)
     return owned
 
 
-def inputs(name: str, command: Sequence[str], launcher_args: Sequence[str] = ()) -> tuple[Input, ...]:
+def inputs(name: str, command: Sequence[str], launcher_args: Sequence[str] = (),
+           declared: Declared | None = None) -> tuple[Input, ...]:
     """The files of ``command`` (or of the launcher's own arguments) that launcher ``name`` checks
-    at render time (its module's ``inputs(command, launcher_args)``, if it has one); the pipeline
-    reads them into :attr:`Context.inputs`."""
-    find: Callable[[Sequence[str], Sequence[str]], tuple[Input, ...]] | None = getattr(_module(name), "inputs", None)
+    at render time (its module's ``inputs(command, launcher_args)``, if it has one; a site's own
+    launcher has none); the pipeline reads them into :attr:`Context.inputs`."""
+    find: Callable[[Sequence[str], Sequence[str]], tuple[Input, ...]] | None = getattr(
+        _module(name, declared), "inputs", None)
     return find(command, launcher_args) if find is not None else ()

@@ -32,6 +32,14 @@ VALUES = {
     "run_dir": '"$CK_RUN_DIR"',                           # the run directory
 }
 PER_NODE = ("node_id", "node_rank", "node_name")
+#: the values only a site's own launcher's argv uses that are known where it starts (config/launcher_keys.py;
+#: its counts are the plan's, written in when it is planned: job/launchers/declared.py)
+LAUNCH_VALUES = {
+    "rdzv_host": '"$CK_HEAD"',                            # the rendezvous host (network.rendezvous_host's name)
+    "rdzv_port": '"$CK_PORT"',                            # the job's port
+    "hostfile": '"$CK_HOSTFILE"',                         # the hostfile of the job's hosts
+}
+_ALL = {**VALUES, **LAUNCH_VALUES}
 
 
 def used(words: Sequence[str]) -> list[str]:
@@ -61,7 +69,7 @@ def _expanded(word: str) -> str:
     for m in PLACEHOLDER.finditer(word):
         if m.start() > pos:
             parts.append(shlex.quote(word[pos:m.start()]))
-        parts.append(VALUES[m.group(1)])
+        parts.append(_ALL[m.group(1)])
         pos = m.end()
     if pos < len(word) or not parts:
         parts.append(shlex.quote(word[pos:]))
