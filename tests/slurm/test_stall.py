@@ -71,6 +71,12 @@ def test_a_rank_that_stops_stepping_is_found_and_training_resumes_from_its_check
     assert [d["host"] for d in attempt["dropped"]] == ["node2"], attempt
     assert re.search(r"attempt 0 failed \(stall: .*\): dropped node2 \(stall\); spare\(s\) node4 take their place: "
                      r"relaunching \(relaunch 1 of 3\)", batch), batch[-6000:]
+    # the stack dumps asked for (SIGWINCH): the stopped rank gave none, the others wait in the gradient all-reduce
+    dumps = re.search(r"watch: stack dumps: rank (\d+) on node2: no dump \(stopped, or not answering\); "
+                      r"ranks (\d+),(\d+) on node1, node3: (\S+ line \d+ in \S+)", batch)
+    assert dumps, batch[-6000:]
+    doctor = cli("doctor", job)
+    assert f"on a stall): rank {dumps.group(1)} on node2: no dump" in doctor.out, doctor.out + doctor.err
     # training resumed at the last checkpoint of attempt 0 and finished with the uninterrupted weights
     second = _text(run_dir, f"{job}.r0.a1.*.out")
     assert set(re.findall(r" on (node\d) step \d+ loss", second)) == {"node1", "node3", "node4"}, second[-3000:]
