@@ -92,7 +92,8 @@ def test_a_node_whose_link_drops_every_packet_is_named_by_its_missing_stack_dump
     assert seen, batch[-6000:]
     after = (_hms(seen.group(1)) - int(cut) % 86400) % 86400
     assert after <= int(seen.group(4)) + 30, (after, seen.group(0))
-    print(f"link drop found {after} s after the cut (limit {seen.group(4)} s)")
+    print(f"link drop found {after} s after the cut (limit {seen.group(4)} s)",
+          *re.findall(r"clusterkit: \d\d:\d\d:\d\d (?:watch|attempt 0).*", batch), sep="\n")
     assert re.search(r"watch: stack dumps: rank (\d+) on node3: no dump \(stopped, or not answering\); "
                      r"ranks \d+,\d+ on node1, node2: ", batch), batch[-6000:]
     [attempt] = cli.status(job)["attempts"]

@@ -106,7 +106,9 @@ class Watcher:
         dumping = self.dumps is not None and bool(self.dumps.sizes) and not self.dumps.done()
         if self.dumps is not None and self.dumps.sizes and not dumping and self.stacks is None:
             self._read_dumps()
-        self.behind = self.behind or self.dump_behind
+        told = self.dump_behind   # a rank silent to the signal outweighs all but a heartbeat that stood still
+        if told is not None and (self.behind is None or told.frozen > self.behind.frozen):
+            self.behind = told
         if self.behind is None and self.beats and not self.said_naming:
             self.said_naming = True
             self.log(f"watch: {found.worded()}: looking for the rank behind in the ranks' progress files "
@@ -130,7 +132,8 @@ class Watcher:
             why = ("no stack dump came while the others' did" if not late[0].frames else
                    "outside any collective while the others wait in one, by the stack dumps"
                    if any(d.collective for d in got) else "apart from where the others are, by the stack dumps")
-            self.dump_behind = ranks.Behind(tuple(d.rank for d in late), tuple(sorted({d.host for d in late})), why)
+            self.dump_behind = ranks.Behind(tuple(d.rank for d in late), tuple(sorted({d.host for d in late})), why,
+                                            frozen=not late[0].frames)
 
     def check(self) -> stall.Stall | None:
         """A stall of this attempt, found now (once), or None."""
