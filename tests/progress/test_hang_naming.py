@@ -1,7 +1,10 @@
 """The supervisor's watcher on real torch ranks (gloo over loopback, three processes on this
-machine, each with its own node name): a rank that stops (SIGSTOP), and a rank stuck alive
-before its next collective, are found stalled and named with their node from the ranks' own
-progress files.  Every wait is for a state (the watcher's verdict), within a deadline."""
+machine, each with its own node name): a rank that stops (SIGSTOP), a rank stuck alive
+before its next collective, and a rank stuck in a C call holding the interpreter's lock, are found
+stalled and named with their node from the ranks' own progress files; the ranks' stack dumps
+(faulthandler on SIGWINCH, sent here to the rank processes as the supervisor sends it down a
+launcher's tree) show where each one is.  Every wait is for a state (the watcher's verdict),
+within a deadline."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from clusterkit import stackdump
 from clusterkit.supervise import ranks, stall
 from clusterkit.supervise.watch import Watcher, stalled_verdict
 from tests.conftest import REPO
@@ -50,12 +54,20 @@ def _until(what, deadline: float, procs: list[subprocess.Popen[bytes]]):   # typ
     raise AssertionError("deadline passed")
 
 
-@pytest.mark.parametrize("fault", ["stop", "stuck"])
+def _send(procs: list[subprocess.Popen[bytes]]):   # type: ignore[no-untyped-def]
+    def send() -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(stackdump.SIGNAL)
+    return send
+
+
+@pytest.mark.parametrize("fault", ["stop", "stuck", "gil"])
 def test_a_hung_rank_is_found_and_named_with_its_node(tmp_path: Path, fault: str) -> None:
     procs = _start(tmp_path)
     try:
         said: list[str] = []
-        w = Watcher(LIMITS, str(tmp_path), JOB, 0, 0, said.append)
+        w = Watcher(LIMITS, str(tmp_path), JOB, 0, 0, said.append, _send(procs))
         deadline = time.monotonic() + 120
 
         def ready() -> bool:   # every rank beats, and the watcher is past its warm-up
@@ -68,12 +80,25 @@ def test_a_hung_rank_is_found_and_named_with_its_node(tmp_path: Path, fault: str
         if fault == "stop":
             procs[1].send_signal(signal.SIGSTOP)
         else:
-            (tmp_path / "stuck1").touch()
+            (tmp_path / f"{fault}1").touch()
         found = _until(w.check, deadline, procs if fault == "stuck" else [procs[0], procs[2]])
         v = stalled_verdict(found, w.behind)
         assert w.behind is not None and w.behind.ranks == (1,) and v.node == "node2" and v.rank == 1, v.summary
-        why = ("its heartbeat stopped", "at step") if fault == "stop" else ("outside any collective",)
+        # by whichever told first: a heartbeat that stood still, a lower step, where the rank is, or its dump
+        last = "no stack dump came" if fault == "stop" else "outside any collective"
+        why = ("its heartbeat stopped", "at step", last)
         assert w.behind.why.startswith(why), w.behind.why
+        # the stack dumps: the others wait in the all-reduce; rank 1 is where it hangs, or silent when stopped
+        got = {d.rank: d for d in w.stacks}
+        assert set(got) == {0, 1, 2} and got[0].collective and got[2].collective, said
+        assert "all_reduce" in " ".join(got[0].frames), got[0].frames
+        if fault == "stop":
+            assert not got[1].frames and "its stack" not in w.behind.why, (got[1], w.behind.why)
+        else:
+            assert not got[1].collective and any("hang_job.py" in f and " in main" in f for f in got[1].frames)
+            top = "hang_job.py line" if fault == "stuck" else "__init__.py line"
+            assert got[1].top.startswith(top) and f"its stack: {got[1].top}" in w.behind.why, (got[1], w.behind.why)
+        assert any(x.startswith("watch: stack dumps: rank 1 on node2: ") for x in said), said
     finally:
         for p in procs:
             if p.poll() is None:

@@ -18,6 +18,9 @@ provided it resumed at a saved step with the same world size: rank 0 prints them
                            attempt only (no checkpoint yet): a rank that stops making progress.  The
                            loop then reports its progress (clusterkit.progress) and takes the job's
                            process-group timeouts (CK_PG_TIMEOUT_START_S, then CK_PG_TIMEOUT_S)
+  --work N                 each step, every rank first multiplies N 192x192 matrices (its own work,
+                           before the gradient sync) and reports how long that took
+                           (clusterkit.progress(step, work_s=...)): a rank on a slow node is a straggler
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--key-error", action="store_true")
     p.add_argument("--stall-on")
     p.add_argument("--oom-on")
+    p.add_argument("--work", type=int)
     p.add_argument("--oom-cgroup")
     # the deepspeed launcher hands every script these (a deepspeed script reads them through
     # deepspeed.add_config_arguments); this loop trains with torch.distributed alone
@@ -86,7 +90,7 @@ def main() -> int:
 
     set_timeout = getattr(dist, "set_timeout", None) or dist.distributed_c10d._set_pg_timeout
 
-    watched = args.stall_on is not None
+    watched = args.stall_on is not None or args.work is not None
     start_s = float(os.environ["CK_PG_TIMEOUT_START_S"]) if watched else 60.0
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=start_s))
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -109,6 +113,13 @@ def main() -> int:
         if step == args.fail_step and args.key_error:
             config: dict[str, float] = {}
             say(f"lr {config['lr']}")
+        work_s = None
+        if args.work:
+            began = time.perf_counter()
+            m = torch.ones(192, 192) / 192
+            for _ in range(args.work):
+                m = m @ m
+            work_s = time.perf_counter() - began
         gen = torch.Generator().manual_seed(step * 1000 + rank)
         x = torch.randn(32, 16, generator=gen)
         loss = model(x).pow(2).mean()
@@ -117,7 +128,7 @@ def main() -> int:
         opt.zero_grad()
         say(f"rank {rank}/{world} on {host} step {step} loss {loss.item():.6f}")
         if watched:
-            clusterkit.progress(step)
+            clusterkit.progress(step, work_s=work_s)
             if step == start + 1:   # past the first steps: the short timeout (torchtitan's pattern)
                 set_timeout(datetime.timedelta(seconds=float(os.environ["CK_PG_TIMEOUT_S"])))
         if rank == 0 and (step + 1) % args.save_every == 0:

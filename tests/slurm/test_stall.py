@@ -71,6 +71,15 @@ def test_a_rank_that_stops_stepping_is_found_and_training_resumes_from_its_check
     assert [d["host"] for d in attempt["dropped"]] == ["node2"], attempt
     assert re.search(r"attempt 0 failed \(stall: .*\): dropped node2 \(stall\); spare\(s\) node4 take their place: "
                      r"relaunching \(relaunch 1 of 3\)", batch), batch[-6000:]
+    # the stack dumps asked for (SIGWINCH): the stopped rank gave none, the others wait in the gradient all-reduce
+    dumps = re.search(r"watch: stack dumps: rank (\d+) on node2: no dump \(stopped, or not answering\); "
+                      r"ranks (\d+),(\d+) on node1, node3: (\S+ line \d+ in \S+)", batch)
+    assert dumps, batch[-6000:]
+    # doctor shows that stall's dumps, node2's rank first (no dump, or one that came when Slurm's
+    # SIGCONT before its KILL woke the stopped rank: then the frame where it stopped itself)
+    doctor = cli("doctor", job)
+    assert re.search(rf"stack dumps \(asked at \d\d:\d\d:\d\d, on a stall\): rank {dumps.group(1)} on node2: "
+                     r"(no dump|recovery_train\.py line \d+ in main)", doctor.out), doctor.out + doctor.err
     # training resumed at the last checkpoint of attempt 0 and finished with the uninterrupted weights
     second = _text(run_dir, f"{job}.r0.a1.*.out")
     assert set(re.findall(r" on (node\d) step \d+ loss", second)) == {"node1", "node3", "node4"}, second[-3000:]

@@ -20,7 +20,8 @@ frozen (stopped, or hung holding the GIL) is told from ranks that wait in a coll
 appends ``in=<file>:<function> coll=0|1``, where the training thread is (its innermost Python
 frame, and whether a ``torch/distributed`` frame is on its stack: :func:`where`), a stack
 sample without py-spy, so a rank stuck alive outside a collective is told from the waiting.  The
-supervisor and ``status`` read these files (``clusterkit.supervise.ranks``).  A reader of the
+supervisor and ``status`` read these files (``clusterkit.supervise.ranks``).  Its first call in a
+process also registers the rank's stack dumps on demand (:mod:`clusterkit.stackdump`).  A reader of the
 format before them (rank 0's file alone) is unchanged.
 
 :func:`progress` does that from Python.  It imports nothing heavy (the standard library only),
@@ -44,6 +45,8 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+
+from clusterkit import stackdump
 
 ENV = "CK_PROGRESS_FILE"
 MIN_INTERVAL_S = 5.0     # between two writes of the same phase
@@ -174,6 +177,7 @@ def _report_rank(path: str, step: int, phase: str, now: float, work_s: float | N
             r["pid"] = os.getpid()
             threading.Thread(target=_beat, name="clusterkit-progress-beat", daemon=True).start()
             atexit.register(_final)
+            stackdump.register(path, int(rank), str(r["host"]), threading.get_ident())
 
 
 def progress(step: int, *, saving: bool = False, min_interval_s: float = MIN_INTERVAL_S,

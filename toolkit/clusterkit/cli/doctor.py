@@ -6,7 +6,9 @@ Exit codes: 0 the job succeeded (``ok``); 1 a failure was diagnosed (``unknown``
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -84,6 +86,13 @@ def _print(report: dict[str, Any]) -> None:
         say(f"  flight recorder: {fr['dumps']} dump(s) read" + ("" if fr.get("findings") else ", every rank in step"))
     for e in fr.get("unreadable", []):
         say(f"  flight recorder: could not read {e}")
+    stacks = report.get("stack_dumps")
+    if stacks:
+        when = time.strftime(" at %H:%M:%S", time.localtime(stacks["asked"])) if stacks.get("asked") else ""
+        say(f"  stack dumps (asked{when}, on a stall): {stacks['summary']}")
+        for d in stacks["behind"]:
+            say(f"  stack of rank {d['rank']} on {d['node']}, innermost first: " + (" < ".join(
+                os.path.basename(f) for f in d["frames"][:4]) or "none (stopped, or not answering)"))
     files = report["files"]
     say(f"read {files['read']} file(s), {files['bytes']} bytes"
         + (f"; {len(files['cut'])} cut at {files['max_bytes_per_file'] >> 20} MiB" if files["cut"] else ""))

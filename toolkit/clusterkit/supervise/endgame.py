@@ -3,10 +3,9 @@
 
 It runs as the batch script itself (the job script ``exec``s it), so Slurm's ``--signal=B:USR2``
 and TERM reach it directly.  srun answers SIGTERM with "forcing job termination" (SIGKILL to
-every task), so it never signals srun: the time-limit warning reaches the ranks through their
-step (``scancel --signal=SIG JOBID``: every task and its children, not the batch host's
-processes), and Slurm's own TERM has reached them already.  A launcher on the batch host (no
-step) is told by TERM instead.
+every task), so it never signals srun: the time-limit warning reaches the ranks through their step
+(``scancel --signal=SIG JOBID``: every task and its children, not the batch host's processes), and
+Slurm's own TERM has reached them already.  A launcher on the batch host (no step) is told by TERM.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from typing import NoReturn
 from clusterkit import slurmclient
 from clusterkit.hostlist import fold
 from clusterkit.safefile import NotRegular, read_capped
-from clusterkit.supervise import decide, judge, owned, recheck, recovery, replan, stall, teardown, watch
+from clusterkit.supervise import decide, dumps, judge, owned, recheck, recovery, replan, stall, teardown, watch
 from clusterkit.supervise.events import Events, die_by_term
 
 WAITING = "waiting for Slurm to end this run; no result is written"
@@ -201,7 +200,8 @@ class Supervisor:
         rc = self.start()
         s, at = self.spec, self.attempts.attempt if self.attempts is not None else 0
         if s.watch is not None and s.mode != "local":
-            self.watcher = watch.Watcher(s.watch, s.run_dir, s.job_id, s.restarts, at, log)
+            self.watcher = watch.Watcher(s.watch, s.run_dir, s.job_id, s.restarts, at, log,
+                                         dumps.sender(s.mode, s.job_id, self.client, self.proc))
         if rc is None:
             rc = self.wait_launcher()
         self.grace_end = None

@@ -106,6 +106,7 @@ class Behind:
     ranks: tuple[int, ...]
     hosts: tuple[str, ...]
     why: str
+    frozen: bool = False    # named by a heartbeat that stood still (the strongest sign)
 
     @property
     def node(self) -> str | None:
@@ -117,9 +118,9 @@ class Behind:
         return f"{', '.join(self.hosts[:8])} ({who}: {self.why})"
 
 
-def _of(lines: Iterable[RankLine], why: str) -> Behind:
+def _of(lines: Iterable[RankLine], why: str, frozen: bool = False) -> Behind:
     picked = sorted(lines, key=lambda x: x.rank)
-    return Behind(tuple(x.rank for x in picked), tuple(sorted({x.host for x in picked})), why)
+    return Behind(tuple(x.rank for x in picked), tuple(sorted({x.host for x in picked})), why, frozen)
 
 
 def behind(seen: Sequence[tuple[RankLine, float]], now: float) -> Behind | None:
@@ -134,7 +135,7 @@ def behind(seen: Sequence[tuple[RankLine, float]], now: float) -> Behind | None:
     frozen = [line for line, at in seen if now - at > FROZEN_S]
     if frozen and len(frozen) < len(seen):
         quiet = max(now - at for _, at in seen if now - at > FROZEN_S)
-        return _of(frozen, f"its heartbeat stopped {quiet:.0f} s ago while the other ranks' went on")
+        return _of(frozen, f"its heartbeat stopped {quiet:.0f} s ago while the other ranks' went on", True)
     steps = {line.step for line, _ in seen}
     if len(steps) > 1:
         low = min(steps)

@@ -19,10 +19,11 @@ import subprocess
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from clusterkit import heartbeat
-from clusterkit.supervise import ranks, replan, stall
+from clusterkit import heartbeat, stackdump
+from clusterkit.supervise import dumps, ranks, replan, stall
 from clusterkit.supervise.recovery import attempt_logs
 
 HISTORY = 1000          # the progress lines kept for the median (the newest)
@@ -35,7 +36,7 @@ class Watcher:
     """One attempt's progress as the supervisor sees it."""
 
     def __init__(self, limits: stall.Limits, run_dir: str, job_id: str, restart: int, attempt: int,
-                 log: Log, clock: Callable[[], float] = time.monotonic) -> None:
+                 log: Log, send: dumps.Send | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.limits, self.log, self.clock = limits, log, clock
         self.path = Path(run_dir) / "logs" / f"{job_id}.progress"
         self.logs = (run_dir, job_id, restart, attempt)
@@ -48,6 +49,10 @@ class Watcher:
         self.beats: dict[int, tuple[float, float, ranks.RankLine]] = {}   # rank: (beat, first seen, line)
         self.first_beats = {x.rank: x.beat for x in ranks.read_all(self.path.parent, job_id)}
         self.behind: ranks.Behind | None = None
+        self.said_naming = False
+        self.dumps = None if send is None else dumps.Dumps(self.path.parent, job_id, send, clock)
+        self.stacks: list[stackdump.Dump] | None = None
+        self.dump_behind: ranks.Behind | None = None
 
     @property
     def poll_s(self) -> float:
@@ -88,19 +93,47 @@ class Watcher:
                 self.beats[line.rank] = (line.beat, now, line)
 
     def _named(self, found: stall.Stall) -> stall.Stall | None:
-        """The stall once its rank behind is named, or ``NAME_WAIT_S`` after it was found (at once
-        when no rank of this attempt writes a file of its own)."""
+        """The stall once its rank behind is named (from the heartbeats, else the stack dumps)
+        and the ranks' stack dumps are in, or ``NAME_WAIT_S`` after it was found (at once when no
+        rank of this attempt writes a file of its own: then none writes a stack file either)."""
         self._look_ranks()
-        self.behind = ranks.behind([(line, at) for _, at, line in self.beats.values()], self.clock())
-        if self.behind is None and self.beats and self.pending is None:   # no rank file: nothing to wait for
+        if self.pending is None:
             self.pending = (found, self.clock())
+            if self.dumps is not None and self.dumps.ask(set(self.beats)):
+                self.log(f"watch: {found.worded()}: asking the ranks for their stack dumps "
+                         f"({dumps.send_signal_name()})" + (f": {self.dumps.error}" if self.dumps.error else ""))
+        self.behind = ranks.behind([(line, at) for _, at, line in self.beats.values()], self.clock())
+        dumping = self.dumps is not None and bool(self.dumps.sizes) and not self.dumps.done()
+        if self.dumps is not None and self.dumps.sizes and not dumping and self.stacks is None:
+            self._read_dumps()
+        told = self.dump_behind   # a rank silent to the signal outweighs all but a heartbeat that stood still
+        if told is not None and (self.behind is None or told.frozen > self.behind.frozen):
+            self.behind = told
+        if self.behind is None and self.beats and not self.said_naming:
+            self.said_naming = True
             self.log(f"watch: {found.worded()}: looking for the rank behind in the ranks' progress files "
                      f"(at most {NAME_WAIT_S:.0f} s)")
-        if self.behind is None and self.pending is not None and self.clock() - self.pending[1] < NAME_WAIT_S:
+        if self.clock() - self.pending[1] < NAME_WAIT_S and (dumping or (self.behind is None and self.beats)):
             return None
-        found = self.pending[0] if self.pending is not None else found
-        self.found = found
+        if self.behind is not None and len(self.behind.ranks) == 1:
+            mine = [d for d in self.stacks or [] if d.rank == self.behind.ranks[0] and d.frames]
+            if mine:
+                self.behind = replace(self.behind, why=f"{self.behind.why}; its stack: {mine[0].top}")
+        self.found = self.pending[0]
         return self.found
+
+    def _read_dumps(self) -> None:
+        """Log the ranks' dumps; the ranks behind by them (silent, or apart from the others)."""
+        assert self.dumps is not None
+        got = self.stacks = self.dumps.read()
+        self.log(f"watch: stack dumps: {stackdump.summary(got)}")
+        late = stackdump.behind(got)
+        if late:
+            why = ("no stack dump came while the others' did" if not late[0].frames else
+                   "outside any collective while the others wait in one, by the stack dumps"
+                   if any(d.collective for d in got) else "apart from where the others are, by the stack dumps")
+            self.dump_behind = ranks.Behind(tuple(d.rank for d in late), tuple(sorted({d.host for d in late})), why,
+                                            frozen=not late[0].frames)
 
     def check(self) -> stall.Stall | None:
         """A stall of this attempt, found now (once), or None."""
