@@ -83,12 +83,17 @@ class Start:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, **kw)   # type: ignore[call-overload]
         except OSError:
             return 127
-        while proc.poll() is None:
-            if self.heard_term() or os.getppid() != self.sup.parent:
-                proc.send_signal(signal.SIGTERM)
+        heard: list[int] = []
+        while True:
+            ended = proc.poll() is not None
+            heard += self.sup.events.take()
+            if signal.SIGTERM in heard or os.getppid() != self.sup.parent:   # (Slurm's TERM ends the child too)
+                if not ended:
+                    proc.send_signal(signal.SIGTERM)
                 die_by_term()
-            self.sup.events.wait(_POLL_S)
-        return int(proc.returncode)
+            if ended:
+                return int(proc.returncode)
+            heard += self.sup.events.wait(_POLL_S)
 
     def preflight(self) -> None:
         """The report of every allocated node, in place at ``logs/preflight-<job>.r<restart>.json``."""
