@@ -142,3 +142,29 @@ def test_a_kill_during_the_wait_after_a_requeue_leaves_no_sleep_behind(job, tmp_
     finally:
         j.kill()
     assert j.result() is None
+
+
+def test_slurms_term_during_the_requeue_leaves_every_scontrol_call_its_answer(job, tmp_path: Path) -> None:
+    """Slurm answers requeuehold with TERM to every process of the job at once: the supervisor's
+    start still sets the exclusion and releases the job, then waits for Slurm's next TERM."""
+    j = job("--set", "preflight_in_job=true", restarts=0, JS_PREFLIGHT_REPORT=_report(tmp_path, node2="7 GPUs"),
+            JS_PREFLIGHT_RC="1", JS_REQUEUEHOLD_TERM="1").start()
+    j.await_log(WAITING)
+    assert j.calls("scontrol")[-3:] == [f"requeuehold {JOB_ID}", f"update JobId={JOB_ID} ExcNodeList=node2",
+                                        f"release {JOB_ID}"], j.log()
+    j.usr2()                             # a late time-limit warning: noted, the wait goes on
+    j.await_log("SIGUSR2 while waiting for Slurm to end this run: ignored")
+    assert j.alive()
+    j.slurm_term()
+    assert j.wait() == -signal.SIGTERM, j.log()
+    until("the job's processes to end", lambda: j.group() == [])
+    assert j.result() is None and j.calls("srun") == []
+
+
+def test_a_cancel_during_the_preflight_ends_the_job_by_term_with_no_result(job) -> None:
+    j = job("--set", "preflight_in_job=true", "--node-setup", "true", JS_PREFLIGHT_HOLD="1").start()
+    until("the preflight to run", lambda: (j.work / "preflight.running").exists())
+    j.slurm_term()
+    assert j.wait() == -signal.SIGTERM, j.log()
+    until("the job's processes to end", lambda: j.group() == [])
+    assert j.result() is None and j.calls("srun") == [] and "choose-nodes" not in " ".join(j.calls("clusterkit"))

@@ -1,6 +1,6 @@
 """``clusterkit choose-nodes``: the job script's choice of nodes from its in-job preflight report.
 
-Run by the rendered job script (templates/job-choose.sbatch.j2), not by hand: it reads
+Run by the supervisor's start inside the job (clusterkit.supervise.start), not by hand: it reads
 ``logs/preflight-<job>.r<restart>.json`` in the run directory, decides (see
 :mod:`clusterkit.preflight.choose`), writes ``logs/nodes-<job>.r<restart>.json`` and prints what
 the job script needs, one item a line, so the shell parses nothing.

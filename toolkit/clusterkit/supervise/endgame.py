@@ -83,6 +83,7 @@ class Supervisor:
         self.attempts: recovery.Run | None = None
         self.watcher: watch.Watcher | None = None
         self.stalled: replan.Verdict | None = None   # the attempt the watcher ended, for recovery
+        self.parent: int | None = None   # the start's batch shell: its end ends a wait for Slurm's
         slurm = spec.mode != "local"
         if slurm:   # an INT ends a batch script as it ended the shell: by that signal, no traceback
             signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -259,14 +260,14 @@ class Supervisor:
         self.result(rc, step.reason)
         sys.exit(rc)
 
-    def requeue_without(self, exclude: tuple[str, ...]) -> NoReturn:
-        """Requeue this job with ``exclude`` kept out, as the start does (requeuehold, ExcNodeList,
-        release); counted as a restart.  Slurm's TERM that answers it ends the wait that follows."""
+    def requeue_without(self, exclude: tuple[str, ...], because: str = "") -> NoReturn:
+        """Requeue this job with ``exclude`` kept out (requeuehold, ExcNodeList, release: the start's
+        choice of nodes and recovery both), ``because`` said if it fails; counted as a restart."""
         s, nodes = self.spec, fold(exclude)
         answer = self.client(["scontrol", "requeuehold", s.job_id], ignore_term=True)
         relay(answer)
         if answer.returncode != 0:
-            why = f"scontrol requeuehold failed: resubmit with --exclude {nodes}"
+            why = f"{because}; but " * bool(because) + f"scontrol requeuehold failed: resubmit with --exclude {nodes}"
             say(why)
             self.result(1, why)
             sys.exit(1)
@@ -275,7 +276,9 @@ class Supervisor:
             log(f"warning: scontrol update ExcNodeList={nodes} failed: the requeued job may get the same nodes")
         if self.client(["scontrol", "release", s.job_id], ignore_term=True).returncode != 0:
             log(f"warning: scontrol release failed: the requeued job is held (scontrol release {s.job_id})")
-        self.drain()
+        if self.parent is None:   # (the start drops them unsaid): Slurm's next TERM ends the wait
+            self.drain()
+        self.events.take()
         self.wait_for_slurm_end(0, f"requeued with {nodes} excluded (restart {s.restarts + 1} of {s.max_restarts})")
 
     def act(self, action: decide.Action, rc: int) -> NoReturn:
@@ -300,16 +303,15 @@ class Supervisor:
         self.act(decide.after_framework(self.facts(rc), pending), rc)
 
     def wait_for_slurm_end(self, status: int, why: str) -> NoReturn:
-        """The one wait for Slurm's end, wherever Slurm is ending this run itself (a requeue, a
-        preemption, a cancel, the time limit).  A result file now would mark the job as ended for
-        good, and exiting first races with Slurm (slurmctld may record a requeued run FAILED).
-        So: no result; Slurm's next TERM ends this process by that signal, as if untrapped, or its
-        KILL does; a late USR2 is noted and the wait goes on.  Bounded: after 600 s it exits STATUS."""
+        """The one wait for Slurm's end, wherever Slurm ends this run itself (a requeue, a preemption,
+        a cancel, the time limit).  No result (it would mark the job ended for good), no exit first
+        (slurmctld may record a requeued run FAILED): Slurm's next TERM ends this process by that
+        signal, or its KILL does; a late USR2 is noted.  Bounded: after 600 s it exits STATUS."""
         log(why)
         log(WAITING)
-        end = time.monotonic() + SLURM_END_WAIT_S
-        while (left := end - time.monotonic()) > 0:
-            for signum in self.events.wait(min(left, _LOOP_S)):
+        end, slice_s = time.monotonic() + SLURM_END_WAIT_S, _LOOP_S if self.parent is None else 1.0
+        while (left := end - time.monotonic()) > 0 and self.parent in (None, os.getppid()):   # (a KILLed parent)
+            for signum in self.events.wait(min(left, slice_s)):
                 if signum == signal.SIGTERM:
                     die_by_term()
                 if signum == signal.SIGUSR2:
@@ -396,5 +398,3 @@ class Supervisor:
         log(f"chain: cancelling the later members: {' '.join(rest)}")
         if self.client(["scancel", f"--user={user}", "--", *rest]).returncode != 0:
             log(f"chain: scancel of {' '.join(rest)} failed")
-
-
