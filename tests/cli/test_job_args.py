@@ -335,15 +335,20 @@ def test_a_command_that_starts_the_launcher_itself_is_refused(ck, site: Path, tm
 def test_in_job_preflight_step_gets_the_srun_args(ck, site: Path, tmp_path: Path) -> None:
     from clusterkit.config.load import load_site
     from clusterkit.nodes.runners import make_runner
+    from clusterkit.supervise.start import parse
 
     run_dir = render(ck, site, tmp_path / "r", "--stage", "multi-node", "--set", "preflight_in_job=true",
                      "--srun-arg=--mpi=pmix", "--srun-arg=--comment=a b")
-    line = next(ln.strip() for ln in (run_dir / "job.sbatch").read_text().splitlines()
-                if ln.strip().startswith("clusterkit preflight "))
-    words = subprocess.run(["bash", "-c", "printf '%s\\0' " + line.split(" >")[0].replace('"$SLURM_JOB_NODELIST"',
-                                                                                          "n[1-2]")],
+    text = (run_dir / "job.sbatch").read_text().replace("\\\n", " ")   # the start's call, its lines joined
+    call = '"$ck_python" -m clusterkit.supervise.start '
+    line = next(ln.strip() for ln in text.splitlines() if ln.strip().startswith(call))
+    words = subprocess.run(["bash", "-c", "printf '%s\\0' " + line.split(" >")[0].replace('"$ck_python"', "python3")
+                            .replace('"$ck_max_restarts"', "2")],
                            capture_output=True, text=True, check=True).stdout.split("\0")[:-1]
-    assert words[-3:] == ["--srun-arg=--mpi=pmix", "--srun-arg=--comment=a b", "--json"]
+    assert "--srun-arg=--mpi=pmix" in words and "--srun-arg=--comment=a b" in words, words
+    # the supervisor's start reads them and hands them to its preflight step
+    env = {"CK_RUN_DIR": str(run_dir), "CK_JOB_ID": "7", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]"}
+    assert parse(words[3:], env).srun_arg == ["--mpi=pmix", "--comment=a b"]
     # what that command does with them: the srun step carries them after its own options
     runner = make_runner(load_site(str(site)), "srun", srun_args=("--mpi=pmix", "--comment=a b"))
     argv = runner.argv(["n1", "n2"], "true", 10, "M")
