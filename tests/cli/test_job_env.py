@@ -149,7 +149,7 @@ def test_values_referring_to_the_chosen_hosts_are_exported_again_once_they_are_k
                  "--env", "CACHE=/tmp/c_${SLURM_JOB_ID}", "--set", "container=false")
     text = (run / "job.sbatch").read_text()
     first, again = text.index("\nexport STORE="), text.rindex("\nexport STORE=")
-    assert first < text.index("clusterkit preflight") < text.index("\nexport CK_HEAD\n") < again
+    assert first < text.index("-m clusterkit.supervise.start") < text.index("\nexport CK_HEAD\n") < again
     assert text.count("\nexport CACHE=") == 1   # no ${CK_*} in it: the batch shell exports it once
     got = _bash_env(text[again + 1:text.index("\n", again + 1)], ["STORE"], CK_HEAD="node7")
     assert got == {"STORE": "tcp://node7:29400"}
@@ -229,6 +229,12 @@ def test_venv_conda_and_modules_where_they_apply(ck, tmp_path: Path) -> None:
     assert text.index("module load gcc/12 ") > text.index("module load nccl/2.21 ")
     assert ". /shared/venvs/train/bin/activate || ck_fail 1 " in text
     assert text.index("/bin/activate") < text.index("# ---- NCCL / torch environment")
+    # `purge`, where it stands in the list (real scripts start with `module purge`): never `module load purge`
+    run = render(ck, tmp_path, "--module", "purge", "--module", "gcc/12", "--set", "container=false", name="purge")
+    text = (run / "job.sbatch").read_text()
+    assert "module load purge" not in text and "module load 'purge'" not in text
+    assert text.index("module load nccl/2.21 ") < text.index("module purge || ck_fail 1 ") < text.index(
+        "module load gcc/12 ")
     run = render(ck, tmp_path, "--conda", "train env", "--set", "container=false", name="conda")
     assert "conda activate 'train env' ||" in (run / "job.sbatch").read_text()
     # in the site's pyxis container: activated inside it, at the head of the launch body

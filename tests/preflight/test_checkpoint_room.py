@@ -123,8 +123,16 @@ def test_the_job_asks_its_own_preflight_from_its_settings(ck: CLI, tmp_path: Pat
              "--out", str(tmp_path / "a"), "--", "python", "t.py")
     assert res.code == 0, res.err
     script = (tmp_path / "a" / "job.sbatch").read_text()
-    assert ('--model-params 7000000000 --keep-checkpoints 3 --checkpoint-dir "$CK_CHECKPOINT_DIR" '
-            "--checkpoint-warn-only") in script
+    # the supervisor's start passes them to its preflight, with the job's CK_CHECKPOINT_DIR
+    assert "--model-params 7000000000 --keep-checkpoints 3" in script.replace("\\\n", " ")
+    from clusterkit.supervise.start import Start, parse
+    env = {"CK_RUN_DIR": str(tmp_path), "CK_JOB_ID": "7", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]",
+           "CK_CHECKPOINT_DIR": "/shared/ckpt/run"}
+    a = parse(["--site", "testbed", "--stage", "multi-node", "--nodes", "2", "--model-params", "7000000000",
+               "--keep-checkpoints", "3"], env)
+    assert Start.capacity_args(type("S", (), {"a": a, "env": env})()) == [   # type: ignore[arg-type]
+        "--model-params", "7000000000", "--keep-checkpoints", "3", "--checkpoint-dir", "/shared/ckpt/run",
+        "--checkpoint-warn-only"]
     off = ck("render", "--site", "testbed", "--nodes", "2", "--set", "preflight_in_job=false",
              "--set", "model_params=7B", "--", "python", "t.py")
     assert off.code == 2 and "--set model_params: the checkpoint directory's room is checked by the job's own " \

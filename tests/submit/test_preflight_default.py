@@ -96,8 +96,9 @@ def test_shipped_slurm_sites_render_the_in_job_check(ck, tmp_path: Path) -> None
     result = ck("render", "--site", "eth-nfs", "--out", str(out), "--", "python", "t.py")
     assert result.code == 0, result.err
     script = (out / "job.sbatch").read_text()
-    assert "--transport srun --nodelist \"$SLURM_JOB_NODELIST\"" in script
-    assert script.index("clusterkit preflight") < script.index("# ---- launch:")
+    # the supervisor's start runs the preflight on the allocation (--transport=srun) before the launch
+    assert '"$ck_python" -m clusterkit.supervise.start --site ' in script
+    assert script.index("-m clusterkit.supervise.start") < script.index("# ---- launch:")
 
 
 def test_a_local_site_has_no_in_job_check(tmp_path: Path) -> None:

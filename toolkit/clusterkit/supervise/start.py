@@ -98,7 +98,7 @@ class Start:
     def preflight(self) -> None:
         """The report of every allocated node, in place at ``logs/preflight-<job>.r<restart>.json``."""
         a, report = self.a, self.logs / f"preflight-{self.slurm_job}.r{self.sup.spec.restarts}.json"
-        argv = [*clusterkit_command(), "preflight", "--site", a.site, "--stage", a.stage, "--transport", "srun",
+        argv = [*clusterkit_command(), "preflight", "--site", a.site, "--stage", a.stage, "--transport=srun",
                 "--nodelist", self.nodelist, *(["--perf"] if a.perf else []),
                 *(f"--srun-arg={arg}" for arg in a.srun_arg), *self.capacity_args(), "--json"]
         tmp = Path(f"{report}.tmp")

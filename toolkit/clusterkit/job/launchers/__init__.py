@@ -214,8 +214,8 @@ def get(name: str, declared: Declared | None = None) -> Callable[[Context], Laun
     ``extra_args(ctx)`` says which, where it takes some of them itself); ``declared``: the site's own."""
     module = _module(name, declared)
     if module is None:
-        from clusterkit.job.launchers import declared as declared_mod
-
+        # found by name, as the built-in launchers' modules are (each imports this package)
+        declared_mod = importlib.import_module("clusterkit.job.launchers.declared")
         assert declared is not None
         build: Callable[[Context], Launch] = declared_mod.builder(name, declared[name])
         extra: Callable[[Context], tuple[str, ...]] = lambda ctx: ctx.launcher_args  # noqa: E731
