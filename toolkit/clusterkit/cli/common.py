@@ -142,7 +142,8 @@ def job_setup_options() -> list[Callable[[F], F]]:
         click.option("--conda", "conda", default=None, metavar="ENV",
                      help="Conda environment (name or prefix) to activate on every node."),
         click.option("--module", "modules", multiple=True, metavar="NAME",
-                     help="Environment module to load after the site's, repeatable."),
+                     help="Environment module to load after the site's, repeatable; `purge` unloads every "
+                          "module loaded before it (module purge)."),
         click.option("--srun-arg", "srun_args", multiple=True, metavar="ARG",
                      help="Argument added to every srun step, repeatable (e.g. --srun-arg=--label)."),
         click.option("--launcher-arg", "launcher_args", multiple=True, metavar="ARG",
