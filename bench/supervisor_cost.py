@@ -68,7 +68,8 @@ def main() -> int:
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "toolkit"), os.environ.get("PYTHONPATH")]))}
     argv = [sys.executable, "-m", "clusterkit", "submit", "--site", "local", "--launcher", "torchrun",
             "--gpus-per-node", str(args.ranks), "--run-name", f"bench-{time.time_ns()}", "--out", str(work / "run"),
-            "--no-snapshot", "--wait", "--set", f"time={int(args.minutes) + 10}", "--", "python", str(TRAIN), "--steps", str(steps), "--step-s", str(args.step_s),
+            "--no-snapshot", "--wait", "--set", f"time={int(args.minutes) + 10}",   # past the run: no time-limit end
+            "--", "python", str(TRAIN), "--steps", str(steps), "--step-s", str(args.step_s),
             "--stall-on", "no-such-host"]   # --stall-on: the loop reports its progress; no host stalls
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=work)
