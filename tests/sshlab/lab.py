@@ -18,9 +18,11 @@ the kernel's SYN retries).
 
 Everything runs inside a network namespace of the lab's own (``ck-lab-<random>``) when the
 kernel lets us create one; otherwise on the host's loopback (127.0.0.0/8 only, never another
-address) on a random port.  Clients under test run inside it via :meth:`SSHLab.run` /
-:meth:`SSHLab.wrap`.  :meth:`SSHLab.stop` stops every process the lab started, by pid, and
-deletes the namespace.
+address) on a random port.  ``start_lab(..., netns=NAME, addresses=..., port=...)`` runs the
+sshd in an existing namespace instead (the Slurm testbed's login node), serving the addresses
+given (they must exist there); that namespace is not the lab's to delete.  Clients under test
+run inside the namespace via :meth:`SSHLab.run` / :meth:`SSHLab.wrap`.  :meth:`SSHLab.stop`
+stops every process the lab started, by pid, and deletes the lab's own namespace.
 
 Command line (used by ``bench/preflight.py`` and for poking at it by hand)::
 
@@ -133,6 +135,7 @@ class SSHLab:
     pids: list[int] = field(default_factory=list)
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
     stopped: bool = False
+    owns_netns: bool = True     # False: a namespace given to start_lab, left as it was found
     log_level: str = "VERBOSE"  # sshd's; VERBOSE logs each connection with the address it hit
 
     @property
@@ -198,7 +201,7 @@ class SSHLab:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=2)
         _kill_sessions(self.workdir)
-        if self.netns:
+        if self.netns and self.owns_netns:
             subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
         _RUNNING.discard(self)  # type: ignore[arg-type]
 
@@ -397,13 +400,16 @@ def _start_faults(lab: SSHLab) -> None:
 
 def start_lab(nodes: Mapping[str, str], workdir: Path | str, *,
               profiles_dir: Path | str = PROFILES_DIR, use_netns: bool = True,
-              log_level: str = "VERBOSE") -> SSHLab:
+              log_level: str = "VERBOSE", netns: str | None = None,
+              addresses: Mapping[str, str] | None = None, port: int | None = None) -> SSHLab:
     """Start a lab serving ``nodes`` (``{name: profile}``) under ``workdir`` (must be empty).
 
     Profiles name directories of ``profiles_dir``; ``@refused``, ``@tarpit`` and
     ``@blackhole`` make fault addresses.  ``log_level`` is sshd's (``DEBUG1`` also logs
-    ``direct-tcpip`` forwarding, ``ERROR`` keeps a benchmark quiet).  Raises LabError if
-    sshd cannot be started.
+    ``direct-tcpip`` forwarding, ``ERROR`` keeps a benchmark quiet).  ``netns``: run in this
+    existing namespace (not deleted by :meth:`SSHLab.stop`) rather than one of the lab's own;
+    ``addresses`` (``{name: address}``, every name) and ``port`` replace the lab's loopback
+    addresses and port.  Raises LabError if sshd cannot be started.
     """
     reason = lab_unavailable_reason()
     if reason:
@@ -412,12 +418,17 @@ def start_lab(nodes: Mapping[str, str], workdir: Path | str, *,
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "addr").mkdir()
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege-separation dir
-    netns = _make_netns() if use_netns else None
     profiles = dict(nodes)
-    addresses = _assign_addresses(list(nodes), profiles)
-    lab = SSHLab(workdir=workdir, netns=netns,
-                 port=NETNS_PORT if netns else _free_port("127.1.0.1"),
-                 addresses=addresses, profiles=profiles, ssh_config=workdir / "ssh_config",
+    if addresses is not None and set(addresses) != set(nodes):
+        raise LabError(f"addresses name {sorted(addresses)}, the nodes are {sorted(nodes)}")
+    addrs = {n: addresses[n] for n in nodes} if addresses is not None else _assign_addresses(list(nodes), profiles)
+    owns = netns is None
+    if owns:
+        netns = _make_netns() if use_netns else None
+    if port is None:
+        port = NETNS_PORT if netns else _free_port("127.1.0.1")
+    lab = SSHLab(workdir=workdir, netns=netns, port=port, owns_netns=owns,
+                 addresses=addrs, profiles=profiles, ssh_config=workdir / "ssh_config",
                  known_hosts=workdir / "known_hosts", identity=workdir / "id_ed25519",
                  host_key_line="", log_level=log_level)
     _RUNNING.add(lab)
