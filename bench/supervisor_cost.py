@@ -10,9 +10,10 @@ under torchrun with ``--ranks`` processes, for ``--minutes`` minutes.  Every sec
 /proc the supervisor's CPU time (user + system) and resident memory, and the ranks' CPU time for
 scale.  Prints figures only; nothing is asserted.
 
-The local site runs the same supervisor as a Slurm job (``python -m clusterkit.supervise``), with
-the same watch loop; on Slurm it also asks ``scontrol``/``sacct`` about the job at its events,
-which this run does not measure (bench/recovery.py's ``--healthy-minutes`` does, on the testbed).
+The local site runs the same supervisor as a Slurm job (``python -m clusterkit.supervise``), but
+not its stall watch (the progress files are read only for Slurm jobs, which can be recovered) nor
+its ``scontrol`` calls: this measures its wait loop and signal handling over a long run;
+bench/recovery.py's ``--healthy-minutes`` measures the whole of it, on the testbed.
 """
 
 from __future__ import annotations
