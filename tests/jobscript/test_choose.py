@@ -46,7 +46,7 @@ def test_a_spare_takes_the_bad_nodes_place_in_every_launch_step(job, tmp_path: P
     report = json.loads((j.run_dir / "logs" / f"preflight-{JOB_ID}.r0.json").read_text())
     assert [n["host"] for n in report["nodes"]] == ["node1", "node2", "node3", "node4"]
     [pre, choose] = j.calls("clusterkit")
-    assert pre.endswith("--transport srun --nodelist node[1-3] --json")
+    assert pre.endswith("--transport=srun --nodelist node[1-3] --json")
     assert "choose-nodes" in choose and "--nodes 2 --spares 1 --check base" in choose
 
 
