@@ -169,6 +169,16 @@ def test_a_rank_outside_any_collective_while_the_others_wait_is_behind() -> None
             at(2, "n3", "_tensor.py:backward", False)]
     got = behind(seen, now=101.0)
     assert got is not None and got.node == "n2" and "while the others are in _tensor.py:backward" in got.why
+    # ranks waiting in a collective may show the step before the one the rank outside reported: the
+    # collective tells (seen under load: rank 1 stuck before its next all-reduce, rank 0 at step 96)
+    def stepped(rank: int, step: int, coll: bool) -> tuple[RankLine, float]:
+        where = "distributed_c10d.py:all_reduce" if coll else "hang_job.py:main"
+        return RankLine(step, 1.0, "train", rank, f"n{rank + 1}", 1.0, None, 1.0, where, coll), 100.0
+
+    got = behind([stepped(0, 96, True), stepped(1, 97, False), stepped(2, 97, True)], now=101.0)
+    assert got is not None and got.ranks == (1,) and got.why.startswith("outside any collective"), got
+    got = behind([stepped(0, 96, True), stepped(1, 97, True), stepped(2, 97, True)], now=101.0)
+    assert got is not None and got.ranks == (0,) and got.why == "at step 96, the others at 97"   # all waiting
     two = [at(0, "n1", "a.py:f", False), at(1, "n2", "b.py:g", False)]
     assert behind(two, now=101.0) is None                 # no majority: no name
     old = [(RankLine(10, 1.0, "train", r, f"n{r}", 1.0, None, 1.0), 100.0) for r in range(3)]

@@ -126,16 +126,21 @@ def _of(lines: Iterable[RankLine], why: str, frozen: bool = False) -> Behind:
 def behind(seen: Sequence[tuple[RankLine, float]], now: float) -> Behind | None:
     """Which ranks are behind a stall.  ``seen``: each rank's newest line with the time (the
     supervisor's clock) its beat was last seen to change.  First the frozen: ranks whose beat
-    stood still longer than :data:`FROZEN_S` while another's moved within it; else the ranks
-    whose step is lower than every other rank's; else those whose training thread is outside any
-    collective while others wait in one, or apart from where most ranks are (:func:`_where`); else
-    None."""
+    stood still longer than :data:`FROZEN_S` while another's moved within it; else those whose
+    training thread is outside any collective while the others wait in one; else the ranks whose
+    step is lower than every other rank's; else those apart from where most ranks are
+    (:func:`_where`); else None."""
     if len(seen) < 2:
         return None
     frozen = [line for line, at in seen if now - at > FROZEN_S]
     if frozen and len(frozen) < len(seen):
         quiet = max(now - at for _, at in seen if now - at > FROZEN_S)
         return _of(frozen, f"its heartbeat stopped {quiet:.0f} s ago while the other ranks' went on", True)
+    # A rank inside a collective waits for the others: ranks outside any collective while the rest
+    # wait in one are behind, whatever the steps say (a step is reported around the collectives, so
+    # ranks that wait may show the step before the one the rank behind reported)
+    if (out := _outside([line for line, _ in seen])) is not None:
+        return out
     steps = {line.step for line, _ in seen}
     if len(steps) > 1:
         low = min(steps)
@@ -144,15 +149,22 @@ def behind(seen: Sequence[tuple[RankLine, float]], now: float) -> Behind | None:
     return _where([line for line, _ in seen])
 
 
-def _where(lines: Sequence[RankLine]) -> Behind | None:
-    """From where the ranks' training threads are: those outside any collective while others wait
-    in one; else those apart from where more than half of the ranks are (a minority of them)."""
+def _outside(lines: Sequence[RankLine]) -> Behind | None:
+    """Those outside any collective while every other rank waits in one."""
     if any(x.coll is None for x in lines):
         return None
     out = [x for x in lines if not x.coll]
     if out and len(out) < len(lines):
         spots = sorted({x.where for x in out})
         return _of(out, f"outside any collective (in {', '.join(spots[:3])}) while the others wait in one")
+    return None
+
+
+def _where(lines: Sequence[RankLine]) -> Behind | None:
+    """From where the ranks' training threads are: those apart from where more than half of the
+    ranks are (a minority of them); none when it cannot be told."""
+    if any(x.coll is None for x in lines):
+        return None
     counts = Counter(x.where for x in lines if x.where != "-")
     if not counts:
         return None

@@ -106,8 +106,11 @@ class Watcher:
         dumping = self.dumps is not None and bool(self.dumps.sizes) and not self.dumps.done()
         if self.dumps is not None and self.dumps.sizes and not dumping and self.stacks is None:
             self._read_dumps()
-        told = self.dump_behind   # a rank silent to the signal outweighs all but a heartbeat that stood still
-        if told is not None and (self.behind is None or told.frozen > self.behind.frozen):
+        # by the dumps: a rank silent to the signal outweighs all but a heartbeat that stood still, and
+        # ranks outside any collective while the others wait in one outweigh a lower step
+        told = self.dump_behind
+        if told is not None and (self.behind is None or told.frozen > self.behind.frozen
+                                 or (not self.behind.frozen and told.why.startswith("outside any collective"))):
             self.behind = told
         if self.behind is None and self.beats and not self.said_naming:
             self.said_naming = True
