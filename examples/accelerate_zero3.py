@@ -15,11 +15,13 @@ its share of the parameters, then all-reduces as examples/allreduce.py does.  Ru
 
 Each rank prints ``zero3 rank R/W: stage=3 partitioned=P/T loss A -> B`` (P of the model's T
 parameters held on this rank) and the all-reduce line, and ends with ``Accelerator.end_training``
-(the process group destroyed before the interpreter exits, as a training script should).
+(the process group destroyed before the interpreter exits, as a training script should),
+then leaves without interpreter finalization (see the end of this file).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from allreduce import check_sum, say
@@ -78,4 +80,12 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # DeepSpeed's engine keeps its own references to the gloo group, so destroying the group
+    # does not free it: it is freed at interpreter finalization, where gloo's worker threads
+    # can still abort the process (a CI run: rank 1 printed its results, then SIGABRT, and the
+    # job was relaunched).  Once every rank has passed the barrier and the output is flushed,
+    # the rank leaves without finalization.
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
