@@ -47,6 +47,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from clusterkit import stackdump
+from clusterkit.nofollow import read_regular
 
 ENV = "CK_PROGRESS_FILE"
 MIN_INTERVAL_S = 5.0     # between two writes of the same phase
@@ -260,23 +261,6 @@ class Progress:
         return f"{what} {self.step}, {when} ({time.strftime('%H:%M:%S', time.localtime(self.time))})"
 
 
-def _read_regular(path: str | os.PathLike[str], limit: int, tail: bool = False) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        if tail and st.st_size > limit:
-            os.lseek(fd, st.st_size - limit, os.SEEK_SET)
-        return os.read(fd, limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
 
 def _parse(text: str) -> Progress | None:
     m = _LINE.fullmatch(text.strip())
@@ -291,7 +275,7 @@ def _parse(text: str) -> Progress | None:
 def read_log(path: str | os.PathLike[str]) -> list[Progress]:
     """The marks of a progress log (``<progress file>.log``), oldest first: a regular file only,
     its last ``MAX_LOG_BYTES`` bytes, each line strictly the format (any other line left out)."""
-    data = _read_regular(path, MAX_LOG_BYTES, tail=True)
+    data = read_regular(path, MAX_LOG_BYTES, tail=True)
     if not data:
         return []
     marks = [p for ln in data.decode("ascii", errors="replace").splitlines() if (p := _parse(ln)) is not None]
@@ -301,5 +285,5 @@ def read_log(path: str | os.PathLike[str]) -> list[Progress]:
 def read(path: str | os.PathLike[str]) -> Progress | None:
     """The line at ``path``, or None when there is none or it is not one: a regular file only
     (no link, FIFO or device is opened), the first ``MAX_BYTES`` bytes, strictly the format."""
-    data = _read_regular(path, MAX_BYTES)
+    data = read_regular(path, MAX_BYTES)
     return None if data is None else _parse(data.decode("ascii", errors="replace"))

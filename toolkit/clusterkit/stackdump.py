@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from clusterkit.nofollow import read_regular
+
 SIGNAL = signal.SIGWINCH
 SUFFIX = ".stack.rank"
 MAX_BYTES = 256 << 10
@@ -128,21 +130,9 @@ class Dump:
 
 
 def _tail(path: Path) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+    data = read_regular(path, MAX_BYTES, tail=True)
+    if data is None:
         return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        if st.st_size > MAX_BYTES:
-            os.lseek(fd, st.st_size - MAX_BYTES, os.SEEK_SET)
-        data = os.read(fd, MAX_BYTES)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
     text = data.decode("ascii", errors="replace")
     return "".join(c for c in text if c == "\n" or c.isprintable())
 
