@@ -163,36 +163,34 @@ class LoginSession:
     def put_checked(self, local: Path, remote: str, sha256: str, mode: int) -> None:
         """Copy ``local`` to ``remote`` under a new temporary name, then rename it into place once
         its bytes are known to hash to ``sha256`` (a file that changed since it was hashed is refused)."""
-        sftp = self._client()
-        tmp = f"{remote.rsplit('/', 1)[0]}/.up-{secrets.token_hex(8)}"
-        digest = hashlib.sha256()
-        try:
-            with open(local, "rb") as src, sftp.open(tmp, "wx") as dst:
+        def fill(dst: Any) -> None:
+            digest = hashlib.sha256()
+            with open(local, "rb") as src:
                 dst.set_pipelined(True)
                 while chunk := src.read(_CHUNK):
                     digest.update(chunk)
                     dst.write(chunk)
             if digest.hexdigest() != sha256:
                 raise SessionError("changed", f"{local} changed while it was uploaded; submit again")
-            sftp.chmod(tmp, mode)
-            sftp.posix_rename(tmp, remote)
-        except (OSError, EOFError) as exc:
-            raise SessionError("broken", f"cannot upload {local} to {self.host}:{remote}: {exc}") from None
-        finally:
-            with contextlib.suppress(OSError, EOFError):
-                sftp.remove(tmp)
+
+        self._place(remote, mode, fill, f"cannot upload {local} to {self.host}:{remote}")
 
     def put_bytes(self, data: bytes, remote: str, mode: int = 0o400) -> None:
         """Write ``data`` as ``remote`` (a new temporary name, renamed into place)."""
+        self._place(remote, mode, lambda dst: dst.write(data), f"cannot write {self.host}:{remote}")
+
+    def _place(self, remote: str, mode: int, fill: Callable[[Any], object], failed: str) -> None:
+        """``fill`` writes a new temporary file beside ``remote``, which is then given ``mode`` and
+        renamed into place; the temporary file never stays behind."""
         sftp = self._client()
         tmp = f"{remote.rsplit('/', 1)[0]}/.up-{secrets.token_hex(8)}"
         try:
             with sftp.open(tmp, "wx") as dst:
-                dst.write(data)
+                fill(dst)
             sftp.chmod(tmp, mode)
             sftp.posix_rename(tmp, remote)
         except (OSError, EOFError) as exc:
-            raise SessionError("broken", f"cannot write {self.host}:{remote}: {exc}") from None
+            raise SessionError("broken", f"{failed}: {exc}") from None
         finally:
             with contextlib.suppress(OSError, EOFError):
                 sftp.remove(tmp)
