@@ -18,12 +18,11 @@ Exit code: 3 with an unreachable node, else 1 with any node not ok or any slow l
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import statistics
-import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,52 +30,13 @@ from typing import TYPE_CHECKING, Any
 from clusterkit.errors import ExitCode
 from clusterkit.hostlist import fold
 from clusterkit.preflight import alike, perf_claims
-from clusterkit.preflight.perf_step import held_gpus, parse_output, run_step, task_errors
+from clusterkit.preflight.perf_step import parse_output, run_step, srun_argv, task_errors, tasks_per_node, worker_spec
 
 if TYPE_CHECKING:
     from clusterkit.config.schema import Perf, Site
 
 REPORT_VERSION = 1
 STATUSES = ("ok", "slow", "wrong-result", "failed", "unreachable", alike.UNJUDGED)
-
-
-# ---------------------------------------------------------------------------------------------
-# what runs
-# ---------------------------------------------------------------------------------------------
-
-
-def tasks_per_node(site: Site, env: dict[str, str] | None = None) -> int:
-    """One task per GPU (NCCL), one per node on the CPU (gloo); inside a job (``env``) one per GPU
-    the job holds on a node, where that is fewer than the site's (a job on part of a node)."""
-    if site.perf.backend == "gloo":
-        return 1
-    held = held_gpus(env) if env is not None else None
-    return min(int(site.nodes.gpus_per_node), held) if held else int(site.nodes.gpus_per_node)
-
-
-def worker_spec(perf: Perf, marker: str, port: int) -> dict[str, Any]:
-    """What every task is told (one JSON argument)."""
-    return {"marker": marker, "port": port, "backend": perf.backend, "timeout_s": perf.timeout_s,
-            "rounds": perf.rounds, "gemm_n": perf.gemm_n, "gemm_iters": perf.gemm_iters,
-            "warmup": perf.warmup, "iters": perf.iters,
-            "intra_bytes": int(perf.intra_message_mb * 1e6), "inter_bytes": int(perf.inter_message_mb * 1e6)}
-
-
-def srun_argv(site: Site, hosts: Sequence[str], spec: dict[str, Any], extra_args: Sequence[str] = (),
-              python: str | None = None, srun: str = "srun", per: int | None = None) -> list[str]:
-    """The one srun step of the check: every task runs the worker with the same spec.
-
-    Sized within any allocation that holds the nodes: one CPU a task, and ``--overcommit`` where
-    the job holds fewer CPUs than the step has tasks (never "More processors requested than
-    permitted" because the job asked for one task with many CPUs, whose count srun would inherit)."""
-    per = per or tasks_per_node(site)
-    n = len(hosts)
-    gpus = [] if site.perf.backend == "gloo" else ["--gpus-per-task=1"]
-    return [srun, "--nodes", str(n), "--ntasks", str(n * per), "--ntasks-per-node", str(per),
-            "--nodelist", fold(hosts), "--label", "--kill-on-bad-exit=0", "--overlap",
-            "--cpus-per-task", "1", "--overcommit", "--job-name", "clusterkit-perf", *gpus, *extra_args,
-            python or sys.executable, "-m", "clusterkit.preflight.perf_worker",
-            json.dumps(spec, separators=(",", ":"))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,138 +164,159 @@ def _g(x: float) -> str:
     return f"{x:.3g}"
 
 
+@dataclass
+class _Seen:
+    """What the tasks printed: each rank's events by kind, and the ranks each node started."""
+    by_rank: dict[int, dict[str, list[dict[str, Any]]]]
+    ranks_on: dict[str, list[int]]
+
+    def every(self, ev: str) -> list[dict[str, Any]]:
+        return [e for evs in self.by_rank.values() for e in evs.get(ev, [])]
+
+    def on(self, host: str, ev: str) -> list[dict[str, Any]]:
+        return [e for r in self.ranks_on[host] for e in self.by_rank[r].get(ev, [])]
+
+
 def judge(hosts: Sequence[str], events: Sequence[dict[str, Any]], limits: Limits, *, tasks_per_node: int = 1,
           task_stderr: dict[int, str] | None = None, srun_lines: Sequence[str] = (),
           step_failed: str | None = None) -> PerfReport:
-    """The verdicts from the figures the tasks printed (see the module docstring).
+    """The verdicts from the figures the tasks printed (see the module docstring): one pass per
+    check, each marking the nodes it finds wanting.
 
     ``task_stderr``: each task's last stderr line (the error shown for a task that stopped);
     ``srun_lines``: srun's own messages; ``step_failed``: why the step as a whole ended early
     (a time-out), added to the reason of every node that did not finish.
     """
-    task_stderr = task_stderr or {}
     nodes = {h: NodeVerdict(h) for h in hosts}
     events, claimed = perf_claims.attribute(events, tasks_per_node, hosts)
     by_rank: dict[int, dict[str, list[dict[str, Any]]]] = {}
     for ev in events:
         by_rank.setdefault(int(ev["rank"]), {}).setdefault(str(ev["ev"]), []).append(ev)
     host_of = {r: evs["start"][0]["host"] for r, evs in by_rank.items() if "start" in evs}
-    ranks_on: dict[str, list[int]] = {h: sorted(r for r, x in host_of.items() if x == h) for h in hosts}
+    seen = _Seen(by_rank, {h: sorted(r for r, x in host_of.items() if x == h) for h in hosts})
     report = PerfReport("", "", "srun", list(hosts), list(nodes.values()))
-    inits = [e for evs in by_rank.values() for e in evs.get("init", [])]
+    _timings(report, seen)
+    for h in hosts:
+        _failures(nodes[h], seen, tasks_per_node, claimed.get(h), task_stderr or {}, srun_lines, step_failed)
+    _compute(nodes, seen, limits, report)
+    _within(nodes, seen, limits, report, tasks_per_node)
+    if any(e.get("shared_kernel") is True for e in seen.every("init")):
+        report.notes.append("nodes share one kernel (namespaces or containers of one machine): their matmuls "
+                            "and the pairs of a round were measured one at a time")
+    if _between(nodes, seen, limits, report) and len(nodes) == 2:
+        report.notes.append("two nodes make one pair: a low pair is reported as a slow link (which end is slow "
+                            "needs a third node)")
+    return _alike(report, started=bool(host_of), srun_lines=srun_lines)
+
+
+def _timings(report: PerfReport, seen: _Seen) -> None:
+    inits, dones = seen.every("init"), seen.every("done")
     if inits:
         report.backend = str(inits[0]["backend"])
         report.startup_s = max(float(e["import_s"]) + float(e["init_s"]) for e in inits)
         report.import_s = max(float(e["import_s"]) for e in inits)
         report.init_s = max(float(e["init_s"]) for e in inits)
-    dones = [e for evs in by_rank.values() for e in evs.get("done", [])]
     if dones:
         report.measure_s = max(float(e["measure_s"]) for e in dones)
+    if worlds := [float(e["gbps"]) for e in seen.every("world")]:
+        report.busbw_world_gbps = min(worlds)
 
-    # failed / unreachable: a task that raised or never finished
-    for h, ranks in ranks_on.items():
-        v = nodes[h]
-        if not ranks:
-            said = next((ln for ln in reversed(srun_lines) if h in ln), srun_lines[-1] if srun_lines else "")
-            v.mark(*(("failed", "perf.start", claimed[h]) if h in claimed else
-                     ("unreachable", "perf.start", f"no task started on {h}" + (f": {said}" if said else ""))))
+
+def _failures(v: NodeVerdict, seen: _Seen, tasks_per_node: int, claimed: str | None, task_stderr: dict[int, str],
+              srun_lines: Sequence[str], step_failed: str | None) -> None:
+    """failed / unreachable: a node whose tasks never started, raised or never finished."""
+    ranks = seen.ranks_on[v.host]
+    if not ranks:
+        said = next((ln for ln in reversed(srun_lines) if v.host in ln), srun_lines[-1] if srun_lines else "")
+        v.mark(*(("failed", "perf.start", claimed) if claimed is not None else
+                 ("unreachable", "perf.start", f"no task started on {v.host}" + (f": {said}" if said else ""))))
+        return
+    for r in ranks:
+        evs = seen.by_rank[r]
+        if "error" in evs:
+            v.mark("failed", "perf.task", f"task {r}: {evs['error'][0]['error']}")
+        elif "done" not in evs:
+            stage = next((k for k in ("world", "pair", "intra", "gemm", "init", "start") if k in evs), "start")
+            why = step_failed or task_stderr.get(r) or "no further output"
+            v.mark("failed", "perf.task", f"task {r} stopped after its {stage} figures: {why}")
+        elif "gemm" not in evs:   # every task prints its matmul figure before it is done
+            v.mark("failed", "perf.gemm", f"task {r} finished without a matmul figure that is a finite number")
+    if len(ranks) < tasks_per_node and v.status != "failed":
+        v.mark("failed", "perf.task", f"{len(ranks)} of {tasks_per_node} tasks started")
+
+
+def _compute(nodes: dict[str, NodeVerdict], seen: _Seen, limits: Limits, report: PerfReport) -> None:
+    """Throughput against the floor, and the checksum against the tasks' majority."""
+    gemms = seen.every("gemm")
+    if not gemms:
+        return
+    tally = Counter(e["checksum"] for e in gemms)
+    top, count = max(tally.items(), key=lambda kv: (kv[1], kv[0]))
+    majority = top if count * 2 > len(gemms) else None
+    floor = limits.floor([float(e["tflops"]) for e in gemms], limits.gemm_tflops_min)
+    report.medians["gemm_tflops"] = round(statistics.median(float(e["tflops"]) for e in gemms), 6)
+    for h, v in nodes.items():
+        if not (mine := seen.on(h, "gemm")):
             continue
-        for r in ranks:
-            evs = by_rank[r]
-            if "error" in evs:
-                v.mark("failed", "perf.task", f"task {r}: {evs['error'][0]['error']}")
-            elif "done" not in evs:
-                stage = next((k for k in ("world", "pair", "intra", "gemm", "init", "start") if k in evs), "start")
-                why = step_failed or task_stderr.get(r) or "no further output"
-                v.mark("failed", "perf.task", f"task {r} stopped after its {stage} figures: {why}")
-            elif "gemm" not in evs:   # every task prints its matmul figure before it is done
-                v.mark("failed", "perf.gemm", f"task {r} finished without a matmul figure that is a finite number")
-        if len(ranks) < tasks_per_node and v.status != "failed":
-            v.mark("failed", "perf.task", f"{len(ranks)} of {tasks_per_node} tasks started")
+        worst = min(mine, key=lambda e: float(e["tflops"]))
+        v.gemm_tflops = float(worst["tflops"])
+        wrong = [e for e in mine if e["checksum"] != majority]
+        v.checksum_match = not wrong
+        if wrong:
+            what = ("differs from the allocation's majority" if majority is not None
+                    else "no majority among the tasks' checksums")
+            v.mark("wrong-result", "perf.gemm",
+                   f"matmul checksum {what} (task {', '.join(str(e['rank']) for e in wrong)})")
+        if v.gemm_tflops < floor:
+            v.mark("slow", "perf.gemm", f"matmul {_g(v.gemm_tflops)} TFLOP/s (local task {worst['local']}), "
+                                        f"below {_g(floor)} ({_basis(limits.gemm_tflops_min, limits)})")
 
-    # compute: throughput and checksum
-    gemms = [e for evs in by_rank.values() for e in evs.get("gemm", [])]
-    if gemms:
-        tally: dict[str, int] = {}
-        for e in gemms:
-            tally[e["checksum"]] = tally.get(e["checksum"], 0) + 1
-        top, count = max(tally.items(), key=lambda kv: (kv[1], kv[0]))
-        majority = top if count * 2 > len(gemms) else None
-        floor = limits.floor([float(e["tflops"]) for e in gemms], limits.gemm_tflops_min)
-        report.medians["gemm_tflops"] = round(statistics.median(float(e["tflops"]) for e in gemms), 6)
-        for h, ranks in ranks_on.items():
-            mine = [e for r in ranks for e in by_rank[r].get("gemm", [])]
-            if not mine:
-                continue
-            v = nodes[h]
-            worst = min(mine, key=lambda e: float(e["tflops"]))
-            v.gemm_tflops = float(worst["tflops"])
-            wrong = [e for e in mine if e["checksum"] != majority]
-            v.checksum_match = not wrong
-            if wrong:
-                what = ("differs from the allocation's majority" if majority is not None
-                        else "no majority among the tasks' checksums")
-                v.mark("wrong-result", "perf.gemm",
-                       f"matmul checksum {what} (task {', '.join(str(e['rank']) for e in wrong)})")
-            if v.gemm_tflops < floor:
-                v.mark("slow", "perf.gemm", f"matmul {_g(v.gemm_tflops)} TFLOP/s (local task {worst['local']}), "
-                                            f"below {_g(floor)} ({_basis(limits.gemm_tflops_min, limits)})")
 
-    # within a node
-    intra: dict[str, float] = {}
-    for h, ranks in ranks_on.items():
-        figs = [float(e["gbps"]) for r in ranks for e in by_rank[r].get("intra", [])]
-        if figs:
-            intra[h] = min(figs)
-    if intra:
-        floor = limits.floor(list(intra.values()), limits.busbw_intra_gbps_min)
-        report.medians["busbw_intra_gbps"] = round(statistics.median(intra.values()), 4)
-        for h, gbps in intra.items():
-            nodes[h].busbw_intra_gbps = gbps
-            if gbps < floor:
-                nodes[h].mark("slow", "perf.intra", f"all-reduce within the node {_g(gbps)} Gbit/s, below "
-                                                    f"{_g(floor)} ({_basis(limits.busbw_intra_gbps_min, limits)})")
-    elif tasks_per_node == 1 and len(hosts) > 0:
-        report.notes.append("one task per node: the all-reduce within a node is skipped")
+def _within(nodes: dict[str, NodeVerdict], seen: _Seen, limits: Limits, report: PerfReport,
+            tasks_per_node: int) -> None:
+    """The all-reduce within each node: its slowest task's figure against the floor."""
+    intra = {h: min(figs) for h in nodes if (figs := [float(e["gbps"]) for e in seen.on(h, "intra")])}
+    if not intra:
+        if tasks_per_node == 1 and nodes:
+            report.notes.append("one task per node: the all-reduce within a node is skipped")
+        return
+    floor = limits.floor(list(intra.values()), limits.busbw_intra_gbps_min)
+    report.medians["busbw_intra_gbps"] = round(statistics.median(intra.values()), 4)
+    for h, gbps in intra.items():
+        nodes[h].busbw_intra_gbps = gbps
+        if gbps < floor:
+            nodes[h].mark("slow", "perf.intra", f"all-reduce within the node {_g(gbps)} Gbit/s, below "
+                                                f"{_g(floor)} ({_basis(limits.busbw_intra_gbps_min, limits)})")
 
-    # between nodes
+
+def _between(nodes: dict[str, NodeVerdict], seen: _Seen, limits: Limits, report: PerfReport) -> bool:
+    """Node pairs, round by round: a node low with every peer is slow; a low pair between two
+    nodes that are not is a slow link.  False when no pair was measured."""
     pairs: dict[tuple[int, str, str], float] = {}
-    for ev in (e for evs in by_rank.values() for e in evs.get("pair", [])):
+    for ev in seen.every("pair"):
         a, b = ev["pair"]
         key = (int(ev["round"]), str(a), str(b))
         pairs[key] = min(pairs.get(key, float("inf")), float(ev["gbps"]))
     rounds = sorted({k[0] for k in pairs})
     report.pairings = [[[a, b] for (r, a, b) in sorted(pairs) if r == k] for k in rounds]
-    if pairs:
-        floor = limits.floor(list(pairs.values()), limits.busbw_inter_gbps_min)
-        report.medians["busbw_inter_gbps"] = round(statistics.median(pairs.values()), 4)
-        low = {k for k, g in pairs.items() if g < floor}
-        slow_nodes: set[str] = set()
-        for h in hosts:
-            peers = sorted((k, g) for k, g in pairs.items() if h in k[1:])
-            nodes[h].busbw_inter_gbps = [{"round": k[0], "peer": k[2] if k[1] == h else k[1], "gbps": g}
-                                         for k, g in peers]
-            if len(peers) >= 2 and all(k in low for k, _ in peers):
-                slow_nodes.add(h)
-                shown = ", ".join(_g(g) for _, g in peers)
-                nodes[h].mark("slow", "perf.inter", f"all-reduce with every peer low ({shown} Gbit/s in "
-                                                    f"{len(peers)} pairings), below {_g(floor)} "
-                                                    f"({_basis(limits.busbw_inter_gbps_min, limits)})")
-        for k in sorted(low):
-            r, a, b = k
-            if a in slow_nodes or b in slow_nodes:
-                continue
-            report.slow_links.append({"nodes": [a, b], "round": r, "gbps": pairs[k], "floor": round(floor, 4)})
-    worlds = [float(e["gbps"]) for evs in by_rank.values() for e in evs.get("world", [])]
-    if worlds:
-        report.busbw_world_gbps = min(worlds)
-    if any(e.get("shared_kernel") is True for e in inits):
-        report.notes.append("nodes share one kernel (namespaces or containers of one machine): their matmuls "
-                            "and the pairs of a round were measured one at a time")
-    if len(hosts) == 2 and pairs:
-        report.notes.append("two nodes make one pair: a low pair is reported as a slow link (which end is slow "
-                            "needs a third node)")
-    return _alike(report, started=bool(host_of), srun_lines=srun_lines)
+    if not pairs:
+        return False
+    floor = limits.floor(list(pairs.values()), limits.busbw_inter_gbps_min)
+    report.medians["busbw_inter_gbps"] = round(statistics.median(pairs.values()), 4)
+    low = {k for k, g in pairs.items() if g < floor}
+    slow_nodes: set[str] = set()
+    for h, v in nodes.items():
+        peers = sorted((k, g) for k, g in pairs.items() if h in k[1:])
+        v.busbw_inter_gbps = [{"round": k[0], "peer": k[2] if k[1] == h else k[1], "gbps": g} for k, g in peers]
+        if len(peers) >= 2 and all(k in low for k, _ in peers):
+            slow_nodes.add(h)
+            shown = ", ".join(_g(g) for _, g in peers)
+            basis = _basis(limits.busbw_inter_gbps_min, limits)
+            v.mark("slow", "perf.inter", f"all-reduce with every peer low ({shown} Gbit/s in {len(peers)} "
+                                         f"pairings), below {_g(floor)} ({basis})")
+    report.slow_links += [{"nodes": [a, b], "round": r, "gbps": pairs[(r, a, b)], "floor": round(floor, 4)}
+                          for (r, a, b) in sorted(low) if a not in slow_nodes and b not in slow_nodes]
+    return True
 
 
 def _alike(report: PerfReport, *, started: bool, srun_lines: Sequence[str]) -> PerfReport:

@@ -7,14 +7,20 @@ figure lines, :func:`task_errors` each task's last stderr line and srun's own li
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from clusterkit.hostlist import fold
 from clusterkit.preflight.perf_claims import label_of
 from clusterkit.tooltext import load_json, parse_int, printable
+
+if TYPE_CHECKING:
+    from clusterkit.config.schema import Perf, Site
 
 MAX_STREAM_BYTES = 8 << 20   # what is kept of srun's stdout and of its stderr
 MAX_LINE_CHARS = 4096        # a figure line longer than this is not a figure line
@@ -137,3 +143,37 @@ def task_errors(lines: Iterable[str]) -> tuple[dict[int, str], list[str]]:
         else:
             last[label] = text
     return last, srun_lines
+
+
+def tasks_per_node(site: Site, env: dict[str, str] | None = None) -> int:
+    """One task per GPU (NCCL), one per node on the CPU (gloo); inside a job (``env``) one per GPU
+    the job holds on a node, where that is fewer than the site's (a job on part of a node)."""
+    if site.perf.backend == "gloo":
+        return 1
+    held = held_gpus(env) if env is not None else None
+    return min(int(site.nodes.gpus_per_node), held) if held else int(site.nodes.gpus_per_node)
+
+
+def worker_spec(perf: Perf, marker: str, port: int) -> dict[str, Any]:
+    """What every task is told (one JSON argument)."""
+    return {"marker": marker, "port": port, "backend": perf.backend, "timeout_s": perf.timeout_s,
+            "rounds": perf.rounds, "gemm_n": perf.gemm_n, "gemm_iters": perf.gemm_iters,
+            "warmup": perf.warmup, "iters": perf.iters,
+            "intra_bytes": int(perf.intra_message_mb * 1e6), "inter_bytes": int(perf.inter_message_mb * 1e6)}
+
+
+def srun_argv(site: Site, hosts: Sequence[str], spec: dict[str, Any], extra_args: Sequence[str] = (),
+              python: str | None = None, srun: str = "srun", per: int | None = None) -> list[str]:
+    """The one srun step of the check: every task runs the worker with the same spec.
+
+    Sized within any allocation that holds the nodes: one CPU a task, and ``--overcommit`` where
+    the job holds fewer CPUs than the step has tasks (never "More processors requested than
+    permitted" because the job asked for one task with many CPUs, whose count srun would inherit)."""
+    per = per or tasks_per_node(site)
+    n = len(hosts)
+    gpus = [] if site.perf.backend == "gloo" else ["--gpus-per-task=1"]
+    return [srun, "--nodes", str(n), "--ntasks", str(n * per), "--ntasks-per-node", str(per),
+            "--nodelist", fold(hosts), "--label", "--kill-on-bad-exit=0", "--overlap",
+            "--cpus-per-task", "1", "--overcommit", "--job-name", "clusterkit-perf", *gpus, *extra_args,
+            python or sys.executable, "-m", "clusterkit.preflight.perf_worker",
+            json.dumps(spec, separators=(",", ":"))]
