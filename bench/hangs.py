@@ -19,6 +19,14 @@ rank it names, with real torch ranks (gloo over loopback, CPU) on this machine.
    judged (``clusterkit.supervise.ranks.stragglers``) at the default ratio (1.5) and at 1.2.
    The figure is the smallest ``f`` named in every repeat, with no other rank ever named.
 
+3. No false alarm (``--healthy SECONDS``, e.g. 1200): the same ranks run that long with step
+   times that vary fivefold (phases of 40 steps at 0.3, 1.5, 0.6, 1.0 and 0.45 s a step, the
+   same schedule on every rank, each step ending in an all-reduce) and, every 400 steps, a
+   checkpoint save of 20 s marked as such (``clusterkit.progress(step, saving=True)``): longer
+   than ten of the slowest steps.  The watcher runs throughout with ``--floor``; the figure is
+   the number of stalls it reported (a false alarm each), with the steps, saves and the limit
+   it held at the end.
+
 A link that drops every packet is not measured here (one machine's loopback cannot lose one
 rank's link): the Slurm testbed's network namespaces can.
 """
@@ -41,8 +49,18 @@ sys.path.insert(0, str(REPO / "toolkit"))
 from clusterkit.supervise import ranks, stall, watch  # noqa: E402
 
 FACTORS = (1.0, 1.1, 1.2, 1.3, 1.5, 2.0)
+HEALTHY_STEPS_S = (0.3, 1.5, 0.6, 1.0, 0.45)   # phases of HEALTHY_PHASE steps: fivefold from fastest to slowest
+HEALTHY_PHASE, SAVE_EVERY, SAVE_S = 40, 400, 20.0
 PHASE = 30
 TORCH_DEFAULT_S = 600
+
+
+def healthy_schedule(seconds: float) -> list[float]:
+    """Each step's time (a save: SAVE_S after the step that ends it), about ``seconds`` in all."""
+    out: list[float] = []
+    while sum(out) + SAVE_S * (len(out) // SAVE_EVERY) < seconds:
+        out.append(HEALTHY_STEPS_S[len(out) // HEALTHY_PHASE % len(HEALTHY_STEPS_S)])
+    return out
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -55,6 +73,17 @@ def worker(args: argparse.Namespace) -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
+    if args.healthy:
+        for step, took in enumerate(healthy_schedule(args.healthy), start=1):
+            time.sleep(took)
+            dist.all_reduce(torch.ones(1))
+            clusterkit.progress(step, work_s=took)
+            if step % SAVE_EVERY == 0:
+                clusterkit.progress(step, saving=True)
+                time.sleep(SAVE_S)
+                dist.barrier()
+        dist.destroy_process_group()
+        return 0
     a = torch.randn(160, 160)
     gates = Path(args.gates)
     plan = [float(f) for f in args.plan.split(",")] if args.plan else []
@@ -84,7 +113,8 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def start(n: int, tmp: Path, job: str, plan: str = "", slow_rank: int = -1) -> list[subprocess.Popen[bytes]]:
+def start(n: int, tmp: Path, job: str, plan: str = "", slow_rank: int = -1,
+          healthy: float = 0.0) -> list[subprocess.Popen[bytes]]:
     logs = tmp / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     with socket.socket() as s:
@@ -95,9 +125,9 @@ def start(n: int, tmp: Path, job: str, plan: str = "", slow_rank: int = -1) -> l
         env = {**os.environ, "RANK": str(r), "WORLD_SIZE": str(n), "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": str(port), "CK_PROGRESS_FILE": str(logs / f"{job}.progress"),
                "SLURMD_NODENAME": f"node{r + 1}", "PYTHONPATH": str(REPO / "toolkit"), "OMP_NUM_THREADS": "1"}
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker", "--gates", str(tmp), "--plan", plan,
-                                       "--slow-rank", str(slow_rank)], env=env, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
+        argv = [sys.executable, __file__, "--worker", "--gates", str(tmp), "--plan", plan,
+                "--slow-rank", str(slow_rank), "--healthy", str(healthy)]
+        procs.append(subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return procs
 
 
@@ -167,11 +197,45 @@ def slowdowns(n: int, repeat: int) -> dict[float, dict[float, int]]:
     return named
 
 
+def no_false_alarm(n: int, floor: float, seconds: float) -> int:
+    """Run the healthy schedule with the watcher on; print what it reported."""
+    sched = healthy_schedule(seconds)
+    saves = len(sched) // SAVE_EVERY
+    print(f"{n} torch ranks (gloo, CPU), {len(sched)} steps of {min(sched):g} to {max(sched):g} s, {saves} save(s) "
+          f"of {SAVE_S:g} s, about {seconds / 60:.0f} min; stall floor {floor:g} s, factor 10", flush=True)
+    with tempfile.TemporaryDirectory() as d:
+        tmp, job = Path(d), "4444"
+        procs = start(n, tmp, job, healthy=seconds)
+        alarms: list[str] = []
+        t0, limits = time.monotonic(), stall.Limits(floor_s=floor, factor=10, warmup_steps=3, save_s=1800)
+        highest = 0.0
+        try:
+            w = watch.Watcher(limits, str(tmp), job, 0, 0, lambda _: None)
+            while any(p.poll() is None for p in procs):
+                found = w.check()
+                if found is not None:
+                    alarms.append(f"{time.monotonic() - t0:.0f} s: {watch.stalled_verdict(found, w.behind).summary}")
+                    w = watch.Watcher(limits, str(tmp), job, 0, len(alarms), lambda _: None)
+                highest = max(highest, stall.limit_s(list(w.seen), limits) or 0.0)
+                time.sleep(min(0.5, w.poll))
+            codes = [p.wait() for p in procs]
+        finally:
+            end(procs)
+        last = ranks.read_all(tmp / "logs", job)
+    took = time.monotonic() - t0
+    print(f"ran {took / 60:.1f} min, ranks exited {codes}, last step {max((x.step for x in last), default=0)}; "
+          f"highest stall limit held {highest:.1f} s")
+    print(f"false alarms: {len(alarms)}" + "".join(f"\n  {a}" for a in alarms))
+    return 1 if alarms or any(codes) else 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ranks", type=int, default=3)
     p.add_argument("--floor", type=float, default=10.0)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--healthy", type=float, default=0.0, metavar="SECONDS",
+                   help="run the no-false-alarm check for this long instead")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--gates", help=argparse.SUPPRESS)
     p.add_argument("--plan", default="", help=argparse.SUPPRESS)
@@ -184,6 +248,8 @@ def main() -> int:
     except ImportError:
         print("bench/hangs.py needs torch (pip install torch, CPU build)", file=sys.stderr)
         return 2
+    if args.healthy:
+        return no_false_alarm(args.ranks, args.floor, args.healthy)
     print(f"{args.ranks} torch ranks (gloo, CPU) on this machine; stall floor {args.floor:g} s\n")
     print(f"{'fault':<36}{'clusterkit found it':>22}{'PyTorch default timeout':>26}")
     verdicts = []
