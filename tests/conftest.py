@@ -24,6 +24,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="rewrite tests/golden and hostfiles/ from the current renderer, then review the diff")
 
 
+#: markers that make a test end to end (``e2e``): the fast tier, ``-m "not e2e"``, leaves them out
+E2E_MARKERS = ("slurm", "sshlab", "torch")
+
+
+# after the hooks of tests/slurm's and tests/sshlab's conftests (pytest calls the root's last of
+# the conftests), before -m deselects (the mark plugin's hook comes after every conftest's)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(name) for name in E2E_MARKERS):
+            item.add_marker(pytest.mark.e2e)
+
+
 class CLIResult(NamedTuple):
     """What one clusterkit command line did: exit status, stdout, stderr (``code, out, err = ck(...)``)."""
 

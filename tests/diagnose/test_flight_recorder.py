@@ -44,6 +44,7 @@ def _doctor(ck: Any, *paths: Path) -> dict[str, Any]:
     return dict(json.loads(r.out))
 
 
+@pytest.mark.torch
 def test_real_dump_names_the_rank_behind_and_the_collective(ck: Any, real_dumps: Path) -> None:
     fr = _doctor(ck, real_dumps / "logs")["flight_recorder"]
     assert fr["dumps"] == 2 and fr["ranks"] == [0, 1] and fr["unreadable"] == []
@@ -56,6 +57,7 @@ def test_real_dump_names_the_rank_behind_and_the_collective(ck: Any, real_dumps:
     assert "last collective #4 gloo:broadcast, while rank 0 waited in #5 gloo:all_reduce" in text.out
 
 
+@pytest.mark.torch
 def test_doctor_job_finds_the_dumps_in_its_run_directory(real_dumps: Path) -> None:
     dumps = flight.job_dumps(real_dumps, "5150")
     assert [p.name for p in dumps] == ["fr-5150.r0.rank0", "fr-5150.r0.rank1"]

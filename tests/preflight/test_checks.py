@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -59,18 +61,46 @@ def run_on_profile(check_set: CheckSet, profile: str, tmp_path: Path) -> tuple[s
     return proc.stdout, proc.returncode
 
 
+def judge(check_set: CheckSet, out: str) -> dict[str, CheckResult]:
+    return {r.check + (":" + r.target if r.target else ""): r for r in evaluate(check_set, out)}
+
+
 def results(check_set: CheckSet, profile: str, tmp_path: Path) -> dict[str, CheckResult]:
     out, _ = run_on_profile(check_set, profile, tmp_path)
-    return {r.check + (":" + r.target if r.target else ""): r for r in evaluate(check_set, out)}
+    return judge(check_set, out)
+
+
+class Judged(NamedTuple):
+    """One check set and its results on several profiles (:func:`judge_profiles`)."""
+
+    check_set: CheckSet
+    by_profile: dict[str, dict[str, CheckResult]]
+    outs: dict[str, str]   # each profile's script output
+
+
+def judge_profiles(check_set: CheckSet, profiles: Sequence[str], tmp_path: Path) -> Judged:
+    """:func:`results` on each profile, four scripts at a time: a script mostly waits (2 s between
+    its two reads of the error counters), so side by side they take the time of a few."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        outs = list(pool.map(lambda profile: run_on_profile(check_set, profile, tmp_path)[0], profiles))
+    return Judged(check_set, {profile: judge(check_set, out) for profile, out in zip(profiles, outs, strict=True)},
+                  dict(zip(profiles, outs, strict=True)))
+
+
+@pytest.fixture(scope="module")
+def default_judged(tmp_path_factory: pytest.TempPathFactory) -> Judged:
+    """The default expectations (:func:`expect`) judged once on the profiles the tests below read."""
+    return judge_profiles(select_checks(expect()), ["healthy", "gpu_missing", "ib_down", "old_driver", "no_lustre",
+                                                    "ecc_errors", "garbage_smi"], tmp_path_factory.mktemp("profiles"))
 
 
 def failures(res: dict[str, CheckResult]) -> dict[str, str]:
     return {k: r.message for k, r in res.items() if r.status is Status.FAIL}
 
 
-def test_healthy_node_passes_every_check(tmp_path: Path) -> None:
-    check_set = select_checks(expect())
-    res = results(check_set, "healthy", tmp_path)
+def test_healthy_node_passes_every_check(default_judged: Judged) -> None:
+    check_set = default_judged.check_set
+    res = default_judged.by_profile["healthy"]
     assert failures(res) == {}
     assert {r.status for r in res.values()} == {Status.OK}
     assert res["gpu.count"].message == "8 GPUs"
@@ -99,19 +129,19 @@ def test_healthy_node_passes_every_check(tmp_path: Path) -> None:
         ("garbage_smi", "gpu.present", "could not parse nvidia-smi --query-gpu"),
     ],
 )
-def test_bad_profiles_fail_the_right_check(tmp_path: Path, profile: str, key: str, words: str) -> None:
-    res = results(select_checks(expect()), profile, tmp_path)
+def test_bad_profiles_fail_the_right_check(default_judged: Judged, profile: str, key: str, words: str) -> None:
+    res = default_judged.by_profile[profile]
     assert res[key].status is Status.FAIL
     assert words in res[key].message
 
 
-def test_bad_profile_fails_only_its_own_checks(tmp_path: Path) -> None:
-    fails = failures(results(select_checks(expect()), "ib_down", tmp_path))
+def test_bad_profile_fails_only_its_own_checks(default_judged: Judged) -> None:
+    fails = failures(default_judged.by_profile["ib_down"])
     assert set(fails) == {"ib.ports", "ib.rate"}
 
 
-def test_garbage_keeps_raw_text_and_skips_dependent_gpu_checks(tmp_path: Path) -> None:
-    res = results(select_checks(expect()), "garbage_smi", tmp_path)
+def test_garbage_keeps_raw_text_and_skips_dependent_gpu_checks(default_judged: Judged) -> None:
+    res = default_judged.by_profile["garbage_smi"]
     assert "segfault at 0000" in (res["gpu.present"].raw or "")
     assert res["gpu.count"].status is Status.SKIP and res["gpu.driver"].status is Status.SKIP
     assert res["ib.ports"].status is Status.OK  # the rest of the node is still judged
@@ -127,9 +157,8 @@ def test_hung_mount_is_a_bounded_failure(tmp_path: Path) -> None:
     assert res["storage.free:/home"].status is Status.OK
 
 
-def test_cut_off_script_reports_unfinished_sections(tmp_path: Path) -> None:
-    check_set = select_checks(expect())
-    out, _ = run_on_profile(check_set, "healthy", tmp_path)
+def test_cut_off_script_reports_unfinished_sections(default_judged: Judged) -> None:
+    check_set, out = default_judged.check_set, default_judged.outs["healthy"]
     begin_ib = f"@@ck-{check_set.token}@@ BEGIN ib\n"
     cut = out[: out.index(begin_ib)] + begin_ib + "\n/sys/class/infiniband/mlx5_0/ports/1/state:4: ACTIVE\n"
     judged = evaluate(check_set, cut, "remote command timed out after 9 s")

@@ -15,7 +15,7 @@ from clusterkit.nodes.script import SectionOutput
 from clusterkit.preflight.catalogue import select_checks
 from clusterkit.preflight.engine import SINGLE, Status, evaluate
 from clusterkit.preflight.health import judge_xid_hardware, judge_xid_other
-from tests.preflight.test_checks import PROFILES, expect, failures, results
+from tests.preflight.test_checks import PROFILES, Judged, expect, failures, judge_profiles, results
 
 HEALTH = {"gpu.row_remap", "gpu.pcie", "gpu.clocks", "gpu.nvlink", "gpu.xid", "gpu.xid_other", "ib.counters"}
 
@@ -28,8 +28,15 @@ FAULTS = [
 ]
 
 
-def test_healthy_node_passes_the_health_checks(tmp_path: Path) -> None:
-    res = results(select_checks(expect()), "healthy", tmp_path)
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory: pytest.TempPathFactory) -> Judged:
+    """The default expectations judged once on the healthy profile and each fault's."""
+    return judge_profiles(select_checks(expect()), ["healthy", *(f[0] for f in FAULTS)],
+                          tmp_path_factory.mktemp("profiles"))
+
+
+def test_healthy_node_passes_the_health_checks(judged: Judged) -> None:
+    res = judged.by_profile["healthy"]
     assert set(res) >= HEALTH
     assert {k: (r.status, r.message) for k, r in res.items() if k in HEALTH} == {
         "gpu.row_remap": (Status.OK, "no row remapping or page retirement pending"),
@@ -44,8 +51,8 @@ def test_healthy_node_passes_the_health_checks(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("profile", "check", "message"), FAULTS, ids=[f[0] for f in FAULTS])
 def test_each_fault_fails_its_check_naming_the_gpu_or_port(profile: str, check: str, message: str,
-                                                          tmp_path: Path) -> None:
-    res = results(select_checks(expect()), profile, tmp_path)
+                                                          judged: Judged) -> None:
+    res = judged.by_profile[profile]
     assert failures(res) == {check: message}
 
 

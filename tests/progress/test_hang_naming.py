@@ -24,6 +24,7 @@ from clusterkit.supervise.watch import Watcher, stalled_verdict
 from tests.conftest import REPO
 
 pytest.importorskip("torch", reason="the ranks are torch ranks (pip install torch, CPU build)")
+pytestmark = pytest.mark.torch
 
 N, JOB = 3, "4242"
 LIMITS = stall.Limits(floor_s=4.0, factor=10.0, warmup_steps=3, save_s=1800.0)

@@ -104,6 +104,7 @@ def test_import_is_light() -> None:
     assert out.stdout.strip() == "[]", out.stdout
 
 
+@pytest.mark.torch
 def test_a_local_job_reports_and_status_shows_rank0(ck: CLI, tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the job is a torchrun job (pip install torch, CPU build)")
     run = tmp_path / "run"
@@ -139,6 +140,7 @@ def _cgroup_cpu_limit() -> str | None:
     return "no writable cgroup with a CPU limit here (root and cgroup v1 cpu or v2 cpu.max are needed)"
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize(("how", "ratio"), [("sleep", "2.5"), ("cpu=10", "2")])
 def test_a_slow_rank_is_named_a_straggler_in_status(ck: CLI, tmp_path: Path, how: str, ratio: str) -> None:
     """End to end on the local site: a torchrun job whose rank 1 is slowed, by a sleep four times

@@ -14,6 +14,7 @@ from tests.conftest import CLI, REPO
 from tests.progress.account_job import STEP_S, STEPS
 
 
+@pytest.mark.torch
 def test_a_local_run_account_has_its_steps_and_wall_time(ck: CLI, tmp_path: Path) -> None:
     pytest.importorskip("torch", reason="the local site's launcher is torchrun (pip install torch, CPU build)")
     env = {"CLUSTERKIT_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(REPO / "toolkit")}
@@ -39,6 +40,7 @@ def test_a_local_run_account_has_its_steps_and_wall_time(ck: CLI, tmp_path: Path
     assert f"step {STEPS}" in text.out and "0 requeue(s)" in text.out, text.out
 
 
+@pytest.mark.torch
 def test_gpus_from_the_plan_where_accounting_names_none(tmp_path: Path, ck: CLI) -> None:
     """A slurm.conf whose AccountingStorageTRES lacks gres/gpu gives AllocTRES without GPUs: the
     job's plan (a real record, rendered for the local site's 2 GPUs per node) gives the count."""

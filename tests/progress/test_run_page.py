@@ -17,6 +17,7 @@ from tests.conftest import CLI, REPO
 from tests.progress.failing_job import LOST_STEPS, SAVE_S, STEP_S
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.torch  # every test reads the failed local torchrun job of failed_run
 
 
 class _Tags(HTMLParser):

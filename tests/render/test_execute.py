@@ -114,6 +114,7 @@ def test_torchrun_single_node_uses_the_job_port(ck, tmp_path: Path) -> None:
     assert ns.master_addr == "127.0.0.1" and ns.master_port == int(env["CK_PORT"]) and 20000 <= ns.master_port < 32000
 
 
+@pytest.mark.e2e  # the real launcher starts its ranks
 def test_deepspeed_hostfile_from_allocation_and_no_ssh(ck, tmp_path: Path) -> None:
     """The real deepspeed runner on each (fake) node, --no_ssh, with exclude_slots: 3 ranks."""
     (tmp_path / "train.py").write_text(TRAIN_RECORDER)
@@ -164,6 +165,7 @@ def test_colossalai_bare_hostfile(ck, tmp_path: Path) -> None:
     assert args[args.index("--master_addr") + 1] == "node3"
 
 
+@pytest.mark.e2e  # the real launcher starts its ranks
 def test_accelerate_starts_every_process(ck, tmp_path: Path) -> None:
     """The real ``accelerate launch`` reads the rendered accelerate.yaml and starts its ranks.
 
@@ -290,6 +292,7 @@ with open("pdsh-rank." + os.environ["RANK"] + ".json", "w") as fh:
 """
 
 
+@pytest.mark.e2e  # the real launcher starts its ranks
 @pytest.mark.parametrize("out", ["run", "run dir"])
 def test_deepspeed_pdsh_carries_the_per_job_dump_path(ck, tmp_path: Path, out: str) -> None:
     """The real deepspeed runner with --launcher pdsh, over the pdsh and ssh stand-ins of fakebin-pdsh

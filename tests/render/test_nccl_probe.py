@@ -179,6 +179,7 @@ def test_site_nccl_version_must_be_an_nccl_version(ck: Any, tmp_path: Path) -> N
     assert f"{site}:4: software.nccl_version" in result.err and "not an NCCL version" in result.err
 
 
+@pytest.mark.torch
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
 def test_real_torch_prints_no_deprecation_warning_in_a_job(ck: Any, tmp_path: Path) -> None:
     """A local job with the real torchrun and torch (gloo on CPU): every rank initialises its

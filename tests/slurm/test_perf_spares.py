@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from .conftest import CK, REPO, Testbed
-from .test_network_faults import _cpu_quota, _tc
+from .test_network_faults import _tc
+from .test_perf_preflight import _cpu_quota_from_rendezvous
 from .test_spares import RANK_LINE, _job_id, _logs
 
 pytest.importorskip("torch", reason="the perf check and examples/allreduce.py need torch (CPU build)")
@@ -55,10 +56,14 @@ def _site(tmp_path: Path, **perf: float) -> Path:
     return path
 
 
+def _submit_args(site: Path, run_dir: Path, *args: str) -> list[str]:
+    return ["--site", str(site), "--stage", "multi-node", "--gpus-per-node", "1", "--launcher", "torchrun",
+            "--nodes", "4", "--spares", "1", "--set", "preflight_in_job=perf", *args, "--out", str(run_dir), "--wait",
+            "--", "python", "examples/allreduce.py"]
+
+
 def _submit(cli: CK, site: Path, run_dir: Path, *args: str):  # type: ignore[no-untyped-def]
-    return cli("submit", "--site", str(site), "--stage", "multi-node", "--gpus-per-node", "1",
-               "--launcher", "torchrun", "--nodes", "4", "--spares", "1", "--set", "preflight_in_job=perf",
-               *args, "--out", str(run_dir), "--wait", "--", "python", "examples/allreduce.py", timeout=400)
+    return cli("submit", *_submit_args(site, run_dir, *args), timeout=400)
 
 
 def _wait_for(pred: Callable[[], bool], what: str, run_dir: Path, timeout: float = 240) -> None:
@@ -130,8 +135,17 @@ def test_two_nodes_below_par_with_one_spare_ends_before_training(cli: CK, tmp_pa
     # then (node3's 0.1 Gbit/s pairs may sit above half of it), so the site states its expectation
     # of a pair, as a site with few nodes must; the healthy pairs measure about 4 Gbit/s here.
     site, run_dir = _site(tmp_path, busbw_inter_gbps_min=0.5), cli.runs / "two-bad"
-    with _tc(cli.bed, "node3", "tbf", "rate", "100mbit", "burst", "64kb", "latency", "400ms"), _cpu_quota(cgroup, 5):
-        proc = _submit(cli, site, run_dir)
+    # node2's quota from its perf worker's rendezvous on: the measurement under it, not torch's import
+    with _tc(cli.bed, "node3", "tbf", "rate", "100mbit", "burst", "64kb", "latency", "400ms"):
+        popen = cli.popen("submit", *_submit_args(site, run_dir))
+        try:
+            with _cpu_quota_from_rendezvous(cli.bed, "node2", 5, popen):
+                out, err = popen.communicate(timeout=400)
+        finally:
+            if popen.poll() is None:
+                popen.kill()
+                popen.communicate()
+    proc = subprocess.CompletedProcess(popen.args, popen.returncode, out, err)
     assert proc.returncode == 1, proc.stdout + proc.stderr + _logs(run_dir)
     job = _job_id(proc.stdout)
     reason = (run_dir / f"{job}.reason").read_text()

@@ -14,6 +14,7 @@ from tests.conftest import CLI
 from tests.submit.conftest import submitted_job_id
 
 pytest.importorskip("torch")  # torchrun is the local site's launcher
+pytestmark = pytest.mark.torch
 
 
 
