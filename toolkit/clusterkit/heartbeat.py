@@ -260,7 +260,7 @@ class Progress:
         return f"{what} {self.step}, {when} ({time.strftime('%H:%M:%S', time.localtime(self.time))})"
 
 
-def _read_regular(path: str | os.PathLike[str], limit: int, tail: bool = False) -> bytes | None:
+def _read_regular(path: str | os.PathLike[str], limit: int, tail: bool = False, start: int = 0) -> bytes | None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -271,6 +271,8 @@ def _read_regular(path: str | os.PathLike[str], limit: int, tail: bool = False) 
             return None
         if tail and st.st_size > limit:
             os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+        elif start > 0:
+            os.lseek(fd, start, os.SEEK_SET)
         return os.read(fd, limit)
     except OSError:
         return None
@@ -296,6 +298,28 @@ def read_log(path: str | os.PathLike[str]) -> list[Progress]:
         return []
     marks = [p for ln in data.decode("ascii", errors="replace").splitlines() if (p := _parse(ln)) is not None]
     return sorted(marks, key=lambda p: p.time)
+
+
+def log_size(path: str | os.PathLike[str]) -> int:
+    """The progress log's size now (0 without one, or not a regular file): marks written from now
+    on are appended past it."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def first_mark(path: str | os.PathLike[str], start: int, at_most: int) -> int | None:
+    """The step of the first mark appended to the progress log past byte ``start`` whose step is at
+    most ``at_most`` (a process's first line is always marked: where it began), or None (none yet,
+    or the log is full)."""
+    data = _read_regular(path, MAX_LOG_BYTES, start=start)
+    for raw in (data or b"").decode("ascii", errors="replace").splitlines():
+        mark = _parse(raw)
+        if mark is not None and mark.step <= at_most:
+            return mark.step
+    return None
 
 
 def read(path: str | os.PathLike[str]) -> Progress | None:
