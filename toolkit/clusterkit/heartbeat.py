@@ -7,7 +7,8 @@ line).  ``phase=save`` says a checkpoint is being written: a long save is not a 
 ``clusterkit status JOB`` shows the newest line.  The first line a process writes and each
 change of phase (a save starts, training goes on after it) are also appended to
 ``<CK_PROGRESS_FILE>.log`` (up to ``MAX_LOG_BYTES``): the marks ``status --run`` reads a run's
-start-up, checkpoints and lost time from (docs/jobs.md, "What a run cost").
+start-up, checkpoints and lost time from (docs/jobs.md, "What a run cost"), and the supervisor's
+watch the step an attempt began at (:func:`first_mark`).
 
 Every rank (rank 0 too) also keeps a file of its own, ``<CK_PROGRESS_FILE>.rank<R>``, one line
 ``step=<N> time=<t> phase=<p> rank=<R> host=<node> step_s=<s|-> work_s=<s|-> beat=<t>``:
