@@ -41,12 +41,12 @@ STEPS, WORLD = 30, 3
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 
 
-def _expected_weights(world: int = WORLD) -> list[float]:
+def _expected_weights(world: int = WORLD, steps: int = STEPS) -> list[float]:
     """The weights of the same loop run without a fault: gradients averaged over the ranks."""
     torch.manual_seed(0)
     model = torch.nn.Linear(16, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    for step in range(STEPS):
+    for step in range(steps):
         grads = []
         for rank in range(world):
             x = torch.randn(32, 16, generator=torch.Generator().manual_seed(step * 1000 + rank))

@@ -1,7 +1,15 @@
-"""A fault the supervisor's watch finds on the Slurm testbed, for real (3 nodes + 1 spare,
+"""More faults the supervisor's watch finds on the Slurm testbed, for real (3 nodes + 1 spare,
 torchrun, the DDP loop over gloo of tests/slurm/recovery_train.py reporting its progress with
 ``clusterkit.progress``, as in tests/slurm/test_stall.py).
 
+- node3's link drops every packet while it stays up (``tbf`` with a bucket smaller than any
+  packet, on node3's interface and on its peer at the bridge: this kernel has no netem or drop
+  action).  Every rank waits in its all-reduce; every heartbeat goes on (the run directory is on
+  this machine's own disk), so the ranks' progress files name nobody.  The stack dumps do: the
+  signal reaches every node but node3, whose rank alone gives none.  Found within the stall limit
+  plus 30 s, node3 named and dropped, training resumes with the spare and ends with the weights
+  of an uninterrupted run.  The link is restored once the attempt is over (Slurm itself would
+  mark node3 down after its SlurmdTimeout of minutes).
 - node3's CPU limited to 10 % of one CPU (its cgroup's quota, as tests/slurm/test_network_faults.py
   does) once training is under way, every rank doing the same matrix products per step and
   reporting their time (``work_s``): ``status`` names node3 the straggler.
@@ -12,19 +20,41 @@ Every wait is for a state: a progress line, a line of the job's log, the job's e
 from __future__ import annotations
 
 import re
+import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from clusterkit import heartbeat
 
-from .conftest import CK
+from .conftest import CK, Testbed
 from .test_network_faults import _cpu_quota
-from .test_recovery import STEPS, TRAIN, _ended, _text
-from .test_spares import _env, _job_id
+from .test_recovery import STEPS, TRAIN, _ended, _expected_weights, _text
+from .test_spares import _env, _job_id, _site
+from .test_stall import _hms
 
 pytest.importorskip("torch", reason="the training loop needs torch (pip install torch, CPU build)")
+
+FLOOR_S, CUT_STEP, LINK_STEPS = 15, 8, 16   # the relaunch resumes at the last save (9 or 12) and ends soon
+
+
+@contextmanager
+def _drop_every_packet(bed: Testbed, node: str) -> Iterator[None]:
+    """Every packet node3 sends or is sent dropped, its link up: a token bucket of one byte."""
+    ends = [("ip", "netns", "exec", bed.netns(node), "tc", "qdisc", "%s", "dev", bed.iface(node)),
+            ("ip", "netns", "exec", bed.ctl_netns, "tc", "qdisc", "%s", "dev", f"vn{node.removeprefix('node')}")]
+    for end in ends:
+        subprocess.run([w.replace("%s", "add") for w in end] + ["root", "tbf", "rate", "8bit", "burst", "1",
+                                                                 "latency", "1ms"], check=True, timeout=10)
+    try:
+        yield
+    finally:
+        for end in ends:
+            subprocess.run([w.replace("%s", "del") for w in end] + ["root"], check=False, timeout=10)
+
 
 def _until(what, timeout: float, about: str):   # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
@@ -33,6 +63,50 @@ def _until(what, timeout: float, about: str):   # type: ignore[no-untyped-def]
             return got
         time.sleep(0.2)
     raise AssertionError(f"{about}: not seen in {timeout} s")
+
+
+def test_a_node_whose_link_drops_every_packet_is_named_by_its_missing_stack_dump_and_dropped(
+        cli: CK, tmp_path: Path) -> None:
+    cli.bed.wait_idle()
+    run_dir = cli.runs / "link"
+    proc = cli("submit", "--site", str(_site(tmp_path)), "--stage", "multi-node", "--nodes", "3", "--spares", "1",
+               "--gpus-per-node", "1", "--launcher", "torchrun", "--run-name", f"link-{time.time_ns()}",
+               "--set", f"stall_floor_s={FLOOR_S}", "--set", "warmup_steps=2", "--out", str(run_dir), "--",
+               "python", str(TRAIN), "--steps", str(LINK_STEPS), "--step-s", "0.3", "--stall-on", "none",
+               env=_env(cli, tmp_path, set()), timeout=120)
+    assert proc.code == 0, proc.err
+    job = _job_id(proc.out)
+    try:
+        progress = run_dir / "logs" / f"{job}.progress"
+        _until(lambda: (p := heartbeat.read(progress)) is not None and p.step >= CUT_STEP, 180, "training under way")
+        with _drop_every_packet(cli.bed, "node3"):
+            cut = time.time()
+            _until(lambda: "attempt 0 failed (stall" in _text(run_dir, "slurm-*.out"), 150, "the stall's verdict")
+        st = _ended(cli, job)
+    finally:
+        cli.bed.run("scancel", job, check=False)
+    batch = _text(run_dir, "slurm-*.out")
+    assert st["state"] == "COMPLETED", batch[-6000:]
+    seen = re.search(r"clusterkit: (\d\d:\d\d:\d\d) watch: the run stalled: no progress since step (\d+) for "
+                     r"(\d+) s, past the limit of (\d+) s: ending the launch step", batch)
+    assert seen, batch[-6000:]
+    after = (_hms(seen.group(1)) - int(cut) % 86400) % 86400
+    assert after <= int(seen.group(4)) + 30, (after, seen.group(0))
+    print(f"link drop found {after} s after the cut (limit {seen.group(4)} s)",
+          *re.findall(r"clusterkit: \d\d:\d\d:\d\d (?:watch|attempt 0).*", batch), sep="\n")
+    assert re.search(r"watch: stack dumps: rank (\d+) on node3: no dump \(stopped, or not answering\); "
+                     r"ranks \d+,\d+ on node1, node2: ", batch), batch[-6000:]
+    [attempt] = cli.status(job)["attempts"]
+    # node3 is named by its missing dump, or, where its rank's heartbeat thread stood still too (seen
+    # on a loaded machine: the rank blocked in a send to the throttled link), by that: either names it
+    assert re.search(r"node behind: node3 \(rank \d+: (no stack dump came while the others' did|its heartbeat "
+                     r"stopped \d+ s ago while the other ranks' went on)\)", attempt["verdict"]), attempt
+    assert [d["host"] for d in attempt["dropped"]] == ["node3"] and attempt["then"] == "relaunch", attempt
+    second = _text(run_dir, f"{job}.r0.a1.*.out")
+    assert set(re.findall(r" on (node\d) step \d+ loss", second)) == {"node1", "node2", "node4"}, second[-3000:]
+    final = re.search(r"final weights (.*)", second)
+    assert final, second[-3000:]
+    assert [float(w) for w in final.group(1).split()] == pytest.approx(_expected_weights(steps=LINK_STEPS), abs=1e-4)
 
 
 def test_a_node_limited_to_a_tenth_of_a_cpu_is_named_the_straggler(cli: CK, tmp_path: Path) -> None:

@@ -168,6 +168,59 @@ def test_the_watcher_reads_the_progress_file_and_finds_the_stall(tmp_path: Path)
     assert isinstance(named, replan.Relaunch) and named.nodes == ("n1", "n3") and named.dropped[0][0] == "n2"
 
 
+def _mark(progress: Path, step: int, phase: str = "train", when: float = 1.7e9) -> None:
+    _write(progress, step, phase, when)
+    with open(f"{progress}.log", "a") as log:   # as heartbeat.progress marks a first line and a phase change
+        log.write(progress.read_text())
+
+
+def test_a_stall_soon_after_warm_up_is_found_when_the_watcher_first_saw_a_later_step(tmp_path: Path) -> None:
+    # rank 0 saves every 3 steps (two lines each) and its link drops at step 9, before the
+    # watcher's first look: all it ever sees is step 9; the progress log says the attempt began at 0
+    (tmp_path / "logs").mkdir()
+    progress, said, clock = tmp_path / "logs" / "77.progress", [], Clock()
+    limits = Limits(floor_s=15.0, warmup_steps=2)
+    w = Watcher(limits, str(tmp_path), "77", 0, 0, said.append, clock=clock)
+    _mark(progress, 0)
+    for step in (3, 6, 9):
+        _mark(progress, step, "save")
+        _mark(progress, step)
+    assert w.check() is None
+    assert [s.step for s in w.seen] == [9]
+    clock.now += 15.5
+    found = w.check()
+    assert found is not None and found.step == 9 and found.limit_s == 15.0
+
+
+def test_the_attempts_first_step_comes_from_its_own_marks_and_again_after_a_resume(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    progress, said, clock = tmp_path / "logs" / "77.progress", [], Clock()
+    _mark(progress, 0)                                 # an earlier attempt's mark: not where this one began
+    limits = Limits(floor_s=15.0, warmup_steps=3)
+    w = Watcher(limits, str(tmp_path), "77", 0, 1, said.append, clock=clock)
+    _mark(progress, 12)                                # this attempt resumed at 12
+    _write(progress, 13)
+    assert w.check() is None and w.first == 12
+    clock.now += 100.0
+    assert w.check() is None                           # one step past 12: warming up
+    _write(progress, 16)
+    assert w.check() is None
+    clock.now += 334.0                                 # 100 s for 3 steps: ten of them
+    found = w.check()
+    assert found is not None and found.limit_s == pytest.approx(1000 / 3)
+    w = Watcher(limits, str(tmp_path), "77", 0, 2, said.append, clock=clock)
+    _write(progress, 20)
+    assert w.check() is None and w.first is None       # no mark of this attempt: its first line seen stands in
+    _mark(progress, 9)                                 # its process started again at 9 (the count went back)
+    _write(progress, 10)
+    assert w.check() is None and w.first == 9 and [s.step for s in w.seen] == [10]
+    _write(progress, 12)                               # 3 steps past 9 (2 past the first line seen)
+    assert w.check() is None
+    clock.now += 15.5
+    found = w.check()
+    assert found is not None and found.step == 12
+
+
 def test_the_watcher_falls_back_to_the_rank_logs_and_says_so(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     rank_log = tmp_path / "logs" / "77.r0.node1.out"

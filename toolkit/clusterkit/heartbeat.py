@@ -7,7 +7,8 @@ line).  ``phase=save`` says a checkpoint is being written: a long save is not a 
 ``clusterkit status JOB`` shows the newest line.  The first line a process writes and each
 change of phase (a save starts, training goes on after it) are also appended to
 ``<CK_PROGRESS_FILE>.log`` (up to ``MAX_LOG_BYTES``): the marks ``status --run`` reads a run's
-start-up, checkpoints and lost time from (docs/jobs.md, "What a run cost").
+start-up, checkpoints and lost time from (docs/jobs.md, "What a run cost"), and the supervisor's
+watch the step an attempt began at (:func:`first_mark`).
 
 Every rank (rank 0 too) also keeps a file of its own, ``<CK_PROGRESS_FILE>.rank<R>``, one line
 ``step=<N> time=<t> phase=<p> rank=<R> host=<node> step_s=<s|-> work_s=<s|-> beat=<t>``:
@@ -261,7 +262,6 @@ class Progress:
         return f"{what} {self.step}, {when} ({time.strftime('%H:%M:%S', time.localtime(self.time))})"
 
 
-
 def _parse(text: str) -> Progress | None:
     m = _LINE.fullmatch(text.strip())
     if m is None:
@@ -280,6 +280,28 @@ def read_log(path: str | os.PathLike[str]) -> list[Progress]:
         return []
     marks = [p for ln in data.decode("ascii", errors="replace").splitlines() if (p := _parse(ln)) is not None]
     return sorted(marks, key=lambda p: p.time)
+
+
+def log_size(path: str | os.PathLike[str]) -> int:
+    """The progress log's size now (0 without one, or not a regular file): marks written from now
+    on are appended past it."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def first_mark(path: str | os.PathLike[str], start: int, at_most: int) -> int | None:
+    """The step of the first mark appended to the progress log past byte ``start`` whose step is at
+    most ``at_most`` (a process's first line is always marked: where it began), or None (none yet,
+    or the log is full)."""
+    data = read_regular(path, MAX_LOG_BYTES, start=start)
+    for raw in (data or b"").decode("ascii", errors="replace").splitlines():
+        mark = _parse(raw)
+        if mark is not None and mark.step <= at_most:
+            return mark.step
+    return None
 
 
 def read(path: str | os.PathLike[str]) -> Progress | None:

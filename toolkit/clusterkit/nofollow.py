@@ -11,9 +11,9 @@ import os
 import stat
 
 
-def read_regular(path: str | os.PathLike[str], limit: int, *, tail: bool = False) -> bytes | None:
-    """The first (or, with ``tail``, the last) ``limit`` bytes of ``path``; None when it is not a
-    regular file or cannot be read."""
+def read_regular(path: str | os.PathLike[str], limit: int, *, tail: bool = False, start: int = 0) -> bytes | None:
+    """``limit`` bytes of ``path`` from byte ``start`` (with ``tail``: its last ``limit`` bytes);
+    None when it is not a regular file or cannot be read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -24,6 +24,8 @@ def read_regular(path: str | os.PathLike[str], limit: int, *, tail: bool = False
             return None
         if tail and st.st_size > limit:
             os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+        elif start > 0:
+            os.lseek(fd, start, os.SEEK_SET)
         return os.read(fd, limit)
     except OSError:
         return None

@@ -8,8 +8,10 @@ rank 0's node and the batch host never meet), or, when the job writes no progres
 the time of the newest write to the attempt's rank logs.  The rule:
 
 - a stall is no new progress line for longer than ``max(floor_s, factor x median step time)``,
-  once ``warmup_steps`` steps were seen in this attempt (the first steps build communicators,
-  compile and warm caches: the process group's start-up timeout covers them);
+  once the attempt reported ``warmup_steps`` steps past the one it began at (the first steps
+  build communicators, compile and warm caches: the process group's start-up timeout covers
+  them); where it began is the first mark its rank 0 appended to the progress log, else the
+  first line seen (the supervisor may first see a line many steps in);
 - a line that marks a checkpoint save (``phase=save``) has its own, longer limit,
   ``max(save_s, factor x median step time)``: a long save is not a stall;
 - the median step time counts only train-to-train intervals (a save between two lines is not a step);
@@ -72,19 +74,25 @@ def median_step_s(seen: Sequence[Seen]) -> float | None:
     return statistics.median(per) if per else None
 
 
-def limit_s(seen: Sequence[Seen], limits: Limits) -> float | None:
-    """How long the last line may stand before it is a stall; None while warming up."""
-    if not seen or seen[-1].step - seen[0].step < limits.warmup_steps:
+def limit_s(seen: Sequence[Seen], limits: Limits, first: int | None = None) -> float | None:
+    """How long the last line may stand before it is a stall; None while warming up.  ``first``:
+    the step the attempt began at, where known (the watcher looks every few seconds, and its
+    first sight of the progress file may come well past the attempt's first steps)."""
+    if not seen:
+        return None
+    began = seen[0].step if first is None else min(first, seen[0].step)
+    if seen[-1].step - began < limits.warmup_steps:
         return None
     scaled = limits.factor * (median_step_s(seen) or 0.0)
     return max(limits.save_s if seen[-1].phase == "save" else limits.floor_s, scaled)
 
 
 def verdict(seen: Sequence[Seen], now: float, limits: Limits, *, reporting: bool,
-            started: float, logs_at: float | None = None) -> Stall | None:
+            started: float, logs_at: float | None = None, first: int | None = None) -> Stall | None:
     """Whether the attempt (started at ``started``) has stalled at ``now``.  ``seen``: this
     attempt's progress lines, oldest first (its step counting restarted where it went back);
-    ``reporting``: a progress file exists; ``logs_at``: the newest rank log write."""
+    ``reporting``: a progress file exists; ``logs_at``: the newest rank log write; ``first``:
+    the step the attempt began at, by its progress log (None: the first line seen stands in)."""
     if limits.floor_s <= 0:
         return None
     if not seen:
@@ -93,7 +101,7 @@ def verdict(seen: Sequence[Seen], now: float, limits: Limits, *, reporting: bool
         last = max(started, logs_at if logs_at is not None else started)
         limit = max(limits.floor_s, limits.save_s)
         return Stall(now - last, limit, None, "logs") if now - last > limit else None
-    judged = limit_s(seen, limits)
+    judged = limit_s(seen, limits, first)
     if judged is None:
         return None
     quiet = now - seen[-1].at

@@ -43,6 +43,10 @@ class Watcher:
         self.started = clock()
         self.seen: deque[stall.Seen] = deque(maxlen=HISTORY)
         self.last = heartbeat.read(self.path)   # an earlier attempt's line: not this attempt's progress
+        # where the attempt began: its rank 0's first line, marked in the progress log past here
+        self.marks = Path(f"{self.path}.log")
+        self.marks_from = self.looked = heartbeat.log_size(self.marks)
+        self.first: int | None = None
         self.said_logs = False
         self.found: stall.Stall | None = None
         self.pending: tuple[stall.Stall, float] | None = None   # a stall found, its rank behind not yet named
@@ -61,15 +65,19 @@ class Watcher:
 
     def _look(self) -> bool:
         """Note a new progress line of this attempt; whether the job writes a progress file."""
+        size, looked = heartbeat.log_size(self.marks), self.looked
+        self.looked = size
         line = heartbeat.read(self.path)
         if line is None:
             return self.path.exists()
-        if line == self.last:
-            return True
-        self.last = line
-        if self.seen and line.step < self.seen[-1].step:
-            self.seen.clear()   # the step count went back (a resume): count again from here
-        self.seen.append(stall.Seen(line.step, line.phase, self.clock()))
+        if line != self.last:
+            self.last = line
+            if self.seen and line.step < self.seen[-1].step:
+                self.seen.clear()   # the step count went back (a resume): count again from here,
+                self.marks_from, self.first = looked, None   # and from its process's first mark
+            self.seen.append(stall.Seen(line.step, line.phase, self.clock()))
+        if self.first is None and self.seen:
+            self.first = heartbeat.first_mark(self.marks, self.marks_from, self.seen[0].step)
         return True
 
     def _logs_at(self) -> float | None:
@@ -154,7 +162,7 @@ class Watcher:
                 self.said_logs = True
             logs_at = self._logs_at()
         found = stall.verdict(list(self.seen), self.clock(), self.limits, reporting=reporting,
-                              started=self.started, logs_at=logs_at)
+                              started=self.started, logs_at=logs_at, first=self.first)
         return None if found is None else self._named(found)
 
     @property
