@@ -54,10 +54,11 @@ import pytest  # noqa: E402  (the testbed harness is the tests' own)
 
 from tests.conftest import CLI  # noqa: E402
 from tests.slurm.conftest import CK, _started  # noqa: E402
-from tests.slurm.test_recovery import DEAD_AFTER_S, _back, _kill_node, _revive, _slurmd_timeout  # noqa: E402
+from tests.slurm.test_recovery import _back, _kill_node, _revive, _slurmd_timeout  # noqa: E402
 from tests.slurm.test_spares import _env, _site  # noqa: E402
 
 TRAIN = REPO / "tests" / "slurm" / "recovery_train.py"
+DEAD_AFTER_S = 15   # the SlurmdTimeout of the figures in docs/benchmarks.md (the tests use less)
 XID79 = REPO / "tests" / "diagnose" / "corpus" / "akash-209-xid79.log"
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 SUPERVISOR = b"clusterkit.supervise"

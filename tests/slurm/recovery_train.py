@@ -7,6 +7,8 @@ rank resumes from it when it is there.  Each rank's batch is drawn from a genera
 provided it resumed at a saved step with the same world size: rank 0 prints them at the end.
 
   --steps N --step-s S     how long it trains
+  --resumed-step-s S       the sleep per step once resumed from a checkpoint (default: --step-s): a
+                           test that faults the first attempt after its save needs no slow steps after
   --gpu-fault-on HOSTS     the rank on each of HOSTS (comma-separated) prints the lines of a real Xid 79 capture
   --gpu-fault-log FILE     (FILE: a doctor corpus file; its lines after ``# ---``) at --fail-step
                            and exits 1, as a rank whose GPU fell off the bus
@@ -39,6 +41,7 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--step-s", type=float, default=0.3)
+    p.add_argument("--resumed-step-s", type=float)
     p.add_argument("--save-every", type=int, default=3)
     p.add_argument("--fail-step", type=int, default=8)
     p.add_argument("--gpu-fault-on")
@@ -142,7 +145,7 @@ def main() -> int:
         if watched and step == args.fail_step and start == 0 and host == args.stall_on:
             say(f"rank {rank} on {host} stops itself after step {step} at {time.time():.3f}")
             os.kill(os.getpid(), signal.SIGSTOP)
-        time.sleep(args.step_s)
+        time.sleep(args.step_s if start == 0 or args.resumed_step_s is None else args.resumed_step_s)
     dist.barrier()
     if rank == 0:
         weights = torch.cat([p.detach().flatten() for p in model.module.parameters()])

@@ -1,6 +1,7 @@
-"""Recovery inside the allocation on the Slurm testbed, for real: 3 nodes + 1 spare, torchrun, a
-DDP loop over gloo (tests/slurm/recovery_train.py) that checkpoints to CK_CHECKPOINT_DIR every few
-steps and resumes from it.
+"""Recovery inside the allocation on the Slurm testbed, for real: 3 nodes + 1 spare, torchrun (and
+srun and deepspeed for the Xid 79, the node's death and its link cut), a DDP loop over gloo
+(tests/slurm/recovery_train.py) that checkpoints to CK_CHECKPOINT_DIR every few steps and resumes
+from it.
 
 - a rank on node2 prints the lines a real Xid 79 left in a log (the doctor corpus's capture)
   and exits mid-run: the supervisor drops node2, the spare takes its place, training resumes
@@ -38,6 +39,9 @@ torch = pytest.importorskip("torch", reason="the training loop needs torch (pip 
 TRAIN = REPO / "tests" / "slurm" / "recovery_train.py"
 XID79 = REPO / "tests" / "diagnose" / "corpus" / "akash-209-xid79.log"   # real dmesg of an Xid 79
 STEPS, WORLD = 30, 3
+# the slow steps are there for the fault to land mid-run; once resumed from the checkpoint the
+# loop goes at full speed (what is checked after the fault: the step resumed at, the weights)
+FAST_RESUME = ("--resumed-step-s", "0")
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 
 
@@ -139,7 +143,7 @@ def test_a_gpu_that_fell_off_the_bus_is_dropped_and_training_resumes_on_the_spar
         cli: CK, tmp_path: Path, launcher: str) -> None:
     cli.bed.wait_idle()
     job, run_dir = _submit(cli, tmp_path, "xid79", "--gpu-fault-on", "node2", "--gpu-fault-log", str(XID79),
-                           launcher=launcher)
+                           *FAST_RESUME, launcher=launcher)
     try:
         _check_recovered(cli, tmp_path, job, run_dir, "gpu-hardware", "gpu-hardware")
     finally:
@@ -148,7 +152,7 @@ def test_a_gpu_that_fell_off_the_bus_is_dropped_and_training_resumes_on_the_spar
 
 def test_a_node_set_down_mid_run_leaves_the_allocation_and_training_resumes(cli: CK, tmp_path: Path) -> None:
     cli.bed.wait_idle()
-    job, run_dir = _submit(cli, tmp_path, "down", "--step-s", "0.5")
+    job, run_dir = _submit(cli, tmp_path, "down", "--step-s", "0.5", *FAST_RESUME)
     _await_line(run_dir, "rank 0 saved step 6")
     cli.bed.run("scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=clusterkit-recovery-test")
     try:
@@ -176,8 +180,9 @@ def test_a_key_error_in_the_training_script_is_not_retried(cli: CK, tmp_path: Pa
 
 # A node that stops answering is set DOWN by slurmctld SlurmdTimeout seconds after its last answer
 # (300 s by default, and the link-cut test of test_perf_spares.py needs it long): lowered for the
-# tests below alone, through `scontrol reconfigure`, and restored after them.
-DEAD_AFTER_S = 15
+# tests below alone, through `scontrol reconfigure`, and restored after them (6 s: a healthy node
+# answers slurmctld's pings, every SlurmdTimeout/3 seconds, at once).
+DEAD_AFTER_S = 6
 
 
 @contextmanager
@@ -238,15 +243,16 @@ def _revive(bed: Testbed, node: str) -> None:
     _back(bed, node)
 
 
-def test_a_node_that_dies_mid_run_is_dropped_and_training_resumes(cli: CK, tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["torchrun", "srun", "deepspeed"])
+def test_a_node_that_dies_mid_run_is_dropped_and_training_resumes(cli: CK, tmp_path: Path, launcher: str) -> None:
     if cli.bed.cgroup("node2") is None:
         pytest.skip("no cgroup holds a testbed node's processes here (neither cgroup v2 cpu nor v1 cpu)")
     cli.bed.wait_idle()
     with _slurmd_timeout(cli.bed, DEAD_AFTER_S):
-        job, run_dir = _submit(cli, tmp_path, "dead", "--step-s", "0.5")
+        job, run_dir = _submit(cli, tmp_path, "dead", "--step-s", "0.5", *FAST_RESUME, launcher=launcher)
         try:
             _await_line(run_dir, "rank 0 saved step 6")
-            assert _kill_node(cli.bed, "node2") >= 3   # slurmd, slurmstepd, torchrun's agent, the rank
+            assert _kill_node(cli.bed, "node2") >= 3   # slurmd, slurmstepd, the rank (and torchrun or deepspeed)
             _check_recovered(cli, tmp_path, job, run_dir, "Slurm reports it down|doctor: ", r"[A-Za-z -]+")
             assert _node_state(cli.bed, "node2").startswith("down"), _node_state(cli.bed, "node2")
         finally:
@@ -254,11 +260,12 @@ def test_a_node_that_dies_mid_run_is_dropped_and_training_resumes(cli: CK, tmp_p
             _revive(cli.bed, "node2")
 
 
-def test_a_nodes_link_cut_mid_run_is_dropped_and_training_resumes(cli: CK, tmp_path: Path) -> None:
+@pytest.mark.parametrize("launcher", ["torchrun", "srun", "deepspeed"])
+def test_a_nodes_link_cut_mid_run_is_dropped_and_training_resumes(cli: CK, tmp_path: Path, launcher: str) -> None:
     cli.bed.wait_idle()
     link = ["ip", "-n", cli.bed.netns("node2"), "link", "set", cli.bed.iface("node2")]
     with _slurmd_timeout(cli.bed, DEAD_AFTER_S):
-        job, run_dir = _submit(cli, tmp_path, "cut", "--step-s", "0.5")
+        job, run_dir = _submit(cli, tmp_path, "cut", "--step-s", "0.5", *FAST_RESUME, launcher=launcher)
         try:
             _await_line(run_dir, "rank 0 saved step 6")
             subprocess.run([*link, "down"], check=True, capture_output=True, timeout=10)
