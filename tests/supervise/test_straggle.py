@@ -13,7 +13,7 @@ from clusterkit.supervise import replan, straggle
 from clusterkit.supervise.ranks import Straggler
 from clusterkit.supervise.recovery import Run
 from clusterkit.supervise.straggle import Look, finished_save, kept_because, one_node, persistent, verdict
-from clusterkit.supervise.straggle_watch import Replacer, ended, of
+from clusterkit.supervise.straggle_watch import Replacer, ended_why, poll_s, replacer_of
 
 SLOW = Straggler(2, "node3", 0.9, 0.1, "work")
 NODES = ("node1", "node2", "node3")
@@ -45,9 +45,10 @@ def _marks(*pairs: tuple[int, str]) -> list[Progress]:
     return [Progress(step, 1.7e9 + i, phase) for i, (step, phase) in enumerate(pairs)]
 
 
-def test_the_first_save_that_ends_after_the_straggler_stayed_one_is_the_checkpoint() -> None:
+def test_the_save_that_ends_after_the_straggler_stayed_one_is_the_checkpoint() -> None:
     marks = _marks((0, "train"), (3, "save"), (3, "train"), (6, "save"), (6, "train"), (9, "save"))
-    assert finished_save(marks, 0) == 3
+    assert finished_save(marks, 0) == 6        # the newest that ended: the checkpoint training resumes from
+    assert finished_save(marks[:4], 0) == 3
     assert finished_save(marks, 3) == 6        # the save at 3 ended before: not this one
     assert finished_save(marks, 5) is None     # the save at 9 has not ended yet
     assert finished_save(marks[:4], 4) is None
@@ -116,7 +117,7 @@ def test_the_watch_replaces_node3_at_the_save_that_ends_after_it_stayed_a_stragg
     v = w.check()
     assert v is not None and (v.category, v.node, v.rank) == ("straggler", "node3", 2)
     assert "node3 (rank 2, 9.0x the others' work time per step) is replaced at the checkpoint at step 21" in said[-1]
-    assert ended(v) == "its straggler is replaced (no doctor run)"
+    assert ended_why(v) == "its straggler is replaced (no doctor run)"
 
 
 def test_the_watch_keeps_a_straggler_whose_replacement_would_end_the_run(tmp_path: Path) -> None:
@@ -135,4 +136,9 @@ def test_the_watch_keeps_a_straggler_whose_replacement_would_end_the_run(tmp_pat
 
 @pytest.mark.parametrize("ratio,run", [(0.0, _run()), (1.5, None)])
 def test_no_watch_when_replacing_or_recovery_is_off(tmp_path: Path, ratio: float, run: Run | None) -> None:
-    assert of(ratio, str(tmp_path), "7", run, 0, print) is None
+    assert replacer_of(ratio, str(tmp_path), "7", run, 0, print) is None
+
+
+def test_a_replacer_looks_every_heartbeat_and_none_bounds_nothing(tmp_path: Path) -> None:
+    w = replacer_of(1.5, str(tmp_path), "7", _run(), 0, print)
+    assert poll_s(w) == 5.0 and poll_s(None) == float("inf")

@@ -24,21 +24,10 @@ from typing import NoReturn
 from clusterkit import slurmclient
 from clusterkit.hostlist import fold
 from clusterkit.safefile import NotRegular, read_capped
-from clusterkit.supervise import (
-    decide,
-    dumps,
-    judge,
-    owned,
-    recheck,
-    recovery,
-    replan,
-    stall,
-    straggle_watch,
-    teardown,
-    watch,
-)
+from clusterkit.supervise import decide, dumps, judge, owned, recheck, recovery, replan, stall, teardown, watch
 from clusterkit.supervise.events import Events, die_by_term
 from clusterkit.supervise.joblog import log, relay, say
+from clusterkit.supervise.straggle_watch import ended_why, poll_s, replacer_of
 
 WAITING = "waiting for Slurm to end this run; no result is written"
 SLURM_END_WAIT_S = 600.0   # how long a run waits for Slurm to end it before it exits itself
@@ -123,7 +112,7 @@ class Supervisor:
                 self.stalled = v   # recovery's verdict: the straggler's node dropped, no doctor run
                 return watch.end_step(self.proc, log)
             left = _LOOP_S if self.grace_end is None else max(0.0, self.grace_end - time.monotonic())
-            poll = self.watcher.poll if self.watcher is not None else _LOOP_S
+            poll = min(self.watcher.poll if self.watcher is not None else _LOOP_S, poll_s(self.replacer))
             for signum in self.events.wait(min(left, _LOOP_S, poll)):
                 self.on_signal(signum)
 
@@ -205,8 +194,8 @@ class Supervisor:
         if s.watch is not None and s.mode != "local":
             self.watcher = watch.Watcher(s.watch, s.run_dir, s.job_id, s.restarts, at, log,
                                          dumps.sender(s.mode, s.job_id, self.client, self.proc))
-        self.replacer = straggle_watch.of(s.straggler_replace, s.run_dir, s.job_id, self.attempts,
-                                          s.max_restarts - s.restarts, log)
+        self.replacer = replacer_of(s.straggler_replace, s.run_dir, s.job_id, self.attempts,
+                                    s.max_restarts - s.restarts, log)
         if rc is None:
             rc = self.wait_launcher()
         self.grace_end = None
@@ -217,7 +206,7 @@ class Supervisor:
     def recover(self, rc: int, run: recovery.Run) -> int:
         """Judge the failed attempt and act: the next attempt's status (a relaunch), or the end (a requeue
         without the bad nodes, a stop with the verdict).  Without doctor: as before recovery (``rc``)."""
-        how = "doctor judges its logs" if self.stalled is None else straggle_watch.ended(self.stalled)
+        how = "doctor judges its logs" if self.stalled is None else ended_why(self.stalled)
         log(f"attempt {run.attempt} on {','.join(run.nodes)} failed (status {rc}): {how}")
         v, self.stalled = self.stalled or recovery.judge_launch(run, self.spec.launch, log), None
         self.drain()

@@ -10,7 +10,8 @@ The rule:
 - a straggler *stays* one when every look over the last :data:`PERSIST_STEPS` steps of progress
   named the same one node (each look already judges a rank by its median over its last 20
   steps, so a few slow steps never make one); stragglers on several nodes at once name none;
-- it is replaced at the first checkpoint save that finishes after that (a ``phase=save`` mark
+- it is replaced at the checkpoint save that finishes after that (the newest, where looks
+  were far apart) (a ``phase=save`` mark
   followed by a ``phase=train`` mark): the launch step is ended and recovery takes the attempt as
   failed with the verdict ``straggler`` and its node (:data:`clusterkit.supervise.replan.RELAUNCH`),
   so the node is dropped, a spare taken if there is one, and training resumes from that checkpoint;
@@ -65,9 +66,10 @@ def persistent(looks: Sequence[Look], steps: int = PERSIST_STEPS) -> Straggler |
 
 
 def finished_save(marks: Sequence[Progress], since: int) -> int | None:
-    """The step of the first checkpoint save whose end is mark ``since`` or later (a save mark,
-    then a train mark at that step or after it); None while none has ended."""
-    for i in range(max(1, since), len(marks)):
+    """The step of the newest checkpoint save whose end is mark ``since`` or later (a save mark,
+    then a train mark at that step or after it: the checkpoint training resumes from); None while
+    none has ended."""
+    for i in range(len(marks) - 1, max(1, since) - 1, -1):
         before, mark = marks[i - 1], marks[i]
         if before.phase == "save" and mark.phase == "train" and mark.step >= before.step:
             return before.step

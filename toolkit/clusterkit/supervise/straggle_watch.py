@@ -21,6 +21,9 @@ from clusterkit.supervise import ranks, recovery, replan, straggle
 
 Log = Callable[[str], None]
 HISTORY = 1000
+#: the wait between two looks (the ranks rewrite their files every heartbeat.BEAT_S): a save is
+#: seen at most this long after it ended, so little training past the checkpoint is lost
+POLL_S = heartbeat.BEAT_S
 
 
 class Replacer:
@@ -78,13 +81,18 @@ class Replacer:
         return straggle.verdict(stays, saved)
 
 
-def of(ratio: float, run_dir: str, job_id: str, run: recovery.Run | None, restarts_left: int,
-       log: Log) -> Replacer | None:
+def replacer_of(ratio: float, run_dir: str, job_id: str, run: recovery.Run | None, restarts_left: int,
+                log: Log) -> Replacer | None:
     """The attempt's replacer: none when replacing is off (``ratio`` 0) or recovery is (no ``run``)."""
     return Replacer(ratio, run_dir, job_id, run, restarts_left, log) if ratio > 0 and run is not None else None
 
 
-def ended(v: replan.Verdict) -> str:
+def ended_why(v: replan.Verdict) -> str:
     """Why the supervisor ended the attempt itself, as its recovery line says it."""
     return "its straggler is replaced (no doctor run)" if v.category == straggle.CATEGORY else \
         "it stalled (no doctor run)"
+
+
+def poll_s(replacer: Replacer | None) -> float:
+    """The longest wait before the replacer's next look (none: no bound of its own)."""
+    return POLL_S if replacer is not None else float("inf")
