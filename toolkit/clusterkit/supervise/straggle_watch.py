@@ -43,6 +43,8 @@ class Replacer:
         return heartbeat.read_log(self.logs / f"{self.job_id}.progress.log")
 
     def _facts(self) -> replan.Attempted:
+        """What recovery would know, less what it asks Slurm when it acts (the nodes down, the job's
+        nodes asked for by name, its partition): those it checks then."""
         run = self.run
         return replan.Attempted(attempt=run.attempt, nodes=run.nodes, unused=run.unused,
                                 max_relaunches=run.max_relaunches, unknown_used=run.unknown_used,
