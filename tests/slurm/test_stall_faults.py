@@ -5,15 +5,12 @@ torchrun, the DDP loop over gloo of tests/slurm/recovery_train.py reporting its 
 - node3's CPU limited to 10 % of one CPU (its cgroup's quota, as tests/slurm/test_network_faults.py
   does) once training is under way, every rank doing the same matrix products per step and
   reporting their time (``work_s``): ``status`` names node3 the straggler.
-- the same with ``--set straggler_replace=true`` and a spare: the supervisor replaces the straggler
-  at the next checkpoint save (its node dropped, the spare taken, training resumed from that save).
 
 Every wait is for a state: a progress line, a line of the job's log, the job's end in ``status --json``.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
@@ -25,7 +22,7 @@ from clusterkit import heartbeat
 from .conftest import CK
 from .test_network_faults import _cpu_quota
 from .test_recovery import STEPS, TRAIN, _ended, _text
-from .test_spares import _env, _job_id, _site
+from .test_spares import _env, _job_id
 
 pytest.importorskip("torch", reason="the training loop needs torch (pip install torch, CPU build)")
 
@@ -65,44 +62,3 @@ def test_a_node_limited_to_a_tenth_of_a_cpu_is_named_the_straggler(cli: CK, tmp_
     said = r"straggler: node3 \(rank \d+: [0-9.]+ s of work per step, [0-9.]+x the others'"
     assert re.search(said, shown.out), shown.out
     print(f"straggler: {slow[0]}")
-
-
-def test_a_straggler_that_stays_one_is_replaced_by_the_spare_at_the_next_checkpoint(cli: CK, tmp_path: Path) -> None:
-    cli.bed.wait_idle()
-    began = time.monotonic()
-    run_dir = cli.runs / "slow-replaced"
-    proc = cli("submit", "--site", str(_site(tmp_path)), "--stage", "multi-node", "--nodes", "3", "--spares", "1",
-               "--gpus-per-node", "1", "--launcher", "torchrun", "--run-name", f"slow-replaced-{time.time_ns()}",
-               "--set", "straggler_replace=true", "--out", str(run_dir), "--",
-               "python", str(TRAIN), "--steps", "150", "--step-s", "0", "--work", "40",
-               env=_env(cli, tmp_path, set()), timeout=120)
-    assert proc.code == 0, proc.err
-    job = _job_id(proc.out)
-    try:
-        progress = run_dir / "logs" / f"{job}.progress"
-        _until(lambda: heartbeat.read(progress) is not None, 180, "training under way")
-        sel = json.loads((run_dir / "logs" / f"nodes-{job}.r0.json").read_text())
-        slow, [spare] = sel["chosen"][-1], sel["unused"]   # not the head: its rank 0 writes the progress
-        cgroup = cli.bed.cgroup(slow)
-        if cgroup is None:
-            pytest.skip("no cpu cgroup controller here (neither cgroup v2 cpu nor v1 cpu)")
-        with _cpu_quota(cgroup, 10):
-            st = _ended(cli, job)
-    finally:
-        cli.bed.run("scancel", job, check=False)
-    batch = _text(run_dir, "slurm-*.out")
-    assert st["state"] == "COMPLETED", batch[-6000:]
-    assert f"straggler: {slow} (rank " in batch and "stays one over 10 steps" in batch, batch[-6000:]
-    said = re.search(rf"straggler: {slow} \(rank \d+, ([0-9.]+)x the others' work time per step\) is replaced at "
-                     r"the checkpoint at step (\d+): ending the launch step", batch)
-    assert said and float(said.group(1)) > 1.5, batch[-6000:]
-    assert f"dropped {slow} (straggler); spare(s) {spare} take their place: relaunching" in batch, batch[-6000:]
-    [attempt] = st["attempts"]
-    assert attempt["verdict"].startswith(f"straggler: {slow} (rank ") and attempt["then"] == "relaunch", attempt
-    assert [d["host"] for d in attempt["dropped"]] == [slow], attempt
-    step = int(said.group(2))
-    resumed = _text(run_dir, f"{job}.r0.a1.*.out")
-    again = re.search(rf"on {spare} resumed at step (\d+)", resumed)   # that save's (or, were the ranks ended
-    assert again and step <= int(again.group(1)) <= step + 3, resumed[-3000:]   # mid-save, the one just written)
-    assert slow not in {s["node"] for s in st["stragglers"]}, st["stragglers"]
-    print(f"replaced {slow} by {spare} at step {step} ({said.group(1)}x): {time.monotonic() - began:.0f} s")
