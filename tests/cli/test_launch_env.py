@@ -446,6 +446,7 @@ CHANGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "spares": ("1", "testbed", ("preflight_in_job=true",)),
     "stall_floor_s": ("15", "testbed", ()), "stall_factor": ("4", "testbed", ()),
     "warmup_steps": ("0", "testbed", ()), "save_limit_s": ("120", "testbed", ()),
+    "straggler_replace": ("true", "testbed", ()),
     "gpu_bind": ("task", "testbed", ()),
     # the in-job preflight's checkpoint capacity check (tests/preflight/test_checkpoint_room.py runs it)
     "model_params": ("7B", "testbed", ("preflight_in_job=true",)),

@@ -25,6 +25,12 @@ def test_the_job_scripts_call_becomes_a_spec() -> None:
                         chain_stops=("user-code", "import-env"))
 
 
+def test_a_straggler_ratio_to_replace_by_reaches_the_spec() -> None:
+    spec = parse(["--mode", "step", "--max-relaunches", "3", "--straggler-replace", "1.5", "--", "srun"], ENV)
+    assert (spec.straggler_replace, spec.max_relaunches) == (1.5, 3)
+    assert parse(["--mode", "step", "--", "srun"], ENV).straggler_replace == 0.0
+
+
 def test_a_local_job_has_no_restart_count() -> None:
     spec = parse(["--mode", "local", "--", "bash", "-c", "true"], {"CK_RUN_DIR": "/r", "CK_JOB_ID": "local-9"})
     assert (spec.mode, spec.restarts, spec.launch) == ("local", 0, ("bash", "-c", "true"))
@@ -36,6 +42,7 @@ def test_a_local_job_has_no_restart_count() -> None:
     (["--mode", "nowhere", "--", "srun"], ENV, "--mode"),
     (["--mode", "step", "--grace-s", "-1", "--", "srun"], ENV, "--grace-s"),
     (["--mode", "step", "--stop-signal", "TERM;id", "--", "srun"], ENV, "--stop-signal"),
+    (["--mode", "step", "--straggler-replace", "1", "--", "srun"], ENV, "--straggler-replace"),
     (["--mode", "step", "--", "srun"], {"CK_RUN_DIR": "/r"}, "CK_JOB_ID not set"),
     (["--mode", "step", "--", "srun"], {**ENV, "SLURM_RESTART_COUNT": "x"}, "SLURM_RESTART_COUNT='x'"),
 ])

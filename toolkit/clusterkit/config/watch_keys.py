@@ -11,7 +11,10 @@ may take 30 minutes.  torchtitan's pattern for the process group: a long timeout
 (its default 300 s), a short one once the first step is done (100 s); the job exports both.
 A straggler is a rank whose own work per step (its median over its last 20 steps) is more than
 1.5 times the other ranks' median: a healthy rank's median stays well within that, while a node
-at half speed sets the pace of the whole run.
+at half speed sets the pace of the whole run.  Replacing a straggler (``straggler_replace``) is
+off by default: naming one in ``status`` is free, while a replacement ends the launch step at a
+checkpoint and restarts the ranks (minutes of start-up, and a spare or a requeue it uses up); a
+site turns it on where a slow node costs more than a restart.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ class WatchKeys(BaseModel):
 
     straggler_ratio: float = Field(1.5, ge=0, le=100, description="a rank slower than this many times the "
                                    "other ranks' median step (work) time is named a straggler in status; 0: not judged")
+    straggler_replace: bool = Field(False, description="a straggler that stays one is replaced at the next "
+                                    "checkpoint save: the launch step ended, its node dropped, a spare taken (else "
+                                    "what recovery does without one), training resumed from that checkpoint")
 
     @field_validator("straggler_ratio")
     @classmethod

@@ -42,6 +42,7 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
     p.add_argument("--stall-factor", type=float, default=Limits.factor)
     p.add_argument("--warmup-steps", type=int, default=Limits.warmup_steps)
     p.add_argument("--save-limit-s", type=float, default=Limits.save_s)
+    p.add_argument("--straggler-replace", type=float, default=0.0)   # the straggler ratio; 0: never replaced
     p.add_argument("--recheck-site", default="")    # with --recheck-stage: spares checked before a relaunch
     p.add_argument("--recheck-stage", default="")
     p.add_argument("--teardown", action="append", default=[])   # a step's text, once per step, in order
@@ -52,6 +53,8 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
             and 0 < a.save_limit_s <= 86400):
         p.error("--stall-floor-s must be 0 to 86400, --stall-factor 1 to 1000, --warmup-steps 0 or more, "
                 "--save-limit-s above 0 and at most 86400")
+    if not (a.straggler_replace == 0 or 1 < a.straggler_replace <= 100):
+        p.error("--straggler-replace must be 0 (off) or a ratio above 1 and at most 100")
     if bool(a.recheck_site) != bool(a.recheck_stage):
         p.error("--recheck-site and --recheck-stage go together")
     missing = [name for name in ("CK_RUN_DIR", "CK_JOB_ID") if not env.get(name)]
@@ -67,7 +70,7 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
                 watch=Limits(a.stall_floor_s, a.stall_factor, a.warmup_steps, a.save_limit_s)
                 if a.stall_floor_s else None,
                 recheck=(a.recheck_site, a.recheck_stage) if a.recheck_site else None,
-                teardown=tuple(a.teardown))
+                teardown=tuple(a.teardown), straggler_replace=a.straggler_replace)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -26,6 +26,8 @@ from clusterkit.hostlist import fold
 from clusterkit.safefile import NotRegular, read_capped
 from clusterkit.supervise import decide, dumps, judge, owned, recheck, recovery, replan, stall, teardown, watch
 from clusterkit.supervise.events import Events, die_by_term
+from clusterkit.supervise.joblog import log, relay, say
+from clusterkit.supervise.straggle_watch import ended_why, poll_s, replacer_of
 
 WAITING = "waiting for Slurm to end this run; no result is written"
 SLURM_END_WAIT_S = 600.0   # how long a run waits for Slurm to end it before it exits itself
@@ -53,21 +55,7 @@ class Spec:
     watch: stall.Limits | None = None   # stall detection (supervise/watch.py); None: not watched
     recheck: tuple[str, str] | None = None   # (site file, stage): spares checked before a relaunch takes them
     teardown: tuple[str, ...] = ()      # the job's teardown steps, run before the result (supervise/teardown.py)
-
-
-def log(text: str) -> None:
-    """One line of the job's log, as the job script's ``ck_log`` writes it."""
-    print(f"clusterkit: {time.strftime('%H:%M:%S', time.gmtime())} {text}", file=sys.stderr, flush=True)
-
-
-def say(text: str) -> None:
-    print(f"clusterkit: {text}", file=sys.stderr, flush=True)
-
-
-def relay(answer: subprocess.CompletedProcess[str]) -> None:
-    """A client's own words (its stderr, bounded and cleaned by slurmclient), in the job's log."""
-    if answer.stderr.strip():
-        print(answer.stderr.rstrip("\n"), file=sys.stderr, flush=True)
+    straggler_replace: float = 0.0      # a straggler by this ratio replaced at a checkpoint; 0: never
 
 
 class Supervisor:
@@ -120,8 +108,11 @@ class Supervisor:
                 log(f"watch: the run stalled: {found.worded()}: ending the launch step")
                 self.stalled = watch.stalled_verdict(found, self.watcher.behind)
                 return watch.end_step(self.proc, log)
+            if self.replacer and self.grace_end is None and not self.stopping and (v := self.replacer.check()):
+                self.stalled = v   # recovery's verdict: the straggler's node dropped, no doctor run
+                return watch.end_step(self.proc, log)
             left = _LOOP_S if self.grace_end is None else max(0.0, self.grace_end - time.monotonic())
-            poll = self.watcher.poll if self.watcher is not None else _LOOP_S
+            poll = min(self.watcher.poll if self.watcher is not None else _LOOP_S, poll_s(self.replacer))
             for signum in self.events.wait(min(left, _LOOP_S, poll)):
                 self.on_signal(signum)
 
@@ -203,6 +194,8 @@ class Supervisor:
         if s.watch is not None and s.mode != "local":
             self.watcher = watch.Watcher(s.watch, s.run_dir, s.job_id, s.restarts, at, log,
                                          dumps.sender(s.mode, s.job_id, self.client, self.proc))
+        self.replacer = replacer_of(s.straggler_replace, s.run_dir, s.job_id, self.attempts,
+                                    s.max_restarts - s.restarts, log)
         if rc is None:
             rc = self.wait_launcher()
         self.grace_end = None
@@ -213,7 +206,7 @@ class Supervisor:
     def recover(self, rc: int, run: recovery.Run) -> int:
         """Judge the failed attempt and act: the next attempt's status (a relaunch), or the end (a requeue
         without the bad nodes, a stop with the verdict).  Without doctor: as before recovery (``rc``)."""
-        how = "doctor judges its logs" if self.stalled is None else "it stalled (no doctor run)"
+        how = "doctor judges its logs" if self.stalled is None else ended_why(self.stalled)
         log(f"attempt {run.attempt} on {','.join(run.nodes)} failed (status {rc}): {how}")
         v, self.stalled = self.stalled or recovery.judge_launch(run, self.spec.launch, log), None
         self.drain()

@@ -20,7 +20,8 @@ from clusterkit.tooltext import load_json, printable
 
 #: a node's fault (or one a relaunch on other nodes may fix): drop the nodes named, relaunch
 RELAUNCH = ("gpu-hardware", "nccl-network", "slurm-node-failure", "rendezvous", "nccl-timeout", "bad-nodes",
-            "stall")   # the supervisor's own: no progress (supervise/stall.py); the node behind, where named
+            "stall",   # the supervisor's own: no progress (supervise/stall.py); the node behind, where named
+            "straggler")   # the supervisor's own: a straggler replaced at a checkpoint (supervise/straggle.py)
 #: a failure of the run itself: it stops with the verdict, never retried
 STOP = ("user-code", "launcher-config", "import-env", "gpu-oom", "host-oom")
 # Any other verdict (unknown, ok, a Slurm end the run did not hear of) with no node down is

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from clusterkit.hostlist import HostlistError, expand, is_host
-from clusterkit.supervise.endgame import Spec, Supervisor, log, say
+from clusterkit.supervise.endgame import Spec, Supervisor
 from clusterkit.supervise.events import die_by_term
+from clusterkit.supervise.joblog import log, say
 from clusterkit.tooltext import decode, load_json, printable
 
 USAGE = ("python -m clusterkit.supervise.start --site FILE --stage NAME --nodes N [--spares N] [--perf] "
