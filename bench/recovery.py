@@ -3,6 +3,7 @@
 through the queue, and what the supervisor itself costs.
 
     python bench/recovery.py [--repeat 2] [--faults xid79,down,dead,link] [--healthy-minutes 2]
+    python bench/recovery.py --faults "" --healthy-minutes 30     # the healthy run alone
 
 Starts its own 5-node testbed (tests/slurm/testbed.sh, needs root) and runs the recovery tests'
 training loop (tests/slurm/recovery_train.py: torch DDP over gloo on the CPU, a checkpoint every
@@ -190,7 +191,7 @@ def main() -> int:
             env, site = _env(ck, work, set()), _site(work)
             print(f"{'fault':8} {'policy':32} {'fault -> resumed (s)':>22}   end states")
             by_policy: dict[int, list[float]] = {1: [], 0: []}
-            for fault in args.faults.split(","):
+            for fault in filter(None, args.faults.split(",")):   # --faults "": the healthy run alone
                 with _slurmd_timeout(ck.bed, DEAD_AFTER_S) if fault in ("dead", "link") else nullcontext():
                     for spares, policy in ((1, "in-allocation (1 spare)"), (0, "requeue (no spare, queue empty)")):
                         times, ends = [], []
@@ -202,9 +203,10 @@ def main() -> int:
                         print(f"{fault:8} {policy:32} {statistics.median(times):14.1f} median "
                               f"({min(times):.1f}-{max(times):.1f})   {','.join(ends)}", flush=True)
             # the restart cost the checkpoint cadence rests on (docs/jobs.md, "How often to checkpoint")
-            inside, queued = (math.ceil(statistics.median(by_policy[k])) for k in (1, 0))
-            print(f"for the cadence: clusterkit plan ... --restart-s {inside} (in the allocation), or "
-                  f"--restart-s {queued} plus your queue's wait (requeue); or the site's reliability.restart_s")
+            if by_policy[1] and by_policy[0]:
+                inside, queued = (math.ceil(statistics.median(by_policy[k])) for k in (1, 0))
+                print(f"for the cadence: clusterkit plan ... --restart-s {inside} (in the allocation), or "
+                      f"--restart-s {queued} plus your queue's wait (requeue); or the site's reliability.restart_s")
             if args.healthy_minutes > 0:
                 healthy(ck, site, env, work, args.healthy_minutes)
     except pytest.skip.Exception as e:
