@@ -80,9 +80,11 @@ def wait_text(run_dir: Path, needle: str, timeout: float) -> float:
     raise RuntimeError(f"{needle!r} not in {run_dir}/logs after {timeout:.0f} s:\n{logs(run_dir)[-3000:]}")
 
 
-def submit(ck: CK, site: Path, env: dict[str, str], run_dir: Path, spares: int, *train: str) -> str:
+def submit(ck: CK, site: Path, env: dict[str, str], run_dir: Path, spares: int, *train: str,
+           limit_min: int | None = None) -> str:
+    more = ["--set", f"time={limit_min // 60:02d}:{limit_min % 60:02d}:00"] if limit_min else []
     proc = ck("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "3", "--spares", str(spares),
-              "--gpus-per-node", "1", "--launcher", "torchrun", "--run-name", f"bench-{time.time_ns()}",
+              "--gpus-per-node", "1", "--launcher", "torchrun", "--run-name", f"bench-{time.time_ns()}", *more,
               "--out", str(run_dir), "--", "python", str(TRAIN), "--steps", "30", *train, env=env, timeout=180)
     if proc.code != 0:
         raise RuntimeError(f"submit failed: {proc.err[-2000:]}")
@@ -157,7 +159,8 @@ def healthy(ck: CK, site: Path, env: dict[str, str], work: Path, minutes: float)
     steps = max(10, int(minutes * 60 / 0.5))
     run_dir = work / f"healthy-{time.time_ns()}"
     ck.bed.wait_idle(timeout=180)
-    job = submit(ck, site, env, run_dir, 0, "--step-s", "0.5", "--steps", str(steps))
+    # a time limit past the run's length (the site's may be shorter: its warning would requeue the job)
+    job = submit(ck, site, env, run_dir, 0, "--step-s", "0.5", "--steps", str(steps), limit_min=int(minutes) + 15)
     seen: dict[int, tuple[float, int]] = {}
     t0 = time.monotonic()
     try:
