@@ -32,6 +32,7 @@ import statistics
 import sys
 import time
 import traceback
+from dataclasses import dataclass, field
 from typing import Any
 
 T_START = time.monotonic()
@@ -109,13 +110,20 @@ def main(argv: list[str]) -> int:
         return 1
 
 
-def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: int, host: str) -> int:
-    import torch
-    import torch.distributed as dist
+@dataclass
+class _Layout:
+    """Where every task is: the nodes in the step's order, each node's ranks, this task's groups."""
 
-    from clusterkit import hostlist
+    host: str
+    nodes: list[str]
+    ranks_of: dict[str, list[int]]
+    turns: list[list[str]]
+    plan: list[list[tuple[int, int]]]
+    intra: Any = None
+    my_pairs: list[tuple[int, tuple[int, int], Any]] = field(default_factory=list)
 
-    t_import = time.monotonic() - T_START
+
+def _device(torch: Any, spec: dict[str, Any], local: int) -> tuple[str, Any]:
     backend = str(spec["backend"])
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -125,11 +133,15 @@ def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: in
     else:
         device = torch.device("cpu")
         torch.set_num_threads(1)  # the same arithmetic on every node: comparable checksums
-    first = hostlist.expand(os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST") or host)[0]
-    t0 = time.monotonic()
-    dist.init_process_group(backend, init_method=f"tcp://{first}:{int(spec['port'])}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=float(spec["timeout_s"])))
-    # every task's node, in rank order; nodes in the order of the step's node list
+    return backend, device
+
+
+def _layout(dist: Any, spec: dict[str, Any], world: int, host: str) -> _Layout:
+    """Every task's node, in rank order; nodes in the order of the step's node list.  Every task
+    makes every group, in the same order (torch.distributed's rule); a task keeps the ones it is
+    in: its node's, and its pair of each round."""
+    from clusterkit import hostlist
+
     seen: list[Any] = [None] * world
     dist.all_gather_object(seen, (host, boot_id()))
     where = [str(h) for h, _ in seen]
@@ -137,108 +149,129 @@ def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: in
     order = {h: i for i, h in enumerate(hostlist.expand(os.environ.get("SLURM_STEP_NODELIST") or ",".join(where)))}
     nodes = sorted(set(where), key=lambda h: (order.get(h, len(order)), h))
     ranks_of = {h: [r for r in range(world) if where[r] == h] for h in nodes}
-    me = nodes.index(host)
-    # every task makes every group, in the same order (torch.distributed's rule); a task keeps
-    # the ones it is in: its node's, and its pair of each round
-    intra = None
+    lay = _Layout(host, nodes, ranks_of, gemm_turns(nodes, kernel_of), pairings(len(nodes), int(spec["rounds"])))
     for h in nodes:
         if len(ranks_of[h]) > 1:
             group = dist.new_group(ranks_of[h])
-            intra = group if h == host else intra
-    plan = pairings(len(nodes), int(spec["rounds"]))
-    my_pairs: list[tuple[int, tuple[int, int], Any]] = []
-    for k, pairs in enumerate(plan):
+            lay.intra = group if h == host else lay.intra
+    me = nodes.index(host)
+    for k, pairs in enumerate(lay.plan):
         for a_i, b_i in pairs:
             group = dist.new_group(sorted(ranks_of[nodes[a_i]] + ranks_of[nodes[b_i]]))
             if me in (a_i, b_i):
-                my_pairs.append((k, (a_i, b_i), group))
-    dist.barrier()
-    turns = gemm_turns(nodes, kernel_of)
-    emit(marker, ev="init", rank=rank, host=host, backend=backend, device=str(device), import_s=round(t_import, 3),
-         init_s=round(time.monotonic() - t0, 3), nodes=nodes, shared_kernel=len(turns) > 1)
-    t_measure = time.monotonic()
+                lay.my_pairs.append((k, (a_i, b_i), group))
+    return lay
 
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
 
-    # 1. compute
+def _sync(torch: Any, device: Any) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _gemm(torch: Any, dist: Any, spec: dict[str, Any], device: Any, lay: _Layout) -> dict[str, Any]:
+    """The compute figure.  GEMM_BLOCKS timed blocks, each of at least gemm_iters multiplies and
+    GEMM_BLOCK_S seconds; the fastest block's throughput is the figure.  Other work on the node
+    (on a test cluster, the other "nodes" on the same cores) only ever slows a block, so the best
+    one is what the device can do; a device held back for good (clocks, a CPU quota) is slow in
+    every block.  A block spans more than two of the kernel's CPU-quota periods (CFS: 100 ms), so
+    a quota cannot hide in the burst it allows at the start of each period.  Nodes that share one
+    kernel (a test cluster of namespaces, pods on one machine) share its CPUs: measured at once
+    they would measure each other, so they take turns (gemm_turns), one block each per turn: a
+    node's blocks are spread over the whole measurement, and a burst of other work on the machine
+    slows one of them, not all."""
     n = int(spec["gemm_n"] or (8192 if device.type == "cuda" else 1024))
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     gen = torch.Generator(device="cpu").manual_seed(20240917)
     a = torch.rand(n, n, generator=gen).to(device=device, dtype=dtype)
     b = torch.rand(n, n, generator=gen).to(device=device, dtype=dtype)
     c = a @ b  # warm-up
-    sync()
-    # GEMM_BLOCKS timed blocks, each of at least gemm_iters multiplies and GEMM_BLOCK_S seconds;
-    # the fastest block's throughput is the figure.  Other work on the node (on a test cluster,
-    # the other "nodes" on the same cores) only ever slows a block, so the best one is what the
-    # device can do; a device held back for good (clocks, a CPU quota) is slow in every block.
-    # A block spans more than two of the kernel's CPU-quota periods (CFS: 100 ms), so a quota
-    # cannot hide in the burst it allows at the start of each period.
-    # Nodes that share one kernel (a test cluster of namespaces, pods on one machine) share its
-    # CPUs: measured at once they would measure each other, so they take turns (gemm_turns), one
-    # block each per turn: a node's blocks are spread over the whole measurement, and a burst of
-    # other work on the machine slows one of them, not all.
+    _sync(torch, device)
     iters = int(spec["gemm_iters"])
     best = 0.0
     for _ in range(GEMM_BLOCKS):
-        for turn in turns:
-            if host in turn:
+        for turn in lay.turns:
+            if lay.host in turn:
                 count, t = 0, time.monotonic()
                 while True:
                     c = a @ b
                     count += 1
                     if count >= iters:
-                        sync()
+                        _sync(torch, device)
                         secs = time.monotonic() - t
                         if secs >= GEMM_BLOCK_S:
                             break
                 best = max(best, 2 * n**3 * count / secs / 1e12)
-            if len(turns) > 1:
+            if len(lay.turns) > 1:
                 dist.barrier()
     words = c.contiguous().view(torch.int16 if dtype is torch.bfloat16 else torch.int32)
     checksum = int(words.to(torch.int64).sum().item())
-    emit(marker, ev="gemm", rank=rank, host=host, local=local, n=n, dtype=str(dtype).removeprefix("torch."),
-         tflops=round(best, 6), checksum=f"{checksum:x}")
-    del a, b, c, words
+    return {"n": n, "dtype": str(dtype).removeprefix("torch."), "tflops": round(best, 6), "checksum": f"{checksum:x}"}
 
-    warmup, reps = int(spec["warmup"]), int(spec["iters"])
 
-    def allreduce(group: Any, nbytes: int, ranks: int) -> tuple[float, float]:
-        buf = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
-        for _ in range(warmup):
-            dist.all_reduce(buf, group=group)
-        sync()
-        dist.barrier(group=group)
-        times = []
-        for _ in range(reps):
-            t = time.monotonic()
-            dist.all_reduce(buf, group=group)
-            sync()
-            times.append(time.monotonic() - t)
-        secs = statistics.median(times)  # one preempted iteration does not make a link slow
-        return secs, busbw_gbps(buf.numel() * 4, secs, ranks)
+def _allreduce(torch: Any, dist: Any, spec: dict[str, Any], device: Any, group: Any, nbytes: int,
+               ranks: int) -> tuple[float, float]:
+    """The median of ``iters`` timed all-reduces after ``warmup`` untimed ones, and its busbw."""
+    buf = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
+    for _ in range(int(spec["warmup"])):
+        dist.all_reduce(buf, group=group)
+    _sync(torch, device)
+    dist.barrier(group=group)
+    times = []
+    for _ in range(int(spec["iters"])):
+        t = time.monotonic()
+        dist.all_reduce(buf, group=group)
+        _sync(torch, device)
+        times.append(time.monotonic() - t)
+    secs = statistics.median(times)  # one preempted iteration does not make a link slow
+    return secs, busbw_gbps(buf.numel() * 4, secs, ranks)
 
-    # 2. within the node
-    if intra is not None:
-        secs, gbps = allreduce(intra, int(spec["intra_bytes"]), len(ranks_of[host]))
-        emit(marker, ev="intra", rank=rank, host=host, seconds=round(secs, 6), gbps=round(gbps, 4))
-    dist.barrier()
-    # 3. between nodes: the pairings (a node without a pair in a round waits), then everyone
-    # (on nodes that share a kernel, the pairs of a round go one after another, for the reason above)
-    for k in range(len(plan)):
-        slots = [[pair] for pair in plan[k]] if len(turns) > 1 else [plan[k]]
+
+def _between(torch: Any, dist: Any, spec: dict[str, Any], device: Any, lay: _Layout, marker: str, rank: int,
+             world: int) -> None:
+    """The pairings (a node without a pair in a round waits), then everyone.  On nodes that share
+    a kernel, the pairs of a round go one after another (see :func:`_gemm`)."""
+    nodes, host = lay.nodes, lay.host
+    for k in range(len(lay.plan)):
+        slots = [[pair] for pair in lay.plan[k]] if len(lay.turns) > 1 else [lay.plan[k]]
         for slot in slots:
-            for _, (a_i, b_i), group in (p for p in my_pairs if p[0] == k and p[1] in slot):
-                size = len(ranks_of[nodes[a_i]]) + len(ranks_of[nodes[b_i]])
-                secs, gbps = allreduce(group, int(spec["inter_bytes"]), size)
+            for _, (a_i, b_i), group in (p for p in lay.my_pairs if p[0] == k and p[1] in slot):
+                size = len(lay.ranks_of[nodes[a_i]]) + len(lay.ranks_of[nodes[b_i]])
+                secs, gbps = _allreduce(torch, dist, spec, device, group, int(spec["inter_bytes"]), size)
                 emit(marker, ev="pair", rank=rank, host=host, round=k + 1, pair=[nodes[a_i], nodes[b_i]],
                      seconds=round(secs, 6), gbps=round(gbps, 4))
             dist.barrier()
     if len(nodes) > 1:
-        secs, gbps = allreduce(None, int(spec["inter_bytes"]), world)
+        secs, gbps = _allreduce(torch, dist, spec, device, None, int(spec["inter_bytes"]), world)
         emit(marker, ev="world", rank=rank, host=host, seconds=round(secs, 6), gbps=round(gbps, 4))
+
+
+def _measure(spec: dict[str, Any], marker: str, rank: int, world: int, local: int, host: str) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from clusterkit import hostlist
+
+    t_import = time.monotonic() - T_START
+    backend, device = _device(torch, spec, local)
+    first = hostlist.expand(os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST") or host)[0]
+    t0 = time.monotonic()
+    dist.init_process_group(backend, init_method=f"tcp://{first}:{int(spec['port'])}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=float(spec["timeout_s"])))
+    lay = _layout(dist, spec, world, host)
+    dist.barrier()
+    emit(marker, ev="init", rank=rank, host=host, backend=backend, device=str(device), import_s=round(t_import, 3),
+         init_s=round(time.monotonic() - t0, 3), nodes=lay.nodes, shared_kernel=len(lay.turns) > 1)
+    t_measure = time.monotonic()
+    # 1. compute
+    emit(marker, ev="gemm", rank=rank, host=host, local=local, **_gemm(torch, dist, spec, device, lay))
+    # 2. within the node
+    if lay.intra is not None:
+        secs, gbps = _allreduce(torch, dist, spec, device, lay.intra, int(spec["intra_bytes"]),
+                                len(lay.ranks_of[host]))
+        emit(marker, ev="intra", rank=rank, host=host, seconds=round(secs, 6), gbps=round(gbps, 4))
+    dist.barrier()
+    # 3. between nodes
+    _between(torch, dist, spec, device, lay, marker, rank, world)
     dist.barrier()
     emit(marker, ev="done", rank=rank, host=host, measure_s=round(time.monotonic() - t_measure, 3))
     dist.destroy_process_group()
