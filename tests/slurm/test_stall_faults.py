@@ -65,6 +65,18 @@ def _until(what, timeout: float, about: str):   # type: ignore[no-untyped-def]
     raise AssertionError(f"{about}: not seen in {timeout} s")
 
 
+@contextmanager
+def _training_under_way(cli: CK, job: str, run_dir: Path, step: int = 0) -> Iterator[None]:
+    """Wait until the job's rank 0 reports a step of at least ``step`` (a state, not a time); the job
+    is cancelled however the block ends, so a failed test leaves no job holding the testbed."""
+    try:
+        progress = run_dir / "logs" / f"{job}.progress"
+        _until(lambda: (p := heartbeat.read(progress)) is not None and p.step >= step, 180, "training under way")
+        yield
+    finally:
+        cli.bed.run("scancel", job, check=False)
+
+
 def test_a_node_whose_link_drops_every_packet_is_named_by_its_missing_stack_dump_and_dropped(
         cli: CK, tmp_path: Path) -> None:
     cli.bed.wait_idle()
@@ -76,15 +88,11 @@ def test_a_node_whose_link_drops_every_packet_is_named_by_its_missing_stack_dump
                env=_env(cli, tmp_path, set()), timeout=120)
     assert proc.code == 0, proc.err
     job = _job_id(proc.out)
-    try:
-        progress = run_dir / "logs" / f"{job}.progress"
-        _until(lambda: (p := heartbeat.read(progress)) is not None and p.step >= CUT_STEP, 180, "training under way")
+    with _training_under_way(cli, job, run_dir, CUT_STEP):
         with _drop_every_packet(cli.bed, "node3"):
             cut = time.time()
             _until(lambda: "attempt 0 failed (stall" in _text(run_dir, "slurm-*.out"), 150, "the stall's verdict")
         st = _ended(cli, job)
-    finally:
-        cli.bed.run("scancel", job, check=False)
     batch = _text(run_dir, "slurm-*.out")
     assert st["state"] == "COMPLETED", batch[-6000:]
     seen = re.search(r"clusterkit: (\d\d:\d\d:\d\d) watch: the run stalled: no progress since step (\d+) for "
@@ -121,13 +129,8 @@ def test_a_node_limited_to_a_tenth_of_a_cpu_is_named_the_straggler(cli: CK, tmp_
                env=_env(cli, tmp_path, set()), timeout=120)
     assert proc.code == 0, proc.err
     job = _job_id(proc.out)
-    try:
-        progress = run_dir / "logs" / f"{job}.progress"
-        _until(lambda: heartbeat.read(progress) is not None, 180, "training under way")
-        with _cpu_quota(cgroup, 10):
-            st = _ended(cli, job)
-    finally:
-        cli.bed.run("scancel", job, check=False)
+    with _training_under_way(cli, job, run_dir), _cpu_quota(cgroup, 10):
+        st = _ended(cli, job)
     assert st["state"] == "COMPLETED", _text(run_dir, "slurm-*.out")[-6000:]
     slow = st["stragglers"]
     assert [s["node"] for s in slow] == ["node3"] and slow[0]["measure"] == "work", st

@@ -17,13 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit import heartbeat
-
 from .conftest import CK
 from .test_network_faults import _cpu_quota
 from .test_recovery import TRAIN, _ended, _text
 from .test_spares import _env, _job_id, _site
-from .test_stall_faults import _until
+from .test_stall_faults import _training_under_way
 
 pytest.importorskip("torch", reason="the training loop needs torch (pip install torch, CPU build)")
 
@@ -39,9 +37,7 @@ def test_a_straggler_that_stays_one_is_replaced_by_the_spare_at_the_next_checkpo
                env=_env(cli, tmp_path, set()), timeout=120)
     assert proc.code == 0, proc.err
     job = _job_id(proc.out)
-    try:
-        progress = run_dir / "logs" / f"{job}.progress"
-        _until(lambda: heartbeat.read(progress) is not None, 180, "training under way")
+    with _training_under_way(cli, job, run_dir):
         sel = json.loads((run_dir / "logs" / f"nodes-{job}.r0.json").read_text())
         slow, [spare] = sel["chosen"][-1], sel["unused"]   # not the head: its rank 0 writes the progress
         cgroup = cli.bed.cgroup(slow)
@@ -49,8 +45,6 @@ def test_a_straggler_that_stays_one_is_replaced_by_the_spare_at_the_next_checkpo
             pytest.skip("no cpu cgroup controller here (neither cgroup v2 cpu nor v1 cpu)")
         with _cpu_quota(cgroup, 10):
             st = _ended(cli, job)
-    finally:
-        cli.bed.run("scancel", job, check=False)
     batch = _text(run_dir, "slurm-*.out")
     assert st["state"] == "COMPLETED", batch[-6000:]
     assert f"straggler: {slow} (rank " in batch and "stays one over 10 steps" in batch, batch[-6000:]
