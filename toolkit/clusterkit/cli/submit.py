@@ -78,15 +78,8 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
     from clusterkit.api import Plan, Site
     from clusterkit.api.login import through_login
     from clusterkit.cli import output
-    from clusterkit.errors import InputError
 
-    for name, given in (("--json", as_json), ("--dry-run", dry_run), ("--no-wait", wait is False)):
-        if follow and given:
-            raise InputError(f"--follow and {name} cannot be combined")
-
-    if chain is not None and (follow or wait):
-        raise InputError("--chain queues its jobs and returns: follow them with `clusterkit status` "
-                         "(not with --wait or --follow)")
+    _check_combined(follow=follow, as_json=as_json, dry_run=dry_run, wait=wait, chain=chain)
     loaded = Site.load(site)
     if code_upload is not None:
         _use_upload(code_upload, job_setup)
@@ -123,6 +116,24 @@ def submit(site: str, stage: str | None, launcher: str | None, nodes: int | None
             output.info(f"preflight: {exc.note}")
         _show_preflight(exc.report)
         raise
+    return _after_submit(job, follow=follow, wait=wait, as_json=as_json)
+
+
+def _check_combined(*, follow: bool, as_json: bool, dry_run: bool, wait: bool | None, chain: int | None) -> None:
+    from clusterkit.errors import InputError
+
+    for name, given in (("--json", as_json), ("--dry-run", dry_run), ("--no-wait", wait is False)):
+        if follow and given:
+            raise InputError(f"--follow and {name} cannot be combined")
+    if chain is not None and (follow or wait):
+        raise InputError("--chain queues its jobs and returns: follow them with `clusterkit status` "
+                         "(not with --wait or --follow)")
+
+
+def _after_submit(job: Any, *, follow: bool, wait: bool | None, as_json: bool) -> int:
+    """What submit says once the job is queued, and the following or waiting asked for."""
+    from clusterkit.cli import output
+
     rec = job.record
     if job.unsaved is not None:
         output.warn(f"job {rec.job_id} is submitted, but its record was not saved, so status, logs and cancel "
