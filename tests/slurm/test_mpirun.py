@@ -38,6 +38,10 @@ def test_mpirun_on_two_nodes_allreduce(cli: CK) -> None:
         assert s["OMPI_COMM_WORLD_SIZE"] == s["WORLD_SIZE"] == "4"
         assert s["RANK"] == str(rank) and s["LOCAL_RANK"] == s["OMPI_COMM_WORLD_LOCAL_RANK"] == str(rank % 2)
         assert s["MASTER_ADDR"] == hosts[0]   # the job's rendezvous host, the first of its hosts
+        # the cadence the job exports reaches the ranks on the second host too (mpirun's daemons start
+        # through srun, which carries the batch shell's environment)
+        assert s["CK_CHECKPOINT_INTERVAL_S"] == str(json.loads((run_dir / "plan.json").read_text())
+                                                    ["cadence"]["interval_s"]), s
     # --map-by ppr:2:node: ranks 0-1 on the first host, 2-3 on the second
     assert [seen[r]["host"] for r in range(4)] == [hosts[0], hosts[0], hosts[1], hosts[1]], (seen, logs[-6000:])
     assert "allreduce OK: world_size=4 sum=10" in logs

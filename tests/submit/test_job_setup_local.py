@@ -59,6 +59,9 @@ def test_setup_exports_and_job_env_reach_the_rank(local_ck: CLI, tmp_path: Path)
     assert env["PER_JOB"] == f"/tmp/cache_{job}" and env["NCCL_DEBUG"] == "INFO"
     assert env["FROM_SETUP"] == "yes"
     assert (tmp_path / "node-setup").read_text() == "once\n"
+    # the checkpoint cadence the job states (plan.json) is what the rank reads
+    cadence = json.loads((run / "plan.json").read_text())["cadence"]
+    assert env["CK_CHECKPOINT_INTERVAL_S"] == str(cadence["interval_s"]) and cadence["gpus"] == 1
 
 
 def test_setup_file_turning_on_set_e_does_not_change_the_job_shell(local_ck: CLI, tmp_path: Path) -> None:
