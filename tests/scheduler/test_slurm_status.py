@@ -77,3 +77,28 @@ def test_an_array_task_preempted_then_ended_by_its_script_is_that_end(tmp_path: 
     assert (one.state, one.exit_code, one.restarts, one.nodes) == (JobState.COMPLETED, 0, 1, "node[3-4]")
     assert task_status(rec, 2, seen).state == JobState.PREEMPTED   # no result file: Slurm's word
     assert array_status(rec, seen).reason == "1 COMPLETED, 1 PREEMPTED, 1 RUNNING"
+
+
+def test_a_job_and_an_array_task_follow_one_rule(tmp_path: Path) -> None:
+    """The same answers from Slurm, the same result and reason files: a plain job and an array
+    task get the same status.  The task's rule once differed: it kept a FAILED task's
+    contradicting exit code 0, and its reason file was shown with its control characters."""
+    from clusterkit.scheduler.arrays import task_status
+
+    arr = _rec(tmp_path, "50").model_copy(update={"plan": {"array": {"indices": [0, 1, 2, 3]}}})
+    cases = {0: JobStatus(state=JobState.FAILED, exit_code=0, source="sacct"),       # contradicts itself
+             1: JobStatus(state=JobState.RUNNING, exit_code=1, source="sacct"),      # a requeued run's old code
+             2: JobStatus(state=JobState.COMPLETED, exit_code=0, source="sacct"),
+             3: JobStatus(state=JobState.PREEMPTED, restarts=1, source="sacct")}
+    for i in cases:
+        for jid in (f"6{i}", f"50_{i}"):
+            (tmp_path / f"{jid}.result").write_text("3\n" if i != 2 else "0\n")
+            (tmp_path / f"{jid}.reason").write_text("the \x1b[31mbudget\x1b[0m is spent\n")
+    jobs = SlurmScheduler(_Answers({f"6{i}": st for i, st in cases.items()})).status(
+        [_rec(tmp_path, f"6{i}") for i in cases])
+    tasks = [task_status(arr, i, cases) for i in cases]
+    for job, task in zip(jobs, tasks, strict=True):
+        assert (job.state, job.exit_code, job.signal, job.reason) == (task.state, task.exit_code, task.signal,
+                                                                      task.reason)
+    assert [t.exit_code for t in tasks] == [3, None, 0, 3]
+    assert tasks[0].reason is not None and "\x1b" not in tasks[0].reason and "budget" in tasks[0].reason

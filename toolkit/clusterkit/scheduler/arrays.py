@@ -18,12 +18,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import NoJobRecord, SlurmUnreachable
-from clusterkit.scheduler.base import JobStatus, cached_status, preempted_then_ended, status_from_result
+from clusterkit.scheduler.base import JobStatus, settle, with_script_reason
 from clusterkit.scheduler.results import read_result_file, result_file
 from clusterkit.scheduler.slurm_tables import SQUEUE_FORMAT, sacct_statuses, squeue_statuses
 from clusterkit.slurmtext import last_line
@@ -118,34 +117,12 @@ def task_statuses(query: SlurmQuery, arrays: Sequence[JobRecord]) -> dict[str, d
 
 
 def task_status(rec: JobRecord, index: int, seen: dict[int, JobStatus]) -> JobStatus:
-    """Task ``index`` of the array ``rec`` from what Slurm said (``seen``), its result file and reason."""
+    """Task ``index`` of the array ``rec`` from what Slurm said (``seen``), its result file and
+    reason: the rule every Slurm job's status follows (:func:`clusterkit.scheduler.base.settle`)."""
     jid = f"{rec.job_id.split('_')[0]}_{index}"
     code = read_result_file(result_file(Path(rec.run_dir), jid))
-    st = seen.get(index)
-    if st is None:
-        if code is not None:
-            st = status_from_result(code, rec)
-        elif seen:   # Slurm knows the array: a task it does not list has not started
-            st = JobStatus(state=JobState.PENDING, source="squeue")
-        elif rec.state is not None and rec.state.is_terminal:
-            st = replace(cached_status(rec), reason=None)
-        else:
-            st = JobStatus(state=JobState.LOST, reason="unknown to Slurm and no result file", source="none")
-    elif (ended := preempted_then_ended(st, code, rec)) is not None:
-        st = ended
-    elif st.terminal and st.exit_code is None and st.signal is None and code is not None:
-        st = replace(st, exit_code=code)
-    elif not st.terminal:
-        st = replace(st, exit_code=None, signal=None)
-    if st.terminal:
-        try:
-            text = (Path(rec.run_dir) / f"{jid}.reason").read_text(encoding="utf-8", errors="replace")
-            reason = text.strip().splitlines()[0][:300] if text.strip() else ""
-            if reason:
-                st = replace(st, reason=reason)
-        except OSError:
-            pass
-    return st
+    st = settle(rec, seen.get(index), code, own_record=is_task(rec), siblings_listed=bool(seen))
+    return with_script_reason(rec, st, jid)
 
 
 def counts(tasks: Sequence[tuple[str, JobStatus]]) -> str:

@@ -78,14 +78,15 @@ def status_from_result(code: int, rec: JobRecord) -> JobStatus:
                      source="result-file")
 
 
-def with_script_reason(rec: JobRecord, st: JobStatus) -> JobStatus:
+def with_script_reason(rec: JobRecord, st: JobStatus, job_id: str | None = None) -> JobStatus:
     """The job's own reason for its end (``<job id>.reason``, the supervisor's: restart budget
     spent, a time limit on the local site, ...) beats the scheduler's generic one
-    (``NonZeroExitCode``).  Its first line, bounded and printable."""
+    (``NonZeroExitCode``).  Its first line, bounded and printable.  ``job_id``: an array task's
+    own id, where ``rec`` is its array's record."""
     if not st.terminal:
         return st
     try:
-        with open(Path(rec.run_dir) / f"{rec.job_id}.reason", "rb") as f:
+        with open(Path(rec.run_dir) / f"{job_id or rec.job_id}.reason", "rb") as f:
             text = f.read(4096).decode("utf-8", errors="replace")
     except OSError:
         return st
@@ -101,6 +102,40 @@ def preempted_then_ended(st: JobStatus, code: int | None, rec: JobRecord) -> Job
     if st.state != JobState.PREEMPTED or code is None:
         return None
     return replace(status_from_result(code, rec), restarts=st.restarts, nodes=st.nodes, raw=st.raw)
+
+
+def settle(rec: JobRecord, st: JobStatus | None, code: int | None, *, own_record: bool = True,
+           siblings_listed: bool = False) -> JobStatus:
+    """The one status rule for a Slurm job and an array task: what Slurm says of it (``st``; None
+    where Slurm no longer lists it), the job script's own exit status (``code``, its result file)
+    and the record.
+
+    Forgotten by Slurm: the record's final state where the record is this job's own
+    (``own_record``; an array's record is not its tasks'), else the result file, else pending where
+    Slurm still lists other tasks of its array (``siblings_listed``: a task it does not list has
+    not started), else the record's final state without its reason, else LOST.  Listed: a
+    preempted job its own script ended for good is that end; a live one has no exit status yet;
+    an ended one without an exit code, or with one that contradicts its own FAILED (an accounting
+    record not yet complete), takes the script's."""
+    if st is None:
+        if own_record and rec.state is not None and rec.state.is_terminal:
+            return cached_status(rec)
+        if code is not None:
+            return status_from_result(code, rec)
+        if siblings_listed:
+            return JobStatus(state=JobState.PENDING, source="squeue")
+        if rec.state is not None and rec.state.is_terminal:
+            return replace(cached_status(rec), reason=None)
+        return JobStatus(state=JobState.LOST, reason="unknown to Slurm and no result file", source="none")
+    ended = preempted_then_ended(st, code, rec)
+    if ended is not None:
+        return ended
+    if not st.terminal:
+        return replace(st, exit_code=None, signal=None)
+    if st.signal is None and code is not None and (
+            st.exit_code is None or (st.state == JobState.FAILED and st.exit_code == 0 and code != 0)):
+        return replace(st, exit_code=code)
+    return st
 
 
 def cached_status(rec: JobRecord) -> JobStatus:

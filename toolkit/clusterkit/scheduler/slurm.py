@@ -37,7 +37,7 @@ from clusterkit.scheduler.base import (
     JobStatus,
     OnGrace,
     cached_status,
-    preempted_then_ended,
+    settle,
     status_from_result,
     with_script_reason,
 )
@@ -109,23 +109,7 @@ def _stale_status(rec: JobRecord, why: str) -> JobStatus:
 
 
 def _slurm_status(rec: JobRecord, st: JobStatus | None) -> JobStatus:
-    code = read_result_file(rec.result_file)
-    if st is None:  # Slurm forgot the job: the record's final state, the result file, or gone
-        if rec.state is not None and rec.state.is_terminal:
-            return cached_status(rec)
-        if code is not None:
-            return status_from_result(code, rec)
-        return JobStatus(state=JobState.LOST, reason="unknown to Slurm and no result file", source="none")
-    ended = preempted_then_ended(st, code, rec)
-    if ended is not None:
-        return ended
-    if st.terminal and st.signal is None and code is not None and (
-            st.exit_code is None or (st.state == JobState.FAILED and st.exit_code == 0 and code != 0)):
-        # Slurm has no exit code, or one that contradicts its own FAILED (an accounting record
-        # not yet complete when slurmctld has already forgotten the job): the job script's own
-        # record of its launcher's status
-        return replace(st, exit_code=code)
-    return st
+    return settle(rec, st, read_result_file(rec.result_file))
 
 
 # --------------------------------------------------------------------------- submit
