@@ -279,25 +279,30 @@ def test_an_accelerate_config_written_for_one_machine_runs_on_the_jobs_nodes(ck,
     """Issue 40: num_machines, num_processes, machine_rank and main_process_ip are the job's; the
     rendered copy carries the job's counts, the command line the rest, and the file's other keys stay."""
     cfg = tmp_path / "one.yaml"
-    one = ZERO3.replace("num_machines: 2", "num_machines: 1").replace("num_processes: 4", "num_processes: 2")
+    one = (ZERO3.replace("num_machines: 2", "num_machines: 1").replace("num_processes: 4", "num_processes: 2")
+           .replace("rdzv_backend: static", "rdzv_backend: c10d"))
     cfg.write_text(one)
     run_dir = render(ck, site, tmp_path / "r", "--stage", "multi-node", "--launcher", "accelerate",
                      f"--launcher-arg=--config_file={cfg}")
     copy = yaml.safe_load((run_dir / "accelerate.yaml").read_text())
     mine = yaml.safe_load(cfg.read_text())
     assert (copy["num_machines"], copy["num_processes"], copy["machine_rank"]) == (2, 4, 0)
+    # the rendezvous is the job's too: a file's c10d (which torchrun's own restarts need) is not what
+    # the job runs; its restarts are the supervisor's relaunches
+    assert (copy["rdzv_backend"], copy["same_network"]) == ("static", True)
     assert "main_process_ip" not in copy and "main_process_port" not in copy
     assert {k: v for k, v in copy.items() if k not in OWN} == {k: v for k, v in mine.items() if k not in OWN}
     note = plan_of(run_dir)["launch"]["notes"][0]
-    assert ("num_machines 1 -> 2, num_processes 2 -> 4, main_process_ip dropped, main_process_port dropped"
-            in note), note
+    assert ("num_machines 1 -> 2, num_processes 2 -> 4, rdzv_backend 'c10d' -> static, main_process_ip dropped, "
+            "main_process_port dropped" in note), note
     for node in (0, 1):
         words = launcher_argv(run_dir, node)
         assert words[words.index("--config_file") + 1] == str(run_dir / "accelerate.yaml")
         assert words[words.index("--machine_rank") + 1] == str(node)
 
 
-OWN = ("num_machines", "num_processes", "machine_rank", "main_process_ip", "main_process_port")
+OWN = ("num_machines", "num_processes", "machine_rank", "main_process_ip", "main_process_port", "rdzv_backend",
+       "same_network")
 
 
 def test_missing_accelerate_config_is_one_line(ck, site: Path, tmp_path: Path) -> None:

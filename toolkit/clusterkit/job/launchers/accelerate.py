@@ -134,18 +134,23 @@ def _line(text: str, key: str) -> int | None:
 
 
 #: The keys of an accelerate config that are the job's, not the file's: clusterkit writes them into
-#: the rendered copy (the counts) or leaves them to the command line (per node, per job).
-OWN_KEYS = ("num_machines", "num_processes", "machine_rank", "main_process_ip", "main_process_port")
+#: the rendered copy (the counts and the rendezvous: a static one at the job's head, whose worker
+#: restarts are the supervisor's relaunches, as in the config clusterkit writes itself) or leaves
+#: them to the command line (per node, per job).  The same keys are refused in ``--launcher-arg``.
+OWN_KEYS = ("num_machines", "num_processes", "machine_rank", "main_process_ip", "main_process_port",
+            "rdzv_backend", "same_network")
 
 
 def _copy(ctx: Context, cfg: Mapping[str, object], path: str) -> tuple[str, str]:
     """(the rendered copy of the user's config with the job's keys, a note saying what changed)."""
-    mine = {"num_machines": ctx.nnodes, "num_processes": ctx.world_size, "machine_rank": 0}
+    mine: dict[str, object] = {"num_machines": ctx.nnodes, "num_processes": ctx.world_size, "machine_rank": 0,
+                               "rdzv_backend": "static", "same_network": True}
     copy = {k: v for k, v in cfg.items() if k not in OWN_KEYS} | mine
     changed = [f"{k} {cfg[k]!r} -> {v}" for k, v in mine.items() if k in cfg and cfg[k] != v]
     changed += [f"{k} dropped" for k in ("main_process_ip", "main_process_port") if k in cfg]
     note = (f"accelerate config: a copy of the user's own {path} with the job's counts (num_machines "
-            f"{ctx.nnodes}, num_processes {ctx.world_size}){': ' + ', '.join(changed) if changed else ''}; "
+            f"{ctx.nnodes}, num_processes {ctx.world_size}) and rendezvous (static at the job's head)"
+            f"{': ' + ', '.join(changed) if changed else ''}; "
             "the rest as written; machine rank, main process address and port are set per node on the command line")
     return yaml.safe_dump(copy, sort_keys=False), note
 
