@@ -35,7 +35,7 @@ Log = Callable[[str], None]
 #: the check's report text for these nodes; None when it gave none (said in the log)
 Check = Callable[[tuple[str, ...]], "str | None"]
 UNKNOWN = "; node behind: unknown"   # what watch.stalled_verdict says when nothing named a node
-_WHY_MAX = 120
+_WHY_MAX = 160
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,12 @@ def slow_links(report: str) -> list[tuple[str, str]]:
     return found[:20]
 
 
+def _short(why: str) -> str:
+    """The check's reason for a node, printable, cut at a word within :data:`_WHY_MAX` characters."""
+    text = printable(why)
+    return text if len(text) <= _WHY_MAX else text[:_WHY_MAX].rsplit(" ", 1)[0] + " ..."
+
+
 def finding(report: str | None, nodes: tuple[str, ...], spares: tuple[str, ...]) -> Finding:
     """The check's verdict on the attempt's ``nodes`` and the ``spares`` (pure): the one node of
     the attempt below par, or none with the reason."""
@@ -79,7 +85,7 @@ def finding(report: str | None, nodes: tuple[str, ...], spares: tuple[str, ...])
     spare_said = f"; spare(s) below par, not taken: {', '.join(kept_out)}" if kept_out else ""
     mine = [h for h in nodes if h in bad]
     if len(mine) == 1:
-        return Finding(mine[0], f"{mine[0]} below par ({printable(bad[mine[0]])[:_WHY_MAX]}){spare_said}", kept_out)
+        return Finding(mine[0], f"{mine[0]} below par ({_short(bad[mine[0]])}){spare_said}", kept_out)
     if mine:
         return Finding(None, f"{len(mine)} nodes below par ({', '.join(mine[:8])}{' ...' * (len(mine) > 8)}): "
                        f"no one node to drop{spare_said}", kept_out)
