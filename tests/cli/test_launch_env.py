@@ -456,9 +456,10 @@ CHANGES: dict[str, tuple[str, str, tuple[str, ...]]] = {
 # gpu_type (tests/cli/test_gpu_type.py), max_relaunches (the supervisor's argv, tests/supervise)
 # node_history (tests/history) and node_setup_in (a --node-setup step and a container: tests/cli/test_containers.py)
 # have tests of their own; straggler_ratio changes only plan.json, which status reads (tests/progress/test_progress.py);
-# code_max_*: the code snapshot's limits, not the job's text (tests/submit/test_local_snapshot.py)
+# code_max_*: the code snapshot's limits, not the job's text (tests/submit/test_local_snapshot.py);
+# recheck_after_hang changes only a job with recovery inside its allocation (tests/cli/test_recheck_after_hang.py)
 OWN_TESTS = {"include", "exclude_slots", "gpu_type", "max_relaunches", "node_history", "node_setup_in",
-             "straggler_ratio", "code_max_files", "code_max_mb"}
+             "straggler_ratio", "code_max_files", "code_max_mb", "recheck_after_hang"}
 # deepspeed takes its global batch from micro x accum x dp: global_batch is checked against it
 CHECKED = {("global_batch", "deepspeed"):
            "deepspeed: global_batch 64 != micro_batch 2 x grad_accum 1 x data parallel 16"}

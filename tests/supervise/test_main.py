@@ -31,6 +31,13 @@ def test_a_straggler_ratio_to_replace_by_reaches_the_spec() -> None:
     assert parse(["--mode", "step", "--", "srun"], ENV).straggler_replace == 0.0
 
 
+def test_the_check_after_a_hang_reaches_the_spec() -> None:
+    spec = parse(["--mode", "step", "--max-relaunches", "3", "--hang-check-site", "/s/site.yaml", "--hang-check-stage",
+                  "multi-node", "--hang-check-s", "360", "--", "srun"], ENV)
+    assert spec.hang_check == ("/s/site.yaml", "multi-node", 360.0)
+    assert parse(["--mode", "step", "--", "srun"], ENV).hang_check is None
+
+
 def test_a_local_job_has_no_restart_count() -> None:
     spec = parse(["--mode", "local", "--", "bash", "-c", "true"], {"CK_RUN_DIR": "/r", "CK_JOB_ID": "local-9"})
     assert (spec.mode, spec.restarts, spec.launch) == ("local", 0, ("bash", "-c", "true"))
@@ -43,6 +50,9 @@ def test_a_local_job_has_no_restart_count() -> None:
     (["--mode", "step", "--grace-s", "-1", "--", "srun"], ENV, "--grace-s"),
     (["--mode", "step", "--stop-signal", "TERM;id", "--", "srun"], ENV, "--stop-signal"),
     (["--mode", "step", "--straggler-replace", "1", "--", "srun"], ENV, "--straggler-replace"),
+    (["--mode", "step", "--hang-check-site", "/s.yaml", "--", "srun"], ENV, "--hang-check-stage"),
+    (["--mode", "step", "--hang-check-site", "/s", "--hang-check-stage", "x", "--hang-check-s", "0", "--", "srun"],
+     ENV, "--hang-check-s"),
     (["--mode", "step", "--", "srun"], {"CK_RUN_DIR": "/r"}, "CK_JOB_ID not set"),
     (["--mode", "step", "--", "srun"], {**ENV, "SLURM_RESTART_COUNT": "x"}, "SLURM_RESTART_COUNT='x'"),
 ])

@@ -15,6 +15,13 @@ at half speed sets the pace of the whole run.  Replacing a straggler (``straggle
 off by default: naming one in ``status`` is free, while a replacement ends the launch step at a
 checkpoint and restarts the ranks (minutes of start-up, and a spare or a requeue it uses up); a
 site turns it on where a slow node costs more than a restart.
+After a stall that names no node (every rank waits in a collective), the pairwise performance
+check runs on the allocation (``recheck_after_hang``, on by default): without it recovery
+relaunches on the same nodes, and a slow or cut link hangs the run again, one stall limit (5
+minutes and more) a time until the relaunch budget is spent; the check costs at most the site's
+``perf.timeout_s`` (about a minute with the defaults), only after such a hang, and only in jobs
+with recovery inside the allocation (multi-node jobs in srun steps).  A site whose nodes cannot
+run the check (no torch) turns it off: there it would only fail alike and name no node.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ class WatchKeys(BaseModel):
     straggler_replace: bool = Field(False, description="a straggler that stays one is replaced at the next "
                                     "checkpoint save: the launch step ended, its node dropped, a spare taken (else "
                                     "what recovery does without one), training resumed from that checkpoint")
+    recheck_after_hang: bool = Field(True, description="after a stall that names no node, recovery runs the "
+                                     "pairwise performance check (preflight --perf) on the allocation and drops the "
+                                     "one node below par (a slow or cut link); jobs with recovery in the allocation")
 
     @field_validator("straggler_ratio")
     @classmethod

@@ -84,6 +84,9 @@ class Settings(BaseModel):
                                           "default 1.5); 0: not judged")
     straggler_replace: bool | None = Field(None, description="replace a straggler that stays one at the next "
                                            "checkpoint save (its node dropped, a spare taken; site default false)")
+    recheck_after_hang: bool | None = Field(None, description="after a stall that names no node, run the "
+                                            "pairwise performance check (preflight --perf) on the allocation and drop "
+                                            "the one node below par (site default true)")
     # the code snapshot's limits (the site's code: keys; None: the site's value)
     code_max_files: int | None = Field(None, ge=1, le=10_000_000, description="most files the code snapshot "
                                        "may hold (site code.max_files, default 20000)")
@@ -219,7 +222,8 @@ def script_variable(key: str, launcher: str) -> str | None:
 # Settings that only a Slurm site acts on (a local site has no sbatch, partition or requeue).
 SLURM_ONLY = ("partition", "account", "qos", "max_restarts", "preflight_in_job", "stop_signal", "requeue_by", "spares",
               "gpu_type", "gpu_bind", "node_setup_in", "max_relaunches", "stall_floor_s", "stall_factor",
-              "warmup_steps", "save_limit_s", "model_params", "keep_checkpoints", "straggler_replace")
+              "warmup_steps", "save_limit_s", "model_params", "keep_checkpoints", "straggler_replace",
+              "recheck_after_hang")
 
 
 def gpus_per_node(s: Settings, gpn: int) -> str:

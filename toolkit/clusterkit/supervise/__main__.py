@@ -45,6 +45,9 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
     p.add_argument("--straggler-replace", type=float, default=0.0)   # the straggler ratio; 0: never replaced
     p.add_argument("--recheck-site", default="")    # with --recheck-stage: spares checked before a relaunch
     p.add_argument("--recheck-stage", default="")
+    p.add_argument("--hang-check-site", default="")   # with -stage and -s: the perf check after a hang
+    p.add_argument("--hang-check-stage", default="")
+    p.add_argument("--hang-check-s", type=float, default=600.0)
     p.add_argument("--teardown", action="append", default=[])   # a step's text, once per step, in order
     a = p.parse_args(words[:cut])
     if a.grace_s < 0 or a.max_restarts < 0 or a.max_relaunches < -1 or not a.stop_signal.isalnum():
@@ -57,6 +60,8 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
         p.error("--straggler-replace must be 0 (off) or a ratio above 1 and at most 100")
     if bool(a.recheck_site) != bool(a.recheck_stage):
         p.error("--recheck-site and --recheck-stage go together")
+    if bool(a.hang_check_site) != bool(a.hang_check_stage) or not 0 < a.hang_check_s <= 86400:
+        p.error("--hang-check-site and --hang-check-stage go together, --hang-check-s above 0 and at most 86400")
     missing = [name for name in ("CK_RUN_DIR", "CK_JOB_ID") if not env.get(name)]
     if missing:
         p.error(f"{' and '.join(missing)} not set: the job script sets them before it starts the supervisor")
@@ -70,6 +75,7 @@ def parse(argv: Sequence[str], env: dict[str, str]) -> Spec:
                 watch=Limits(a.stall_floor_s, a.stall_factor, a.warmup_steps, a.save_limit_s)
                 if a.stall_floor_s else None,
                 recheck=(a.recheck_site, a.recheck_stage) if a.recheck_site else None,
+                hang_check=(a.hang_check_site, a.hang_check_stage, a.hang_check_s) if a.hang_check_site else None,
                 teardown=tuple(a.teardown), straggler_replace=a.straggler_replace)
 
 

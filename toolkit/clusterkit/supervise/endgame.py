@@ -26,6 +26,7 @@ from clusterkit.hostlist import fold
 from clusterkit.safefile import NotRegular, read_capped
 from clusterkit.supervise import decide, dumps, judge, owned, recheck, recovery, replan, stall, teardown, watch
 from clusterkit.supervise.events import Events, die_by_term
+from clusterkit.supervise.hangcheck import after_hang, perf_check
 from clusterkit.supervise.joblog import log, relay, say
 from clusterkit.supervise.straggle_watch import ended_why, poll_s, replacer_of
 
@@ -54,6 +55,7 @@ class Spec:
     max_relaunches: int = -1       # relaunches in the allocation after a failure; -1: recovery off
     watch: stall.Limits | None = None   # stall detection (supervise/watch.py); None: not watched
     recheck: tuple[str, str] | None = None   # (site file, stage): spares checked before a relaunch takes them
+    hang_check: tuple[str, str, float] | None = None   # (site file, stage, seconds): the perf check after a hang
     teardown: tuple[str, ...] = ()      # the job's teardown steps, run before the result (supervise/teardown.py)
     straggler_replace: float = 0.0      # a straggler by this ratio replaced at a checkpoint; 0: never
 
@@ -213,6 +215,8 @@ class Supervisor:
         if v is None:   # the run ends as it would without recovery
             self.attempts = None
             return rc
+        hc = self.spec.hang_check
+        v = after_hang(v, run, perf_check(*hc, log) if hc and not self.stopping else None, log)
         s, shown = self.spec, self.show_job()
         if decide.preemption(shown) or decide.requeue_pending(shown, s.restarts):   # the step died of Slurm's end
             self.warned, self.preempted = decide.preemption(shown) or "preemption (Slurm requeued the run)", True
