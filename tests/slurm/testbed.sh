@@ -264,12 +264,16 @@ sv_dead() { # pid file: true when the pid it names is gone or a zombie (sets SVP
 }
 supervise() {
   local n i gone
-  # --stop's SIGTERM: end after the current `sleep`, not before it (a TERM that killed this shell
-  # outright would leave that sleep behind, a process of the testbed still running after --stop)
-  trap 'exit 0' TERM
+  # --stop's SIGTERM ends the `sleep` too (a TERM that killed this shell outright would leave that
+  # sleep behind, a process of the testbed still running after --stop); `wait`, unlike a sleep in
+  # the foreground, lets the trap run at once instead of up to a second later
+  local nap=""
+  trap 'if [ -n "$nap" ]; then kill "$nap" 2>/dev/null || true; fi; exit 0' TERM
   sv_log "supervisor up (pid $$): slurmctld slurmdbd slurmd node1..node$NODES munged mariadbd"
   while :; do
-    sleep 1
+    sleep 1 & nap=$!
+    wait "$nap" || true
+    nap=""
     for n in slurmctld slurmdbd; do
       [ -e "$LAB/run/$n.held" ] && continue
       if sv_dead "$LAB/run/$n.pid"; then
