@@ -57,6 +57,9 @@ def test_a_site_container_name_is_kept_and_no_cache_keeps_the_image(ck, tmp_path
     _, script = _render(ck, tmp_path, plain, out_name="run2")
     assert "--container-image='nvcr.io#nvidia/pytorch:24.05-py3'" in script
     assert "--container-name" not in script and "CK_IMAGE" not in script
+    squashfs = _site(tmp_path, "{runtime: pyxis, image: /lustre/img/pt.sqsh, cache_dir: /tmp/images}")
+    _, script = _render(ck, tmp_path, squashfs, out_name="run3")
+    assert "--container-image=/lustre/img/pt.sqsh " in script and "CK_IMAGE" not in script   # a file already
 
 
 def test_apptainer_builds_a_sif_once_and_every_node_execs_it(ck, tmp_path: Path) -> None:

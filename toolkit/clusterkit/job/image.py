@@ -51,7 +51,7 @@ def staged(container: Container | None) -> Staged | None:
         return None
     image = container.image
     if container.runtime == "pyxis":
-        if image.startswith(("/", "./", "../")) or image.endswith((".sqsh", ".squashfs")) and "#" not in image:
+        if image.startswith(("/", "./", "../")) or (image.endswith((".sqsh", ".squashfs")) and "#" not in image):
             return None   # a squashfs already: pyxis reads it as is
         source = image if _URI.match(image) else "docker://" + image   # enroot's URI for pyxis's image text
         return Staged(("enroot", "import", "-o"), source, key(image, ".sqsh"), container.cache_dir)
