@@ -191,6 +191,27 @@ def test_a_cache_others_can_write_is_refused(staging) -> None:  # type: ignore[n
     assert not calls.exists()
 
 
+def test_apptainer_builds_once_then_reuses(ck, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    cache, calls, bindir = tmp_path / "images", tmp_path / "apptainer-calls", tmp_path / "bin"
+    uri = "docker://nvcr.io/nvidia/pytorch:24.05-py3"
+    _, script = _render(ck, tmp_path, _site(tmp_path, f"{{runtime: apptainer, image: '{uri}', cache_dir: {cache}}}"))
+    bindir.mkdir()
+    (bindir / "apptainer").write_text(f"""#!/bin/bash
+# stand-in for apptainer (not installed here): one line per call; build OUT SRC writes OUT
+echo "$*" >> {calls}
+[ "$1" = build ] && echo "sif of $3" > "$2"
+""")
+    (bindir / "apptainer").chmod(0o755)
+    prelude = 'ck_fail() { echo "FAIL $1: $2"; exit "$1"; }\nck_user=$(id -un); ck_restarts=0; CK_JOB_ID=9\n'
+    for _ in range(2):
+        p = subprocess.run(["bash", "-c", prelude + _block(script) + '\necho "IMAGE=$CK_IMAGE"'], capture_output=True,
+                           text=True, env={"PATH": f"{bindir}:/usr/bin:/bin"}, timeout=30)
+        assert p.returncode == 0, p.stdout + p.stderr
+    staged = next(cache.glob("*/*.sif"))
+    assert staged.read_text() == f"sif of {uri}\n" and f"IMAGE={staged}" in p.stdout
+    assert calls.read_text().splitlines() == [f"build {staged.parent}/.{staged.name}.9.r0.tmp {uri}"]   # once
+
+
 # ---- a venv or conda environment on shared storage at many nodes
 
 def test_venv_on_shared_storage_past_the_sites_node_count_warns(ck, tmp_path: Path) -> None:
