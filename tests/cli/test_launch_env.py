@@ -271,7 +271,10 @@ def test_pyxis_container_env_name_and_home(ck, tmp_path: Path) -> None:
     site.write_text(site.read_text().replace("mount_home: false", "mount_home: true"))
     assert "--container-mount-home" in _step_words(render(ck, tmp_path / "t", "--site", str(site)), tmp_path)
     words = _step_words(render(ck, tmp_path / "d", "--site", "ib-h100"), tmp_path)
-    assert not [w for w in words if w.startswith("--container-name") or "mount-home" in w]
+    assert not [w for w in words if "mount-home" in w]
+    # ib-h100 stages its image (cache_dir) and names no container: the job-scoped name (ck-<job id>)
+    named = [w for w in words if w.startswith("--container-name")]
+    assert len(named) == 1 and named[0].startswith("--container-name=ck-"), named
     assert "HF_HOME" not in next(w for w in words if w.startswith("--container-env="))
 
 

@@ -207,3 +207,57 @@ def test_real_torch_prints_no_deprecation_warning_in_a_job(ck: Any, tmp_path: Pa
     major, minor = (int(x) for x in md.version("torch").split(".")[:2])
     if (major, minor) >= (2, 14):
         assert "TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated" in old.stderr
+
+
+def counting_python(tmp_path: Path) -> tuple[Path, Path]:
+    """(a directory whose ``python3`` is this test's Python with ``-S`` and appends a line to a file
+    at each start, that file): how many Pythons the tasks of a node started."""
+    bindir = tmp_path / "bin-count"
+    bindir.mkdir()
+    starts = tmp_path / "python-starts"
+    (bindir / "python3").write_text(f"#!/bin/sh\necho started >> {starts}\nexec {sys.executable} -S \"$@\"\n")
+    (bindir / "python3").chmod(0o755)
+    return bindir, starts
+
+
+def test_one_python_per_node_the_other_tasks_read_its_answer(ck: Any, tmp_path: Path) -> None:
+    """Four tasks on a node (a task per GPU): the first runs the probe's Python, the three others
+    (started before it: they wait for its answer) start none and still keep the names torch 2.5.1 reads."""
+    out = render(ck, tmp_path, "local")
+    bindir, starts = counting_python(tmp_path)
+    scratch = tmp_path / "node-tmp"
+    scratch.mkdir()
+    step = {"SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "1", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "3",
+            "TMPDIR": str(scratch), "PYTHONPATH": str(old_cpu_torch(tmp_path))}
+    show = "".join(f'printf "%s=%s\\n" {n} "${{{n}-unset}}"\n' for n in FR)
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", **{n: "x" for n in FR}, **step}
+    others = [subprocess.Popen(["bash", "-c", f". {out}/nccl-probe.sh\n{show}"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**env, "SLURM_LOCALID": str(i)})
+              for i in (1, 2, 3)]
+    lines, left = probe(out, bindir, **step, SLURM_LOCALID="0")
+    assert lines[0].startswith(f"clusterkit: NCCL not detected on {HOST}: torch 2.5.1 has no CUDA")
+    kept = {"TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}
+    assert {n for n, v in left.items() if v != "unset"} == kept
+    for p in others:
+        stdout, stderr = p.communicate(timeout=30)
+        assert p.returncode == 0, stderr
+        assert not [ln for ln in stderr.splitlines() if ln.startswith("clusterkit:")]   # only the first logs
+        assert {n for n, v in (ln.split("=", 1) for ln in stdout.splitlines()) if v != "unset"} == kept
+    assert starts.read_text().splitlines() == ["started"]   # one Python on the node, not four
+    # the next step of the job clears this one's folder and makes its own
+    probe(out, bindir, **{**step, "SLURM_STEP_ID": "4"}, SLURM_LOCALID="0")
+    assert [p.name.split(".")[-2] for p in scratch.iterdir()] == ["4"]
+
+
+def test_a_probe_folder_planted_as_a_link_is_not_read(ck: Any, tmp_path: Path) -> None:
+    out = render(ck, tmp_path, "local")
+    bindir, starts = counting_python(tmp_path)
+    scratch, planted = tmp_path / "node-tmp", tmp_path / "planted"
+    scratch.mkdir()
+    planted.mkdir()
+    (planted / "out").write_text("2.9.0\n2.27.3\nhere\n-\n")   # would drop the old names
+    (scratch / f"ck-probe.{os.getuid()}.78.0.0.{HOST}").symlink_to(planted)
+    _, left = probe(out, bindir, SLURM_STEP_NUM_TASKS="2", SLURM_STEP_NUM_NODES="1", SLURM_JOB_ID="78",
+                    SLURM_STEP_ID="0", TMPDIR=str(scratch), SLURM_LOCALID="1")
+    assert set(left.values()) == {"x"}   # not read: torch unknown, both names stay
+    assert not starts.exists()

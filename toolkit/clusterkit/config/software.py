@@ -28,6 +28,12 @@ class Container(_Model):
     mount_home: bool | None = Field(
         None, description="mount the user's home: false adds --no-container-mount-home (pyxis) or --no-home "
         "(apptainer, singularity), true --container-mount-home (pyxis); unset: the runtime's own default")
+    cache_dir: str | None = Field(
+        None, description="shared storage where a registry image is staged once (pyxis: 'enroot import -o' to "
+        "a squashfs; apptainer/singularity: 'build' to a SIF) by the job script on the batch host, then used by "
+        "every node: <cache_dir>/<image key> when an admin staged it there (root-owned), else "
+        "<cache_dir>/<you>/<image key>, made once and reused by your later jobs. pyxis steps then name a "
+        "job-scoped container (--container-name) unless name is set")
     runscript: bool = Field(
         False, description="apptainer/singularity: start the launcher through the image's runscript ('run IMAGE "
         "LAUNCHER ...', the runscript given the launcher's words as its arguments) instead of 'exec IMAGE LAUNCHER'")
@@ -54,6 +60,14 @@ class Container(_Model):
                                  "(MAX_ARG_STRLEN)")
         return {k: str(val) for k, val in v.items()}
 
+    @field_validator("cache_dir")
+    @classmethod
+    def _cache_dir(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or not re.fullmatch(r"/[A-Za-z0-9._+/-]{0,511}", v)
+                              or "/../" in v + "/"):
+            raise ValueError(f"cache_dir {v!r}: an absolute path of letters, digits and '._+-/' (no '..')")
+        return v
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
@@ -76,6 +90,10 @@ class Software(_Model):
     cuda: str | None = None
     modules: list[str] = Field(default_factory=list)
     container: Container | None = None
+    import_storm_nodes: int = Field(
+        32, ge=1, description="warn above this many nodes when a job's --venv/--conda lives on shared storage: "
+        "every rank's `import torch` opens ~2,000 files there at once (use an image, a squashfs or a node-local "
+        "copy); see docs/admin.md")
     nccl_version: str | None = Field(None, description="the NCCL release the site's image (or module) carries, "
                                      "e.g. '2.21.5': the plan assumes it and the job warns when it finds another")
 

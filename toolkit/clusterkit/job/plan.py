@@ -24,7 +24,7 @@ from typing import Any, Literal
 from clusterkit import __version__
 from clusterkit.config.schema import Container, Site
 from clusterkit.job import array as arrays
-from clusterkit.job import goodput, jobenv, launchers, nccl, stages, torch_version
+from clusterkit.job import goodput, import_storm, jobenv, launchers, nccl, stages, torch_version
 from clusterkit.job.code import CodeSnapshot
 from clusterkit.job.directives import _sbatch, array_plan, cpu_share
 from clusterkit.job.launchers import Context, Launch
@@ -206,6 +206,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
                        omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],
                        container=use_container)
     warnings += nccl.plan_warnings(site, env) + jobenv.literal_dollars(r.job.env)
+    warnings += import_storm.warning(site, r.job, nnodes)
     if spares_note:
         warnings.append(spares_note)
     _check_job(site, r, launch, nnodes, use_container)

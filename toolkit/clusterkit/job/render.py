@@ -14,7 +14,7 @@ from clusterkit.config.schema import Site
 from clusterkit.errors import ConfigError
 from clusterkit.job import array as arrays
 from clusterkit.job import choices as choices_mod
-from clusterkit.job import nccl
+from clusterkit.job import image, nccl
 from clusterkit.job.plan import Plan
 from clusterkit.job.script_parts import (
     _CONTROL,
@@ -89,6 +89,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "probe_checks": plan.nccl_checks,
         "fr_pairs": nccl.fr_pairs(list(plan.env)),
         "pdsh_env": ".deepspeed_env" in plan.launch.templated,
+        "image": image.staged(plan.container),
         "code_dir": plan.code.job_dir(plan.run_dir) if plan.code is not None else None,
     }
     out: dict[str, str] = {}
@@ -99,6 +100,12 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
                                  "the site's job script template does not include job-setup.j2, so the job's "
                                  "setup steps would not run: add {% include \"job-setup.j2\" %} before the launch")
     _check_long_run_parts(site, plan, out["job.sbatch"])
+    if image.staged(plan.container) is not None and "export CK_IMAGE" not in out["job.sbatch"]:
+        # a site's own entry template from before image staging: every step would name a file never made
+        raise ConfigError.single(site.templates or "templates", None, "templates",
+                                 "the site's job script template does not include job-image.sbatch.j2, so the "
+                                 "container image (software.container.cache_dir) would never be staged: add "
+                                 "{% include \"job-image.sbatch.j2\" %} after job-environment.j2")
     if plan.code is not None and "CK_CODE_DIR=" not in out["job.sbatch"]:
         # a site's own entry template from before code snapshots: the job would run the live tree
         raise ConfigError.single(site.templates or "templates", None, "templates",

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from clusterkit.errors import PlanError
 from clusterkit.job import array as arrays
-from clusterkit.job import gpubind, jobenv
+from clusterkit.job import gpubind, image, jobenv
 from clusterkit.job.launchers import Sh, Word, placeholders, shell_join
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.plan import Plan
@@ -75,7 +75,8 @@ def _launcher_words(plan: Plan) -> list[Word]:
         home = ["--no-home"] if c.mount_home is False else []
         gpu = _APPTAINER_GPU[plan.basis.site.nodes.gpu_vendor]
         # `run`: the image's runscript starts the launcher (given its words as arguments); else `exec`
-        words = [c.runtime, "run" if c.runscript else "exec", *gpu, *home, *bind, c.image, *words]
+        img: Word = Sh(f'"${image.IMAGE_VAR}"') if image.staged(c) else c.image   # the staged SIF, exported
+        words = [c.runtime, "run" if c.runscript else "exec", *gpu, *home, *bind, img, *words]
     return words
 
 
@@ -186,7 +187,9 @@ def _pyxis_options(plan: Plan) -> list[str]:
     opts: list[str] = []
     c = plan.container
     if c and c.runtime == "pyxis":
-        opts.append("--container-image=" + shell_quote(c.image))
+        # a staged squashfs ($CK_IMAGE, templates/job-image.sbatch.j2), else the image as the site names it
+        opts.append(f'--container-image="${image.IMAGE_VAR}"' if image.staged(c) else
+                    "--container-image=" + shell_quote(c.image))
         # pyxis starts in the image's WORKDIR: run where the job was submitted from, as srun does
         # without a container, so a relative `python train.py` finds the script
         opts.append("--container-mounts=" + shell_quote(",".join(container_mounts(plan))) + ',"$PWD"')
@@ -196,8 +199,9 @@ def _pyxis_options(plan: Plan) -> list[str]:
         names = list(dict.fromkeys([v.name for v in plan.env] + list(c.env)))
         if names:
             opts.append("--container-env=" + shell_quote(",".join(names)))
-        if c.name:
-            opts.append("--container-name=" + shell_quote(c.name))
+        name = image.container_name(c)
+        if name:
+            opts.append("--container-name=" + name)
         if c.mount_home is not None:
             opts.append("--container-mount-home" if c.mount_home else "--no-container-mount-home")
     return opts

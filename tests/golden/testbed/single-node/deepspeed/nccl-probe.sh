@@ -5,6 +5,21 @@
 ck_probe_full=0
 [ "${SLURM_LOCALID:-0}" = 0 ] && ck_probe_full=1
 ck_torch="" ck_nccl="" ck_nccl_from="" ck_nccl_why=""
+# One Python per node, never one per rank: a Python's start opens hundreds of files where it is
+# installed (a venv on shared storage: the metadata server), so with several tasks on a node the
+# first runs it and leaves its four lines in a folder of its own under /tmp, and the others read
+# them there (waiting at most 60 s, else they keep both flight-recorder names, as for an unknown torch).
+ck_probe_dir=""
+if [ "${SLURM_STEP_NUM_TASKS:-1}" -gt "${SLURM_STEP_NUM_NODES:-1}" ] 2>/dev/null; then
+  ck_probe_dir="${TMPDIR:-/tmp}/ck-probe.$(id -u).${SLURM_JOB_ID:-0}.${SLURM_RESTART_COUNT:-0}.${SLURM_STEP_ID:-0}.$(hostname)"
+fi
+if [ -n "$ck_probe_dir" ] && [ "$ck_probe_full" = 0 ]; then
+  for (( ck_i = 0; ck_i < 600; ck_i++ )); do [ -f "$ck_probe_dir/out" ] && break; sleep 0.1; done
+  # the folder must be this user's own (made 0700 by the node's first task), never one planted in /tmp
+  if [ -d "$ck_probe_dir" ] && [ ! -L "$ck_probe_dir" ] && [ -O "$ck_probe_dir" ] && [ -f "$ck_probe_dir/out" ]; then
+    { IFS= read -r ck_torch; IFS= read -r ck_nccl; IFS= read -r ck_nccl_from; IFS= read -r ck_nccl_why; } < "$ck_probe_dir/out"
+  fi
+else
 { IFS= read -r ck_torch; IFS= read -r ck_nccl; IFS= read -r ck_nccl_from; IFS= read -r ck_nccl_why; } < <(
   CK_PROBE_FULL=$ck_probe_full python3 - 2>/dev/null <<'CK_PROBE_PY' || printf '%s\n' - - - 'no python3 on PATH where the ranks run'
 # Prints four lines: torch version, NCCL version, which library, why not detected ('-' = none).
@@ -54,6 +69,15 @@ if os.environ.get("CK_PROBE_FULL") == "1":
 print(clean(torch_v), clean(nccl), clean(where), clean(why), sep="\n")
 CK_PROBE_PY
 )
+  if [ -n "$ck_probe_dir" ]; then
+    # the folders of this job's earlier steps on this node go (a relaunch's, a restart's); then this step's
+    rm -rf -- "${TMPDIR:-/tmp}/ck-probe.$(id -u).${SLURM_JOB_ID:-0}."* 2>/dev/null
+    if mkdir -m 0700 -- "$ck_probe_dir" 2>/dev/null; then
+      printf '%s\n' "$ck_torch" "$ck_nccl" "$ck_nccl_from" "$ck_nccl_why" > "$ck_probe_dir/out.tmp" &&
+        mv -f -- "$ck_probe_dir/out.tmp" "$ck_probe_dir/out"
+    fi
+  fi
+fi
 [[ $ck_torch =~ ^[0-9]+\.[0-9]+ ]] || ck_torch=""
 [[ $ck_nccl =~ ^([0-9]+)\.([0-9]+)\.([0-9]+)$ ]] || ck_nccl=""
 ck_nccl_code=0
