@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit import pyspy, stackdump
+from clusterkit.diagnose.doctor import py_spy_dumps
 from clusterkit.supervise import spy, spynode
 from clusterkit.supervise.stall import Limits
 from clusterkit.supervise.watch import Watcher, stalled_verdict
@@ -140,6 +141,10 @@ def test_real_py_spy_dumps_a_stopped_rank_and_the_others(ranks: tuple[Path, list
     assert got[2].frames[0].endswith("train.py line 9 in main") and not got[2].collective, got[2]
     assert got[0].collective and got[0].frames[0].endswith("c10d_stub.py line 4 in all_reduce"), got[0]
     assert [d.rank for d in stackdump.behind(list(got.values()))] == [2]
+    # doctor reads them back the same way: the rank behind and its node
+    report = py_spy_dumps(logs, "77")
+    assert report is not None and [(d["rank"], d["node"]) for d in report["behind"]] == [(2, "node3")], report
+    assert report["summary"].startswith("rank 2 on node3: train.py line 9 in main; ranks 0,1 on node1, node2: "), report
 
 
 def test_no_py_spy_is_said_once_and_the_pipes_are_still_asked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
