@@ -235,3 +235,16 @@ def test_what_the_nodes_say_of_py_spy_missing_is_logged_once_a_node(tmp_path: Pa
         got = s.lines()
         first = ["py-spy is not installed on n1 (x)", "rank 0 on n2: py-spy: permission denied (a)"]
         assert got == ([] if _ else first) + ["rank 2 on n2: py-spy dumped pid 9"], got
+
+
+def test_the_job_exports_the_pipe_stem_the_node_side_writes_to() -> None:
+    from clusterkit.config.load import load_site
+    from clusterkit.job import nccl
+    from tests.conftest import REPO
+
+    site = load_site(str(REPO / "site_configs" / "eth-nfs.yaml"))
+    env = {v.name: v for v in nccl.policy(site, "multi-node", run_dir="/runs/x")}
+    stem = pyspy.FR_PIPE.format(job="${CK_JOB_ID}", restart="${SLURM_RESTART_COUNT:-0}")
+    for name in ("TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
+        assert env[name].value == stem and env[name].shell == f'"{stem}"', env[name]
+    assert ("TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE") in nccl.fr_pairs(list(env.values()))
