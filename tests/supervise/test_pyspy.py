@@ -231,10 +231,11 @@ def test_what_the_nodes_say_of_py_spy_missing_is_logged_once_a_node(tmp_path: Pa
     for _ in range(2):
         s.out = tempfile.NamedTemporaryFile()  # noqa: SIM115 (Spy.lines closes it)
         s.out.write(b"py-spy is not installed on n1 (x)\nrank 0 on n2: py-spy: permission denied (a)\n"
-                    b"rank 1 on n2: py-spy: permission denied (a)\nrank 2 on n2: py-spy dumped pid 9\x1b\n")
+                    b"rank 1 on n2: py-spy: permission denied (a)\nrank 2 on n2: py-spy dumped pid 9\n"
+                    b"rank 3 on n3: py-spy could not read pid 4 (status 1): gone\x1b\n")
         got = s.lines()
         first = ["py-spy is not installed on n1 (x)", "rank 0 on n2: py-spy: permission denied (a)"]
-        assert got == ([] if _ else first) + ["rank 2 on n2: py-spy dumped pid 9"], got
+        assert got == ([] if _ else first) + ["rank 3 on n3: py-spy could not read pid 4 (status 1): gone"], got
 
 
 def test_the_job_exports_the_pipe_stem_the_node_side_writes_to() -> None:

@@ -91,7 +91,8 @@ class Spy:
         return True
 
     def lines(self) -> list[str]:
-        """What the nodes said, bounded and printable; a line said before in this job left out."""
+        """What the nodes said, bounded and printable: what went wrong (a dump taken is in the dumps' summary);
+        a line said before in this job left out."""
         if self.out is None:
             return []
         self.out.flush()
@@ -104,7 +105,7 @@ class Spy:
         for ln in text.splitlines()[:MAX_LINES]:
             ln = "".join(c for c in ln if c.isprintable()).strip()[:300]
             key = re.sub(r"^rank \d+ on ", "", ln) if "not installed" in ln or "permission denied" in ln else None
-            if ln and key not in _said:
+            if ln and key not in _said and ": py-spy dumped pid " not in ln:   # the dumps' summary says those
                 if key is not None:
                     _said.add(key)   # once a node, for the job
                 got.append(ln)
