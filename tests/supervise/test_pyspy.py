@@ -22,6 +22,7 @@ import pytest
 from clusterkit import pyspy, stackdump
 from clusterkit.diagnose.doctor import py_spy_dumps
 from clusterkit.supervise import spy, spynode
+from clusterkit.supervise.dumps import DUMP_WAIT_S
 from clusterkit.supervise.stall import Limits
 from clusterkit.supervise.watch import Watcher, stalled_verdict
 from tests.captures.capture import captures, env_with, stand_in
@@ -249,3 +250,56 @@ def test_the_job_exports_the_pipe_stem_the_node_side_writes_to() -> None:
     for name in ("TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
         assert env[name].value == stem and env[name].shell == f'"{stem}"', env[name]
     assert ("TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE") in nccl.fr_pairs(list(env.values()))
+
+
+def test_a_node_side_that_never_answers_does_not_hold_a_stall_named_otherwise(tmp_path: Path) -> None:
+    """A stand-in for a node cut off: the node side never ends.  Rank 2's heartbeat stood still, which
+    names it: the stall is reported once the stack dumps' wait is over, and the node side is ended."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    hang = tmp_path / "hang.py"
+    hang.write_text("import time\ntime.sleep(600)\n")
+    now = [1000.0]
+    said: list[str] = []
+    asked: list[float] = []
+
+    def log(line: str) -> None:
+        said.append(line)
+        if "asking py-spy" in line:
+            asked.append(now[0])
+
+    w = Watcher(Limits(floor_s=20.0, factor=10.0, warmup_steps=3, save_s=120.0), str(tmp_path), "77", 0, 0,
+                log, lambda: None, clock=lambda: now[0], spy_mode="here")
+    assert w.spy is not None
+    w.spy.python = sys.executable
+    w.spy.argv = lambda found: [sys.executable, str(hang)]  # type: ignore[method-assign]
+    for r in range(3):
+        (logs / f"77.progress.stack.rank{r}").write_text(
+            f"\n# clusterkit stack dumps: rank={r} host=node{r + 1} pid={100 + r} thread=0x00000000000000aa\n")
+
+    def beat(step: int, progress: bool = True) -> None:
+        if progress:
+            (logs / "77.progress").write_text(f"step={step} time={now[0]:.3f} phase=train\n")
+        for r in range(3):
+            at = 1007.0 if r == 2 and now[0] > 1007.0 else now[0]    # rank 2's beat stands still from step 8
+            (logs / f"77.progress.rank{r}").write_text(
+                f"step={min(step, 8)} time={at:.3f} phase=train rank={r} host=node{r + 1} step_s=1.0 work_s=- "
+                f"beat={at:.3f} in=c10d_stub.py:all_reduce coll=1\n")
+
+    for step in range(1, 9):
+        beat(step)
+        now[0] += 1.0
+        assert w.check() is None
+    found = None
+    for _ in range(40):
+        now[0] += 1.0
+        beat(8, progress=False)
+        found = w.check()
+        if found:
+            break
+    assert found is not None, said
+    assert w.spy.proc is not None and w.spy.proc.poll() is not None   # ended, not left running
+    assert asked and now[0] - asked[0] <= DUMP_WAIT_S + 1.0, (asked, now[0])   # not py-spy's 20 s
+    assert any("py-spy: py-spy's step had not ended after" in s for s in said), said
+    v = stalled_verdict(found, w.behind)
+    assert v.node == "node3" and "its heartbeat stopped" in v.summary, v.summary

@@ -80,15 +80,21 @@ class Spy:
             return True
         if self.clock() - self.started < SPY_WAIT_S:
             return False
+        self.stop()
+        return True
+
+    def stop(self) -> None:
+        """End the nodes' side where it has not ended (TERM, KILL a second later); said in its output."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
         self.proc.terminate()
         try:
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=1)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        assert self.out is not None
-        self.out.write(f"py-spy's step gave no answer within {SPY_WAIT_S:.0f} s: ended\n".encode())
-        return True
+        if self.out is not None:
+            self.out.write(f"py-spy's step had not ended after {self.clock() - self.started:.0f} s: ended\n".encode())
 
     def lines(self) -> list[str]:
         """What the nodes said, bounded and printable: what went wrong (a dump taken is in the dumps' summary);

@@ -137,9 +137,14 @@ class Watcher:
             self.said_naming = True
             self.log(f"watch: {found.worded()}: looking for the rank behind in the ranks' progress files "
                      f"(at most {NAME_WAIT_S:.0f} s)")
-        if spying or (self.clock() - self.pending[1] < NAME_WAIT_S
-                      and (dumping or (self.behind is None and self.beats))):
+        # py-spy is waited for while nothing else has named the rank behind (a node cut off never answers it)
+        if self.clock() - self.pending[1] < NAME_WAIT_S and (dumping or (self.behind is None
+                                                                        and (bool(self.beats) or spying))):
             return None
+        if spying and self.spy is not None:
+            self.spy.stop()
+            self._read_spy()
+            self.behind = self.behind or self.spy_behind
         if self.behind is not None and len(self.behind.ranks) == 1:
             mine = [d for d in self.stacks or [] if d.rank == self.behind.ranks[0] and d.frames]
             if mine:
