@@ -179,14 +179,20 @@ def test_a_captured_dump_through_the_node_side_with_a_stand_in_py_spy(tmp_path: 
 def test_a_ptrace_refusal_is_a_line_not_a_failure(ranks: tuple[Path, list[subprocess.Popen[bytes]]],
                                                   tmp_path: Path) -> None:
     logs, procs = ranks
-    exe = tmp_path / "py-spy-copy"
-    shutil.copy(spynode.find_pyspy() or "", exe)
-    exe.chmod(0o755)
-    tmp_path.chmod(0o755)
-    wrapper = tmp_path / "as-nobody"
-    wrapper.write_text(f'#!/bin/sh\nexec runuser -u nobody -- {exe} "$@"\n')
-    wrapper.chmod(0o755)
-    [line] = spynode.dump_ranks([(0, procs[0].pid, 1, "node1")], logs, "77", time.time(), str(wrapper))
+    reachable = Path(tempfile.mkdtemp(prefix="ck-pyspy-"))   # pytest's own tmp is root's alone
+    try:
+        reachable.chmod(0o755)
+        exe = reachable / "py-spy"
+        shutil.copy(spynode.find_pyspy() or "", exe)
+        exe.chmod(0o755)
+        wrapper = tmp_path / "as-nobody"
+        wrapper.write_text(f'#!/bin/sh\nexec runuser -u nobody -- {exe} "$@"\n')
+        wrapper.chmod(0o755)
+        ran = subprocess.run([str(wrapper), "--version"], capture_output=True, text=True, timeout=30)
+        assert ran.stdout.startswith("py-spy "), ran   # py-spy itself runs as nobody: the refusal is ptrace's
+        [line] = spynode.dump_ranks([(0, procs[0].pid, 1, "node1")], logs, "77", time.time(), str(wrapper))
+    finally:
+        shutil.rmtree(reachable)
     assert "rank 0 on" in line and "py-spy: permission denied" in line and "ptrace" in line, line
     assert pyspy.read_all(logs, "77") == []   # no file for a failed dump: never read as a silent rank
 
