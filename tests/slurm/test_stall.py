@@ -6,7 +6,8 @@ timeouts (CK_PG_TIMEOUT_START_S, then CK_PG_TIMEOUT_S: 1800 s and 600 s here, lo
 The rank on node2 stops itself (SIGSTOP) after step 20 in the first attempt: every other rank
 waits in its next all-reduce.  The supervisor, with a floor of 15 s (``--set stall_floor_s=15``),
 finds the stall within the limit plus 30 s, names the rank behind and its node from the ranks'
-own progress files (node2's heartbeat stopped while the others' went on), records it as the
+own progress files (node2's heartbeat stopped while the others' went on; py-spy, run on each node,
+reads the stopped rank's stack where faulthandler cannot), records it as the
 attempt's verdict, ends the step and relaunches without node2 (the spare, node4, takes its
 place); training resumes from the last checkpoint and ends with the weights of an
 uninterrupted run.  Every wait is for a state: the job's end in ``status --json``.
@@ -75,9 +76,16 @@ def test_a_rank_that_stops_stepping_is_found_and_training_resumes_from_its_check
     dumps = re.search(r"watch: stack dumps: rank (\d+) on node2: no dump \(stopped, or not answering\); "
                       r"ranks (\d+),(\d+) on node1, node3: (\S+ line \d+ in \S+)", batch)
     assert dumps, batch[-6000:]
+    # py-spy (the test extra installs it) read the ranks from outside in an srun --overlap step on their
+    # nodes: the stopped rank too, at the line where it stopped itself; the others in the backward pass
+    spied = re.search(r"watch: py-spy dumps: rank (\d+) on node2: recovery_train\.py line \d+ in main; "
+                      r"ranks \d+,\d+ on node1, node3: \S+ line \d+ in \S+", batch)
+    assert spied and spied.group(1) == dumps.group(1), batch[-6000:]
     # doctor shows that stall's dumps, node2's rank first (no dump, or one that came when Slurm's
     # SIGCONT before its KILL woke the stopped rank: then the frame where it stopped itself)
     doctor = cli("doctor", job)
+    assert re.search(rf"py-spy dumps \(asked at \d\d:\d\d:\d\d, on a stall\): rank {spied.group(1)} on node2: "
+                     r"recovery_train\.py line \d+ in main", doctor.out), doctor.out + doctor.err
     assert re.search(rf"stack dumps \(asked at \d\d:\d\d:\d\d, on a stall\): rank {dumps.group(1)} on node2: "
                      r"(no dump|recovery_train\.py line \d+ in main)", doctor.out), doctor.out + doctor.err
     # training resumed at the last checkpoint of attempt 0 and finished with the uninterrupted weights

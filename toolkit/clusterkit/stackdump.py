@@ -46,7 +46,8 @@ _HEAD = re.compile(r"# clusterkit stack dumps: rank=(\d{1,7}) host=([A-Za-z0-9._
 _MARK = "# clusterkit: stack dump asked at "
 _THREAD = re.compile(r"(?:Current thread|Thread) 0x([0-9a-f]{1,16}) \(most recent call first\):")
 _FRAME = re.compile(r'  File "([^"\n]{1,400})", line (\d{1,9}) in ([^\s]{1,200})')
-_COLLECTIVE = re.compile(r"[/\\]torch[/\\]distributed[/\\]")
+# a torch.distributed frame (a full path, or py-spy's short one), or a native frame of c10d or gloo
+_COLLECTIVE = re.compile(r"(?:^|[/\\])torch[/\\]distributed[/\\]| in (?:c10d|gloo)::")
 _NAME = re.compile(r"^(?P<job>[0-9A-Za-z_.-]+)\.progress\.stack\.rank(?P<rank>\d{1,7})$")
 
 
@@ -170,6 +171,13 @@ def parse(text: str, rank: int) -> Dump | None:
 def read(path: Path, rank: int) -> Dump | None:
     text = _tail(path)
     return None if text is None else parse(text, rank)
+
+
+def owner(path: Path, rank: int) -> tuple[str, int, int] | None:
+    """The newest process of ``rank`` that registered in its stack file: (node, pid, thread)."""
+    text = _tail(path) or ""
+    heads = [m for ln in text.splitlines() if (m := _HEAD.fullmatch(ln.strip())) and int(m.group(1)) == rank]
+    return (heads[-1].group(2), int(heads[-1].group(3)), int(heads[-1].group(4), 16)) if heads else None
 
 
 def behind(dumps: Sequence[Dump]) -> list[Dump]:

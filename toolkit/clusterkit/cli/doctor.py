@@ -86,12 +86,15 @@ def _print(report: dict[str, Any]) -> None:
         say(f"  flight recorder: {fr['dumps']} dump(s) read" + ("" if fr.get("findings") else ", every rank in step"))
     for e in fr.get("unreadable", []):
         say(f"  flight recorder: could not read {e}")
-    stacks = report.get("stack_dumps")
-    if stacks:
+    for key, name in (("stack_dumps", "stack dumps"), ("py_spy", "py-spy dumps")):
+        stacks = report.get(key)
+        if not stacks:
+            continue
         when = time.strftime(" at %H:%M:%S", time.localtime(stacks["asked"])) if stacks.get("asked") else ""
-        say(f"  stack dumps (asked{when}, on a stall): {stacks['summary']}")
+        say(f"  {name} (asked{when}, on a stall): {stacks['summary']}")
         for d in stacks["behind"]:
-            say(f"  stack of rank {d['rank']} on {d['node']}, innermost first: " + (" < ".join(
+            by = " by py-spy" if key == "py_spy" else ""
+            say(f"  stack of rank {d['rank']} on {d['node']}{by}, innermost first: " + (" < ".join(
                 os.path.basename(f) for f in d["frames"][:4]) or "none (stopped, or not answering)"))
     files = report["files"]
     say(f"read {files['read']} file(s), {files['bytes']} bytes"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterkit import stackdump
+from clusterkit import pyspy, stackdump
 from clusterkit.diagnose import catalogue, evidence, flight, hardware, reader, verdict
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SlurmUnreachable, SubmitError
 from clusterkit.scheduler import arrays
@@ -107,6 +107,7 @@ def _diagnose_record(rec: JobRecord, bar: ProgressBar | None, store: RecordStore
     report["slurm"] = slurm if rec.scheduler == "slurm" else None
     report["run_dir"] = rec.run_dir
     report["stack_dumps"] = stack_dumps(Path(rec.run_dir) / "logs", rec.job_id)
+    report["py_spy"] = py_spy_dumps(Path(rec.run_dir) / "logs", rec.job_id)
     if err:
         report["slurm_error"] = err
     elif view is not None and JobState.parse(view.state or "").is_terminal and not arrays.is_task(rec):
@@ -119,6 +120,17 @@ def stack_dumps(logs: Path, job_id: str) -> dict[str, Any] | None:
     each rank's innermost frame, the ranks behind (silent, or outside any collective while the others
     wait in one); None where none was asked for."""
     got = [d for rank, path in stackdump.files(logs, job_id) if (d := stackdump.read(path, rank)) is not None]
+    if not got:
+        return None
+    asked = max((d.asked for d in got if d.asked is not None), default=None)
+    return {"asked": asked, "summary": stackdump.summary(got), "behind": [d.to_dict() for d in stackdump.behind(got)],
+            "ranks": [d.to_dict() for d in got]}
+
+
+def py_spy_dumps(logs: Path, job_id: str) -> dict[str, Any] | None:
+    """py-spy's dumps of the ranks the supervisor took on a stall (:mod:`clusterkit.pyspy`), judged as the
+    stack dumps are: each rank's innermost frame, the ranks behind; None where none was taken."""
+    got = pyspy.read_all(logs, job_id)
     if not got:
         return None
     asked = max((d.asked for d in got if d.asked is not None), default=None)

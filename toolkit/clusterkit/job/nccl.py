@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from clusterkit import pyspy
 from clusterkit.config.schema import Site
 
 Source = Literal["policy", "site", "debug", "launcher", "job"]
@@ -71,7 +72,8 @@ FR_BUFFER = "2000"
 #: The flight recorder's names: (torch 2.7+, older torch).  torch 2.14 warns once per rank about
 #: each old name it finds set, so the job keeps only the pair member its torch reads.
 FR_PAIRS = (("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"),
-            ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"))
+            ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
+            ("TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"))
 FR_PICK = ("the job keeps only the name the torch it detects reads (TORCH_FR_* from torch 2.7, TORCH_NCCL_* "
            "before; both when it cannot tell)")
 #: The NCCL release from which NCCL picks a RoCE v2, IPv4-mapped GID itself.
@@ -193,6 +195,13 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
     for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
         add(name, fr_value, "flight-recorder dumps in the run's logs, one per rank (torch appends the rank); "
             "clusterkit doctor reads them; " + FR_PICK, TORCH_FR_DOC, shell=fr_word)
+    # on a stall the supervisor asks each rank's recorder for a dump by writing to its pipe, which torch's
+    # process group makes as <stem><rank>.pipe (a FIFO: node-local, in /tmp; docs/architecture.md §3)
+    pipe = pyspy.FR_PIPE.format(job="${CK_JOB_ID}", restart="${SLURM_RESTART_COUNT:-0}")
+    for name in ("TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
+        add(name, pipe, "the flight recorder's dump on demand: on a stall the supervisor writes to each rank's "
+            "pipe and the dump comes into the run's logs as on a timeout; " + FR_PICK,
+            f"{TORCH_FR_DOC}; PyTorch ProcessGroupNCCL.cpp, DumpPipe", shell=f'"{pipe}"')
 
     if stage == "single-node":
         # One machine: NCCL uses NVLink/PCIe/shared memory; fabric knobs would only mislead.

@@ -195,7 +195,7 @@ class Supervisor:
         s, at = self.spec, self.attempts.attempt if self.attempts is not None else 0
         if s.watch is not None and s.mode != "local":
             self.watcher = watch.Watcher(s.watch, s.run_dir, s.job_id, s.restarts, at, log,
-                                         dumps.sender(s.mode, s.job_id, self.client, self.proc))
+                                         dumps.sender(s.mode, s.job_id, self.client, self.proc), spy_mode=s.mode)
         self.replacer = replacer_of(s.straggler_replace, s.run_dir, s.job_id, self.attempts,
                                     s.max_restarts - s.restarts, log)
         if rc is None:

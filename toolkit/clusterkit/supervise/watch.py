@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from clusterkit import heartbeat, stackdump
-from clusterkit.supervise import dumps, ranks, replan, stall
+from clusterkit.supervise import dumps, ranks, replan, spy, stall
 from clusterkit.supervise.recovery import attempt_logs
 
 HISTORY = 1000          # the progress lines kept for the median (the newest)
@@ -36,7 +36,8 @@ class Watcher:
     """One attempt's progress as the supervisor sees it."""
 
     def __init__(self, limits: stall.Limits, run_dir: str, job_id: str, restart: int, attempt: int,
-                 log: Log, send: dumps.Send | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 log: Log, send: dumps.Send | None = None, clock: Callable[[], float] = time.monotonic,
+                 spy_mode: str | None = None) -> None:
         self.limits, self.log, self.clock = limits, log, clock
         self.path = Path(run_dir) / "logs" / f"{job_id}.progress"
         self.logs = (run_dir, job_id, restart, attempt)
@@ -57,6 +58,10 @@ class Watcher:
         self.dumps = None if send is None else dumps.Dumps(self.path.parent, job_id, send, clock)
         self.stacks: list[stackdump.Dump] | None = None
         self.dump_behind: ranks.Behind | None = None
+        # py-spy's dumps and the flight recorder's, asked with the stack dumps (mode: step or here)
+        self.spy = None if spy_mode is None else spy.Spy(self.path.parent, job_id, restart, spy_mode, clock)
+        self.spied: list[stackdump.Dump] | None = None
+        self.spy_behind: ranks.Behind | None = None
 
     @property
     def poll_s(self) -> float:
@@ -110,8 +115,14 @@ class Watcher:
             if self.dumps is not None and self.dumps.ask(set(self.beats)):
                 self.log(f"watch: {found.worded()}: asking the ranks for their stack dumps "
                          f"({dumps.send_signal_name()})" + (f": {self.dumps.error}" if self.dumps.error else ""))
+            if self.spy is not None and self.spy.ask(set(self.beats)):
+                self.log(f"watch: asking py-spy (where installed) and the flight recorder for the ranks' stacks, "
+                         f"at most {spy.SPY_WAIT_S:.0f} s")
         self.behind = ranks.behind([(line, at) for _, at, line in self.beats.values()], self.clock())
         dumping = self.dumps is not None and bool(self.dumps.sizes) and not self.dumps.done()
+        spying = self.spy is not None and self.spy.proc is not None and not self.spy.done()
+        if self.spy is not None and self.spy.out is not None and not spying:
+            self._read_spy()
         if self.dumps is not None and self.dumps.sizes and not dumping and self.stacks is None:
             self._read_dumps()
         # by the dumps: a rank silent to the signal outweighs all but a heartbeat that stood still, and
@@ -120,16 +131,27 @@ class Watcher:
         if told is not None and (self.behind is None or told.frozen > self.behind.frozen
                                  or (not self.behind.frozen and told.why.startswith("outside any collective"))):
             self.behind = told
+        if self.behind is None and self.spy_behind is not None:
+            self.behind = self.spy_behind
         if self.behind is None and self.beats and not self.said_naming:
             self.said_naming = True
             self.log(f"watch: {found.worded()}: looking for the rank behind in the ranks' progress files "
                      f"(at most {NAME_WAIT_S:.0f} s)")
-        if self.clock() - self.pending[1] < NAME_WAIT_S and (dumping or (self.behind is None and self.beats)):
+        # py-spy is waited for while nothing else has named the rank behind (a node cut off never answers it)
+        if self.clock() - self.pending[1] < NAME_WAIT_S and (dumping or (self.behind is None
+                                                                        and (bool(self.beats) or spying))):
             return None
+        if spying and self.spy is not None:
+            self.spy.stop()
+            self._read_spy()
+            self.behind = self.behind or self.spy_behind
         if self.behind is not None and len(self.behind.ranks) == 1:
             mine = [d for d in self.stacks or [] if d.rank == self.behind.ranks[0] and d.frames]
             if mine:
                 self.behind = replace(self.behind, why=f"{self.behind.why}; its stack: {mine[0].top}")
+            seen = [d for d in self.spied or [] if d.rank == self.behind.ranks[0] and d.frames]
+            if seen and self.behind is not self.spy_behind:
+                self.behind = replace(self.behind, why=f"{self.behind.why}; py-spy: {seen[0].top}")
         self.found = self.pending[0]
         return self.found
 
@@ -145,6 +167,21 @@ class Watcher:
                    if any(d.collective for d in got) else "apart from where the others are, by the stack dumps")
             self.dump_behind = ranks.Behind(tuple(d.rank for d in late), tuple(sorted({d.host for d in late})), why,
                                             frozen=not late[0].frames)
+
+    def _read_spy(self) -> None:
+        """Log what the nodes said and py-spy's dumps; the ranks behind by them."""
+        assert self.spy is not None
+        for line in self.spy.lines():
+            self.log(f"watch: py-spy: {line}")
+        got = self.spied = self.spy.read()
+        if got:
+            self.log(f"watch: py-spy dumps: {stackdump.summary(got)}")
+        late = stackdump.behind(got)
+        if late and late[0].frames:
+            why = ("outside any collective while the others wait in one, by py-spy" if any(d.collective for d in got)
+                   else "apart from where the others are, by py-spy")
+            self.spy_behind = ranks.Behind(tuple(d.rank for d in late), tuple(sorted({d.host for d in late})),
+                                           f"{why}: {late[0].top}")
 
     def check(self) -> stall.Stall | None:
         """A stall of this attempt, found now (once), or None."""

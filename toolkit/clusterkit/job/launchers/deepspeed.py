@@ -67,7 +67,8 @@ def check_pdsh_env(env: Iterable[Any]) -> None:
 
 
 #: Values that expand at run time (job id, restart), so .deepspeed_env cannot hold them when rendered.
-RUN_TIME_ENV = ("NCCL_DEBUG_FILE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+RUN_TIME_ENV = ("NCCL_DEBUG_FILE", "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                "TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
 
 
 def pdsh_env_setup() -> tuple[str, ...]:

@@ -94,9 +94,9 @@ fi
 ck_fr_drop=()
 if [[ $ck_torch =~ ^([0-9]+)\.([0-9]+) ]]; then
   if (( BASH_REMATCH[1] > 2 || (BASH_REMATCH[1] == 2 && BASH_REMATCH[2] >= 7) )); then
-    ck_fr_drop=(TORCH_NCCL_TRACE_BUFFER_SIZE TORCH_NCCL_DEBUG_INFO_TEMP_FILE)
+    ck_fr_drop=(TORCH_NCCL_TRACE_BUFFER_SIZE TORCH_NCCL_DEBUG_INFO_TEMP_FILE TORCH_NCCL_DEBUG_INFO_PIPE_FILE)
   else
-    ck_fr_drop=(TORCH_FR_BUFFER_SIZE TORCH_FR_DUMP_TEMP_FILE)
+    ck_fr_drop=(TORCH_FR_BUFFER_SIZE TORCH_FR_DUMP_TEMP_FILE TORCH_FR_DEBUG_INFO_PIPE_FILE)
   fi
 fi
 for ck_name in "${ck_fr_drop[@]}"; do unset "$ck_name"; done
