@@ -43,6 +43,7 @@ def _rank(tmp: Path, how: str = "plain", rank: int = 1) -> subprocess.Popen[byte
     script = tmp / "rank.py"
     script.write_text(RANK_SCRIPT)
     ready = tmp / f"pid{rank}"
+    Path(f"{ready}.ready").unlink(missing_ok=True)   # an earlier process's mark must not pass for this one's
     p = subprocess.Popen([sys.executable, str(script), how, str(ready)], env=env)
     _until(lambda: Path(f"{ready}.ready").exists())
     return p
