@@ -143,3 +143,19 @@ def test_the_jobs_own_torchrun_log_flags_win(ck: Any, tmp_path: Path, own: list[
     job = (result.run_dir / "job.sbatch").read_text()
     assert "--tee 3" not in job and "--log-dir /" not in job and "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" not in job
     assert " ".join(own) in job
+
+
+def test_the_python_api_takes_debug_nodes(tmp_path: Path) -> None:
+    import clusterkit
+
+    s = clusterkit.Site.load(site(tmp_path))
+    with pytest.raises(clusterkit.InputError) as bad:
+        s.plan(["python", "t.py"], nodes=8, debug_nodes="gpu[1-")
+    assert bad.value.field == "debug_nodes"
+    with pytest.raises(clusterkit.PlanError) as refused:
+        s.plan(["python", "t.py"], nodes=8, debug=True).render(write=False)
+    assert refused.value.field == "debug" and "logs.debug_max_nodes (4)" in str(refused.value)
+    planned = s.plan(["python", "t.py"], nodes=8, debug_nodes=["gpu001", "gpu002"])
+    run = planned.render(write=False)
+    assert {v.name: v.value for v in run.plan.env}["NCCL_DEBUG"] == "INFO"
+    assert 'in gpu001|gpu002) ;; *) export NCCL_DEBUG=WARN;' in run.sbatch
