@@ -107,7 +107,7 @@ def one(ck: CK, site: Path, env: dict[str, str], work: Path, fault: str, spares:
             job = submit(ck, site, env, run_dir, spares, "--step-s", "0.5")
             wait_text(run_dir, "rank 0 saved step 6", 300)
             # the node rank 1 runs on: Slurm may place the job on other nodes than node[1-3]
-            m = re.search(r"^rank 1/\d+ on (node\d+) ", logs(run_dir), re.M)
+            m = re.search(r"^(?:\[rank1\]: )?rank 1/\d+ on (node\d+) ", logs(run_dir), re.M)   # torchrun's --tee prefix
             victim = m.group(1) if m else victim
             t_fault = time.monotonic()
             if fault == "down":

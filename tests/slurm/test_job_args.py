@@ -29,8 +29,10 @@ def test_srun_label_reaches_the_launch_step(cli: CK) -> None:
                "--", "python", "examples/allreduce.py")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"^ *srun .* --label \\$", (run_dir / "job.sbatch").read_text(), re.M)
-    # one log per node; srun prefixed each line with the task (one task per node: 0 and 1)
-    lines = re.findall(r"^ *(\d+): allreduce rank (\d)/2 on (\S+): sum=3 expected=3 ok$", _logs(run_dir), re.M)
+    # one log per node; srun prefixed each line with the task (one task per node: 0 and 1), after
+    # torchrun's --tee prefix of the rank
+    line = re.compile(r"^ *(\d+): \[rank\d\]: allreduce rank (\d)/2 on (\S+): sum=3 expected=3 ok$", re.M)
+    lines = line.findall(_logs(run_dir))
     assert sorted((task, rank) for task, rank, _host in lines) == [("0", "0"), ("1", "1")], _logs(run_dir)[-2000:]
     assert {host for *_, host in lines} == {"node1", "node2"}
 

@@ -22,7 +22,8 @@ from .conftest import CK, NODES, REPO
 pytest.importorskip("torch", reason="examples/allreduce.py needs torch (pip install torch, CPU build)")
 
 PROFILES = REPO / "tests" / "sshlab" / "profiles"
-RANK_LINE = re.compile(r"^allreduce rank (\d+)/(\d+) on (\S+): sum=(\d+) expected=(\d+) ok$", re.M)
+# torchrun's --tee prefixes each line with the rank ("[rank3]: "); srun's and deepspeed's ranks print bare
+RANK_LINE = re.compile(r"^(?:\[rank\d+\]: )?allreduce rank (\d+)/(\d+) on (\S+): sum=(\d+) expected=(\d+) ok$", re.M)
 
 
 def _site(tmp_path: Path) -> Path:

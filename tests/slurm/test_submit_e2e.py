@@ -20,7 +20,8 @@ from .conftest import CK
 
 pytest.importorskip("torch", reason="examples/allreduce.py needs torch (pip install torch, CPU build)")
 
-RANK_LINE = re.compile(r"^allreduce rank (\d+)/(\d+) on (\S+): sum=(\d+) expected=(\d+) ok$", re.M)
+# torchrun's --tee prefixes each line with the rank ("[rank3]: "); srun's and deepspeed's ranks print bare
+RANK_LINE = re.compile(r"^(?:\[rank\d+\]: )?allreduce rank (\d+)/(\d+) on (\S+): sum=(\d+) expected=(\d+) ok$", re.M)
 
 
 def _submitted_id(out: str) -> str:
@@ -57,6 +58,14 @@ def test_torchrun_on_four_nodes_rendezvous_and_allreduce(cli: CK) -> None:
     for _, _, host, _, _ in _rank_lines(run_dir):
         per_node[host] = per_node.get(host, 0) + 1
     assert per_node == {f"node{i}": 8 for i in range(1, 5)}
+    # torchrun --tee: each rank's line on its node's log prefixed with its global rank, and in its
+    # own file, in the run's logs per job, restart and node
+    logs = "".join(p.read_text() for p in (run_dir / "logs").glob("*.out"))
+    prefixed = re.findall(r"^\[rank(\d+)\]: allreduce rank (\d+)/32 ", logs, re.M)
+    assert len(prefixed) == 32 and all(a == b for a, b in prefixed), logs[-2000:]
+    kept = sorted((run_dir / "logs" / f"torchrun-{job}.r0").glob("node*/*/attempt_0/*/stdout.log"))
+    assert sorted({p.parts[-5] for p in kept}) == [f"node{i}" for i in range(1, 5)] and len(kept) == 32, kept
+    assert all(re.match(r"allreduce rank \d+/32 on node\d", p.read_text()) for p in kept)
     # one truth: Slurm holds exactly the rendered job.sbatch, byte for byte
     held = cli.bed.run("scontrol", "write", "batch_script", job, "-").stdout
     assert held == (run_dir / "job.sbatch").read_text()

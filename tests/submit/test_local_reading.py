@@ -1,8 +1,10 @@
 """Reading a local job's results: a failed --wait ends with doctor's cause (the exception, not
-torchrun's error_file boilerplate) and the doctor command; logs --rank keeps one rank's lines."""
+torchrun's error_file boilerplate) and the doctor command; logs --rank keeps one rank's lines, which
+torchrun's --tee prefixed with the global rank, and its per-rank files are kept per job and restart."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from tests.submit.conftest import submitted_job_id
 # loaded machine is stopped before it prints (the test then has no line of it to filter).
 BAD = """import os, pathlib, time
 rank = os.environ["RANK"]
-print(f"[rank{rank}]: step 1", flush=True)
+print(f"step 1 of rank {rank}", flush=True)
 marks = pathlib.Path(MARKS)
 (marks / rank).touch()
 end = time.monotonic() + 300
@@ -32,7 +34,6 @@ def test_a_failed_wait_names_the_exception_and_doctor_and_logs_filter_by_rank(lo
     pytest.importorskip("torch")  # torchrun is the local site's launcher
     marks = tmp_path / "printed"
     marks.mkdir()
-    # each rank prefixes its line as torchrun's --tee does: [rankN]:
     (tmp_path / "bad.py").write_text(BAD.replace("MARKS", repr(str(marks))))
     proc = local_ck("submit", "--site", "local", "--gpus-per-node", "2", "--", "python", "bad.py", cwd=tmp_path)
     job = submitted_job_id(proc.out)
@@ -45,9 +46,16 @@ def test_a_failed_wait_names_the_exception_and_doctor_and_logs_filter_by_rank(lo
     one = local_ck("logs", job, "--rank", "1", cwd=tmp_path)
     assert one.code == 0, one.err
     kept = [ln for ln in one.out.splitlines() if not ln.startswith("==> ")]
-    assert kept == ["[rank1]: step 1"], one.out
+    # torchrun prefixed every line of rank 1 (its traceback too) with the global rank: no other rank's line
+    assert "[rank1]: step 1 of rank 1" in kept and all(ln.startswith("[rank1]: ") for ln in kept), one.out
+    assert any("KeyError: 'missing_key'" in ln for ln in kept), one.out
     both = local_ck("logs", job, cwd=tmp_path).out
-    assert "[rank0]: step 1" in both and "[rank1]: step 1" in both
+    assert "[rank0]: step 1 of rank 0" in both and "[rank1]: step 1 of rank 1" in both
+    # and torchrun's own files, one folder per job and restart, node, launch, attempt and local rank
+    run_dir = Path(json.loads(local_ck("status", job, "--json", cwd=tmp_path).out)["run_dir"])
+    kept_files = sorted((run_dir / "logs" / f"torchrun-{job}.r0").glob("*/*/attempt_0/*/stdout.log"))
+    assert [p.parent.name for p in kept_files] == ["0", "1"], kept_files
+    assert [p.read_text() for p in kept_files] == ["step 1 of rank 0\n", "step 1 of rank 1\n"]
 
 
 def test_a_log_file_named_for_a_node_or_rank_is_kept_whole_or_left_out() -> None:

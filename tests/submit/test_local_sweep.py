@@ -39,7 +39,8 @@ def test_a_sweep_runs_on_the_local_site_task_after_task(local_ck: CLI, tmp_path:
                     cwd=tmp_path)
     job = submitted_job_id(proc.out)
     assert "  task 3: lr=bad seed=2" in proc.out
-    ran = [line for line in proc.out.splitlines() if line.startswith("task ")]
+    # torchrun's --tee prefixes each line of the one rank with its global rank
+    ran = [line.removeprefix("[rank0]: ") for line in proc.out.splitlines() if line.startswith("[rank0]: task ")]
     assert ran == ["task 0 lr 0.1 seed 1 sw-0", "task 1 lr 0.1 seed 2 sw-1", "task 2 lr bad seed 1 sw-2",
                    "task 3 lr bad seed 2 sw-3"], proc.out
     # every task ran; the job's status is its first failed task's (torchrun's: 1 when a worker failed)

@@ -19,7 +19,8 @@ StrPath = str | os.PathLike[str]
 #: or, for settings, any value), "path", "paths", "bool"
 SHAPES: dict[str, tuple[str, ...]] = {
     "job_name": ("text",), "exclude": ("text", "words"), "settings": ("anymap",), "debug": ("bool",),
-    "env": ("map", "words"), "env_file": ("path", "paths"), "setup": ("words",), "node_setup": ("words",),
+    "debug_nodes": ("text", "words"), "env": ("map", "words"), "env_file": ("path", "paths"), "setup": ("words",),
+    "node_setup": ("words",),
     "teardown": ("words",), "srun_args": ("words",), "launcher_args": ("words",), "modules": ("words",),
     "sbatch": ("map", "words"), "sweep": ("words",), "snapshot": ("bool",), "code": ("path",),
 }

@@ -30,7 +30,7 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
                 sbatch: Mapping[str, str | bool | None] | Sequence[str] | None = None,
                 run_name: str | None = None, array: str | None = None,
                 sweep: Sequence[str] | None = None, snapshot: bool | None = None,
-                code: StrPath | None = None) -> JobRequest:
+                code: StrPath | None = None, debug_nodes: str | Sequence[str] | None = None) -> JobRequest:
     """The :class:`~clusterkit.job.plan.JobRequest` for :meth:`Site.plan`'s arguments (the CLI's
     job options build theirs here too), every input checked and named by its field.
 
@@ -46,7 +46,8 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
     ``array`` (Slurm's ``--array`` syntax, ``"0-15%4"``) and ``sweep`` (``["lr=0.1,0.01", "seed=1,2"]``:
     the cartesian product is the array) make a job array (:mod:`clusterkit.job.array`).
     ``snapshot=False`` runs the job in the live tree rather than a snapshot of the code taken now;
-    ``code`` snapshots that directory rather than the working tree (:mod:`clusterkit.codesnap`)."""
+    ``code`` snapshots that directory rather than the working tree (:mod:`clusterkit.codesnap`).
+    ``debug_nodes`` (a host list) turns ``debug`` on for those nodes alone (:mod:`clusterkit.job.debuglogs`)."""
     inputs.check(command, locals())   # the parameters alone: each of its shape, all text UTF-8
     from clusterkit import hostlist
     from clusterkit.vocab import LAUNCHER_NAME, LAUNCHERS, STAGE_NAMES
@@ -74,6 +75,12 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
             excluded = tuple(hostlist.expand(exclude if isinstance(exclude, str) else ",".join(exclude)))
         except hostlist.HostlistError as exc:
             raise InputError(str(exc), field="exclude") from None
+    debugged: tuple[str, ...] = ()
+    if debug_nodes:
+        try:
+            debugged = tuple(hostlist.expand(debug_nodes if isinstance(debug_nodes, str) else ",".join(debug_nodes)))
+        except hostlist.HostlistError as exc:
+            raise InputError(str(exc), field="debug_nodes") from None
     values = dict(settings or {})
     settings_mod.build(values)  # every problem now, each at settings.<key>
     if stage is None:
@@ -97,6 +104,7 @@ def job_request(command: Sequence[str], *, stage: str | None = None, launcher: s
         if not isinstance(run_name, str) or not RUN_NAME.fullmatch(run_name):
             raise InputError(RUN_NAME_RULE, field="run_name", value=repr(str(run_name)[:80]))
     return JobRequest(stage=stage, command=words, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
-                      job_name=job_name, settings=values, debug=debug, exclude=excluded, job=job,
+                      job_name=job_name, settings=values, debug=debug or bool(debugged), debug_nodes=debugged,
+                      exclude=excluded, job=job,
                       run_name=run_name, array=arrays.request(array, inputs.words("sweep", sweep)),
                       snapshot=snapshot, code_dir=None if code is None else os.fspath(code))

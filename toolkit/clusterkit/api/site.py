@@ -52,6 +52,7 @@ class JobArgs(TypedDict, total=False):
     sweep: Sequence[str] | None       # a sweep: KEY=V1,V2 items, their product the array
     snapshot: bool | None             # False: run the live tree, no code snapshot (--no-snapshot)
     code: StrPath | None              # snapshot this directory rather than the working tree (--code)
+    debug_nodes: str | Sequence[str] | None   # --debug only on these nodes (a host list; turns debug on)
 
 
 class Site:

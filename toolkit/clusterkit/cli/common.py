@@ -109,7 +109,10 @@ def job_options(f: F) -> F:
         click.option("--exclude", default=None, metavar="NODESET",
                      help="Nodes to keep out of the job, e.g. gpu[003,017]."),
         click.option("--debug", is_flag=True,
-                     help="NCCL debug logging (INFO, INIT/NET subsystems, one file per host)."),
+                     help="NCCL debug logging (INFO, INIT/NET subsystems, one file per process)."),
+        click.option("--debug-nodes", "debug_nodes", default=None, metavar="NODESET",
+                     help="NCCL debug logging on these nodes only, e.g. gpu[003,017] (implies --debug; needed "
+                          "above the site's logs.debug_max_nodes)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
         *job_setup_options(),
         *array_options(),
@@ -175,7 +178,7 @@ def array_options() -> list[Callable[[F], F]]:
 def job_setup_args(given: dict[str, Any]) -> dict[str, Any]:
     """The job setup options among a command's keyword arguments, empty ones dropped."""
     names = ("env", "env_file", "setup", "node_setup", "teardown", "venv", "conda", "modules", "srun_args",
-             "launcher_args", "sbatch", "run_name", "snapshot", "code")
+             "launcher_args", "sbatch", "run_name", "snapshot", "code", "debug_nodes")
     return {k: given[k] for k in names if given.get(k) not in (None, ())}
 
 

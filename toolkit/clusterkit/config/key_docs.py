@@ -25,6 +25,7 @@ KEY_DOCS: dict[str, str] = {
     "Site.perf": "what `preflight --perf` measures and what a node must reach",
     "Site.node_history": "when the nodes that keep failing in your jobs (`clusterkit nodes`) are kept out of new jobs",
     "Site.watch": "when the job's supervisor calls a run stalled, and the process-group timeouts the job exports",
+    "Site.logs": "where a large job's per-process files go: --debug's node limit, the node-local directory",
     "Site.code": "the snapshot of the code each job runs in (taken at submit time): on or off, and its limits",
     "Site.login": "the cluster's login node, for submitting from a laptop over SSH (host, user, port, jump host)",
     "Site.cost": "price per GPU hour, for `clusterkit plan`'s cost figures",

@@ -21,6 +21,7 @@ from clusterkit.config.code_keys import CodeKeys
 from clusterkit.config.history_keys import NodeHistoryKeys
 from clusterkit.config.jobs import JobSection, Scheduler, StageOverride
 from clusterkit.config.launcher_keys import DeclaredLauncher, check_launchers
+from clusterkit.config.log_keys import LogKeys
 from clusterkit.config.login_keys import LoginKeys
 from clusterkit.config.machine import SSH, Network, Nodes, RoCE, Storage
 from clusterkit.config.model import _Model
@@ -66,6 +67,7 @@ class Site(_Model):
     perf: Perf = Field(default_factory=Perf)
     node_history: NodeHistoryKeys = Field(default_factory=NodeHistoryKeys)
     watch: WatchKeys = Field(default_factory=WatchKeys)
+    logs: LogKeys = Field(default_factory=LogKeys)
     code: CodeKeys = Field(default_factory=CodeKeys)
     login: LoginKeys | None = None
     cost: Cost | None = None

@@ -33,7 +33,8 @@ _MONTHS = {m: i for i, m in enumerate(
 _ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T _](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
 # torch's C++ logs (c10) write "[E1201 09:24:07.123456789 ProcessGroupNCCL.cpp:616]", its Python ones
 # "E1201 09:24:07.123000 5069 .../api.py:1002]"
-_GLOG = re.compile(r"^(?:\[(?:rank|default)\d+\]:)?\[?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})[ \]]")
+# torchrun's --tee prefix may stand before torch's own: "[rank0]: [rank0]:[E1201 ..."
+_GLOG = re.compile(r"^(?:\[(?:rank|default)\d+\]: ?)*\[?[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{1,9})[ \]]")
 _SYSLOG = re.compile(r"^(?:\[\w{3} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?: (\d{4})\])?")
 # what may stand before torchrun's prefix: the user's own timestamp ("2025-10-04T15:16:15.735Z [rank0]:")
 # or pdsh's / srun --label's host ("node3: [rank2]:")
@@ -63,7 +64,8 @@ _CANCEL_NODE = re.compile(r"\*\*\* (?:JOB|STEP) \S+ ON ([A-Za-z0-9][\w.-]*) CANC
 _SYSLOG_HOST = re.compile(r"(?:^|: )[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d ([A-Za-z0-9][\w.-]*) kernel:")
 _SRUN_NODE = re.compile(r"(?:srun|salloc|sbatch): error: (?:Node failure on )?([A-Za-z0-9][\w.-]*)(?:: task|$)")
 _STEPD_NODE = re.compile(r"slurmstepd-([A-Za-z0-9][\w.-]*): ")
-_PREFIX = re.compile(_LEAD + r"\[(?:rank|default)\d+\]:")
+# one prefix, or torchrun's --tee prefix before torch's own ("[rank0]: [rank0]: KeyError: 'lr'")
+_PREFIX = re.compile(_LEAD + r"\[(?:rank|default)\d+\]:(?: ?\[(?:rank|default)\d+\]:)*")
 
 
 @dataclass(frozen=True)
@@ -168,7 +170,8 @@ def _unquote(line: str) -> str:
 
 
 def strip_prefix(line: str) -> str:
-    """The line without torchrun's ``[rankN]:`` / ``[defaultN]:`` prefix."""
+    """The line without torchrun's ``[rankN]:`` / ``[defaultN]:`` prefix (both, where ``--tee``'s
+    stands before torch's own)."""
     return _PREFIX.sub("", line, count=1)
 
 

@@ -31,6 +31,8 @@ from clusterkit.diagnose.evidence import make as _verdict
 from clusterkit.diagnose.evidence import rank_words
 from clusterkit.diagnose.reader import FileScan, Finding, RootCause, TaskExit
 
+_INNER_PREFIX = re.compile(r"^ ?\[(?:rank|default)\d{1,9}\]:")
+
 # Slurm states that are themselves the answer, strongest first
 _SLURM_STATES = {"NODE_FAIL": "slurm-node-failure", "BOOT_FAIL": "slurm-node-failure", "PREEMPTED": "slurm-preempted",
                  "TIMEOUT": "slurm-time-limit", "DEADLINE": "slurm-time-limit", "OUT_OF_MEMORY": "host-oom"}
@@ -204,7 +206,8 @@ def _first_failure(att: Attempt) -> dict[str, Any] | None:
     if root is not None:
         evidence.append(f"{root.path}:{root.lineno}: torchrun root cause: rank {root.rank} on {root.node}, "
                         f"exit code {root.exitcode}")
-    summary = f"{catalogue.SUMMARIES[lead.category]}: {lead.text.split(']:', 1)[-1].strip()[:160]}"
+    said = _INNER_PREFIX.sub("", lead.text.split("]:", 1)[-1]).strip()   # torch's own prefix under --tee's
+    summary = f"{catalogue.SUMMARIES[lead.category]}: {said[:160]}"
     if rank is None and lead.group_rank is not None:
         summary += f" ({rank_words(lead)})"
     return _verdict(lead.category, lead, evidence, node=node, rank=rank, summary=summary)

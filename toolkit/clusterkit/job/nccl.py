@@ -151,8 +151,10 @@ def fr_pairs(env: list[EnvVar]) -> list[tuple[str, str]]:
 
 
 def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
-           omp_threads: int | None = None, container: bool = False) -> list[EnvVar]:
-    """The env our policy sets for this site and stage, before site overrides."""
+           omp_threads: int | None = None, container: bool = False,
+           debug_nodes: tuple[str, ...] = ()) -> list[EnvVar]:
+    """The env our policy sets for this site and stage, before site overrides (``debug_nodes``:
+    the nodes that keep ``--debug``'s values, :mod:`clusterkit.job.debuglogs`)."""
     env: list[EnvVar] = []
 
     def add(name: str, value: str, reason: str, ref: str, source: Source = "policy",
@@ -160,7 +162,13 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
         env.append(EnvVar(name, value, source, reason, ref=ref, shell=shell))
 
     if debug:
-        add("NCCL_DEBUG", "INFO", "--debug: log NCCL init, transport selection and the values NCCL read",
+        only = ""
+        if debug_nodes:
+            from clusterkit.hostlist import fold
+
+            only = (f" (on {fold(debug_nodes)} only, --debug-nodes: every other node sets WARN and writes no file "
+                    "before its launcher starts)")
+        add("NCCL_DEBUG", "INFO", "--debug: log NCCL init, transport selection and the values NCCL read" + only,
             NCCL_ENV_DOC, "debug")
         add("NCCL_DEBUG_SUBSYS", DEBUG_SUBSYS,
             "--debug: init, bootstrap, the 'set by environment' lines, network and topology; setting it replaces "
@@ -307,13 +315,14 @@ def _cross_nic(add: Callable[..., None], site: Site) -> None:
 
 def resolve(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
             extra: list[EnvVar] | None = None, omp_threads: int | None = None,
-            job: list[tuple[str, str, str]] | None = None, container: bool = False) -> list[EnvVar]:
+            job: list[tuple[str, str, str]] | None = None, container: bool = False,
+            debug_nodes: tuple[str, ...] = ()) -> list[EnvVar]:
     """Policy (+ launcher extras), then the site's ``nccl.env`` overrides, then the job's own
     environment (``job``: name, value, where it was given: site ``job.env``, ``--env``), which
     wins over both: an ``NCCL_*`` a job sets is the one it gets."""
     merged: dict[str, EnvVar] = {}
     for var in policy(site, stage, debug=debug, run_dir=run_dir, omp_threads=omp_threads,
-                      container=container) + list(extra or []):
+                      container=container, debug_nodes=debug_nodes) + list(extra or []):
         merged[var.name] = var
     for name, value in site.nccl.env.items():
         old = merged.get(name)

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from clusterkit import __version__
 from clusterkit.config.schema import Container, Site
 from clusterkit.job import array as arrays
-from clusterkit.job import goodput, import_storm, jobenv, launchers, nccl, stages, torch_version
+from clusterkit.job import debuglogs, goodput, import_storm, jobenv, launchers, nccl, stages, torch_version
 from clusterkit.job.code import CodeSnapshot
 from clusterkit.job.directives import _sbatch, array_plan, cpu_share
 from clusterkit.job.launchers import Context, Launch
@@ -181,7 +181,8 @@ def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool
     ctx = Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=r.settings,
                   stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(), run_dir=request.run_dir,
                   container=use_container, inputs=request.inputs, launcher_args=r.job.launcher_args,
-                  array=request.array is not None, torch_version=torch_version.installed(r.job.venv or r.job.conda))
+                  array=request.array is not None, torch_version=torch_version.installed(r.job.venv or r.job.conda),
+                  rank_logs=debuglogs.rank_logs(site, request.run_dir, nnodes))
     return _with_hosts(ctx, _candidates(site, exclude, nnodes, spares))
 
 
@@ -201,8 +202,10 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     _check_not_launched_twice(launch, request.command)
     _check_preemption(site, launch, spec, time, max_restarts, r.sources.get("max_restarts") == "flag")
     _check_long_run(site, r, spec)
+    debuglogs.check(site, nnodes, request.debug, request.debug_nodes, launch.mode != "once")
     cpus, omp = cpu_share(site, s, gpn, launch)
-    env = nccl.resolve(site, spec.name, debug=request.debug, run_dir=request.run_dir, extra=list(launch.env),
+    env = nccl.resolve(site, spec.name, debug=request.debug, debug_nodes=request.debug_nodes,
+                       run_dir=request.run_dir, extra=list(launch.env),
                        omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],
                        container=use_container)
     warnings += nccl.plan_warnings(site, env) + jobenv.literal_dollars(r.job.env)

@@ -81,6 +81,8 @@ class JobRequest:
     job_name: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict)
     debug: bool = False
+    # --debug-nodes: the nodes whose ranks log NCCL INFO (empty: every node, when debug)
+    debug_nodes: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
     run_dir: str = "."
     # files the command names that the plan checks (read on the submit host by the pipeline):

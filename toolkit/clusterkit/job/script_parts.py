@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from clusterkit.errors import PlanError
 from clusterkit.job import array as arrays
-from clusterkit.job import gpubind, image, jobenv
+from clusterkit.job import debuglogs, gpubind, image, jobenv
 from clusterkit.job.launchers import Sh, Word, placeholders, shell_join
 from clusterkit.job.nccl import EnvVar
 from clusterkit.job.plan import Plan
@@ -95,8 +95,9 @@ def container_env(plan: Plan) -> list[tuple[str, str]]:
 
 def launch_body(plan: Plan) -> str:
     """The per-node (or per-task) shell body; runtime variables stay escaped for each node."""
-    return (activation(plan) + node_env(plan) + probe_call(plan) + placeholders.body_head(plan.launch.command)
-            + _launch_body(plan))
+    debugged = plan.basis.resolved.request.debug_nodes if plan.slurm else ()   # a local site: its one node
+    return (activation(plan) + node_env(plan) + debuglogs.node_filter(debugged)
+            + probe_call(plan) + placeholders.body_head(plan.launch.command) + _launch_body(plan))
 
 
 #: The run directory's script that detects the ranks' torch and NCCL (templates/nccl-probe.sh.j2).

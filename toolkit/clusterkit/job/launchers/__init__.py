@@ -84,6 +84,9 @@ class Context:
     launcher_args: tuple[str, ...] = ()   # --launcher-arg words (checked by the plan), after the launcher's own
     array: bool = False                   # a job array (--array/--sweep): {ck:array_index} has a value
     torch_version: str | None = None      # the torch of the job's --venv/--conda, where the submit host can read it
+    # where a launcher that keeps per-rank log files writes them (torchrun's --log-dir), with {ck:NAME}
+    # values: the run's logs, or a node-local folder above the site's logs.debug_max_nodes (job/debuglogs.py)
+    rank_logs: str = ""
 
     @property
     def world_size(self) -> int:

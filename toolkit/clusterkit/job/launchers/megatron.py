@@ -11,7 +11,7 @@ from clusterkit.errors import PlanError
 from clusterkit.job.launchers import Context, Launch, given, split_python
 from clusterkit.job.launchers.torch_floor import floor_note
 from clusterkit.job.launchers.torchrun import OWNED_ARGS as OWNED_ARGS
-from clusterkit.job.launchers.torchrun import torchrun_words
+from clusterkit.job.launchers.torchrun import prefix_env, torchrun_words
 from clusterkit.job.nccl import EnvVar
 
 _FLAGS = {"tp": "--tensor-model-parallel-size", "pp": "--pipeline-model-parallel-size",
@@ -86,5 +86,5 @@ def build(ctx: Context) -> Launch:
     notes = (f"tensor {sizes['tp']} x pipeline {sizes['pp']} x context {sizes['cp']} x data {dp} = world {world}",)
     chosen = given.megatron(py.args, "precision" in s.model_fields_set, batch["micro"], batch["global"], dp,
                             batch_by_args)
-    return Launch("megatron", "per_node", tuple(torchrun_words(ctx, py)), tuple(args), env=env,
+    return Launch("megatron", "per_node", tuple(torchrun_words(ctx, py)), tuple(args), env=env + prefix_env(ctx),
                   notes=notes + floor_note(ctx), given=chosen)

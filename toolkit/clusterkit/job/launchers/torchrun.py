@@ -18,6 +18,18 @@ worker while its link was down (the gloo timeout), srun never heard of that task
 step never ended; under c10d the node's agent ends only once it hears from the store again.
 
 torchrun's own ``--max-restarts`` is no part of this: a relaunch is clusterkit's (a whole step).
+
+Each rank's output: ``--tee 3`` keeps both streams of every rank in a file and on the console, each
+console line prefixed ``[rank<N>]: `` with the global rank (``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``,
+which torchrun reads since PyTorch PR #112357 (2023; torch 2.14's ``torch/distributed/run.py`` documents
+it); an older torchrun ignores it and prefixes ``[default<local rank>]:``), so
+the node's log says which rank wrote each line and ``clusterkit logs --rank`` finds them.  The files
+go to ``--log-dir``, one folder per job and restart (``Context.rank_logs``: the run's logs, or
+node-local above the site's ``logs.debug_max_nodes``, where 16,384 ranks' folders would be created
+at once in one directory of the shared file system); torchrun makes a new folder under it for each
+launch, so a relaunch inside the allocation never writes over the one before.  A job that gives
+torchrun's ``--tee``, ``--redirects`` or ``--log-dir`` itself (``--launcher-arg``) keeps its own:
+clusterkit then sets none of them, nor the prefix.
 """
 
 from __future__ import annotations
@@ -34,9 +46,14 @@ from clusterkit.job.launchers import (
     split_python,
 )
 from clusterkit.job.launchers.torch_floor import floor_note
+from clusterkit.job.nccl import EnvVar
 
 _COUNTS = "--nodes and --gpus-per-node (or the stage)"
 _RDZV = "clusterkit (the rendezvous at the head of the job's hosts, on the job's port)"
+#: torchrun's flags for its per-rank logs: a job that gives one of its own (--launcher-arg) keeps its choice
+LOG_FLAGS = ("--tee", "-t", "--log-dir", "--log_dir", "--redirects", "-r")
+#: torchrun's prefix for each console line of a tee'd rank: the global rank, as torch's own ``[rank3]:``
+PREFIX_TEMPLATE = "[rank${rank}]: "
 #: torchrun flags clusterkit writes (``--launcher-arg`` refuses them), and what sets them instead.
 OWNED_ARGS = {
     "--nnodes": _COUNTS, "--nproc-per-node": _COUNTS, "--standalone": _RDZV, "--rdzv-backend": _RDZV,
@@ -65,6 +82,8 @@ def torchrun_words(ctx: Context, py: PyCommand) -> list[Word]:
         # (CK_PORT, below it) keeps two jobs on one node apart and is known before start
         words += ["--nnodes", "1", "--nproc-per-node", str(ctx.gpus_per_node),
                   "--master-addr", "127.0.0.1", "--master-port", Sh('"$CK_PORT"')]
+    if own_logs(ctx):
+        words += ["--tee", "3", "--log-dir", ctx.rank_logs]
     if not py.is_python:
         words.append("--no-python")   # the command is an executable, not a python script
     elif py.module:
@@ -72,9 +91,27 @@ def torchrun_words(ctx: Context, py: PyCommand) -> list[Word]:
     return words
 
 
+def own_logs(ctx: Context) -> bool:
+    """Whether clusterkit sets torchrun's per-rank logs: not where the job's --launcher-arg sets them."""
+    given = any(w == f or w.startswith(f + "=") or (len(f) == 2 and w.startswith(f) and len(w) > 2)
+                for w in ctx.launcher_args for f in LOG_FLAGS)
+    return bool(ctx.rank_logs) and not given
+
+
+def prefix_env(ctx: Context) -> tuple[EnvVar, ...]:
+    """The rank prefix of each tee'd console line (none where clusterkit does not set torchrun's logs)."""
+    if not own_logs(ctx):
+        return ()
+    return (EnvVar("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", PREFIX_TEMPLATE, "launcher",
+                   "torchrun --tee prefixes each rank's console lines with its global rank (an older torchrun, "
+                   "before PyTorch PR #112357 (2023), ignores it: [default<local rank>]:), so each line of a "
+                   "node's log names its rank",
+                   ref="torch/distributed/run.py (--tee, log_line_prefix_template)"),)
+
+
 def build(ctx: Context) -> Launch:
     py = split_python(ctx.command, "torchrun")
-    env = for_script(ctx, "torchrun", "strategy", "micro_batch")
+    env = for_script(ctx, "torchrun", "strategy", "micro_batch") + prefix_env(ctx)
     if "strategy" in ctx.settings.model_fields_set:
         notes: tuple[str, ...] = (f"strategy {ctx.settings.strategy}: passed to the training script as CK_STRATEGY, "
                                   "which builds DDP or FSDP; the launch is the same",)

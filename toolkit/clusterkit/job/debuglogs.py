@@ -1,0 +1,65 @@
+"""Per-process logs at scale: which nodes write ``--debug``'s NCCL INFO files, and where a
+launcher keeps its per-rank log files (docs/jobs.md, "Logs at thousands of ranks"; the site keys:
+:mod:`clusterkit.config.log_keys`).
+
+``--debug`` sets ``NCCL_DEBUG=INFO`` and an ``NCCL_DEBUG_FILE`` per process in the run's logs.  At
+2,048 nodes of 8 GPUs that is 16,384 files created at once in one directory of the shared file
+system.  Above the site's ``logs.debug_max_nodes`` the job must name the nodes to debug
+(``--debug-nodes NODESET``, at most that many); each node's launch body then keeps INFO and its
+file only where its Slurm node name is one of them, and sets ``NCCL_DEBUG=WARN`` (no file:
+warnings go to the rank's output) everywhere else.  Pure.
+"""
+
+from __future__ import annotations
+
+from clusterkit.config.schema import Site
+from clusterkit.errors import PlanError
+from clusterkit.job.templating import shell_quote
+
+FIELD = "debug_nodes"
+
+
+def check(site: Site, nnodes: int, debug: bool, nodes: tuple[str, ...], per_node: bool) -> None:
+    """Refuse ``--debug`` above the site's node limit without ``--debug-nodes``, and a
+    ``--debug-nodes`` that names nodes the site lacks, more than the limit, or that the launcher
+    cannot honour (one that starts every rank itself from the batch host: ``per_node`` False)."""
+    limit = site.logs.debug_max_nodes
+    if not nodes:
+        if debug and nnodes > limit:
+            raise PlanError(f"on {nnodes} nodes writes an NCCL file per process into one directory, above the "
+                            f"site's logs.debug_max_nodes ({limit}): name the nodes to debug with --debug-nodes "
+                            f"NODESET (at most {limit})", field="debug", sep=" ")
+        return
+    known = set(site.nodes.hosts)
+    unknown = [h for h in nodes if h not in known]
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+        raise PlanError(f"{shown}: not in {site.name}'s nodelist {site.nodes.nodelist}", field=FIELD)
+    if len(nodes) > limit:
+        raise PlanError(f"names {len(nodes)} nodes, more than the site's logs.debug_max_nodes ({limit})",
+                        field=FIELD, sep=" ")
+    if not per_node and nnodes > 1:
+        raise PlanError("this launcher starts every node's ranks itself from the batch host, so a node cannot "
+                        "keep debug logging for itself: use --debug on fewer nodes, or a launcher started on "
+                        "each node (torchrun, srun, accelerate)", field=FIELD)
+
+
+def node_filter(nodes: tuple[str, ...]) -> str:
+    """The launch body's words (each node, for itself) that turn NCCL debug logging back to WARN,
+    without a file, unless the node is one of ``nodes``; empty without ``--debug-nodes``."""
+    if not nodes:
+        return ""
+    names = "|".join(shell_quote(h) for h in nodes)
+    return (f'case "${{SLURMD_NODENAME:-$(hostname -s)}}" in {names}) ;; '
+            "*) export NCCL_DEBUG=WARN; unset NCCL_DEBUG_FILE NCCL_DEBUG_SUBSYS;; esac; ")
+
+
+def rank_logs(site: Site, run_dir: str, nnodes: int) -> str:
+    """Where torchrun keeps each rank's log files (``--log-dir``), one folder per job and restart:
+    ``<run>/logs/torchrun-<job>.r<restart>/<node>`` up to the site's ``logs.debug_max_nodes``, else
+    ``<logs.node_local_dir>/clusterkit-<job>.r<restart>`` on each node's own disk.  ``{ck:NAME}``
+    values (:mod:`clusterkit.job.launchers.placeholders`): each node expands them for itself."""
+    tail = "{ck:job_id}.r{ck:restart}"
+    if nnodes > site.logs.debug_max_nodes:
+        return f"{site.logs.node_local_dir.rstrip('/')}/clusterkit-{tail}"
+    return f"{run_dir.rstrip('/') or '.'}/logs/torchrun-{tail}/{{ck:node_name}}"
