@@ -5,8 +5,8 @@ node2, node4) and restarted without it after, so every other test keeps the defa
 A 2-node job with ``network.topology: {plugin: tree, max_switches: 1}`` gets both nodes under
 one switch (Slurm alone would give node1 and node2, the lowest-numbered idle nodes), and a
 4-node job's hosts come in switch order (node1, node3, node2, node4), each read from what the
-job itself wrote.  On Slurm 24.05+ (``testbed.sh --slurm 24.11``) the same with topology/block
-and ``--segment=2`` (blocks b1 = node1, node3; b2 = node2, node4); skipped on 22.05.
+job itself wrote.  topology/block with ``--segment`` (Slurm 24.05+) is test_topology_block.py's:
+each module restarts slurmctld once with its own plugin and restores it after.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import yaml
 from .conftest import CK, REPO, Testbed
 
 TOPOLOGY = "SwitchName=leaf1 Nodes=node[1,3]\nSwitchName=leaf2 Nodes=node[2,4]\nSwitchName=spine Switches=leaf[1-2]\n"
-BLOCKS = "BlockName=b1 Nodes=node[1,3]\nBlockName=b2 Nodes=node[2,4]\nBlockSizes=2\n"
 RECORD = 'printf "%s\\n" "$CK_NODELIST" > "$CK_RUN_DIR/hosts"'
 
 
@@ -60,20 +59,6 @@ def tree(testbed: Testbed) -> Iterator[Testbed]:
         yield bed
 
 
-def _slurm_version(testbed: Testbed) -> tuple[int, int]:
-    m = re.search(r"(\d+)\.(\d+)", testbed.run("scontrol", "--version").stdout)
-    assert m
-    return int(m.group(1)), int(m.group(2))
-
-
-@pytest.fixture(scope="module")
-def block(testbed: Testbed) -> Iterator[Testbed]:
-    if _slurm_version(testbed) < (24, 5):
-        pytest.skip("topology/block with --segment needs Slurm 24.05+ (tests/slurm/testbed.sh --slurm 24.11)")
-    with _restarted_with(testbed, "block", BLOCKS) as bed:
-        yield bed
-
-
 def _site(tmp_path: Path, topo: dict[str, object]) -> Path:
     data = yaml.safe_load((REPO / "site_configs" / "testbed.yaml").read_text())
     data["name"] = "testbed-tree"
@@ -104,10 +89,3 @@ def test_a_two_node_job_is_placed_under_one_switch(cli: CK, tree: Testbed, tmp_p
 def test_the_hosts_come_in_switch_order_head_first(cli: CK, tree: Testbed, tmp_path: Path) -> None:
     hosts = _hosts(cli, tmp_path, 4, {"plugin": "tree", "max_switches": 2})
     assert hosts == ["node1", "node3", "node2", "node4"]
-
-
-def test_block_segments_each_inside_one_block(cli: CK, block: Testbed, tmp_path: Path) -> None:
-    hosts = _hosts(cli, tmp_path, 4, {"plugin": "block", "segment": 2})
-    assert hosts == ["node1", "node3", "node2", "node4"]
-    two = _hosts(cli, tmp_path, 2, {"plugin": "block", "segment": 2})
-    assert sorted(two) in (["node1", "node3"], ["node2", "node4"]), two

@@ -72,6 +72,14 @@ def start(argv: Sequence[str], *, env: dict[str, str] | None = None,
                             start_new_session=True, preexec_fn=_ignore_term if ignore_term else None)
 
 
+def step(argv: Sequence[str], out: IO[bytes]) -> subprocess.Popen[bytes]:
+    """Start a short helper step (``srun --overlap``, or its node side on the batch host) in its
+    own session, stdout and stderr to ``out``; end it with :func:`stop`.  OSError when it cannot
+    be run."""
+    return subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
 def launch(argv: Sequence[str]) -> subprocess.Popen[bytes]:
     """Start a job's launch step (srun, or the launcher on the batch host) as a job script's
     ``&`` does: stdin from /dev/null, INT and QUIT ignored (a non-interactive shell's background

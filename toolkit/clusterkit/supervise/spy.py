@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from clusterkit import pyspy, stackdump
+from clusterkit import pyspy, slurmclient, stackdump
 
 SPY_WAIT_S = 20.0       # srun's start on the nodes, then py-spy (8 s at most a rank)
 MAX_LINES = 40
@@ -67,8 +67,7 @@ class Spy:
         self.asked, self.started = time.time(), self.clock()
         self.out = tempfile.NamedTemporaryFile(prefix="ck-pyspy-")  # noqa: SIM115 (closed in lines())
         try:
-            self.proc = subprocess.Popen(self.argv(found), stdin=subprocess.DEVNULL, stdout=self.out,
-                                         stderr=subprocess.STDOUT)
+            self.proc = slurmclient.step(self.argv(found), self.out)
         except OSError as exc:
             self.out.write(f"py-spy's step could not start: {exc.strerror or exc}\n".encode())
             self.proc = None
@@ -87,12 +86,7 @@ class Spy:
         """End the nodes' side where it has not ended (TERM, KILL a second later); said in its output."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=1)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        slurmclient.stop(self.proc, grace_s=1.0)   # TERM to its session, KILL a second later
         if self.out is not None:
             self.out.write(f"py-spy's step had not ended after {self.clock() - self.started:.0f} s: ended\n".encode())
 
