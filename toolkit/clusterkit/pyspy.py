@@ -17,7 +17,6 @@ characters dropped, lines that are no thread or frame line skipped; it gives the
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -46,12 +45,7 @@ def head(rank: int, host: str, pid: int, thread: int, asked: float) -> str:
 
 def files(logs: Path, job_id: str) -> list[tuple[int, Path]]:
     """The job's py-spy dump files in ``logs``, by rank (at most 4096)."""
-    try:
-        names = sorted(os.listdir(logs))
-    except OSError:
-        return []
-    out = [(int(m.group("rank")), logs / n) for n in names if (m := _NAME.match(n)) and m.group("job") == job_id]
-    return sorted(out)[:4096]
+    return stackdump.files(logs, job_id, _NAME)
 
 
 def _frame(m: re.Match[str]) -> str:

@@ -78,13 +78,14 @@ def register(progress_path: str, rank: int, host: str, thread: int) -> bool:
         return False
 
 
-def files(logs: Path, job_id: str) -> list[tuple[int, Path]]:
-    """The job's stack dump files in ``logs``, by rank (at most 4096)."""
+def files(logs: Path, job_id: str, name: re.Pattern[str] = _NAME) -> list[tuple[int, Path]]:
+    """The job's stack dump files in ``logs`` (or the files ``name`` matches, with its ``job`` and
+    ``rank`` groups: py-spy's), by rank (at most 4096)."""
     try:
         names = sorted(os.listdir(logs))
     except OSError:
         return []
-    out = [(int(m.group("rank")), logs / n) for n in names if (m := _NAME.match(n)) and m.group("job") == job_id]
+    out = [(int(m.group("rank")), logs / n) for n in names if (m := name.match(n)) and m.group("job") == job_id]
     return sorted(out)[:4096]
 
 
