@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO
 
 from clusterkit import pyspy
+from clusterkit.tooltext import printable_lines
 
 SPY_S = 8.0
 _TARGET = re.compile(r"(\d{1,7}):(\d{1,10}):([0-9a-f]{1,16})@([A-Za-z0-9._-]{1,64})")
@@ -61,7 +62,7 @@ def denied_words(scope: str) -> str:
 
 
 def _first_line(data: bytes) -> str:
-    text = "".join(c for c in data[:4096].decode("utf-8", errors="replace") if c.isprintable() or c == "\n")
+    text = printable_lines(data[:4096].decode("utf-8", errors="replace"))
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     return (lines[0] if lines else "no message")[:200]
 
