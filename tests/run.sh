@@ -100,4 +100,7 @@ if [ -n "${SLURMLAB_PREBUILD:-}" ] && [ "$(id -u)" = 0 ]; then
     </dev/null >"build/slurm-$SLURMLAB_PREBUILD.prebuild.log" 2>&1 &
 fi
 
-exec "$PY" -m pytest "$@"
+# Two workers (CK_TEST_WORKERS to change): the Slurm testbed's tests in order on one, the other end to
+# end tests in order on the other, the fast tier wherever a worker is free (tests/lanes.py).  A
+# later -n in the arguments wins (-n 0: one process, as plain pytest).
+exec "$PY" -m pytest -n "${CK_TEST_WORKERS:-2}" --dist loadgroup "$@"
