@@ -20,7 +20,7 @@ F = Callable[..., Any]
 
 
 def long_run_options(f: F) -> F:
-    decorators = [
+    decorators: list[Callable[[F], F]] = [
         click.option("--after", default=None, metavar="JOB[:ok|any]",
                      help="Start once JOB (a Slurm job id, or SITE:JOB_ID) ended successfully (:ok, the default) "
                           "or at all (:any): #SBATCH --dependency."),
