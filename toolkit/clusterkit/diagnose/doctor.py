@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from clusterkit import pyspy, stackdump
 from clusterkit.diagnose import catalogue, evidence, flight, hardware, reader, verdict
+from clusterkit.diagnose.diagnosis import Diagnosis as Diagnosis  # re-exported
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SlurmUnreachable, SubmitError
 from clusterkit.scheduler import arrays
 from clusterkit.scheduler.base import JobStatus
@@ -32,14 +32,6 @@ class LogsUnreadable(ClusterkitError):
 Progress = Callable[[int], None]
 # given the bytes about to be read, a context that yields a progress callback (or None)
 ProgressBar = Callable[[int], AbstractContextManager[Progress | None]]
-
-
-@dataclass
-class Diagnosis:
-    """The doctor report, and what to tell the user beside it (paths that were not there)."""
-
-    report: dict[str, Any]
-    notes: list[str] = field(default_factory=list)
 
 
 def _scan(files: Sequence[Path], view: verdict.SlurmView | None, job: str | None,
