@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from clusterkit import jobfiles
 from clusterkit.config.schema import Site
 from clusterkit.errors import ConfigError
 from clusterkit.job import array as arrays
@@ -91,6 +92,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "pdsh_env": ".deepspeed_env" in plan.launch.templated,
         "image": image.staged(plan.container),
         "code_dir": plan.code.job_dir(plan.run_dir) if plan.code is not None else None,
+        "jobfiles": jobfiles.template_names(),   # the run directory's file names, as Python reads them
     }
     out: dict[str, str] = {}
     out["job.sbatch"] = draw(ENTRY[plan.slurm], ctx)
