@@ -16,9 +16,11 @@ from tests.conftest import REPO
 #: a job file's ending after its job id (``<job>.result``, ``$CK_JOB_ID.reason``, ``}.progress``),
 #: never an attribute in a message's text (``clusterkit.progress``, ``step.reason``)
 _ENDINGS = re.compile(r"(?<![a-z_])\.(?:result|reason|unfixable|teardown|progress)\b")
-#: a per-restart or batch log name's head, the chain's ids file, the logs folder in a path
+#: a per-restart or batch log name's head, the chain's ids file, the logs folder in a path, the
+#: artifacts the job reads (hostfile, rendezvous-host.sh)
 _HEADS = re.compile(r"(?:^|[/\s])(?:preflight|nodes|attempts|\.chosen|slurm)-(?:$|\S*\.(?:json|out))"
-                    r"|\bchain\.ids\b|(?:^|/)logs/|/logs$")
+                    r"|\bchain\.ids\b|(?:^|/)logs/|/logs$"
+                    r"|rendezvous-host\.sh(?!\.j2)|(?<!/etc)/hostfile\b")
 #: a per-rank file's regular expression (``\.progress\.rank``)
 _RANK_RE = re.compile(r"\\\.progress\\\.")
 

@@ -28,6 +28,10 @@ file                                written by                            read b
 ``chain.ids``: the members' ids     chain (once all are queued)           job-chain.sbatch.j2, supervise.endgame
 ==================================  ====================================  ======================================
 
+And the reverse way, written by clusterkit (job.render) and read by the job script:
+``hostfile`` (the launcher's hosts; the job writes its own over it, job-hosts.*.j2) and
+``rendezvous-host.sh`` (network.rendezvous_host: the rendezvous host of a head node).
+
 ``<job>`` is the job id as the job names itself (``CK_JOB_ID``: an array task's ``ARRAYJOB_TASK``);
 ``<N>`` the restart (``SLURM_RESTART_COUNT``), ``<M>`` the attempt inside one allocation.
 """
@@ -53,6 +57,10 @@ MARKS = ".log"
 #: each rank's own file beside the progress file: ``<job>.progress<kind>.rank<R>``, whose kind is
 #: "" (its beats: heartbeat), :data:`STACK` (its stack dumps: stackdump) or :data:`PYSPY` (py-spy's)
 RANK, STACK, PYSPY = ".rank", ".stack", ".pyspy"
+#: the hostfile of the job's hosts (a job array's: in each task's folder)
+HOSTFILE = "hostfile"
+#: the script that names the rendezvous host of a head node (site network.rendezvous_host)
+RENDEZVOUS_HOST = "rendezvous-host.sh"
 #: the chain's ids file (one job id a line, the members in order)
 CHAIN_IDS = "chain.ids"
 #: the job script's own names for its run directory, its job id and its restart
@@ -157,6 +165,8 @@ def template_names() -> dict[str, str]:
         "unfixable_end": UNFIXABLE.suffix,
         "chosen": CHOSEN.shell("$SLURM_JOB_ID", SHELL_RESTART),
         "chain_ids": f"{SHELL_RUN_DIR}/{CHAIN_IDS}",
+        "hostfile": f"{SHELL_RUN_DIR}/{HOSTFILE}", "hostfile_name": HOSTFILE,
+        "rendezvous_host": f"{SHELL_RUN_DIR}/{RENDEZVOUS_HOST}", "rendezvous_host_name": RENDEZVOUS_HOST,
         "batch_log": BATCH_LOG.relative("%j"),
         "array_batch_log": BATCH_LOG.relative("%A_%a"),
     }

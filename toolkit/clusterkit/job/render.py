@@ -45,7 +45,7 @@ __all__ = ["ENTRY", "LAUNCH_INCLUDE", "container_mounts", "overridden", "overrid
 ENTRY = {True: "job.sbatch.j2", False: "job.local.j2"}
 LAUNCH_INCLUDE = {True: "job-launch.step.j2", False: "job-launch.here.j2"}
 #: The run directory's script that names the rendezvous host of a head node (site network.rendezvous_host).
-RDZV = "rendezvous-host.sh"
+RDZV = jobfiles.RENDEZVOUS_HOST
 
 
 def _hostfile(plan: Plan) -> str | None:
@@ -120,7 +120,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         out[RDZV] = draw("rendezvous-host.sh.j2", ctx)
     hostfile = _hostfile(plan)
     if hostfile is not None:
-        out["hostfile"] = hostfile
+        out[jobfiles.HOSTFILE] = hostfile
     for name, text in sorted(files.items()):
         out[name] = text
     for name, template in sorted(templated.items()):
@@ -137,7 +137,7 @@ def _check_long_run_parts(site: Site, plan: Plan, script: str) -> None:
         missing = ("job-chain.sbatch.j2", "a chain member would neither stop the chain nor see it stopped",
                    'add {% include "job-chain.sbatch.j2" %} after the end-game include')
     elif plan.slurm and site.network.rendezvous_host is not None and "CK_RDZV_RESOLVE" not in script:
-        missing = ("network.rendezvous_host's rendezvous-host.sh (job-hosts.sbatch.j2)", "the launchers would "
+        missing = (f"network.rendezvous_host's {RDZV} (job-hosts.sbatch.j2)", "the launchers would "
                    "rendezvous at the head's own name", "update the site's job-hosts.sbatch.j2 from clusterkit's")
     elif plan.job.teardown and "--teardown=" not in script:
         missing = ("the supervisor's --teardown (job-supervise.j2)", "the job's teardown steps would not run",

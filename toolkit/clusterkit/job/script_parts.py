@@ -162,7 +162,7 @@ def _restart_log(plan: Plan, who: str) -> str:
     the logs of the run before it (``clusterkit doctor`` reads each attempt apart).
     """
     job = "%A_%a" if plan.array else "%j"   # an array task's logs carry ARRAYJOB_TASK, as its name
-    head, tail = jobfiles.rank_log(job, "@", who).split("@")
+    head, tail = jobfiles.rank_log(job, "@", who).split("@")   # the batch shell's restart between them
     return ("--output=" + shell_quote(f"{slurm_pattern(plan.run_dir)}/{jobfiles.LOGS}/{head}")
             + '"${SLURM_RESTART_COUNT:-0}"' + shell_quote(tail))
 

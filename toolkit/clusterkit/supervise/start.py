@@ -99,7 +99,8 @@ class Start:
 
     def preflight(self) -> None:
         """The report of every allocated node, in place at ``logs/preflight-<job>.r<restart>.json``."""
-        a, report = self.a, jobfiles.PREFLIGHT_REPORT.path(self.logs.parent, self.slurm_job, self.sup.spec.restarts)
+        a = self.a
+        report = jobfiles.PREFLIGHT_REPORT.path(self.sup.spec.run_dir, self.slurm_job, self.sup.spec.restarts)
         argv = [*clusterkit_command(), "preflight", "--site", a.site, "--stage", a.stage, "--transport=srun",
                 "--nodelist", self.nodelist, *(["--perf"] if a.perf else []),
                 *(f"--srun-arg={arg}" for arg in a.srun_arg), *self.capacity_args(), "--json"]
