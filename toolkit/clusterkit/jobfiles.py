@@ -157,7 +157,7 @@ ATTEMPT_TAG = re.compile(rf"({re.escape(RESTART)}[0-9]+\.)(?:{ATTEMPT}[0-9]+\.)?
 def template_names() -> dict[str, str]:
     """The names the job script's templates use (the render context's ``jobfiles``): paths as the
     script writes them (``"$CK_RUN_DIR/$CK_JOB_ID.result"``), and ``<name>_doc`` as its comments do."""
-    names = {key: f.shell() for key, f in FILES.items() if not f.per_restart and f is not BATCH_LOG}
+    names = {key: f.shell() for key, f in FILES.items() if not f.per_restart and key != "batch_log"}
     names |= {f"{key}_doc": f.doc for key, f in FILES.items()}
     names |= {
         "logs": f"{SHELL_RUN_DIR}/{LOGS}",
