@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from clusterkit import jobfiles
+
 HERE = Path(__file__).parent
 STANDINS = HERE / "standins"
 RANK = HERE / "rank_standin.sh"
@@ -167,9 +169,9 @@ class Job:
         (self.work / name).touch()
 
     def result(self) -> str | None:
-        f = self.run_dir / f"{JOB_ID}.result"
+        f = jobfiles.RESULT.path(self.run_dir, JOB_ID)
         return f.read_text() if f.exists() else None
 
     def reason(self) -> str | None:
-        f = self.run_dir / f"{JOB_ID}.reason"
+        f = jobfiles.REASON.path(self.run_dir, JOB_ID)
         return f.read_text() if f.exists() else None

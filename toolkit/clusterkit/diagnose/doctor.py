@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
-from clusterkit import pyspy, stackdump
+from clusterkit import jobfiles, pyspy, stackdump
 from clusterkit.diagnose import catalogue, evidence, flight, hardware, reader, verdict
 from clusterkit.diagnose.diagnosis import Diagnosis as Diagnosis  # re-exported
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SlurmUnreachable, SubmitError
@@ -98,8 +98,8 @@ def _diagnose_record(rec: JobRecord, bar: ProgressBar | None, store: RecordStore
     report["scheduler"] = None if slurm is None else {"kind": rec.scheduler, **slurm}
     report["slurm"] = slurm if rec.scheduler == "slurm" else None
     report["run_dir"] = rec.run_dir
-    report["stack_dumps"] = stack_dumps(Path(rec.run_dir) / "logs", rec.job_id)
-    report["py_spy"] = py_spy_dumps(Path(rec.run_dir) / "logs", rec.job_id)
+    report["stack_dumps"] = stack_dumps(jobfiles.logs(rec.run_dir), rec.job_id)
+    report["py_spy"] = py_spy_dumps(jobfiles.logs(rec.run_dir), rec.job_id)
     if err:
         report["slurm_error"] = err
     elif view is not None and JobState.parse(view.state or "").is_terminal and not arrays.is_task(rec):
