@@ -125,7 +125,8 @@ class Network(_Model):
     rendezvous_host: RendezvousHost | None = None
     rendezvous_read_timeout_s: int | None = Field(
         None, description="torchrun's c10d store read timeout (--rdzv-conf read_timeout=): how long an agent "
-        "waits on the rendezvous store before it gives up, e.g. on a node whose link is cut; unset: torch's "
+        "waits for the rendezvous store's answer before its log says it timed out (a node whose link is cut), "
+        "and about half how long an agent keeps trying to reach the head's store at start; unset: torch's "
         f"default, 60 s (not written); at least {RDZV_READ_TIMEOUT_MIN_S}",
         json_schema_extra={"minimum": RDZV_READ_TIMEOUT_MIN_S, "maximum": RDZV_READ_TIMEOUT_MAX_S})
     topology: NetworkTopology | None = None

@@ -10,10 +10,12 @@ allocation (clusterkit.supervise) with a spare in a failed node's place needs no
 
 Nodes reach torchrun minutes apart at scale (an image imported per node, a slow mount): the
 rendezvous waits ``--rdzv-conf join_timeout=`` for all of them, 600 s (torch's default) plus 1 s
-per node, at most 1,800 s.  The site's ``network.rendezvous_read_timeout_s`` adds ``read_timeout=``: how
-long an agent waits on the store (c10d's TCPStore timeout, torch's default 60 s) before it gives up,
-on a node whose link is cut for one; unset, nothing is written and torch's default holds (a site that
-keeps it keeps the launch line it had).
+per node, at most 1,800 s.  The site's ``network.rendezvous_read_timeout_s`` adds ``read_timeout=``: c10d's
+TCPStore timeout (torch's default 60 s), how long an agent waits for the store's answer before its log
+says ``waitForInput ... timed out`` (on a node whose link is cut: what doctor names the node by; torch
+2.14's client then waits for its cancel's answer without a limit, so the agent itself ends only once the
+link is back), and about half how long an agent keeps trying to reach the head's store at start; unset,
+nothing is written and torch's default holds (a site that keeps it keeps the launch line it had).
 
 Why not a static rendezvous (``--node-rank`` from the job's node list): tried, and on the Slurm
 testbed a link cut under a running job then left the job hanging: the node behind the cut ended its
