@@ -73,6 +73,11 @@ class RoCE(_Model):
 #: a host-name suffix (``i``, ``-ib``, ``.ib.cluster``) and a Linux interface name (at most 15 bytes)
 _SUFFIX = re.compile(r"[A-Za-z0-9.-]{1,63}")
 _IFNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
+#: the shortest read timeout of torchrun's c10d store a site may give, seconds (docs/admin.md, "The
+#: rendezvous store's read timeout"): a store op on a healthy store answers in milliseconds and the
+#: agents poll every second, but a non-head agent gives up on a head whose store is not up yet after
+#: about twice this (a head whose torchrun starts seconds late: python importing torch on a busy node)
+RDZV_READ_TIMEOUT_MIN_S, RDZV_READ_TIMEOUT_MAX_S = 10, 3600
 
 
 class RendezvousHost(_Model):
@@ -118,6 +123,12 @@ class Network(_Model):
                                        "stay on their rail (NCCL_CROSS_NIC=0)")
     roce: RoCE | None = None
     rendezvous_host: RendezvousHost | None = None
+    rendezvous_read_timeout_s: int | None = Field(
+        None, description="torchrun's c10d store read timeout (--rdzv-conf read_timeout=): how long an agent "
+        "waits for the rendezvous store's answer before its log says it timed out (a node whose link is cut), "
+        "and about half how long an agent keeps trying to reach the head's store at start; unset: torch's "
+        f"default, 60 s (not written); at least {RDZV_READ_TIMEOUT_MIN_S}",
+        json_schema_extra={"minimum": RDZV_READ_TIMEOUT_MIN_S, "maximum": RDZV_READ_TIMEOUT_MAX_S})
     topology: NetworkTopology | None = None
 
     @field_validator("hcas")
@@ -129,6 +140,15 @@ class Network(_Model):
                              + (" (the aws-ofi-nccl plugin finds the EFA devices itself)" if fabric == "efa" else ""))
         if fabric in ("infiniband", "roce") and not v:
             raise ValueError(f"fabric {fabric} needs at least one HCA (e.g. [mlx5_0, mlx5_1])")
+        return v
+
+    @field_validator("rendezvous_read_timeout_s")
+    @classmethod
+    def _read_timeout(cls, v: int | None) -> int | None:
+        if v is not None and not RDZV_READ_TIMEOUT_MIN_S <= v <= RDZV_READ_TIMEOUT_MAX_S:
+            raise ValueError(f"{v}: {RDZV_READ_TIMEOUT_MIN_S} to {RDZV_READ_TIMEOUT_MAX_S} seconds (below "
+                             f"{RDZV_READ_TIMEOUT_MIN_S}, an agent that starts before the head's store is up, or "
+                             "a store busy for seconds, fails the rendezvous); unset: torch's default, 60 s")
         return v
 
     @field_validator("roce")

@@ -182,7 +182,8 @@ def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool
                   stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(), run_dir=request.run_dir,
                   container=use_container, inputs=request.inputs, launcher_args=r.job.launcher_args,
                   array=request.array is not None, torch_version=torch_version.installed(r.job.venv or r.job.conda),
-                  rank_logs=debuglogs.rank_logs(site, request.run_dir, nnodes))
+                  rank_logs=debuglogs.rank_logs(site, request.run_dir, nnodes),
+                  rdzv_read_timeout_s=site.network.rendezvous_read_timeout_s)
     return _with_hosts(ctx, _candidates(site, exclude, nnodes, spares))
 
 

@@ -87,6 +87,8 @@ class Context:
     # where a launcher that keeps per-rank log files writes them (torchrun's --log-dir), with {ck:NAME}
     # values: the run's logs, or a node-local folder above the site's logs.debug_max_nodes (job/debuglogs.py)
     rank_logs: str = ""
+    # torchrun's c10d store read timeout, seconds: the site's network.rendezvous_read_timeout_s (None: torch's own)
+    rdzv_read_timeout_s: int | None = None
 
     @property
     def world_size(self) -> int:

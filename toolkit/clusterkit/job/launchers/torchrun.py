@@ -10,7 +10,12 @@ allocation (clusterkit.supervise) with a spare in a failed node's place needs no
 
 Nodes reach torchrun minutes apart at scale (an image imported per node, a slow mount): the
 rendezvous waits ``--rdzv-conf join_timeout=`` for all of them, 600 s (torch's default) plus 1 s
-per node, at most 1,800 s.
+per node, at most 1,800 s.  The site's ``network.rendezvous_read_timeout_s`` adds ``read_timeout=``: c10d's
+TCPStore timeout (torch's default 60 s), how long an agent waits for the store's answer before its log
+says ``waitForInput ... timed out`` (on a node whose link is cut: what doctor names the node by; torch
+2.14's client then waits for its cancel's answer without a limit, so the agent itself ends only once the
+link is back), and about half how long an agent keeps trying to reach the head's store at start; unset,
+nothing is written and torch's default holds (a site that keeps it keeps the launch line it had).
 
 Why not a static rendezvous (``--node-rank`` from the job's node list): tried, and on the Slurm
 testbed a link cut under a running job then left the job hanging: the node behind the cut ended its
@@ -58,7 +63,8 @@ PREFIX_TEMPLATE = "[rank${rank}]: "
 OWNED_ARGS = {
     "--nnodes": _COUNTS, "--nproc-per-node": _COUNTS, "--standalone": _RDZV, "--rdzv-backend": _RDZV,
     "--rdzv-endpoint": _RDZV, "--rdzv-id": _RDZV, "--master-addr": _RDZV, "--master-port": _RDZV,
-    "--rdzv-conf": "clusterkit (the rendezvous timeout, scaled to the node count)",
+    "--rdzv-conf": "clusterkit (the rendezvous timeout, scaled to the node count; the store's read timeout: "
+                   "the site's network.rendezvous_read_timeout_s)",
     "--node-rank": "clusterkit (c10d gives each node its rank)",
     "--no-python": "the command after '--' (python or not)", "-m": "the command after '--' (python -m)",
     "--module": "the command after '--' (python -m)",
@@ -71,12 +77,18 @@ def rendezvous_timeout(nnodes: int) -> int:
     return min(TIMEOUT_BASE_S + nnodes, TIMEOUT_MAX_S)
 
 
+def rendezvous_conf(ctx: Context) -> str:
+    """``--rdzv-conf``'s value: the join timeout, and the store's read timeout where the site sets one."""
+    conf = f"join_timeout={rendezvous_timeout(ctx.nnodes)}"
+    return conf if ctx.rdzv_read_timeout_s is None else f"{conf},read_timeout={ctx.rdzv_read_timeout_s}"
+
+
 def torchrun_words(ctx: Context, py: PyCommand) -> list[Word]:
     words: list[Word] = ["torchrun"]
     if ctx.multi:
         words += ["--nnodes", Sh('"$SLURM_NNODES"'), "--nproc-per-node", str(ctx.gpus_per_node),
                   "--rdzv-backend", "c10d", "--rdzv-endpoint", rendezvous(ctx), "--rdzv-id", Sh('"$SLURM_JOB_ID"'),
-                  "--rdzv-conf", f"join_timeout={rendezvous_timeout(ctx.nnodes)}"]
+                  "--rdzv-conf", rendezvous_conf(ctx)]
     else:
         # not --standalone: its store takes a port from the ephemeral range; the job's own port
         # (CK_PORT, below it) keeps two jobs on one node apart and is known before start
