@@ -4,9 +4,11 @@ pyxis and enroot are not installed here, so two stand-ins, named as such, are fi
 PATH: ``enroot`` counts its calls per subcommand in a file (``import -o OUT URI`` writes a small
 file at OUT), and ``srun`` (pyxis stand-in) writes the ``--container-*`` options of every step it
 is given into a file, drops them (the testbed's srun has no pyxis to read them) and runs the real
-srun.  The job runs, is requeued by Slurm and runs again: one ``enroot import`` in all, and every
-container step of both runs names the staged squashfs and the job's one container name, which
-pyxis creates once per node on the first step that names it.
+srun with a task prolog that does on each node what pyxis does there with ``--container-name``:
+``enroot create`` the named container on the first step that names it on that node, reuse it on
+every later step.  The job runs, is requeued by Slurm and runs again: one ``enroot import`` in all,
+one ``enroot create`` per node, and every container step of both runs names the staged squashfs
+and the job's one container name.
 """
 
 from __future__ import annotations
@@ -26,9 +28,20 @@ def _standins(directory: Path, calls: Path, steps: Path) -> Path:
     directory.mkdir(parents=True)
     enroot = directory / "enroot"
     enroot.write_text(f"""#!/bin/bash
-# stand-in for enroot (not installed on the testbed): one line per call, its subcommand
-echo "$1" >> {shlex.quote(str(calls))}
+# stand-in for enroot (not installed on the testbed): one line per call, its subcommand and node
+echo "$1 ${{SLURMD_NODENAME:-?}}" >> {shlex.quote(str(calls))}
 if [ "$1" = import ] && [ "$2" = -o ]; then echo "squashfs stand-in of $4" > "$3"; fi
+""")
+    # pyxis's part on each node, as a task prolog: the named container created once per node
+    # (a directory per node and name: the first task there makes it), from the step's image
+    containers = directory / "containers"
+    prolog = directory / "pyxis-node"
+    prolog.write_text(f"""#!/bin/bash
+name=$1 image=$2
+mkdir -p {shlex.quote(str(containers))}/"$SLURMD_NODENAME"
+if mkdir {shlex.quote(str(containers))}/"$SLURMD_NODENAME/$name" 2>/dev/null; then
+  {shlex.quote(str(enroot))} create --name "$name" "$image" >/dev/null
+fi
 """)
     real = shutil.which("srun")
     assert real, "srun not on PATH"
@@ -46,10 +59,20 @@ for a in "$@"; do
 done
 if [ "${{#opts[@]}}" -gt 0 ]; then
   printf '%s\\n' "$SLURM_JOB_ID ${{SLURM_RESTART_COUNT:-0}} $nodes ${{opts[*]}}" >> {shlex.quote(str(steps))}
+  name="" image=""
+  for o in "${{opts[@]}}"; do
+    case $o in --container-name=*) name=${{o#*=}} ;; --container-image=*) image=${{o#*=}} ;; esac
+  done
+  if [ -n "$name" ]; then   # a task prolog of this step's own, the name and image in it
+    step=$(mktemp {shlex.quote(str(directory))}/step.XXXXXX)
+    printf '#!/bin/bash\\nexec %q %q %q\\n' {shlex.quote(str(prolog))} "$name" "$image" > "$step"
+    chmod 755 "$step"
+    exec {shlex.quote(real)} --task-prolog="$step" "${{args[@]}}"
+  fi
 fi
 exec {shlex.quote(real)} "${{args[@]}}"
 """)
-    for f in (enroot, srun):
+    for f in (enroot, srun, prolog):
         f.chmod(0o755)
     return directory
 
@@ -74,7 +97,11 @@ def test_one_import_per_job_across_a_requeue_and_one_container_name(cli: CK, tmp
     st = cli.requeued_then_ended(job, timeout=60)
     assert st["state"] == "COMPLETED" and st["restarts"] == 1, st
 
-    assert calls.read_text().split() == ["import"]          # one import in the job, its requeue included
+    made = [ln.split() for ln in calls.read_text().splitlines()]
+    assert [c[0] for c in made if c[0] == "import"] == ["import"], made   # one import in the job, its requeue included
+    creates = sorted(c[1] for c in made if c[0] == "create")
+    assert creates == sorted(set(creates)) and len(creates) == 2, made    # one create on each of the 2 nodes, in all
+    assert {c[0] for c in made} == {"import", "create"}, made
     staged = list((cache / "root").glob("*.sqsh"))
     assert len(staged) == 1 and staged[0].read_text() == f"squashfs stand-in of docker://{IMAGE}\n"
     assert not list((cache / "root").glob(".*.tmp"))         # staged under a temporary name, then renamed
