@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterkit import rundir, slurmclient
+from clusterkit import rundir, scheduler, slurmclient
 from clusterkit.config.load import load_site
 from clusterkit.config.schema import Site
 from clusterkit.errors import ExitCode, PlanError, PreflightError
@@ -67,7 +67,8 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
         snap = _snapshot(site_obj, resolved, run_dir, write, submitting)
         plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs,
                                                                   python=request.python or supervisor_python(),
-                                                                  code=snap.info if snap else None))
+                                                                  code=snap.info if snap else None),
+                                  scheduler.parts(site_obj.scheduler.kind))
         missing = None
         if snap is not None:
             plan, missing = snap.noted(plan, check_script=submitting)

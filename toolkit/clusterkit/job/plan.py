@@ -10,8 +10,10 @@ rule), so the run directory can be claimed before planning; nodes found bad late
 (preflight) are taken out with :meth:`Plan.excluding`, which gives what ``make_plan`` would have
 given with them in the request's exclude list, without planning again.
 
-What it refuses is in :mod:`clusterkit.job.plan_checks`; the ``#SBATCH`` directives and the
-node shares they ask for are built in :mod:`clusterkit.job.directives`.
+What it refuses is in :mod:`clusterkit.job.plan_checks`; the node shares are
+:mod:`clusterkit.job.shares`.  Planning names no scheduler: the directives (``#SBATCH`` lines) and
+the entry template are the site's scheduler's, handed in by the caller as a
+:class:`~clusterkit.job.scheduling.SchedulerParts` (``clusterkit.scheduler.parts(kind)``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from clusterkit.config.schema import Container, Site
 from clusterkit.job import array as arrays
 from clusterkit.job import debuglogs, goodput, import_storm, jobenv, launchers, nccl, stages, torch_version
 from clusterkit.job.code import CodeSnapshot
-from clusterkit.job.directives import _sbatch, array_plan, cpu_share
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.longrun import ChainLink, check_run_name
 from clusterkit.job.nccl import EnvVar
@@ -43,18 +44,22 @@ from clusterkit.job.plan_checks import (
     run_dir_off_shared,
 )
 from clusterkit.job.request import JobRequest, JobSetup, Resolved, resolve
+from clusterkit.job.scheduling import SchedulerParts
 from clusterkit.job.settings import Settings
+from clusterkit.job.shares import array_plan, cpu_share
 
 __all__ = ["Basis", "Plan", "array_plan", "checkpoint_base", "cpu_share", "make_plan", "run_dir_off_shared"]
 
 
 @dataclass(frozen=True)
 class Basis:
-    """What :meth:`Plan.excluding` derives from: the site and the launcher's context (not in plan.json)."""
+    """What :meth:`Plan.excluding` derives from: the site, the launcher's context and the site's
+    scheduler (not in plan.json)."""
 
     site: Site
     context: Context
     resolved: Resolved = field(compare=False)  # its request keeps the exclude list it was given
+    scheduler: SchedulerParts = field(compare=False)
 
 
 @dataclass(frozen=True)
@@ -128,12 +133,12 @@ class Plan:
         site, ctx = self.basis.site, self.basis.context
         r = self.basis.resolved
         if _check_spares(site, r, self.nnodes, exclude)[0] != self.spares:   # a default that no longer fits
-            return make_plan(site, replace(r, request=replace(r.request, exclude=exclude)))
+            return make_plan(site, replace(r, request=replace(r.request, exclude=exclude)), self.basis.scheduler)
         ctx = _with_hosts(ctx, _candidates(site, exclude, self.nnodes, self.spares))
         if launchers.get(self.launcher, site.launchers)(ctx) != self.launch:  # re-runs the launcher's host checks
             raise AssertionError(f"{self.launcher}: the launch changed with the exclude list; "
                                  "launchers may read the hosts only to refuse a request")
-        sbatch = _sbatch(site, self.basis.resolved, self.allocated, self.gpus_per_node, self.launch, exclude)
+        sbatch = self.basis.scheduler.directives(site, r, self.allocated, self.gpus_per_node, self.launch, exclude)
         return replace(self, hosts=ctx.hosts, exclude=exclude, sbatch=sbatch, basis=replace(self.basis, context=ctx))
 
     def to_dict(self) -> dict[str, Any]:
@@ -186,9 +191,12 @@ def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool
     return _with_hosts(ctx, _candidates(site, exclude, nnodes, spares))
 
 
-def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
+def make_plan(site: Site, request: JobRequest | Resolved, scheduler: SchedulerParts) -> Plan:
     """Check the request against the site and stage, and build the frozen plan (a request not
-    yet resolved is resolved here; a command resolves it first, once)."""
+    yet resolved is resolved here; a command resolves it first, once).  ``scheduler``: the site's
+    scheduler's share (its directives, its entry template)."""
+    if scheduler.kind != site.scheduler.kind:
+        raise ValueError(f"a {scheduler.kind} scheduler for a {site.scheduler.kind} site")
     r = request if isinstance(request, Resolved) else resolve(site, request)
     request, spec, s, launcher, time, max_restarts = r.request, r.spec, r.settings, r.launcher, r.time, r.max_restarts
     warnings = stages.check_site(spec, site)
@@ -216,7 +224,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
     if launch.check_env is not None:
         launch.check_env(env)
     arr = array_plan(site, request)
-    sbatch = _sbatch(site, r, nnodes + spares, gpn, launch, exclude)
+    sbatch = scheduler.directives(site, r, nnodes + spares, gpn, launch, exclude)
     off_shared = run_dir_off_shared(site, request.run_dir, nnodes)  # a preview may show it; submit refuses it
     if off_shared is not None:
         warnings.append(f"{off_shared} (`submit` refuses this run directory)")
@@ -236,7 +244,7 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         time=time, cpus_per_task=cpus,   # status judges stragglers by plan.json's ratio: the site's where not set
         settings=s if s.straggler_ratio is not None else s.model_copy(
             update={"straggler_ratio": site.watch.straggler_ratio}),
-        preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings), job=r.job,
+        preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r, scheduler), warnings=tuple(warnings), job=r.job,
         run_name=None if request.run_name is None else check_run_name(request.run_name),
         dependency=request.dependency, chain=request.chain,
         array=arr,
