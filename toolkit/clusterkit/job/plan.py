@@ -112,7 +112,8 @@ class Plan:
 
     @property
     def slurm(self) -> bool:
-        return self.scheduler == "slurm"
+        """The site's scheduler allocates nodes and launches in job steps (Slurm's way)."""
+        return self.basis.scheduler.allocates
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -181,10 +182,10 @@ def _with_hosts(ctx: Context, candidates: tuple[str, ...]) -> Context:
 
 
 def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool,
-             exclude: tuple[str, ...], spares: int = 0) -> Context:
+             exclude: tuple[str, ...], spares: int, allocates: bool) -> Context:
     request = r.request
     ctx = Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=r.settings,
-                  stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(), run_dir=request.run_dir,
+                  stage=request.stage, slurm=allocates, hosts=(), run_dir=request.run_dir,
                   container=use_container, inputs=request.inputs, launcher_args=r.job.launcher_args,
                   array=request.array is not None, torch_version=torch_version.installed(r.job.venv or r.job.conda),
                   rank_logs=debuglogs.rank_logs(site, request.run_dir, nnodes))
@@ -200,16 +201,17 @@ def make_plan(site: Site, request: JobRequest | Resolved, scheduler: SchedulerPa
     r = request if isinstance(request, Resolved) else resolve(site, request)
     request, spec, s, launcher, time, max_restarts = r.request, r.spec, r.settings, r.launcher, r.time, r.max_restarts
     warnings = stages.check_site(spec, site)
-    nnodes, gpn, exclude = _check_request(site, r)   # every problem with the request at once
+    nnodes, gpn, exclude = _check_request(site, r, scheduler.allocates)   # every problem with the request at once
     container_cfg = site.software.container
-    use_container = bool(container_cfg) and r.container and site.scheduler.kind == "slurm"
-    _check_job_args(site, r, launcher)
+    use_container = bool(container_cfg) and r.container and scheduler.allocates
+    _check_job_args(site, r, launcher, scheduler.allocates)
     spares, spares_note = _check_spares(site, r, nnodes, exclude)
-    ctx = _context(site, r, nnodes, gpn, use_container, exclude, spares)
+    ctx = _context(site, r, nnodes, gpn, use_container, exclude, spares, scheduler.allocates)
     launch = launchers.get(launcher, site.launchers)(ctx)
     _check_not_launched_twice(launch, request.command)
-    _check_preemption(site, launch, spec, time, max_restarts, r.sources.get("max_restarts") == "flag")
-    _check_long_run(site, r, spec)
+    _check_preemption(site, launch, spec, time, max_restarts, r.sources.get("max_restarts") == "flag",
+                      scheduler.allocates)
+    _check_long_run(site, r, spec, scheduler.allocates)
     debuglogs.check(site, nnodes, request.debug, request.debug_nodes, launch.mode != "once")
     cpus, omp = cpu_share(site, s, gpn, launch)
     env = nccl.resolve(site, spec.name, debug=request.debug, debug_nodes=request.debug_nodes,
@@ -217,20 +219,20 @@ def make_plan(site: Site, request: JobRequest | Resolved, scheduler: SchedulerPa
                        omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],
                        container=use_container)
     warnings += nccl.plan_warnings(site, env) + jobenv.literal_dollars(r.job.env)
-    warnings += import_storm.warning(site, r.job, nnodes)
+    warnings += import_storm.warning(site, r.job, nnodes, scheduler.allocates)
     if spares_note:
         warnings.append(spares_note)
-    _check_job(site, r, launch, nnodes, use_container)
+    _check_job(site, r, launch, nnodes, use_container, scheduler.allocates)
     if launch.check_env is not None:
         launch.check_env(env)
-    arr = array_plan(site, request)
+    arr = array_plan(site, request, scheduler.allocates)
     sbatch = scheduler.directives(site, r, nnodes + spares, gpn, launch, exclude)
     off_shared = run_dir_off_shared(site, request.run_dir, nnodes)  # a preview may show it; submit refuses it
     if off_shared is not None:
         warnings.append(f"{off_shared} (`submit` refuses this run directory)")
     name = r.job_name
     return Plan(
-        version=__version__, site=site.name, site_file=site.source, scheduler=site.scheduler.kind,
+        version=__version__, site=site.name, site_file=site.source, scheduler=scheduler.kind,
         stage=spec.name, launcher=launcher, job_name=name,
         nnodes=nnodes, gpus_per_node=gpn, world_size=launch.world_size or nnodes * gpn, hosts=ctx.hosts,
         exclude=exclude, command=tuple(request.command), run_dir=request.run_dir,
@@ -239,7 +241,7 @@ def make_plan(site: Site, request: JobRequest | Resolved, scheduler: SchedulerPa
         modules=(*site.software.modules, *r.job.modules),
         container=container_cfg if use_container else None,
         max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s,
-        grace_s=site.scheduler.grace_s, requeue=stages.requeues(spec, launch.mode) and site.scheduler.kind == "slurm",
+        grace_s=site.scheduler.grace_s, requeue=stages.requeues(spec, launch.mode) and scheduler.allocates,
         checkpoint_dir=checkpoint_base(site, request.run_dir),
         time=time, cpus_per_task=cpus,   # status judges stragglers by plan.json's ratio: the site's where not set
         settings=s if s.straggler_ratio is not None else s.model_copy(

@@ -23,6 +23,9 @@ class SchedulerParts(Protocol):
     kind: SchedulerKind
     #: the job script's entry template (templates/job*.j2), which includes one template per concern
     entry: str
+    #: the job runs on an allocation of nodes the scheduler grants, its launches in job steps (and so
+    #: in the site's container), requeued by the scheduler; False: on this machine, in the batch shell
+    allocates: bool
 
     def directives(self, site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
                    exclude: tuple[str, ...]) -> tuple[Directive, ...]:

@@ -22,9 +22,10 @@ def cpu_share(site: Site, s: Settings, gpn: int, launch: Launch) -> tuple[int, i
     return cpus, max(1, cpus // ranks_per_task)
 
 
-def array_plan(site: Site, request: JobRequest) -> arrays.ArrayPlan | None:
-    """The request's job array on ``site`` (None: an ordinary job); see :mod:`clusterkit.job.array`."""
+def array_plan(site: Site, request: JobRequest, allocates: bool) -> arrays.ArrayPlan | None:
+    """The request's job array on ``site`` (None: an ordinary job); see :mod:`clusterkit.job.array`.
+    ``allocates``: the site's scheduler runs the tasks (Slurm's array), else they run in turn."""
     if request.array is None:
         return None
-    return arrays.plan(request.array, slurm=site.scheduler.kind == "slurm", site=site.name,
+    return arrays.plan(request.array, slurm=allocates, site=site.name,
                        max_array_size=site.scheduler.max_array_size)

@@ -21,6 +21,7 @@ class LocalParts:
 
     kind: SchedulerKind = "local"
     entry = ENTRY
+    allocates = False
 
     def directives(self, site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
                    exclude: tuple[str, ...]) -> tuple[Directive, ...]:

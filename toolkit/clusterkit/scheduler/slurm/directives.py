@@ -36,7 +36,7 @@ class SlurmExtras(directives.Extras):
         return out
 
     def arrayed(self, site: Site, r: Resolved) -> list[Directive]:
-        arr = array_plan(site, r.request)
+        arr = array_plan(site, r.request, allocates=True)
         return [] if arr is None else [("array", arr.spec)]
 
 
@@ -58,6 +58,7 @@ class SlurmParts:
 
     kind: SchedulerKind = "slurm"
     entry = ENTRY
+    allocates = True
 
     def directives(self, site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
                    exclude: tuple[str, ...]) -> tuple[Directive, ...]:
