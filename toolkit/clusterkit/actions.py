@@ -297,7 +297,7 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
     gated: list[Gate] = []
 
     def checks(plan: Plan) -> None:
-        off_shared = planning.run_dir_off_shared(site, plan.run_dir, plan.nnodes)
+        off_shared = planning.run_dir_off_shared(site, plan.run_dir, plan.nnodes, plan.slurm)
         if off_shared is not None:  # render shows it as a warning; a job is not queued with it
             raise PlanError(off_shared)
         check_array_size(site, plan)   # before preflight: an array Slurm refuses is not worth a check

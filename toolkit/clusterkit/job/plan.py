@@ -133,7 +133,7 @@ class Plan:
             return self
         site, ctx = self.basis.site, self.basis.context
         r = self.basis.resolved
-        if _check_spares(site, r, self.nnodes, exclude)[0] != self.spares:   # a default that no longer fits
+        if _check_spares(site, r, self.nnodes, exclude, self.slurm)[0] != self.spares:   # a default that no longer fits
             return make_plan(site, replace(r, request=replace(r.request, exclude=exclude)), self.basis.scheduler)
         ctx = _with_hosts(ctx, _candidates(site, exclude, self.nnodes, self.spares))
         if launchers.get(self.launcher, site.launchers)(ctx) != self.launch:  # re-runs the launcher's host checks
@@ -205,7 +205,7 @@ def make_plan(site: Site, request: JobRequest | Resolved, scheduler: SchedulerPa
     container_cfg = site.software.container
     use_container = bool(container_cfg) and r.container and scheduler.allocates
     _check_job_args(site, r, launcher, scheduler.allocates)
-    spares, spares_note = _check_spares(site, r, nnodes, exclude)
+    spares, spares_note = _check_spares(site, r, nnodes, exclude, scheduler.allocates)
     ctx = _context(site, r, nnodes, gpn, use_container, exclude, spares, scheduler.allocates)
     launch = launchers.get(launcher, site.launchers)(ctx)
     _check_not_launched_twice(launch, request.command)
@@ -227,7 +227,8 @@ def make_plan(site: Site, request: JobRequest | Resolved, scheduler: SchedulerPa
         launch.check_env(env)
     arr = array_plan(site, request, scheduler.allocates)
     sbatch = scheduler.directives(site, r, nnodes + spares, gpn, launch, exclude)
-    off_shared = run_dir_off_shared(site, request.run_dir, nnodes)  # a preview may show it; submit refuses it
+    # a preview may show it; submit refuses it
+    off_shared = run_dir_off_shared(site, request.run_dir, nnodes, scheduler.allocates)
     if off_shared is not None:
         warnings.append(f"{off_shared} (`submit` refuses this run directory)")
     name = r.job_name

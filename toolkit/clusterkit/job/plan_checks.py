@@ -77,11 +77,12 @@ def _candidates(site: Site, exclude: tuple[str, ...], nnodes: int, spares: int =
     return hosts
 
 
-def _check_spares(site: Site, r: Resolved, nnodes: int, exclude: tuple[str, ...]) -> tuple[int, str | None]:
+def _check_spares(site: Site, r: Resolved, nnodes: int, exclude: tuple[str, ...],
+                  allocates: bool) -> tuple[int, str | None]:
     """The spare nodes asked for (:mod:`clusterkit.job.spares`): only where the job checks its nodes
     itself (the in-job preflight chooses which ``nnodes`` of the allocation it launches on)."""
     return spares_mod.choose(site, r.spec.name, r.settings.spares, r.stage_spares, nnodes,
-                             bool(r.preflight_in_job), exclude)
+                             bool(r.preflight_in_job), exclude, allocates)
 
 
 def _unused_settings(s: Settings, launcher: str, site: Site) -> list[str]:
@@ -167,11 +168,11 @@ def _check_launcher(site: Site, launcher: str, words: tuple[str, ...], origin: s
     jobargs.check(words, owned, what=launcher, field="launcher_args", origin=origin)
 
 
-def run_dir_off_shared(site: Site, run_dir: str, nnodes: int) -> str | None:
+def run_dir_off_shared(site: Site, run_dir: str, nnodes: int, allocates: bool) -> str | None:
     """Why ``run_dir`` cannot serve a job of ``nnodes`` nodes on ``site`` (every node reads the
-    hostfile and launcher configs from it), or None.  A preview (``render``) shows it as a
-    warning; ``submit`` refuses it (:func:`clusterkit.actions.submit`)."""
-    if nnodes < 2 or site.scheduler.kind != "slurm" or not os.path.isabs(run_dir):
+    hostfile and launcher configs from it; ``allocates``: the site's scheduler grants the nodes), or
+    None.  A preview (``render``) shows it as a warning; ``submit`` refuses it (:func:`clusterkit.actions.submit`)."""
+    if nnodes < 2 or not allocates or not os.path.isabs(run_dir):
         return None
     if site.on_shared_storage(run_dir):
         return None
