@@ -175,7 +175,7 @@ def nodes_to_check(site: Site, plan: Plan, slurm: SlurmCommand | None = None) ->
     A 1-node job on a 4,096-node site checks the nodes it could get, not the site.
     """
     candidates = list(plan.candidates)
-    if site.scheduler.kind != "slurm":
+    if not plan.slurm:
         return candidates, ""
     from clusterkit.sites import facts
     from clusterkit.sites import slurm_text as st
@@ -245,7 +245,7 @@ def preflight_gate(site: Site, plan: Plan, *, skip: bool = False, accept_new_hos
     """
     if skip:
         return Gate(plan, skipped="--skip-preflight")
-    if site.scheduler.kind == "local":
+    if not plan.slurm:
         return Gate(plan, skipped="local site: nothing remote to check "
                                   "(clusterkit preflight --transport local checks this machine)")
     if not site.preflight.before_submit and transport is None:
@@ -326,7 +326,7 @@ def check_array_size(site: Site, plan: Plan, runner: slurmclient.Run | None = No
     the site's ``scheduler.max_array_size`` (checked when planning), else Slurm's own
     (``scontrol show config``).  An array that fits, or no answer from Slurm, passes: sbatch
     has the last word."""
-    if plan.array is None or site.scheduler.max_array_size is not None or site.scheduler.kind != "slurm":
+    if plan.array is None or site.scheduler.max_array_size is not None or not plan.slurm:
         return
     from clusterkit.job.array import check_size
     from clusterkit.sites.slurm_text import parse_config
@@ -346,7 +346,7 @@ def check_partition_nodes(site: Site, plan: Plan, runner: slurmclient.Run | None
     own nodes are two site files sharing a partial.  The site's own ``scheduler.partition``, a
     partition Slurm does not list, or no answer from Slurm passes: sbatch has the last word."""
     wanted = dict(plan.sbatch).get("partition")
-    if site.scheduler.kind != "slurm" or not wanted or wanted == site.scheduler.partition:
+    if not plan.slurm or not wanted or wanted == site.scheduler.partition:
         return
     from clusterkit import hostlist
     from clusterkit.sites import facts
