@@ -211,3 +211,12 @@ def assert_one_line_error(result: CLIResult, code: int, *needles: str) -> None:
     assert all(line.startswith(("clusterkit: error:", "clusterkit: warning:")) for line in lines), result.err
     for needle in needles:
         assert needle in result.err, (needle, result.err)
+
+
+def make_plan(site: Any, request: Any) -> Any:
+    """:func:`clusterkit.job.plan.make_plan` with the site's own scheduler's share, as
+    ``actions.render_run`` plans."""
+    from clusterkit import scheduler
+    from clusterkit.job import plan
+
+    return plan.make_plan(site, request, scheduler.parts(site.scheduler.kind))

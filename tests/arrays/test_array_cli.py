@@ -15,8 +15,7 @@ from clusterkit.api import job_request
 from clusterkit.config.load import load_site
 from clusterkit.errors import InputError, PlanError
 from clusterkit.job import array as arrays
-from clusterkit.job.plan import make_plan
-from tests.conftest import REPO, assert_one_line_error
+from tests.conftest import REPO, assert_one_line_error, make_plan
 
 
 @pytest.mark.parametrize("args,needle", [

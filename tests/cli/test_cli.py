@@ -288,9 +288,9 @@ def test_container_mounts_the_run_directory_unless_covered(ck, tmp_path: Path, r
     # a run directory under a mount's target is already visible inside the container
     covered = Path("/shared/runs/b")
     from clusterkit.config.load import load_file
-    from clusterkit.job.plan import make_plan
     from clusterkit.job.render import container_mounts
     from clusterkit.job.request import JobRequest
+    from tests.conftest import make_plan
 
     plan = make_plan(load_file(site), JobRequest(stage="multi-node", command=("python", "t.py"), run_dir=str(covered)))
     assert container_mounts(plan) == [f"{tmp_path}/shared:/shared"]

@@ -15,9 +15,9 @@ from clusterkit.errors import PlanError
 from clusterkit.job import plan as planning
 from clusterkit.job import render as render_mod
 from clusterkit.job import request as request_mod
-from clusterkit.job.plan import make_plan
 from clusterkit.job.request import JobRequest, Resolved, job_name, resolve
-from tests.conftest import REPO, shared_site
+from clusterkit.job.scheduling import SchedulerParts
+from tests.conftest import REPO, make_plan, shared_site
 
 SITES = ["local", "testbed", "eth-nfs", "ib-h100", "roce-a100"]
 STAGES = {"single-node": 1, "multi-node": 3, "large-cluster": 10}
@@ -155,9 +155,9 @@ def plan_calls(monkeypatch: pytest.MonkeyPatch) -> list[JobRequest]:
     calls: list[JobRequest] = []
     real = planning.make_plan
 
-    def counting(site: Site, request: JobRequest | Resolved) -> planning.Plan:
+    def counting(site: Site, request: JobRequest | Resolved, scheduler: SchedulerParts) -> planning.Plan:
         calls.append(request.request if isinstance(request, Resolved) else request)
-        return real(site, request)
+        return real(site, request, scheduler)
 
     monkeypatch.setattr(planning, "make_plan", counting)
     return calls

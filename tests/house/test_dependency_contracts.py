@@ -41,7 +41,7 @@ def test_submitit_local_controller_environment() -> None:
 
     importlib.import_module("submitit.local._local")   # what `python -m submitit.local._local` runs
     theirs = set(re.findall(r"SUBMITIT_\w+", inspect.getsource(local.start_controller)))
-    ours_src = (REPO / "toolkit" / "clusterkit" / "scheduler" / "local.py").read_text()
+    ours_src = (REPO / "toolkit" / "clusterkit" / "scheduler" / "local" / "__init__.py").read_text()
     start = ours_src.index("def submit_local(")
     ours = set(re.findall(r"(SUBMITIT_\w+)=", ours_src[start:ours_src.index("\ndef ", start + 1)]))
     assert ours == theirs, (sorted(ours - theirs), sorted(theirs - ours))

@@ -13,8 +13,10 @@ from clusterkit.job.settings import build as settings
 from clusterkit.vocab import LAUNCHERS
 from tests.conftest import REPO
 
-PLAN_AND_RENDER = ("plan.py", "plan_checks.py", "directives.py", "render.py", "script_parts.py", "templating.py")
+PLAN_AND_RENDER = ("plan.py", "plan_checks.py", "shares.py", "render.py", "script_parts.py", "templating.py")
+DIRECTIVES = ("directives.py", "slurm/directives.py", "local/directives.py")
 OUTSIDE = [*(REPO / "toolkit/clusterkit/job" / name for name in PLAN_AND_RENDER),
+           *(REPO / "toolkit/clusterkit/scheduler" / name for name in DIRECTIVES),
            REPO / "toolkit/clusterkit/actions.py", *sorted((REPO / "templates").glob("job*.j2"))]
 NAMED = re.compile(r"""(["'])(%s)\1|launcher\s*(==|!=)""" % "|".join(LAUNCHERS))  # noqa: UP031
 

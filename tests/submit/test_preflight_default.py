@@ -17,8 +17,8 @@ import pytest
 from clusterkit.actions import nodes_to_check, preflight_gate
 from clusterkit.config.load import load_site
 from clusterkit.errors import PlanError
-from clusterkit.job.plan import make_plan
 from clusterkit.job.request import JobRequest
+from tests.conftest import make_plan
 
 from ..conftest import REPO
 

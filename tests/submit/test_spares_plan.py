@@ -9,8 +9,8 @@ import pytest
 
 from clusterkit.config.load import load_site
 from clusterkit.errors import ConfigError, InputError, PlanError
-from clusterkit.job.plan import make_plan
 from clusterkit.job.request import JobRequest
+from tests.conftest import make_plan
 
 SITE = """\
 name: tb

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterkit import rundir, slurmclient
+from clusterkit import rundir, scheduler, slurmclient
 from clusterkit.config.load import load_site
 from clusterkit.config.schema import Site
 from clusterkit.errors import ExitCode, PlanError, PreflightError
@@ -67,7 +67,8 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
         snap = _snapshot(site_obj, resolved, run_dir, write, submitting)
         plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs,
                                                                   python=request.python or supervisor_python(),
-                                                                  code=snap.info if snap else None))
+                                                                  code=snap.info if snap else None),
+                                  scheduler.parts(site_obj.scheduler.kind))
         missing = None
         if snap is not None:
             plan, missing = snap.noted(plan, check_script=submitting)
@@ -174,7 +175,7 @@ def nodes_to_check(site: Site, plan: Plan, slurm: SlurmCommand | None = None) ->
     A 1-node job on a 4,096-node site checks the nodes it could get, not the site.
     """
     candidates = list(plan.candidates)
-    if site.scheduler.kind != "slurm":
+    if not plan.slurm:
         return candidates, ""
     from clusterkit.sites import facts
     from clusterkit.sites import slurm_text as st
@@ -244,7 +245,7 @@ def preflight_gate(site: Site, plan: Plan, *, skip: bool = False, accept_new_hos
     """
     if skip:
         return Gate(plan, skipped="--skip-preflight")
-    if site.scheduler.kind == "local":
+    if not plan.slurm:
         return Gate(plan, skipped="local site: nothing remote to check "
                                   "(clusterkit preflight --transport local checks this machine)")
     if not site.preflight.before_submit and transport is None:
@@ -296,7 +297,7 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
     gated: list[Gate] = []
 
     def checks(plan: Plan) -> None:
-        off_shared = planning.run_dir_off_shared(site, plan.run_dir, plan.nnodes)
+        off_shared = planning.run_dir_off_shared(site, plan.run_dir, plan.nnodes, plan.slurm)
         if off_shared is not None:  # render shows it as a warning; a job is not queued with it
             raise PlanError(off_shared)
         check_array_size(site, plan)   # before preflight: an array Slurm refuses is not worth a check
@@ -325,7 +326,7 @@ def check_array_size(site: Site, plan: Plan, runner: slurmclient.Run | None = No
     the site's ``scheduler.max_array_size`` (checked when planning), else Slurm's own
     (``scontrol show config``).  An array that fits, or no answer from Slurm, passes: sbatch
     has the last word."""
-    if plan.array is None or site.scheduler.max_array_size is not None or site.scheduler.kind != "slurm":
+    if plan.array is None or site.scheduler.max_array_size is not None or not plan.slurm:
         return
     from clusterkit.job.array import check_size
     from clusterkit.sites.slurm_text import parse_config
@@ -345,7 +346,7 @@ def check_partition_nodes(site: Site, plan: Plan, runner: slurmclient.Run | None
     own nodes are two site files sharing a partial.  The site's own ``scheduler.partition``, a
     partition Slurm does not list, or no answer from Slurm passes: sbatch has the last word."""
     wanted = dict(plan.sbatch).get("partition")
-    if site.scheduler.kind != "slurm" or not wanted or wanted == site.scheduler.partition:
+    if not plan.slurm or not wanted or wanted == site.scheduler.partition:
         return
     from clusterkit import hostlist
     from clusterkit.sites import facts

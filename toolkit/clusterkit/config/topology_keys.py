@@ -1,5 +1,5 @@
 """``network.topology``: the site's Slurm topology plugin and how jobs ask to be placed on it
-(:mod:`clusterkit.config.schema`; rendered by :mod:`clusterkit.job.directives` as
+(:mod:`clusterkit.config.schema`; rendered by :mod:`clusterkit.scheduler.slurm.directives` as
 ``#SBATCH --switches`` / ``--segment``, the hosts ordered by switch or block in the job)."""
 
 from __future__ import annotations

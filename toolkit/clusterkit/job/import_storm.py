@@ -29,11 +29,12 @@ def _where(site: Site, path: str) -> str | None:
     return None if local else "may be on shared storage (no storage the site lists holds it)"
 
 
-def warning(site: Site, job: JobSetup, nnodes: int) -> list[str]:
+def warning(site: Site, job: JobSetup, nnodes: int, allocates: bool) -> list[str]:
     """One warning when the job's venv or conda environment is (or may be) on shared storage and
-    the job has more nodes than the site's ``software.import_storm_nodes``."""
+    the job has more nodes than the site's ``software.import_storm_nodes`` (``allocates``: the
+    site's scheduler grants nodes; a local site is one machine)."""
     limit = site.software.import_storm_nodes
-    if nnodes <= limit or site.scheduler.kind != "slurm":
+    if nnodes <= limit or not allocates:
         return []
     if job.venv:
         what, where = f"--venv {job.venv}", _where(site, job.venv)

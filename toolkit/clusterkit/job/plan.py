@@ -10,8 +10,10 @@ rule), so the run directory can be claimed before planning; nodes found bad late
 (preflight) are taken out with :meth:`Plan.excluding`, which gives what ``make_plan`` would have
 given with them in the request's exclude list, without planning again.
 
-What it refuses is in :mod:`clusterkit.job.plan_checks`; the ``#SBATCH`` directives and the
-node shares they ask for are built in :mod:`clusterkit.job.directives`.
+What it refuses is in :mod:`clusterkit.job.plan_checks`; the node shares are
+:mod:`clusterkit.job.shares`.  Planning names no scheduler: the directives (``#SBATCH`` lines) and
+the entry template are the site's scheduler's, handed in by the caller as a
+:class:`~clusterkit.job.scheduling.SchedulerParts` (``clusterkit.scheduler.parts(kind)``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from clusterkit.config.schema import Container, Site
 from clusterkit.job import array as arrays
 from clusterkit.job import debuglogs, goodput, import_storm, jobenv, launchers, nccl, stages, torch_version
 from clusterkit.job.code import CodeSnapshot
-from clusterkit.job.directives import _sbatch, array_plan, cpu_share
 from clusterkit.job.launchers import Context, Launch
 from clusterkit.job.longrun import ChainLink, check_run_name
 from clusterkit.job.nccl import EnvVar
@@ -43,18 +44,22 @@ from clusterkit.job.plan_checks import (
     run_dir_off_shared,
 )
 from clusterkit.job.request import JobRequest, JobSetup, Resolved, resolve
+from clusterkit.job.scheduling import SchedulerParts
 from clusterkit.job.settings import Settings
+from clusterkit.job.shares import array_plan, cpu_share
 
 __all__ = ["Basis", "Plan", "array_plan", "checkpoint_base", "cpu_share", "make_plan", "run_dir_off_shared"]
 
 
 @dataclass(frozen=True)
 class Basis:
-    """What :meth:`Plan.excluding` derives from: the site and the launcher's context (not in plan.json)."""
+    """What :meth:`Plan.excluding` derives from: the site, the launcher's context and the site's
+    scheduler (not in plan.json)."""
 
     site: Site
     context: Context
     resolved: Resolved = field(compare=False)  # its request keeps the exclude list it was given
+    scheduler: SchedulerParts = field(compare=False)
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,8 @@ class Plan:
 
     @property
     def slurm(self) -> bool:
-        return self.scheduler == "slurm"
+        """The site's scheduler allocates nodes and launches in job steps (Slurm's way)."""
+        return self.basis.scheduler.allocates
 
     @property
     def candidates(self) -> tuple[str, ...]:
@@ -127,13 +133,13 @@ class Plan:
             return self
         site, ctx = self.basis.site, self.basis.context
         r = self.basis.resolved
-        if _check_spares(site, r, self.nnodes, exclude)[0] != self.spares:   # a default that no longer fits
-            return make_plan(site, replace(r, request=replace(r.request, exclude=exclude)))
+        if _check_spares(site, r, self.nnodes, exclude, self.slurm)[0] != self.spares:   # a default that no longer fits
+            return make_plan(site, replace(r, request=replace(r.request, exclude=exclude)), self.basis.scheduler)
         ctx = _with_hosts(ctx, _candidates(site, exclude, self.nnodes, self.spares))
         if launchers.get(self.launcher, site.launchers)(ctx) != self.launch:  # re-runs the launcher's host checks
             raise AssertionError(f"{self.launcher}: the launch changed with the exclude list; "
                                  "launchers may read the hosts only to refuse a request")
-        sbatch = _sbatch(site, self.basis.resolved, self.allocated, self.gpus_per_node, self.launch, exclude)
+        sbatch = self.basis.scheduler.directives(site, r, self.allocated, self.gpus_per_node, self.launch, exclude)
         return replace(self, hosts=ctx.hosts, exclude=exclude, sbatch=sbatch, basis=replace(self.basis, context=ctx))
 
     def to_dict(self) -> dict[str, Any]:
@@ -176,10 +182,10 @@ def _with_hosts(ctx: Context, candidates: tuple[str, ...]) -> Context:
 
 
 def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool,
-             exclude: tuple[str, ...], spares: int = 0) -> Context:
+             exclude: tuple[str, ...], spares: int, allocates: bool) -> Context:
     request = r.request
     ctx = Context(nnodes=nnodes, gpus_per_node=gpn, command=tuple(request.command), settings=r.settings,
-                  stage=request.stage, slurm=site.scheduler.kind == "slurm", hosts=(), run_dir=request.run_dir,
+                  stage=request.stage, slurm=allocates, hosts=(), run_dir=request.run_dir,
                   container=use_container, inputs=request.inputs, launcher_args=r.job.launcher_args,
                   array=request.array is not None, torch_version=torch_version.installed(r.job.venv or r.job.conda),
                   rank_logs=debuglogs.rank_logs(site, request.run_dir, nnodes),
@@ -187,22 +193,26 @@ def _context(site: Site, r: Resolved, nnodes: int, gpn: int, use_container: bool
     return _with_hosts(ctx, _candidates(site, exclude, nnodes, spares))
 
 
-def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
+def make_plan(site: Site, request: JobRequest | Resolved, scheduler: SchedulerParts) -> Plan:
     """Check the request against the site and stage, and build the frozen plan (a request not
-    yet resolved is resolved here; a command resolves it first, once)."""
+    yet resolved is resolved here; a command resolves it first, once).  ``scheduler``: the site's
+    scheduler's share (its directives, its entry template)."""
+    if scheduler.kind != site.scheduler.kind:
+        raise ValueError(f"a {scheduler.kind} scheduler for a {site.scheduler.kind} site")
     r = request if isinstance(request, Resolved) else resolve(site, request)
     request, spec, s, launcher, time, max_restarts = r.request, r.spec, r.settings, r.launcher, r.time, r.max_restarts
     warnings = stages.check_site(spec, site)
-    nnodes, gpn, exclude = _check_request(site, r)   # every problem with the request at once
+    nnodes, gpn, exclude = _check_request(site, r, scheduler.allocates)   # every problem with the request at once
     container_cfg = site.software.container
-    use_container = bool(container_cfg) and r.container and site.scheduler.kind == "slurm"
-    _check_job_args(site, r, launcher)
-    spares, spares_note = _check_spares(site, r, nnodes, exclude)
-    ctx = _context(site, r, nnodes, gpn, use_container, exclude, spares)
+    use_container = bool(container_cfg) and r.container and scheduler.allocates
+    _check_job_args(site, r, launcher, scheduler.allocates)
+    spares, spares_note = _check_spares(site, r, nnodes, exclude, scheduler.allocates)
+    ctx = _context(site, r, nnodes, gpn, use_container, exclude, spares, scheduler.allocates)
     launch = launchers.get(launcher, site.launchers)(ctx)
     _check_not_launched_twice(launch, request.command)
-    _check_preemption(site, launch, spec, time, max_restarts, r.sources.get("max_restarts") == "flag")
-    _check_long_run(site, r, spec)
+    _check_preemption(site, launch, spec, time, max_restarts, r.sources.get("max_restarts") == "flag",
+                      scheduler.allocates)
+    _check_long_run(site, r, spec, scheduler.allocates)
     debuglogs.check(site, nnodes, request.debug, request.debug_nodes, launch.mode != "once")
     cpus, omp = cpu_share(site, s, gpn, launch)
     env = nccl.resolve(site, spec.name, debug=request.debug, debug_nodes=request.debug_nodes,
@@ -210,20 +220,21 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
                        omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],
                        container=use_container)
     warnings += nccl.plan_warnings(site, env) + jobenv.literal_dollars(r.job.env)
-    warnings += import_storm.warning(site, r.job, nnodes)
+    warnings += import_storm.warning(site, r.job, nnodes, scheduler.allocates)
     if spares_note:
         warnings.append(spares_note)
-    _check_job(site, r, launch, nnodes, use_container)
+    _check_job(site, r, launch, nnodes, use_container, scheduler.allocates)
     if launch.check_env is not None:
         launch.check_env(env)
-    arr = array_plan(site, request)
-    sbatch = _sbatch(site, r, nnodes + spares, gpn, launch, exclude)
-    off_shared = run_dir_off_shared(site, request.run_dir, nnodes)  # a preview may show it; submit refuses it
+    arr = array_plan(site, request, scheduler.allocates)
+    sbatch = scheduler.directives(site, r, nnodes + spares, gpn, launch, exclude)
+    # a preview may show it; submit refuses it
+    off_shared = run_dir_off_shared(site, request.run_dir, nnodes, scheduler.allocates)
     if off_shared is not None:
         warnings.append(f"{off_shared} (`submit` refuses this run directory)")
     name = r.job_name
     return Plan(
-        version=__version__, site=site.name, site_file=site.source, scheduler=site.scheduler.kind,
+        version=__version__, site=site.name, site_file=site.source, scheduler=scheduler.kind,
         stage=spec.name, launcher=launcher, job_name=name,
         nnodes=nnodes, gpus_per_node=gpn, world_size=launch.world_size or nnodes * gpn, hosts=ctx.hosts,
         exclude=exclude, command=tuple(request.command), run_dir=request.run_dir,
@@ -232,12 +243,12 @@ def make_plan(site: Site, request: JobRequest | Resolved) -> Plan:
         modules=(*site.software.modules, *r.job.modules),
         container=container_cfg if use_container else None,
         max_restarts=max_restarts, preempt_signal_s=site.scheduler.preempt_signal_s,
-        grace_s=site.scheduler.grace_s, requeue=stages.requeues(spec, launch.mode) and site.scheduler.kind == "slurm",
+        grace_s=site.scheduler.grace_s, requeue=stages.requeues(spec, launch.mode) and scheduler.allocates,
         checkpoint_dir=checkpoint_base(site, request.run_dir),
         time=time, cpus_per_task=cpus,   # status judges stragglers by plan.json's ratio: the site's where not set
         settings=s if s.straggler_ratio is not None else s.model_copy(
             update={"straggler_ratio": site.watch.straggler_ratio}),
-        preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r), warnings=tuple(warnings), job=r.job,
+        preflight_in_job=r.preflight_in_job, basis=Basis(site, ctx, r, scheduler), warnings=tuple(warnings), job=r.job,
         run_name=None if request.run_name is None else check_run_name(request.run_name),
         dependency=request.dependency, chain=request.chain,
         array=arr,

@@ -22,9 +22,10 @@ from clusterkit.vocab import StageSpec, slurm_seconds
 
 
 def _check_preemption(site: Site, launch: Launch, spec: StageSpec, time: str, max_restarts: int,
-                      flagged: bool = False) -> None:
-    """Refuse what the preemption path cannot serve: no room for the warning, ranks out of reach."""
-    if site.scheduler.kind != "slurm" or not (stages.requeues(spec, launch.mode) or flagged):
+                      flagged: bool, allocates: bool) -> None:
+    """Refuse what the preemption path cannot serve: no room for the warning, ranks out of reach
+    (``allocates``: the site's scheduler requeues; :class:`clusterkit.job.scheduling.SchedulerParts`)."""
+    if not allocates or not (stages.requeues(spec, launch.mode) or flagged):
         return
     signal_s = site.scheduler.preempt_signal_s
     # Slurm checks --signal times about once a minute, so the warning may come up to 60 s early
@@ -41,14 +42,14 @@ def _check_preemption(site: Site, launch: Launch, spec: StageSpec, time: str, ma
                         "use --set max_restarts=0 (no requeue) or a launcher that runs through srun")
 
 
-def _check_long_run(site: Site, r: Resolved, spec: StageSpec) -> None:
+def _check_long_run(site: Site, r: Resolved, spec: StageSpec, allocates: bool) -> None:
     """A framework's requeue has a requeue to do, a dependency has a Slurm to wait in (the stop
     signal's launchers are settings.USED_BY's; docs/architecture.md: long runs)."""
     s, request = r.settings, r.request
     if s.requeue_by == "framework" and not spec.requeue:
         raise PlanError(f"the {spec.name} stage does not requeue (no time-limit warning, no requeue): "
                         "use a multi-node or large-cluster stage", field="settings.requeue_by", value="framework")
-    if (request.dependency or request.chain) and site.scheduler.kind != "slurm":
+    if (request.dependency or request.chain) and not allocates:
         raise PlanError(f"site {site.name} is a local site: no Slurm to hold a job until another ends",
                         field="chain" if request.chain else "after")
 
@@ -76,11 +77,12 @@ def _candidates(site: Site, exclude: tuple[str, ...], nnodes: int, spares: int =
     return hosts
 
 
-def _check_spares(site: Site, r: Resolved, nnodes: int, exclude: tuple[str, ...]) -> tuple[int, str | None]:
+def _check_spares(site: Site, r: Resolved, nnodes: int, exclude: tuple[str, ...],
+                  allocates: bool) -> tuple[int, str | None]:
     """The spare nodes asked for (:mod:`clusterkit.job.spares`): only where the job checks its nodes
     itself (the in-job preflight chooses which ``nnodes`` of the allocation it launches on)."""
     return spares_mod.choose(site, r.spec.name, r.settings.spares, r.stage_spares, nnodes,
-                             bool(r.preflight_in_job), exclude)
+                             bool(r.preflight_in_job), exclude, allocates)
 
 
 def _unused_settings(s: Settings, launcher: str, site: Site) -> list[str]:
@@ -88,18 +90,18 @@ def _unused_settings(s: Settings, launcher: str, site: Site) -> list[str]:
     return [key for key in sorted(s.model_fields_set) if getattr(s, key) is not None]
 
 
-def _check_used_key(s: Settings, key: str, launcher: str, site: Site) -> None:
+def _check_used_key(s: Settings, key: str, launcher: str, site: Site, allocates: bool) -> None:
     """Refuse a --set key the launcher or site would ignore: nothing given is silently dropped."""
     users = settings_mod.used_by(key)
     if not settings_mod.acts_on(key, launcher):
         raise PlanError(f"the {launcher} launcher does not use it; it is used by {', '.join(users)}",
                         field=f"settings.{key}")
-    if key in settings_mod.SLURM_ONLY and site.scheduler.kind != "slurm":
+    if key in settings_mod.SLURM_ONLY and not allocates:
         raise PlanError(f"site {site.name} is a local site (no Slurm); "
                         f"{key} applies to Slurm sites only", field=f"settings.{key}")
 
 
-def _check_job(site: Site, r: Resolved, launch: Launch, nnodes: int, in_container: bool) -> None:
+def _check_job(site: Site, r: Resolved, launch: Launch, nnodes: int, in_container: bool, allocates: bool) -> None:
     """The job's own environment and activation, where this job can honour them (docs/architecture.md §3)."""
     job = r.job
     if r.settings.node_setup_in == "container" and not in_container:
@@ -107,7 +109,7 @@ def _check_job(site: Site, r: Resolved, launch: Launch, nnodes: int, in_containe
                         "names no software.container, or --set container=false)", field="settings.node_setup_in",
                         value="container")
     per_node = [e for e in job.env if ENV_REF.search(e.value)]
-    if per_node and site.scheduler.kind == "slurm" and launch.mode == "once" and nnodes > 1 and not in_container:
+    if per_node and allocates and launch.mode == "once" and nnodes > 1 and not in_container:
         e = per_node[0]
         raise PlanError(f"{launch.name} starts its workers over SSH from the batch host, outside Slurm, so "
                         f"{e.name}={e.value!r} ({e.origin}) cannot be expanded on each node: use a value without "
@@ -128,7 +130,7 @@ def _check_job(site: Site, r: Resolved, launch: Launch, nnodes: int, in_containe
                         value=job.venv)
 
 
-def _check_job_args(site: Site, r: Resolved, launcher: str) -> None:
+def _check_job_args(site: Site, r: Resolved, launcher: str, allocates: bool) -> None:
     """``--srun-arg`` and ``--launcher-arg`` words (the site's job: section's first): none that
     clusterkit owns, nothing that would end up as the program to run."""
     job, own = r.job, r.request.job
@@ -142,7 +144,7 @@ def _check_job_args(site: Site, r: Resolved, launcher: str) -> None:
         if first_own:
             check_one(words[:first_own], f"the site's {site_key}")
         check_one(words, "")
-    if job.srun_args and site.scheduler.kind != "slurm":
+    if job.srun_args and not allocates:
         raise PlanError(f"site {site.name} is a local site: no srun steps to add them to", field="srun_args",
                         value=repr(job.srun_args[0]))
 
@@ -166,11 +168,11 @@ def _check_launcher(site: Site, launcher: str, words: tuple[str, ...], origin: s
     jobargs.check(words, owned, what=launcher, field="launcher_args", origin=origin)
 
 
-def run_dir_off_shared(site: Site, run_dir: str, nnodes: int) -> str | None:
+def run_dir_off_shared(site: Site, run_dir: str, nnodes: int, allocates: bool) -> str | None:
     """Why ``run_dir`` cannot serve a job of ``nnodes`` nodes on ``site`` (every node reads the
-    hostfile and launcher configs from it), or None.  A preview (``render``) shows it as a
-    warning; ``submit`` refuses it (:func:`clusterkit.actions.submit`)."""
-    if nnodes < 2 or site.scheduler.kind != "slurm" or not os.path.isabs(run_dir):
+    hostfile and launcher configs from it; ``allocates``: the site's scheduler grants the nodes), or
+    None.  A preview (``render``) shows it as a warning; ``submit`` refuses it (:func:`clusterkit.actions.submit`)."""
+    if nnodes < 2 or not allocates or not os.path.isabs(run_dir):
         return None
     if site.on_shared_storage(run_dir):
         return None
@@ -181,7 +183,7 @@ def run_dir_off_shared(site: Site, run_dir: str, nnodes: int) -> str | None:
             "storage list with shared: true")
 
 
-def _check_request(site: Site, r: Resolved) -> tuple[int, int, tuple[str, ...]]:
+def _check_request(site: Site, r: Resolved, allocates: bool) -> tuple[int, int, tuple[str, ...]]:
     """Node count, GPUs per node and exclude list; every independent problem with the request
     (node range, GPUs, exclude list, settings the launcher or site would ignore, a container the
     site lacks) reported at once, not one per attempt."""
@@ -202,11 +204,11 @@ def _check_request(site: Site, r: Resolved) -> tuple[int, int, tuple[str, ...]]:
                                value=str(gpn)))
     exclude = attempt(_exclude_list, site, request.exclude)
     for key in _unused_settings(s, r.launcher, site):
-        attempt(_check_used_key, s, key, r.launcher, site)
+        attempt(_check_used_key, s, key, r.launcher, site, allocates)
     if "keep_checkpoints" in s.model_fields_set and s.model_params is None:
         found.append(PlanError("it goes with --set model_params=SIZE (the checkpoints' room is checked for "
                                "the model's size)", field="settings.keep_checkpoints"))
-    if s.model_params is not None and site.scheduler.kind == "slurm" and r.preflight_in_job is not True:
+    if s.model_params is not None and allocates and r.preflight_in_job is not True:
         found.append(PlanError("the checkpoint directory's room is checked by the job's own preflight, which is "
                                + ("off: add --set preflight_in_job=true" if not r.preflight_in_job else
                                   "--perf here: use --set preflight_in_job=true"), field="settings.model_params"))

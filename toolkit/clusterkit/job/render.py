@@ -1,7 +1,8 @@
 """Rendering: ``render(site, plan) -> {artifact name: text}``.  Pure and deterministic.
 
-The job script is an entry template per scheduler kind (:data:`ENTRY`) made of includes by
-concern, any of which a site may replace.  The templates render in the sandboxed environment of
+The job script is the site's scheduler's entry template (``plan.basis.scheduler.entry``,
+:class:`~clusterkit.job.scheduling.SchedulerParts`) made of includes by concern, any of which a
+site may replace.  The templates render in the sandboxed environment of
 :mod:`clusterkit.job.templating` (a site's own within a budget); the parts of the script built in
 Python from the plan come from :mod:`clusterkit.job.script_parts`.
 """
@@ -38,11 +39,10 @@ from clusterkit.job.script_parts import (
 )
 from clusterkit.job.templating import _renderer, environment, overridden, override_note, shell_quote
 
-__all__ = ["ENTRY", "LAUNCH_INCLUDE", "container_mounts", "overridden", "override_note", "render"]
+__all__ = ["LAUNCH_INCLUDE", "container_mounts", "overridden", "override_note", "render"]
 
 
-#: The job script's entry templates; each includes one template per concern (templates/job-*.j2).
-ENTRY = {True: "job.sbatch.j2", False: "job.local.j2"}
+#: The launch's include: in a job step of its own, or in the batch shell (templates/job-launch.*.j2).
 LAUNCH_INCLUDE = {True: "job-launch.step.j2", False: "job-launch.here.j2"}
 #: The run directory's script that names the rendezvous host of a head node (site network.rendezvous_host).
 RDZV = jobfiles.RENDEZVOUS_HOST
@@ -95,7 +95,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "jobfiles": jobfiles.template_names(),   # the run directory's file names, as Python reads them
     }
     out: dict[str, str] = {}
-    out["job.sbatch"] = draw(ENTRY[plan.slurm], ctx)
+    out["job.sbatch"] = draw(plan.basis.scheduler.entry, ctx)
     if (plan.job.setup or plan.job.node_setup) and "ck_setup_step=" not in out["job.sbatch"]:
         # a site's own copy of the entry template from before setup steps: refuse, never drop them
         raise ConfigError.single(site.templates or "templates", None, "templates",

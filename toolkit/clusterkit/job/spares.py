@@ -25,10 +25,11 @@ STAGE_DEFAULT: dict[str, int | str] = {"large-cluster": "3%"}
 
 
 def choose(site: Site, stage: str, given: int | None, staged: int | str | None, nnodes: int, in_job: bool,
-           exclude: tuple[str, ...]) -> tuple[int, str | None]:
+           exclude: tuple[str, ...], allocates: bool) -> tuple[int, str | None]:
     """(spares, a warning for the plan or None).  ``given``: ``--spares``/``--set spares=``;
-    ``staged``: the site's ``stages.<stage>.spares``; a site without Slurm has no default."""
-    if given is not None or site.scheduler.kind != "slurm":
+    ``staged``: the site's ``stages.<stage>.spares``; a site whose scheduler grants no nodes
+    (``allocates``) has no default."""
+    if given is not None or not allocates:
         if given and not in_job:
             raise PlanError("spare nodes are chosen by the job's own preflight, which is off: "
                             "add --set preflight_in_job=true (or perf)", field="settings.spares", value=str(given))

@@ -1,7 +1,10 @@
 """Schedulers: Slurm and local behind one interface (:class:`~clusterkit.scheduler.base.Scheduler`).
 
-Modules: ``base`` (the interface, JobStatus), ``slurm`` and ``local`` (the two kinds; the only
-ones that touch submitit), ``slurm_tables`` (squeue/sacct/scontrol text, SlurmQuery),
+Modules: ``base`` (the interface, JobStatus), the packages ``slurm`` and ``local`` (the two kinds,
+independent of each other: submission, status, cancel, logs, the only modules that touch
+submitit; and each kind's share of a plan, ``directives``: its ``#SBATCH`` lines and entry
+template, which :func:`parts` hands to planning), ``directives`` (the request both record),
+``slurm_tables`` (squeue/sacct/scontrol text, SlurmQuery),
 ``records`` (the job record store), ``status`` (refresh, wait, cache), ``logs``, and ``jobs``
 (what the CLI calls: submit a run, look at, follow and cancel a job).
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from clusterkit.job.scheduling import SchedulerParts
     from clusterkit.scheduler.base import Scheduler
     from clusterkit.scheduler.slurm_tables import SlurmQuery
 
@@ -25,4 +29,18 @@ def get(kind: str, query: SlurmQuery | None = None) -> Scheduler:
         from clusterkit.scheduler.local import LocalScheduler
 
         return LocalScheduler()
+    raise ValueError(f"unknown scheduler kind {kind!r}")
+
+
+def parts(kind: str) -> SchedulerParts:
+    """The share of a plan and of its job script the scheduler of ``kind`` owns (its directives,
+    its entry template): what :func:`clusterkit.job.plan.make_plan` and rendering are given."""
+    if kind == "slurm":
+        from clusterkit.scheduler.slurm.directives import SlurmParts
+
+        return SlurmParts()
+    if kind == "local":
+        from clusterkit.scheduler.local.directives import LocalParts
+
+        return LocalParts()
     raise ValueError(f"unknown scheduler kind {kind!r}")

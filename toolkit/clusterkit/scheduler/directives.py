@@ -1,5 +1,8 @@
-"""A plan's ``#SBATCH`` directives (:func:`clusterkit.job.plan.make_plan`), and the shares of a node
-they ask for: the CPUs per task and the memory of a job on some of a node's GPUs.  Pure."""
+"""A job's resource request in sbatch's option names, which every scheduler records in its plan
+(``plan.sbatch``, plan.json's ``sbatch``): nodes, tasks, GPUs, the CPUs per task and the memory of a
+job on some of a node's GPUs, the requeue options, the dependency, the site's and the job's own
+options, each value checked.  What only one scheduler adds comes through its :class:`Extras`
+(Slurm's: :mod:`clusterkit.scheduler.slurm.directives`); a local site adds nothing.  Pure."""
 
 from __future__ import annotations
 
@@ -7,28 +10,18 @@ import re
 
 from clusterkit.config.schema import OWNED_SBATCH, Site, owned_sbatch
 from clusterkit.errors import PlanError
-from clusterkit.job import array as arrays
-from clusterkit.job import runtag, stages
 from clusterkit.job import settings as settings_mod
+from clusterkit.job import stages
 from clusterkit.job.launchers import Launch
-from clusterkit.job.request import JobRequest, Resolved
-from clusterkit.job.settings import Settings
+from clusterkit.job.request import Resolved
+from clusterkit.job.scheduling import Directive
+from clusterkit.job.shares import cpu_share
 from clusterkit.vocab import slurm_seconds
 
 _SBATCH_VALUE = re.compile(r"[^\s\x00-\x1f'\"\\`]+")
 #: The longest per-job #SBATCH option (name and value) clusterkit writes.
 _SBATCH_MAX = 4096
 _MEM_OPTIONS = ("mem", "mem-per-cpu", "mem-per-gpu")
-
-
-def cpu_share(site: Site, s: Settings, gpn: int, launch: Launch) -> tuple[int, int]:
-    """(CPUs per task, OMP threads per rank): a job on some of a node's GPUs gets that share of
-    its CPUs; each rank gets its share of its task's CPUs."""
-    tasks = gpn if launch.mode == "per_gpu" else 1
-    node_share = site.nodes.cpus_per_node * gpn // site.nodes.gpus_per_node
-    cpus = s.cpus_per_task or max(1, node_share // tasks)
-    ranks_per_task = 1 if launch.mode == "per_gpu" else gpn
-    return cpus, max(1, cpus // ranks_per_task)
 
 
 def _mem_share(site: Site, gpn: int, job_sbatch: tuple[tuple[str, str | None], ...] = ()
@@ -46,12 +39,32 @@ def _mem_share(site: Site, gpn: int, job_sbatch: tuple[tuple[str, str | None], .
     return [("mem", f"{int(site.nodes.mem_gb * 1024 * gpn // site.nodes.gpus_per_node)}M")]
 
 
-def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
-            exclude: tuple[str, ...]) -> tuple[tuple[str, str | None], ...]:
+class Extras:
+    """What one scheduler adds to the common request, at its place in the order; this one adds
+    nothing (a local site: one machine, no allocation, no accounting)."""
+
+    def requeued(self, site: Site, r: Resolved, nnodes: int, launch: Launch) -> list[Directive]:
+        """After the requeue options, for a job that requeues."""
+        return []
+
+    def placed(self, site: Site, r: Resolved, nnodes: int) -> list[Directive]:
+        """After the exclude list and the requeue options: where the nodes are, the run's tag."""
+        return []
+
+    def arrayed(self, site: Site, r: Resolved) -> list[Directive]:
+        """After the dependency: the job array."""
+        return []
+
+
+def request(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch, exclude: tuple[str, ...],
+            extras: Extras | None = None) -> tuple[Directive, ...]:
+    """The request of ``nnodes`` nodes (spares included) of ``gpn`` GPUs less ``exclude``, with
+    ``extras``' own, the site's ``scheduler.sbatch`` and the job's ``--sbatch`` options last."""
+    extras = extras or Extras()
     sch = site.scheduler
     tasks = gpn if launch.mode == "per_gpu" else 1
     cpus, _ = cpu_share(site, r.settings, gpn, launch)
-    out: list[tuple[str, str | None]] = []
+    out: list[Directive] = []
     for key, value in (("partition", r.partition), ("account", r.account), ("qos", r.qos)):
         if value:
             out.append((key, value))
@@ -68,21 +81,12 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
             out.append(("signal", f"B:USR2@{sch.preempt_signal_s}"))
         out.append(("requeue", None) if r.max_restarts > 0 else ("no-requeue", None))
         out.append(("open-mode", "append"))   # a requeued run appends to the same log
-        if nnodes > 1 and launch.mode != "once" and sch.kind == "slurm":
-            # a node's death ends the launch step, not the allocation: the supervisor drops the
-            # node, takes a spare and relaunches, or requeues without it (docs/architecture.md §3)
-            out.append(("no-kill", None))
-    out += _placement(site, nnodes)
-    if r.request.run_name is not None and sch.kind == "slurm":
-        # the run tag Slurm's accounting groups the run's jobs by (job/runtag.py); a job without a
-        # run name is tagged once sbatch gave it its id (its run name holds the id)
-        out.append(("comment", runtag.tag(r.request.run_name)))
+        out += extras.requeued(site, r, nnodes, launch)
+    out += extras.placed(site, r, nnodes)
     if r.request.dependency:
         # a dependency that can never be met (afterok on a job that failed) ends the job, not a forever-pending one
         out += [("dependency", r.request.dependency), ("kill-on-invalid-dep", "yes")]
-    arr = array_plan(site, r.request)
-    if arr is not None and site.scheduler.kind == "slurm":   # a local site runs the tasks in turn
-        out.append(("array", arr.spec))
+    out += extras.arrayed(site, r)
     own = dict(r.job.sbatch)   # the job's --sbatch options win over the site's of the same name
     for name, extra in sorted(sch.sbatch.items()):
         if name in own:
@@ -111,24 +115,3 @@ def _sbatch(site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
                             field="sbatch", value=shown)
         out.append((option, text))
     return tuple(out)
-
-
-def _placement(site: Site, nnodes: int) -> list[tuple[str, str | None]]:
-    """``--switches=N[@T]`` (topology/tree) or ``--segment=S`` (topology/block) from the site's
-    ``network.topology``, for a Slurm job of more than one node; a node count that is no multiple
-    of the segment is refused (Slurm would refuse the job)."""
-    topo = site.network.topology
-    if topo is None or site.scheduler.kind != "slurm" or nnodes < 2:
-        return []
-    if topo.segment is not None and nnodes % topo.segment:
-        raise PlanError(f"{nnodes} nodes are no multiple of network.topology.segment {topo.segment} (topology/block: "
-                        "Slurm places a job in whole segments); choose a node count (spares included) that is")
-    return list(topo.sbatch())
-
-
-def array_plan(site: Site, request: JobRequest) -> arrays.ArrayPlan | None:
-    """The request's job array on ``site`` (None: an ordinary job); see :mod:`clusterkit.job.array`."""
-    if request.array is None:
-        return None
-    return arrays.plan(request.array, slurm=site.scheduler.kind == "slurm", site=site.name,
-                       max_array_size=site.scheduler.max_array_size)
