@@ -159,3 +159,19 @@ def test_the_python_api_takes_debug_nodes(tmp_path: Path) -> None:
     run = planned.render(write=False)
     assert {v.name: v.value for v in run.plan.env}["NCCL_DEBUG"] == "INFO"
     assert 'in gpu001|gpu002) ;; *) export NCCL_DEBUG=WARN;' in run.sbatch
+
+
+def test_flight_recorder_dumps_go_node_local_above_the_limit(ck: Any, tmp_path: Path) -> None:
+    path = site(tmp_path)
+    small = render(ck, path, tmp_path, "--nodes", "4", "--launcher", "torchrun", "--set", "container=false")
+    big = render(ck, path, tmp_path, "--nodes", "8", "--launcher", "torchrun", "--set", "container=false")
+    assert small.code == big.code == 0, small.err + big.err
+    for out, want in ((small.run_dir, f"{small.run_dir}/logs/fr-55.r1.rank"),
+                      (big.run_dir, "/local/scratch/clusterkit-fr-55.r1.rank")):
+        job = (out / "job.sbatch").read_text()
+        for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+            m = re.search(rf"^export {name}=(.+)$", job, re.M)
+            assert m, name
+            assert _expand(m.group(1), "gpu003", "1") == want, (name, m.group(1))
+    env = {e["name"]: e for e in json.loads((big.run_dir / "plan.json").read_text())["env"]}
+    assert "copies the dump of the rank its verdict names" in env["TORCH_FR_DUMP_TEMP_FILE"]["reason"]

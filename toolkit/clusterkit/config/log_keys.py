@@ -6,7 +6,8 @@ At 2,048 nodes of 8 GPUs that is 16,384 files created at once in one directory o
 system, a metadata storm that slows every job on it.  Up to ``debug_max_nodes`` nodes they go to the
 run's ``logs/``; above it ``--debug`` needs ``--debug-nodes NODESET`` (only those nodes log INFO),
 and torchrun's per-rank files stay on each node under ``node_local_dir`` (its console copy, every
-line prefixed with the rank, still reaches the job's logs).  64 nodes (512 ranks of 8 GPUs) is a
+line prefixed with the rank, still reaches the job's logs), as do the flight recorder's dumps (the
+supervisor copies back the one of the rank a failed attempt's verdict names).  64 nodes (512 ranks of 8 GPUs) is a
 directory a parallel file system's metadata server creates in well under a second.
 """
 
@@ -29,7 +30,8 @@ class LogKeys(BaseModel):
                                  "--debug-nodes NODESET (only those nodes write NCCL INFO files), and torchrun's "
                                  "per-rank log files stay node-local (under node_local_dir)")
     node_local_dir: str = Field("/tmp", min_length=1, max_length=200, description="a directory on each node's own "
-                                "disk for per-rank files above debug_max_nodes (torchrun's --log-dir)")
+                                "disk for per-rank files above debug_max_nodes (torchrun's --log-dir, "
+                                "flight-recorder dumps)")
 
     @field_validator("node_local_dir")
     @classmethod

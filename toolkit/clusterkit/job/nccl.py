@@ -64,6 +64,14 @@ def per_attempt(run_dir: str, stem: str, tail: str) -> tuple[str, str]:
     return value, word
 
 
+def local_fr(site: Site) -> tuple[str, str]:
+    """The flight recorder's dump file on each node's own disk, as (readable value, shell word):
+    ``<logs.node_local_dir>/clusterkit-fr-<job>.r<restart>.rank`` (torch appends the rank)."""
+    stem = pyspy.FR_LOCAL.format(job="${CK_JOB_ID}", restart="${SLURM_RESTART_COUNT:-0}")
+    base = site.logs.node_local_dir.rstrip("/") + "/"
+    return base + stem, shlex.quote(base) + f'"{stem}"'
+
+
 #: NCCL_DEBUG_SUBSYS under --debug.  Setting the variable replaces NCCL's default mask
 #: (INIT,BOOTSTRAP,ENV), so INIT,NET alone drops the "set by environment" and bootstrap lines.
 DEBUG_SUBSYS = "INIT,BOOTSTRAP,ENV,NET,GRAPH"
@@ -152,9 +160,10 @@ def fr_pairs(env: list[EnvVar]) -> list[tuple[str, str]]:
 
 def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
            omp_threads: int | None = None, container: bool = False,
-           debug_nodes: tuple[str, ...] = ()) -> list[EnvVar]:
+           debug_nodes: tuple[str, ...] = (), node_local: bool = False) -> list[EnvVar]:
     """The env our policy sets for this site and stage, before site overrides (``debug_nodes``:
-    the nodes that keep ``--debug``'s values, :mod:`clusterkit.job.debuglogs`)."""
+    the nodes that keep ``--debug``'s values, :mod:`clusterkit.job.debuglogs`; ``node_local``: the
+    job is above the site's ``logs.debug_max_nodes``, so the flight recorder dumps on each node's disk)."""
     env: list[EnvVar] = []
 
     def add(name: str, value: str, reason: str, ref: str, source: Source = "policy",
@@ -193,6 +202,12 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
     # timeout into the run's logs (a container's /tmp, the default, is gone when it exits).
     # TORCH_FR_* are the names from torch 2.7 on; older torch reads only TORCH_NCCL_*.
     fr_value, fr_word = per_attempt(run_dir, "fr-", ".rank")
+    fr_where = ("in the run's logs, one per rank (torch appends the rank); clusterkit doctor reads them; ")
+    if node_local:
+        fr_value, fr_word = local_fr(site)
+        fr_where = (f"on each node's own disk (logs.node_local_dir, above logs.debug_max_nodes: "
+                    f"{site.logs.debug_max_nodes} nodes), one per rank; after a failure or stall the supervisor "
+                    "copies the dump of the rank its verdict names into the run's logs, where doctor reads it; ")
     for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
         add(name, FR_BUFFER, "flight recorder on: the last 2000 collectives per process group, to see which rank "
             "is behind and in which collective after a timeout; " + FR_PICK, TORCH_FR_DOC)
@@ -201,8 +216,7 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
         "the old advice to set 1 is stale)",
         TORCH_FR_DOC)
     for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
-        add(name, fr_value, "flight-recorder dumps in the run's logs, one per rank (torch appends the rank); "
-            "clusterkit doctor reads them; " + FR_PICK, TORCH_FR_DOC, shell=fr_word)
+        add(name, fr_value, "flight-recorder dumps " + fr_where + FR_PICK, TORCH_FR_DOC, shell=fr_word)
     # on a stall the supervisor asks each rank's recorder for a dump by writing to its pipe, which torch's
     # process group makes as <stem><rank>.pipe (a FIFO: node-local, in /tmp; docs/architecture.md §3)
     pipe = pyspy.FR_PIPE.format(job="${CK_JOB_ID}", restart="${SLURM_RESTART_COUNT:-0}")
@@ -316,13 +330,13 @@ def _cross_nic(add: Callable[..., None], site: Site) -> None:
 def resolve(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
             extra: list[EnvVar] | None = None, omp_threads: int | None = None,
             job: list[tuple[str, str, str]] | None = None, container: bool = False,
-            debug_nodes: tuple[str, ...] = ()) -> list[EnvVar]:
+            debug_nodes: tuple[str, ...] = (), node_local: bool = False) -> list[EnvVar]:
     """Policy (+ launcher extras), then the site's ``nccl.env`` overrides, then the job's own
     environment (``job``: name, value, where it was given: site ``job.env``, ``--env``), which
     wins over both: an ``NCCL_*`` a job sets is the one it gets."""
     merged: dict[str, EnvVar] = {}
     for var in policy(site, stage, debug=debug, run_dir=run_dir, omp_threads=omp_threads,
-                      container=container, debug_nodes=debug_nodes) + list(extra or []):
+                      container=container, debug_nodes=debug_nodes, node_local=node_local) + list(extra or []):
         merged[var.name] = var
     for name, value in site.nccl.env.items():
         old = merged.get(name)
