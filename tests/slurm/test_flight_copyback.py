@@ -48,7 +48,7 @@ def test_only_the_named_rank_s_dump_is_copied_back(cli: CK, tmp_path: Path) -> N
     m = re.search(r"Submitted job (\d+)", proc.stdout)
     assert m, proc.stdout
     job = m.group(1)
-    names = sorted(p.name for p in local.iterdir())
+    names = sorted(p.name for p in local.glob("clusterkit-fr-*"))   # beside torchrun's node-local folder
     assert names == [f"clusterkit-fr-{job}.r0.rank0", f"clusterkit-fr-{job}.r0.rank1"], names
     copied = sorted(p.name for p in (run_dir / "logs").glob("fr-*"))
     assert copied == [f"fr-{job}.r0.rank1"], (copied, batch[-4000:])
