@@ -37,7 +37,8 @@ def test_only_the_named_ranks_are_copied_under_doctor_s_name(tmp_path: Path,
     assert sorted(p.name for p in logs.iterdir()) == [f"fr-{JOB}.r{RESTART}.rank2"]
     assert (logs / f"fr-{JOB}.r{RESTART}.rank2").read_bytes() == b"dump of rank 2"
     said = capsys.readouterr().out.splitlines()
-    assert said[0].endswith(f": copied to fr-{JOB}.r{RESTART}.rank2 (14 bytes)") and said[1].endswith(": no dump")
+    assert said[0].endswith(f": copied to fr-{JOB}.r{RESTART}.rank2 (14 bytes)"), said
+    assert said[1].endswith(": dump: none there"), said
 
 
 def test_a_link_a_fifo_or_an_oversized_dump_is_left_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -52,9 +53,9 @@ def test_a_link_a_fifo_or_an_oversized_dump_is_left_alone(tmp_path: Path, monkey
     _node_side(node, logs, "0@n1", "1@n1", "2@n1")
     assert list(logs.iterdir()) == []
     said = capsys.readouterr().out.splitlines()
-    assert said[0].startswith("rank 0 on ") and ": cannot open its dump: " in said[0], said   # O_NOFOLLOW
-    assert said[1].endswith(": its dump is not a regular file: left alone"), said
-    assert said[2].endswith(": its dump is larger than 0 MiB: left on the node"), said
+    assert said[0].startswith("rank 0 on ") and ": dump: cannot open it: " in said[0], said   # O_NOFOLLOW
+    assert said[1].endswith(": dump: not a regular file: left alone"), said
+    assert said[2].endswith(": dump: larger than 0 MiB: left on the node"), said
 
 
 def test_a_link_in_the_logs_is_replaced_not_written_through(tmp_path: Path) -> None:
@@ -130,7 +131,7 @@ def test_recovery_copies_the_verdict_s_rank_through_one_step(tmp_path: Path, mon
     said: list[str] = []
     recovery.copy_dumps(run, replan.Verdict("nccl-timeout", "rank 5 behind", "n2", 5), said.append)
     assert [p.name for p in logs.iterdir()] == [f"fr-{JOB}.r{RESTART}.rank5"], said
-    assert said == [f"flight recorder: rank 5 on n2: copied to fr-{JOB}.r{RESTART}.rank5 (6 bytes)"]
+    assert said == [f"copy back: rank 5 on n2: copied to fr-{JOB}.r{RESTART}.rank5 (6 bytes)"]
     words = (tmp_path / "words").read_text().splitlines()
     assert words[:8] == ["--nodes", "1", "--ntasks", "1", "--ntasks-per-node", "1", "--nodelist", "n2"]
     assert "--overlap" in words
@@ -142,3 +143,50 @@ def test_recovery_copies_the_verdict_s_rank_through_one_step(tmp_path: Path, mon
     (tmp_path / "words").unlink()
     recovery.copy_dumps(run, replan.Verdict("nccl-timeout", "", "n1", 1), said.append)
     assert said == [] and not (tmp_path / "words").exists()   # no step at all
+
+
+NCCL = f"clusterkit-nccl-{JOB}.r{RESTART}"
+
+
+def test_the_node_s_nccl_files_come_back_under_its_slurm_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    node, logs = _dirs(tmp_path)
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu007")
+    (node / f"{NCCL}.host7.101.log").write_text("NCCL INFO 101\n")
+    (node / f"{NCCL}.host7.102.log").write_bytes(b"a" * 50 + b"the end\n")
+    (node / f"{NCCL}.host7.103.log").symlink_to(tmp_path / "secret")
+    (node / f"{NCCL}.x.y.log").write_text("not a process number")
+    (node / f"clusterkit-nccl-{JOB}.r0.host7.104.log").write_text("another restart's")
+    monkeypatch.setattr(frback, "MAX_BYTES", 20)
+    assert frback.main(["--nccl-from", str(node), "--logs", str(logs), "--job", JOB, "--restart", str(RESTART),
+                        "nccl@gpu007", "nccl@gpu008"]) == 0
+    assert sorted(p.name for p in logs.iterdir()) == [f"nccl-{JOB}.r{RESTART}.gpu007.101.log",
+                                                       f"nccl-{JOB}.r{RESTART}.gpu007.102.log"]
+    assert (logs / f"nccl-{JOB}.r{RESTART}.gpu007.102.log").read_bytes() == b"a" * 12 + b"the end\n"  # its end
+    said = capsys.readouterr().out
+    assert "process 102: copied to " in said and ", its last 0 MiB" in said
+    assert "process 103: cannot open it: " in said, said
+
+
+def test_the_nccl_files_are_capped_in_number(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    node, logs = _dirs(tmp_path)
+    for pid in range(frback.MAX_NCCL_FILES + 3):
+        (node / f"{NCCL}.h.{1000 + pid}.log").write_text("x")
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    assert frback.main(["--nccl-from", str(node), "--logs", str(logs), "--job", JOB, "--restart", str(RESTART),
+                        "nccl@n1"]) == 0
+    assert len(list(logs.iterdir())) == frback.MAX_NCCL_FILES
+
+
+def test_recovery_copies_the_verdict_s_node_s_nccl_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    node, logs = _dirs(tmp_path)
+    (node / f"{NCCL}.h.77.log").write_text("NCCL WARN x\n")
+    monkeypatch.setenv("PATH", f"{_fake_srun(tmp_path)}:{os.environ['PATH']}")
+    monkeypatch.setenv("SRUN_WORDS", str(tmp_path / "words"))
+    monkeypatch.setenv("NCCL_DEBUG_FILE", f"{node}/{NCCL}.%h.%p.log")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
+    run = recovery.Run(JOB, str(tmp_path / "run"), RESTART, ("n1", "n2"), ("n1", "n2"), (), 1)
+    said: list[str] = []
+    recovery.copy_dumps(run, replan.Verdict("nccl-error", "", "n2", None), said.append)   # a node, no rank
+    assert [p.name for p in logs.iterdir()] == [f"nccl-{JOB}.r{RESTART}.n2.77.log"], said
+    assert said == [f"copy back: on n2: NCCL file of process 77: copied to nccl-{JOB}.r{RESTART}.n2.77.log (12 bytes)"]

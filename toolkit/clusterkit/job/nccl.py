@@ -64,12 +64,13 @@ def per_attempt(run_dir: str, stem: str, tail: str) -> tuple[str, str]:
     return value, word
 
 
-def local_fr(site: Site) -> tuple[str, str]:
-    """The flight recorder's dump file on each node's own disk, as (readable value, shell word):
-    ``<logs.node_local_dir>/clusterkit-fr-<job>.r<restart>.rank`` (torch appends the rank)."""
-    stem = pyspy.FR_LOCAL.format(job="${CK_JOB_ID}", restart="${SLURM_RESTART_COUNT:-0}")
+def local_file(site: Site, stem: str, tail: str = "") -> tuple[str, str]:
+    """A per-process file on each node's own disk, as (readable value, shell word):
+    ``<logs.node_local_dir>/<stem with the job and restart><tail>`` (``stem``: :data:`pyspy.FR_LOCAL`,
+    to which torch appends the rank, or :data:`pyspy.NCCL_LOCAL`)."""
+    name = stem.format(job="${CK_JOB_ID}", restart="${SLURM_RESTART_COUNT:-0}")
     base = site.logs.node_local_dir.rstrip("/") + "/"
-    return base + stem, shlex.quote(base) + f'"{stem}"'
+    return base + name + tail, shlex.quote(base) + f'"{name}"' + (shlex.quote(tail) if tail else "")
 
 
 #: NCCL_DEBUG_SUBSYS under --debug.  Setting the variable replaces NCCL's default mask
@@ -158,6 +159,34 @@ def fr_pairs(env: list[EnvVar]) -> list[tuple[str, str]]:
             if all(n in by_name and by_name[n].source == "policy" for n in (new, old))]
 
 
+def _debug(add: Callable[..., None], site: Site, run_dir: str, debug_nodes: tuple[str, ...],
+           node_local: bool) -> None:
+    """``--debug``'s values: NCCL INFO and its file per process (node-local above the site's limit
+    without ``--debug-nodes``)."""
+    only = ""
+    if debug_nodes:
+        from clusterkit.hostlist import fold
+
+        only = (f" (on {fold(debug_nodes)} only, --debug-nodes: every other node sets WARN and writes no file "
+                "before its launcher starts)")
+    add("NCCL_DEBUG", "INFO", "--debug: log NCCL init, transport selection and the values NCCL read" + only,
+        NCCL_ENV_DOC, "debug")
+    add("NCCL_DEBUG_SUBSYS", DEBUG_SUBSYS,
+        "--debug: init, bootstrap, the 'set by environment' lines, network and topology; setting it replaces "
+        "NCCL's default INIT,BOOTSTRAP,ENV, so all are named", f"{NCCL_DEBUG_SRC} (default mask)", "debug")
+    value, word = per_attempt(run_dir, "nccl-", ".%h.%p.log")
+    where = "in the run's logs; WARN lines go there too, and clusterkit doctor reads them"
+    if node_local and not debug_nodes:
+        value, word = local_file(site, pyspy.NCCL_LOCAL, ".%h.%p.log")
+        where = (f"on each node's own disk (logs.node_local_dir, above logs.debug_max_nodes: "
+                 f"{site.logs.debug_max_nodes} nodes); WARN lines go there too; after a failure or stall the "
+                 "supervisor copies the files of the node its verdict names into the run's logs, where "
+                 "clusterkit doctor reads them")
+    add("NCCL_DEBUG_FILE", value,
+        "--debug: one file per job, restart, host (%h) and process (%p) " + where,
+        f"{NCCL_ENV_DOC} (NCCL_DEBUG_FILE)", "debug", shell=word)
+
+
 def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
            omp_threads: int | None = None, container: bool = False,
            debug_nodes: tuple[str, ...] = (), node_local: bool = False) -> list[EnvVar]:
@@ -171,21 +200,7 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
         env.append(EnvVar(name, value, source, reason, ref=ref, shell=shell))
 
     if debug:
-        only = ""
-        if debug_nodes:
-            from clusterkit.hostlist import fold
-
-            only = (f" (on {fold(debug_nodes)} only, --debug-nodes: every other node sets WARN and writes no file "
-                    "before its launcher starts)")
-        add("NCCL_DEBUG", "INFO", "--debug: log NCCL init, transport selection and the values NCCL read" + only,
-            NCCL_ENV_DOC, "debug")
-        add("NCCL_DEBUG_SUBSYS", DEBUG_SUBSYS,
-            "--debug: init, bootstrap, the 'set by environment' lines, network and topology; setting it replaces "
-            "NCCL's default INIT,BOOTSTRAP,ENV, so all are named", f"{NCCL_DEBUG_SRC} (default mask)", "debug")
-        value, word = per_attempt(run_dir, "nccl-", ".%h.%p.log")
-        add("NCCL_DEBUG_FILE", value,
-            "--debug: one file per job, restart, host (%h) and process (%p) in the run's logs; WARN lines go there "
-            "too, and clusterkit doctor reads them", f"{NCCL_ENV_DOC} (NCCL_DEBUG_FILE)", "debug", shell=word)
+        _debug(add, site, run_dir, debug_nodes, node_local)
     else:
         add("NCCL_DEBUG", "WARN", "surface real NCCL problems in the job log without INFO noise", NCCL_ENV_DOC)
 
@@ -204,7 +219,7 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
     fr_value, fr_word = per_attempt(run_dir, "fr-", ".rank")
     fr_where = ("in the run's logs, one per rank (torch appends the rank); clusterkit doctor reads them; ")
     if node_local:
-        fr_value, fr_word = local_fr(site)
+        fr_value, fr_word = local_file(site, pyspy.FR_LOCAL)
         fr_where = (f"on each node's own disk (logs.node_local_dir, above logs.debug_max_nodes: "
                     f"{site.logs.debug_max_nodes} nodes), one per rank; after a failure or stall the supervisor "
                     "copies the dump of the rank its verdict names into the run's logs, where doctor reads it; ")
@@ -222,7 +237,7 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
     pipe = pyspy.FR_PIPE.format(job="${CK_JOB_ID}", restart="${SLURM_RESTART_COUNT:-0}")
     for name in ("TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
         add(name, pipe, "the flight recorder's dump on demand: on a stall the supervisor writes to each rank's "
-            "pipe and the dump comes into the run's logs as on a timeout; " + FR_PICK,
+            "pipe and the dump is written as on a timeout; " + FR_PICK,
             f"{TORCH_FR_DOC}; PyTorch ProcessGroupNCCL.cpp, DumpPipe", shell=f'"{pipe}"')
 
     if stage == "single-node":

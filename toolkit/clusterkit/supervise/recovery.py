@@ -124,11 +124,13 @@ def judge(run: Run, log: Log) -> replan.Verdict | None:
 
 
 def copy_dumps(run: Run, v: replan.Verdict | None, log: Log) -> None:
-    """The flight-recorder dump of the rank the verdict names, copied from its node into the run's
-    logs where the job keeps the dumps node-local (:mod:`clusterkit.supervise.frback`)."""
-    if v is not None and v.rank is not None:
+    """The flight-recorder dump of the rank the verdict names and ``--debug``'s NCCL files of its node,
+    copied from that node into the run's logs where the job keeps them node-local
+    (:mod:`clusterkit.supervise.frback`)."""
+    if v is not None:
         node = v.node if v.node is not None and is_host(v.node) else None
-        frback.copy_named([(v.rank, node)], run.run_dir, run.job_id, run.restart, log)
+        frback.copy_named([(v.rank, node)] if v.rank is not None else [], [node] if node else [],
+                          run.run_dir, run.job_id, run.restart, log)
 
 
 def down_nodes(client: Client, run: Run) -> list[str]:
