@@ -111,8 +111,9 @@ def job_options(f: F) -> F:
         click.option("--debug", is_flag=True,
                      help="NCCL debug logging (INFO, INIT/NET subsystems, one file per process)."),
         click.option("--debug-nodes", "debug_nodes", default=None, metavar="NODESET",
-                     help="NCCL debug logging on these nodes only, e.g. gpu[003,017] (implies --debug; needed "
-                          "above the site's logs.debug_max_nodes)."),
+                     help="NCCL debug logging on these nodes only, into the run's logs, e.g. gpu[003,017] "
+                          "(implies --debug; above the site's logs.debug_max_nodes --debug alone keeps each "
+                          "node's files on its own disk)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
         *job_setup_options(),
         *array_options(),
