@@ -1,20 +1,24 @@
-"""Flight-recorder dumps kept on the nodes, and the copy back of the ranks a verdict names
-(docs/nccl.md, "Flight recorder"; docs/architecture.md §3, "Recovery inside the allocation").
+"""Flight-recorder dumps and ``--debug``'s NCCL files kept on the nodes, and the copy back of those a
+verdict names (docs/nccl.md, "In a job"; docs/architecture.md §3, "Recovery inside the allocation").
 
-Above the site's ``logs.debug_max_nodes`` the job sets the flight recorder's dump file to each
-node's own disk (``<logs.node_local_dir>/clusterkit-fr-<job>.r<restart>.rank<R>``:
-:data:`clusterkit.pyspy.FR_LOCAL`): at 2,048 nodes of 8 GPUs a timeout would otherwise make 16,384
-dumps at once in the run's shared ``logs/``.  After a failed attempt the supervisor has a verdict
-(doctor's on the attempt's logs, or the stall watch's rank behind); :func:`copy_named` then runs one
-bounded ``srun --overlap`` step, one task on the node of each rank named, as py-spy's step does
-(:mod:`clusterkit.supervise.spy`), and each node copies its named ranks' dumps into the run's logs
-as ``fr-<job>.r<restart>.rank<R>``, where doctor reads them.
+Above the site's ``logs.debug_max_nodes`` the job sets the flight recorder's dump file, and without
+``--debug-nodes`` ``--debug``'s ``NCCL_DEBUG_FILE``, to each node's own disk
+(``<logs.node_local_dir>/clusterkit-fr-<job>.r<restart>.rank<R>``, :data:`clusterkit.pyspy.FR_LOCAL`;
+``.../clusterkit-nccl-<job>.r<restart>.<host>.<pid>.log``, :data:`clusterkit.pyspy.NCCL_LOCAL`): at
+2,048 nodes of 8 GPUs a timeout would otherwise make 16,384 dumps at once in the run's shared
+``logs/``.  After a failed attempt the supervisor has a verdict (doctor's on the attempt's logs, or
+the stall watch's rank behind); :func:`copy_named` then runs one bounded ``srun --overlap`` step,
+one task on the verdict's node, as py-spy's step does (:mod:`clusterkit.supervise.spy`), and the
+node copies the named rank's dump into the run's logs as ``fr-<job>.r<restart>.rank<R>`` and its
+own NCCL files as ``nccl-<job>.r<restart>.<node>.<pid>.log``, where doctor reads them.
 
-On the node (``python -m clusterkit.supervise.frback``): the source name is made from the job, the
-restart and the rank alone (no name a node wrote picks a path), opened without following a link and
-without blocking, a regular file of this user, at most :data:`MAX_BYTES`; at most :data:`MAX_RANKS`
-ranks; written to a hidden temporary name in the logs folder (opened by descriptor, never through a
-link) and renamed.  One line per rank (stdout); exit 0.
+On the node (``python -m clusterkit.supervise.frback``): every name is made from the job, the
+restart, the rank, the node's Slurm name and a process number read as digits (no name a node wrote
+picks a path); a file is opened without following a link and without blocking, a regular file of
+this user; a dump at most :data:`MAX_BYTES` (else left), an NCCL file its last :data:`MAX_BYTES`, at
+most :data:`MAX_RANKS` ranks and :data:`MAX_NCCL_FILES` NCCL files; each written to a hidden
+temporary name in the logs folder (opened by descriptor, never through a link) and renamed.  One
+line per file (stdout); exit 0.
 """
 
 from __future__ import annotations
