@@ -130,7 +130,11 @@ def _open(src_dir: int, name: str) -> int | str:
         return "none there"
     except OSError as exc:
         return f"cannot open it: {exc.strerror or exc}"
-    st = os.fstat(fd)
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        return f"cannot read it: {exc.strerror or exc}"
     why = ("not a regular file: left alone" if not stat.S_ISREG(st.st_mode) else
            "not this user's: left alone" if st.st_uid != os.getuid() else "")
     if why:
