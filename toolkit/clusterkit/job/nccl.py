@@ -237,7 +237,8 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
     pipe = pyspy.FR_PIPE.format(job="${CK_JOB_ID}", restart="${SLURM_RESTART_COUNT:-0}")
     for name in ("TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
         add(name, pipe, "the flight recorder's dump on demand: on a stall the supervisor writes to each rank's "
-            "pipe and the dump is written as on a timeout; " + FR_PICK,
+            "pipe and the dump " + ("is written as on a timeout (node-local); " if node_local else
+                                    "comes into the run's logs as on a timeout; ") + FR_PICK,
             f"{TORCH_FR_DOC}; PyTorch ProcessGroupNCCL.cpp, DumpPipe", shell=f'"{pipe}"')
 
     if stage == "single-node":
