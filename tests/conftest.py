@@ -16,7 +16,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # the SSH lab fixtures (sshlab_factory, ...) for every test directory
-pytest_plugins = ["tests.sshlab.fixtures"]
+# and the two lanes of a parallel run (tests/lanes.py)
+pytest_plugins = ["tests.sshlab.fixtures", "tests.lanes"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -5,6 +5,9 @@
 #   bash tests/run.sh --slurm 24.11 [pytest args...]   the Slurm tests' testbed runs Slurm 24.11, built
 #                                                      once from Debian 13's slurm-wlm source into
 #                                                      build/slurm-24.11 (tests/slurm/testbed.sh)
+#   bash tests/run.sh --install-only                   install what the tests need, run nothing
+#   bash tests/run.sh --no-install [--slurm V] ...     run with what is installed (a second session
+#                                                      beside a first, as .ci/run does)
 #   SLURMLAB_PREBUILD=24.11 bash tests/run.sh ...      also builds Slurm 24.11 in the background, at idle
 #                                                      CPU priority, while these tests run (.ci/run: the
 #                                                      22.05 session; the 24.11 one then finds it built,
@@ -29,6 +32,11 @@ PKGS=(slurmctld slurmd slurmdbd slurm-client munge mariadb-server openssh-server
       chromium
       # Open MPI's mpirun (4.1): --launcher mpirun, run on the testbed and checked by its own parser
       openmpi-bin)
+INSTALL=1 TESTS=1
+case "${1:-}" in
+  --install-only) TESTS=0; shift ;;
+  --no-install) INSTALL=0; shift ;;
+esac
 if [ "${1:-}" = "--slurm" ]; then
   case "${2:-}" in
     22.05|24.11) export SLURMLAB_SLURM=$2 ;;
@@ -37,7 +45,9 @@ if [ "${1:-}" = "--slurm" ]; then
   shift 2
 fi
 
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+if [ "$INSTALL" = 0 ]; then
+  :   # a second session beside a first one that installed (.ci/run): pip must not reinstall under it
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' || missing+=("$p")
@@ -60,7 +70,9 @@ else
 fi
 
 # DS_BUILD_OPS=0: deepspeed's CUDA/C++ ops are not compiled at install (the tests run it on CPU)
-DS_BUILD_OPS=0 "$PY" -m pip install -q --disable-pip-version-check ".[test,examples]"
+if [ "$INSTALL" = 1 ]; then
+  DS_BUILD_OPS=0 "$PY" -m pip install -q --disable-pip-version-check ".[test,examples]"
+fi
 
 # horovod and colossalai do not install here (horovod's pip install compiles Gloo/MPI, colossalai pins an
 # older torch). tests/render/test_launcher_parsers.py runs their own pure-Python launcher code instead,
@@ -70,7 +82,7 @@ DS_BUILD_OPS=0 "$PY" -m pip install -q --disable-pip-version-check ".[test,examp
 SIDE=build/side-launchers
 SIDE_SRC=(horovod==0.28.1 colossalai==0.5.0)
 SIDE_WHL=(fabric==3.2.2 deprecated==1.2.18 decorator==5.2.1 wrapt==1.17.3)
-if [ "$(cat "$SIDE/site/.pins" 2>/dev/null)" != "${SIDE_SRC[*]} ${SIDE_WHL[*]}" ]; then
+if [ "$INSTALL" = 1 ] && [ "$(cat "$SIDE/site/.pins" 2>/dev/null)" != "${SIDE_SRC[*]} ${SIDE_WHL[*]}" ]; then
   echo "tests/run.sh: unpacking ${SIDE_SRC[*]} ${SIDE_WHL[*]} into $SIDE" >&2
   rm -rf "$SIDE"
   mkdir -p "$SIDE/dl" "$SIDE/site"
@@ -100,4 +112,9 @@ if [ -n "${SLURMLAB_PREBUILD:-}" ] && [ "$(id -u)" = 0 ]; then
     </dev/null >"build/slurm-$SLURMLAB_PREBUILD.prebuild.log" 2>&1 &
 fi
 
-exec "$PY" -m pytest "$@"
+if [ "$TESTS" = 0 ]; then exit 0; fi
+
+# Two workers (CK_TEST_WORKERS to change): the Slurm testbed's tests in order on one, the other end to
+# end tests in order on the other, the fast tier wherever a worker is free (tests/lanes.py).  A
+# later -n in the arguments wins (-n 0: one process, as plain pytest).
+exec "$PY" -m pytest -n "${CK_TEST_WORKERS:-2}" --dist loadgroup "$@"

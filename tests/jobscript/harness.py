@@ -20,11 +20,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from clusterkit import jobfiles
+
 HERE = Path(__file__).parent
 STANDINS = HERE / "standins"
 RANK = HERE / "rank_standin.sh"
 JOB_ID = "4321"
-WAIT_S = 30.0
+#: the bound on a wait for something the job does: only a job that never does it takes this long.
+#: Not a guess of how long it takes: a machine busy with other work (two test workers, a CPU
+#: burner) has taken over 30 s to start three stand-in ranks; a wait on the ranks or a marker also
+#: fails at once when the batch shell has ended without them.
+WAIT_S = 300.0
 
 
 def until(what: str, check: Callable[[], bool], timeout: float = WAIT_S) -> None:
@@ -134,12 +140,23 @@ class Job:
     def rank_pids(self) -> list[int]:
         return [int(f.read_text()) for f in sorted((self.work / "ranks").glob("*.pid"))]
 
+    def _while_alive(self, what: str, done: Callable[[], bool]) -> None:
+        def check() -> bool:
+            if done():
+                return True
+            # nothing of the job left to do it: the batch shell and every process it started ended
+            if not self.alive() and not self.group() and not done():
+                raise AssertionError(f"the job ended (batch shell status {self.proc and self.proc.returncode}) "
+                                     f"before {what}:\n{self.log()}")
+            return False
+        until(what, check)
+
     def await_ranks(self) -> None:
-        until(f"{self.nodes} ranks to start", lambda: len(self.rank_pids()) == self.nodes)
+        self._while_alive(f"{self.nodes} ranks started", lambda: len(self.rank_pids()) == self.nodes)
 
     def await_marker(self, suffix: str) -> None:
-        until(f"every rank's .{suffix} marker",
-              lambda: len(list((self.work / "ranks").glob(f"*.{suffix}"))) == self.nodes)
+        self._while_alive(f"every rank's .{suffix} marker",
+                          lambda: len(list((self.work / "ranks").glob(f"*.{suffix}"))) == self.nodes)
 
     def markers(self, suffix: str) -> list[str]:
         return [f.read_text().strip() for f in sorted((self.work / "ranks").glob(f"*.{suffix}"))]
@@ -152,9 +169,9 @@ class Job:
         (self.work / name).touch()
 
     def result(self) -> str | None:
-        f = self.run_dir / f"{JOB_ID}.result"
+        f = jobfiles.RESULT.path(self.run_dir, JOB_ID)
         return f.read_text() if f.exists() else None
 
     def reason(self) -> str | None:
-        f = self.run_dir / f"{JOB_ID}.reason"
+        f = jobfiles.REASON.path(self.run_dir, JOB_ID)
         return f.read_text() if f.exists() else None

@@ -7,6 +7,9 @@ rank resumes from it when it is there.  Each rank's batch is drawn from a genera
 provided it resumed at a saved step with the same world size: rank 0 prints them at the end.
 
   --steps N --step-s S     how long it trains
+  --resumed-steps N        once resumed from a checkpoint, N steps more and done (default: up to
+                           --steps): a test whose first attempt must outlast a fault's handling
+                           trains "for ever" (a large --steps) until it is relaunched
   --resumed-step-s S       the sleep per step once resumed from a checkpoint (default: --step-s): a
                            test that faults the first attempt after its save needs no slow steps after
   --gpu-fault-on HOSTS     the rank on each of HOSTS (comma-separated) prints the lines of a real Xid 79 capture
@@ -41,6 +44,7 @@ def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--step-s", type=float, default=0.3)
+    p.add_argument("--resumed-steps", type=int)
     p.add_argument("--resumed-step-s", type=float)
     p.add_argument("--save-every", type=int, default=3)
     p.add_argument("--fail-step", type=int, default=8)
@@ -108,7 +112,8 @@ def main() -> int:
         model.module.load_state_dict(state["model"])
         start = state["step"]
         say(f"rank {rank} on {host} resumed at step {start}")
-    for step in range(start, args.steps):
+    end = args.steps if start == 0 or args.resumed_steps is None else min(args.steps, start + args.resumed_steps)
+    for step in range(start, end):
         if step == args.fail_step and host in (args.gpu_fault_on or "").split(",") and args.gpu_fault_log:
             return gpu_fault(args.gpu_fault_log)
         if step == args.fail_step and args.oom_on == host and args.oom_cgroup:

@@ -33,7 +33,9 @@ def test_a_straggler_that_stays_one_is_replaced_by_the_spare_at_the_next_checkpo
     proc = cli("submit", "--site", str(_site(tmp_path)), "--stage", "multi-node", "--nodes", "3", "--spares", "1",
                "--gpus-per-node", "1", "--launcher", "torchrun", "--run-name", f"slow-replaced-{time.time_ns()}",
                "--set", "straggler_replace=true", "--out", str(run_dir), "--",
-               "python", str(TRAIN), "--steps", "150", "--step-s", "0", "--work", "40",
+               # the first attempt trains until the straggler is replaced (however long naming it takes
+               # on a busy machine: a fixed 150 steps once ended before the next save), then 10 steps
+               "python", str(TRAIN), "--steps", "100000", "--resumed-steps", "10", "--step-s", "0", "--work", "40",
                env=_env(cli, tmp_path, set()), timeout=120)
     assert proc.code == 0, proc.err
     job = _job_id(proc.out)

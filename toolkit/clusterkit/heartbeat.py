@@ -25,8 +25,9 @@ supervisor and ``status`` read these files (``clusterkit.supervise.ranks``).  It
 process also registers the rank's stack dumps on demand (:mod:`clusterkit.stackdump`).  A reader of the
 format before them (rank 0's file alone) is unchanged.
 
-:func:`progress` does that from Python.  It imports nothing heavy (the standard library only),
-is a no-op outside a clusterkit job and on every rank but 0, writes at most every few seconds
+:func:`progress` does that from Python.  It imports nothing heavy (the standard library, and
+:mod:`clusterkit.jobfiles`'s names), is a no-op outside a clusterkit job and on every rank but 0,
+writes at most every few seconds
 (and at once when the phase changes), and never raises: progress reporting must not end a
 training run.  :func:`read` is the reader's side, for text another user's job may have written
 (bounded, lenient, validated).  docs/jobs.md, "Reporting progress".
@@ -47,7 +48,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from clusterkit import stackdump
+from clusterkit import jobfiles, stackdump
 from clusterkit.nofollow import read_regular
 
 ENV = "CK_PROGRESS_FILE"
@@ -59,7 +60,7 @@ _last: dict[str, object] = {"time": 0.0, "phase": None, "path": None}
 BEAT_S = 5.0            # how often each rank's own file is rewritten (its heartbeat)
 WINDOW = 20             # the steps a rank's medians cover
 MIN_SAMPLES = 5         # the steps before a median is written
-RANK_SUFFIX = ".rank"
+RANK_SUFFIX = jobfiles.RANK
 _COLLECTIVE = re.compile(r"[/\\]torch[/\\]distributed[/\\]")
 _rank: dict[str, object] = {"lock": threading.Lock(), "pid": 0, "path": None, "line": None, "step": None,
                             "at": 0.0, "phase": None, "written": 0.0,
@@ -226,7 +227,7 @@ def _write_main(path: str, step: int, phase: str, now: float) -> bool:
             os.unlink(tmp)
         return False
     if phase != _last["phase"] or path != _last["path"]:
-        _mark(path + ".log", line)
+        _mark(path + jobfiles.MARKS, line)
     _last.update(time=now, phase=phase, path=path, step=step)
     return True
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from clusterkit import stackdump
+from clusterkit import jobfiles, stackdump
 from clusterkit.nofollow import read_regular
 
-SUFFIX = ".progress.pyspy.rank"
+SUFFIX = jobfiles.PROGRESS.suffix + jobfiles.PYSPY + jobfiles.RANK
 MAX_BYTES = 256 << 10
 #: Where each rank's flight-recorder pipe is (node-local; torch appends ``<rank>.pipe``).
 FR_PIPE = "/tmp/ck-fr-pipe-{job}.r{restart}.rank"
@@ -38,7 +38,7 @@ _HEAD = re.compile(r"# clusterkit py-spy dump: rank=(\d{1,7}) host=([A-Za-z0-9._
 _THREAD = re.compile(r'Thread (0x[0-9A-Fa-f]{1,16}|\d{1,10})(?: \(0x[0-9A-Fa-f]{1,16}\))? \(([a-z+]{1,20})\)'
                      r'(?:: "(.{0,200})")?')
 _FRAME = re.compile(r"    (\S.{0,300}?) \((.{1,400}?)(?::(\d{1,9}))?\)")
-_NAME = re.compile(r"^(?P<job>[0-9A-Za-z_.-]+)\.progress\.pyspy\.rank(?P<rank>\d{1,7})$")
+_NAME = jobfiles.rank_files(jobfiles.PYSPY)
 
 
 def path(logs: Path, job_id: str, rank: int) -> Path:

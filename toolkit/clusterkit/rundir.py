@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from clusterkit import jobfiles
 from clusterkit.errors import RunDirError
 from clusterkit.job.code import CODE_DIR, CODE_STAGING
 from clusterkit.safefile import not_own_dir
@@ -240,7 +241,7 @@ def check_artifact_name(name: str) -> str:
     the staging, ``logs`` or ``code`` folder the writer keeps for itself."""
     parts = name.split("/")
     if (not name or name.startswith("/") or _BAD_NAME_CHARS.search(name)
-            or parts[0] in (STAGING, "logs", CODE_DIR, CODE_STAGING)
+            or parts[0] in (STAGING, jobfiles.LOGS, CODE_DIR, CODE_STAGING)
             or any(part in ("", ".", "..") or len(os.fsencode(part)) > 255 for part in parts)):
         raise RunDirError(f"artifact name {_short(name)!r}: not a plain relative path inside the run directory")
     return name
@@ -254,7 +255,7 @@ def _write_artifacts(staging: Path, artifacts: Mapping[str, str]) -> None:
         target.write_text(text, encoding="utf-8")  # created 0666 & ~umask
         if name in EXECUTABLE:
             os.chmod(target, 0o777 & ~mask)
-    (staging / "logs").mkdir()
+    (staging / jobfiles.LOGS).mkdir()
 
 
 def _umask() -> int:

@@ -34,10 +34,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from clusterkit import jobfiles
 from clusterkit.nofollow import read_regular
 
 SIGNAL = signal.SIGWINCH
-SUFFIX = ".stack.rank"
+SUFFIX = jobfiles.STACK + jobfiles.RANK
 MAX_BYTES = 256 << 10
 MAX_FRAMES = 200
 _state: dict[str, object] = {"pid": 0, "file": None}
@@ -48,7 +49,7 @@ _THREAD = re.compile(r"(?:Current thread|Thread) 0x([0-9a-f]{1,16}) \(most recen
 _FRAME = re.compile(r'  File "([^"\n]{1,400})", line (\d{1,9}) in ([^\s]{1,200})')
 # a torch.distributed frame (a full path, or py-spy's short one), or a native frame of c10d or gloo
 _COLLECTIVE = re.compile(r"(?:^|[/\\])torch[/\\]distributed[/\\]| in (?:c10d|gloo)::")
-_NAME = re.compile(r"^(?P<job>[0-9A-Za-z_.-]+)\.progress\.stack\.rank(?P<rank>\d{1,7})$")
+_NAME = jobfiles.rank_files(jobfiles.STACK)
 
 
 def _child() -> None:

@@ -25,7 +25,8 @@ from __future__ import annotations
 from .job import Job, JobResult, LogLine, WaitTimeout, diagnose_logs, doctor_job, jobs
 from .nodes import NodeHistory, node_history
 from .request import job_request
-from .site import Plan, RunDir, Site, drift, sites
+from .rundir import RunDir
+from .site import Plan, Site, drift, sites
 
 __all__ = ["Job", "JobResult", "LogLine", "NodeHistory", "Plan", "RunDir", "Site", "WaitTimeout", "diagnose_logs",
            "doctor_job", "drift", "job_request", "jobs", "node_history", "sites"]

@@ -10,10 +10,9 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterkit import heartbeat, slurmclient
+from clusterkit import heartbeat, jobfiles, slurmclient
 from clusterkit.chain import run_name_of
 from clusterkit.scheduler.runaccount import Account, Member, account
 from clusterkit.scheduler.runcauses import Causes, Fault, JobFacts, Mark, causes
@@ -55,8 +54,8 @@ def _facts(rec: JobRecord | None, job_id: str, allocs: tuple[Allocation, ...]) -
     job of the run recorded elsewhere)."""
     if rec is None:
         return JobFacts(job_id, allocs)
-    logs = Path(rec.run_dir) / "logs"
-    marks = tuple(Mark(p.time, p.step, p.phase) for p in heartbeat.read_log(logs / f"{rec.job_id}.progress.log"))
+    marks = tuple(Mark(p.time, p.step, p.phase)
+                  for p in heartbeat.read_log(jobfiles.PROGRESS_LOG.path(rec.run_dir, rec.job_id)))
     faults = tuple(Fault(a.ended, restart, a.attempt, a.verdict, tuple(h for h, _ in a.dropped), a.then)
                    for restart, a in attempts.read(rec.run_dir, rec.job_id))
     return JobFacts(job_id, allocs, marks, faults)
@@ -202,7 +201,7 @@ def run_account(job: Job, *, run: slurmclient.Run = slurmclient.run, now: float 
             # not in Slurm's accounting yet (pending): submitted, no allocation
             allocs = [Allocation(rec.job_id, st.state.value, parse_iso(rec.submitted_at), None, None, 0.0, None,
                                  "record")]
-        beat = heartbeat.read(Path(rec.run_dir) / "logs" / f"{rec.job_id}.progress")
+        beat = heartbeat.read(jobfiles.PROGRESS.path(rec.run_dir, rec.job_id))
         failed = len(job.__class__(rec, job._store).attempts())
         members.append(Member(rec.job_id, tuple(allocs or [_from_record(rec, st, now)]), failed,
                               beat.step if beat else None, beat.time if beat else None,

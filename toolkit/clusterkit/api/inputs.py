@@ -10,20 +10,16 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from clusterkit.config import job_options
 from clusterkit.errors import InputError
 from clusterkit.job.request import EnvEntry
 
 StrPath = str | os.PathLike[str]
 
-#: field -> the shapes it takes: "text", "words" (a list of strings), "map" (str -> str|bool|None
-#: or, for settings, any value), "path", "paths", "bool"
-SHAPES: dict[str, tuple[str, ...]] = {
-    "job_name": ("text",), "exclude": ("text", "words"), "settings": ("anymap",), "debug": ("bool",),
-    "debug_nodes": ("text", "words"), "env": ("map", "words"), "env_file": ("path", "paths"), "setup": ("words",),
-    "node_setup": ("words",),
-    "teardown": ("words",), "srun_args": ("words",), "launcher_args": ("words",), "modules": ("words",),
-    "sbatch": ("map", "words"), "sweep": ("words",), "snapshot": ("bool",), "code": ("path",),
-}
+#: field -> the shapes it takes (:data:`clusterkit.config.job_options.SHAPES`): "text", "words" (a
+#: list of strings), "map" (str -> str|bool|None), "anymap" (str -> any value: settings), "path",
+#: "paths", "bool"
+SHAPES: dict[str, tuple[str, ...]] = job_options.SHAPES
 _WORDED = {"text": "a string", "words": "a list of strings", "map": "a mapping of strings",
            "anymap": "a mapping of names to values", "path": "a path", "paths": "a list of paths",
            "bool": "True or False"}

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from clusterkit.scheduler.logs import LogTail
     from clusterkit.scheduler.queue import Spot
 
-    from .site import RunDir
+    from .rundir import RunDir
 
 StrPath = str | os.PathLike[str]
 

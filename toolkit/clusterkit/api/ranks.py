@@ -4,9 +4,9 @@ straggler_ratio`` or the site's ``watch.straggler_ratio``).  docs/architecture.m
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+from clusterkit import jobfiles
 from clusterkit.config.watch_keys import WatchKeys
 from clusterkit.scheduler.records import JobRecord
 from clusterkit.supervise import ranks
@@ -23,7 +23,7 @@ def ratio_of(rec: JobRecord) -> float:
 
 def view(rec: JobRecord) -> dict[str, Any]:
     """The ranks reporting (their newest lines, the newest attempt's) and the stragglers."""
-    lines = ranks.read_all(Path(rec.run_dir) / "logs", rec.job_id)
+    lines = ranks.read_all(jobfiles.logs(rec.run_dir), rec.job_id)
     ratio = ratio_of(rec)
     return {"reporting": len(lines), "ratio": ratio, "stragglers": ranks.stragglers(lines, ratio),
             "lines": lines}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from typing_extensions import Unpack
@@ -21,14 +20,13 @@ from clusterkit.vocab import TRANSPORTS
 from . import inputs
 from .job import Job, StrPath
 from .request import job_request
+from .rundir import RunDir
 
 if TYPE_CHECKING:
     from clusterkit.config.load import SiteEntry
     from clusterkit.job.checkpoint import Capacity
-    from clusterkit.job.plan import Plan as StagePlan
     from clusterkit.preflight.capacity import CheckpointNeed
     from clusterkit.preflight.report import NodeResult, Report
-    from clusterkit.rundir import RenderedRun
     from clusterkit.sites.admin import DriftRun
     from clusterkit.sites.create import Draft
     from clusterkit.sizing import Sizing, SizingRequest
@@ -279,36 +277,7 @@ def drift(refs: Sequence[str] = (), *, every: bool = False, probe_with: str | No
                        dry_run=dry_run)
 
 
-# --------------------------------------------------------------------------- plan and run directory
-
-
-@dataclass(frozen=True)
-class RunDir:
-    """A rendered run directory: everything a job needs, exactly what the scheduler is given."""
-
-    path: Path                      #: the run directory
-    files: dict[str, str]           #: file name -> text, as written
-    plan: StagePlan                 #: the stage plan it was rendered from (nodes, world size, sbatch, env)
-    site: Site                      #: the site it was planned for
-
-    @property
-    def script(self) -> Path:
-        """``job.sbatch``: what sbatch (or the local executor) runs."""
-        return self.path / "job.sbatch"
-
-    @property
-    def sbatch(self) -> str:
-        """The text of ``job.sbatch``."""
-        return self.files["job.sbatch"]
-
-    @property
-    def warnings(self) -> tuple[str, ...]:
-        """What the plan warns about (the CLI prints these as ``clusterkit: warning:`` lines)."""
-        return tuple(self.plan.warnings)
-
-    @classmethod
-    def _of(cls, run: RenderedRun, site: Site) -> RunDir:
-        return cls(run.run_dir, dict(run.artifacts), run.plan, site)
+# --------------------------------------------------------------------------- plan
 
 
 @dataclass(frozen=True)

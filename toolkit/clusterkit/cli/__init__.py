@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from clusterkit import __version__
+from clusterkit._version import __version__
 from clusterkit.errors import ClusterkitError, ExitCode
 
 EXIT_CODES_HELP = """\b

@@ -68,10 +68,11 @@ def choose_nodes(run_dir: str, job_id: str, restart: int, allocation: str, wante
     sel = ch.choose(verdicts, alloc, wanted=wanted, spares=spares, job_id=job_id, restart=restart, check=check,
                     restarts_left=restarts_left, exclude=[*keep_out, *earlier],
                     resubmit=printable(resubmit).replace("@JOB@", job_id), site_nodes=site_nodes)
+    chosen = ch.selection_path(base, job_id, restart)
     try:
-        ch.write_selection(sel, ch.selection_path(base, job_id, restart))
+        ch.write_selection(sel, chosen)
     except OSError as exc:
-        raise InputError(f"cannot write the node selection into {base / 'logs'}: {exc.strerror or exc}") from None
+        raise InputError(f"cannot write the node selection into {chosen.parent}: {exc.strerror or exc}") from None
     click.echo(f"clusterkit: {sel.reason}", err=True)
     if sel.outcome == "launch":
         click.echo("\n".join(sel.chosen))

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from clusterkit.config import job_options as opts
 from clusterkit.job import settings as settings_mod
 from clusterkit.vocab import LAUNCHERS as LAUNCHER_NAMES
-from clusterkit.vocab import STAGE_NAMES
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -85,102 +85,52 @@ def site_option(f: F) -> F:
 
 
 def job_options(f: F) -> F:
-    """--site --stage --launcher --nodes --gpus-per-node --set --out --job-name --exclude --debug --json, the
-    job setup options (:func:`job_setup_options`) + COMMAND."""
-    decorators: list[Callable[[F], F]] = [
-        site_option,
-        click.option("--stage", type=click.Choice(STAGE_NAMES), default=None,
-                     help="Deployment stage: single-node (1), multi-node (2-8), large-cluster (9+ nodes) "
-                          "(default: the one that holds --nodes, else single-node)."),
-        click.option("--launcher", default=None, metavar="NAME", shell_complete=_complete_launcher,
-                     help=f"Launcher: {', '.join(LAUNCHER_NAMES)}, or one of the site's own (its launchers: key) "
-                          "(default: the site's choice for the stage, else the stage's)."),
-        click.option("--nodes", type=click.IntRange(min=1), default=None,
-                     help="Number of nodes (default: the stage's)."),
-        click.option("--gpus-per-node", type=click.IntRange(min=1), default=None,
-                     help="GPUs (processes) per node (default: all of the site's)."),
-        click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-                     help="Job setting, repeatable: " + ", ".join(settings_mod.valid_keys()) + "."),
-        click.option("--out", default=None, metavar="DIR",
-                     help="Run directory to create (default: ./runs/<job>-<time>; on a Slurm site whose shared storage "
-                          "does not hold the current directory, clusterkit-runs/ in your shared home or "
-                          "<shared path>/$USER instead)."),
-        click.option("--job-name", default=None, help="Slurm job name (default: ck-<script>)."),
-        click.option("--exclude", default=None, metavar="NODESET",
-                     help="Nodes to keep out of the job, e.g. gpu[003,017]."),
-        click.option("--debug", is_flag=True,
-                     help="NCCL debug logging (INFO, INIT/NET subsystems, one file per process)."),
-        click.option("--debug-nodes", "debug_nodes", default=None, metavar="NODESET",
-                     help="NCCL debug logging on these nodes only, into the run's logs, e.g. gpu[003,017] "
-                          "(implies --debug; above the site's logs.debug_max_nodes --debug alone keeps each "
-                          "node's files on its own disk)."),
-        click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
-        *job_setup_options(),
-        *array_options(),
-        click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True),
-    ]
+    """--site, the request's options, --out, --json, the job setup options and the array's
+    (each declared once in :data:`clusterkit.config.job_options.OPTIONS`) + COMMAND."""
+    decorators: list[Callable[[F], F]] = [site_option]
+    for o in opts.OPTIONS:
+        if o.group == "long-run":
+            continue
+        decorators.append(option(o))
+        if o.name == "settings":
+            decorators.append(click.option(
+                "--out", default=None, metavar="DIR",
+                help="Run directory to create (default: ./runs/<job>-<time>; on a Slurm site whose shared storage "
+                     "does not hold the current directory, clusterkit-runs/ in your shared home or "
+                     "<shared path>/$USER instead)."))
+        elif o.name == "debug_nodes":
+            decorators.append(click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."))
+    decorators.append(click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True))
     for d in reversed(decorators):
         f = d(f)
     return f
 
 
-def job_setup_options() -> list[Callable[[F], F]]:
-    """The job's own additions, each repeatable (added after the site's ``job:`` section); the
-    command receives them as keyword arguments named as :func:`clusterkit.api.job_request`'s."""
-    return [
-        click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
-                     help="Environment for every rank on every node, repeatable; the value is literal except "
-                          "${SLURM_*} and ${CK_*}, which each node expands for itself."),
-        click.option("--env-file", "env_file", multiple=True, metavar="PATH",
-                     help="KEY=VALUE lines and # comments (no shell), repeatable; --env wins over it."),
-        click.option("--setup", "setup", multiple=True, metavar="CMD",
-                     help="Shell command in the batch shell after modules and environment, before the launcher; "
-                          "repeatable, run in order."),
-        click.option("--node-setup", "node_setup", multiple=True, metavar="CMD",
-                     help="Shell command run once on every node (one task per node) before the launcher; repeatable."),
-        click.option("--teardown", "teardown", multiple=True, metavar="CMD",
-                     help="Shell command on the batch host once the training has ended for good, whether it "
-                          "succeeded or not ($CK_TRAINING_STATUS); repeatable, its exit recorded apart."),
-        click.option("--venv", "venv", default=None, metavar="PATH",
-                     help="Python virtual environment to activate on every node."),
-        click.option("--conda", "conda", default=None, metavar="ENV",
-                     help="Conda environment (name or prefix) to activate on every node."),
-        click.option("--module", "modules", multiple=True, metavar="NAME",
-                     help="Environment module to load after the site's, repeatable; `purge` unloads every "
-                          "module loaded before it (module purge)."),
-        click.option("--srun-arg", "srun_args", multiple=True, metavar="ARG",
-                     help="Argument added to every srun step, repeatable (e.g. --srun-arg=--label)."),
-        click.option("--launcher-arg", "launcher_args", multiple=True, metavar="ARG",
-                     help="Argument added to the launcher's own argv, repeatable."),
-        click.option("--sbatch", "sbatch", multiple=True, metavar="KEY[=VALUE]",
-                     help="Per-job Slurm option, repeatable (e.g. constraint=a100); wins over the site's."),
-        click.option("--snapshot/--no-snapshot", "snapshot", default=None,
-                     help="Run the job in a snapshot of the code taken now (git's files of the working tree; "
-                          "default: the site's code.snapshot, on unless the site turns it off), or in the live "
-                          "tree as it is when the job starts."),
-        click.option("--code", "code", default=None, metavar="DIR",
-                     help="Snapshot every file under DIR rather than the working tree (git's files)."),
-    ]
-
-
-def array_options() -> list[Callable[[F], F]]:
-    """``--array`` and ``--sweep``: one sbatch, a task per index (clusterkit.job.array)."""
-    return [
-        click.option("--array", "array", default=None, metavar="SPEC",
-                     help="Job array in Slurm's syntax (0-15, 1,3,5, 0-30:10; %N: at most N tasks at once): "
-                          "one sbatch, one task per index, each with its own folder, logs, port and checkpoints."),
-        click.option("--sweep", "sweep", multiple=True, metavar="KEY=V1,V2,...",
-                     help="Sweep, repeatable: the product of the values is the array; each task gets "
-                          "CK_SWEEP_<KEY> and {KEY} in the command replaced by its value (with --array %N: "
-                          "at most N at once)."),
-    ]
+def option(o: opts.JobOption) -> Callable[[F], F]:
+    """The click option of job option ``o`` (:mod:`clusterkit.config.job_options`)."""
+    kw: dict[str, Any] = {"metavar": o.metavar} if o.metavar else {}
+    text = o.help
+    if o.cli == "count":
+        kw["type"] = click.IntRange(min=1)
+    elif o.cli == "choice":
+        kw["type"] = click.Choice(o.choices)
+    elif o.cli == "words":
+        kw["multiple"] = True
+    elif o.cli == "flag":
+        kw["is_flag"] = True
+    if o.cli not in ("words", "flag"):
+        kw["default"] = None
+    if o.name == "launcher":
+        kw["shell_complete"] = _complete_launcher
+    if o.name == "settings":
+        text += ", ".join(settings_mod.valid_keys()) + "."
+    return click.option(o.flag, o.param, help=text, **kw)
 
 
 def job_setup_args(given: dict[str, Any]) -> dict[str, Any]:
-    """The job setup options among a command's keyword arguments, empty ones dropped."""
-    names = ("env", "env_file", "setup", "node_setup", "teardown", "venv", "conda", "modules", "srun_args",
-             "launcher_args", "sbatch", "run_name", "snapshot", "code", "debug_nodes")
-    return {k: given[k] for k in names if given.get(k) not in (None, ())}
+    """The job's own options (``job_request``'s ``**job``) among a command's keyword arguments,
+    empty ones dropped."""
+    return {k: given[k] for k in opts.JOB_ARGS if given.get(k) not in (None, ())}
 
 
 def build_request(*, stage: str | None, command: Sequence[str], launcher: str | None, nodes: int | None,
@@ -195,8 +145,7 @@ def build_request(*, stage: str | None, command: Sequence[str], launcher: str | 
     values.update(settings_mod.parse_pairs(sets))
     given = job or {}
     request = job_request(command, stage=stage, launcher=launcher, nodes=nodes, gpus_per_node=gpus_per_node,
-                          settings=values, job_name=job_name, exclude=exclude, debug=debug,
-                          array=given.get("array"), sweep=given.get("sweep") or None, **job_setup_args(given))
+                          settings=values, job_name=job_name, exclude=exclude, debug=debug, **job_setup_args(given))
     from clusterkit.cli import INVOKED
 
     return replace(request, origin=tuple(INVOKED))

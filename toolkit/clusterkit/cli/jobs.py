@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from clusterkit import jobfiles
 from clusterkit.cli.waiting import describe
 from clusterkit.tooltext import printable
 
@@ -223,7 +224,7 @@ def status(job: str | None, show_all: bool, limit: int | None, run: bool, html_f
     dropped = found.dropped_nodes()
     from clusterkit import heartbeat
 
-    beat = heartbeat.read(Path(rec.run_dir) / "logs" / f"{rec.job_id}.progress")
+    beat = heartbeat.read(jobfiles.PROGRESS.path(rec.run_dir, rec.job_id))
     place = found.queue_place() if st.state == "PENDING" and not st.stale else None
     ranks = found.stragglers()
     if as_json:

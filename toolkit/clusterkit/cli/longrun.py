@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from clusterkit.cli import common
+from clusterkit.config.job_options import BY_NAME
+
 if TYPE_CHECKING:
     from clusterkit.api import Job, Plan
     from clusterkit.scheduler.records import JobRecord
@@ -17,7 +20,7 @@ F = Callable[..., Any]
 
 
 def long_run_options(f: F) -> F:
-    decorators = [
+    decorators: list[Callable[[F], F]] = [
         click.option("--after", default=None, metavar="JOB[:ok|any]",
                      help="Start once JOB (a Slurm job id, or SITE:JOB_ID) ended successfully (:ok, the default) "
                           "or at all (:any): #SBATCH --dependency."),
@@ -25,10 +28,7 @@ def long_run_options(f: F) -> F:
                      help="Queue N jobs, each starting after the one before ended (afterany), all resuming "
                           "from one checkpoint directory; a member that fails for a reason a restart cannot fix "
                           "(doctor: user code, launcher config, imports) cancels the rest."),
-        click.option("--run-name", default=None, metavar="NAME",
-                     help="The training run's name: CK_CHECKPOINT_DIR is <checkpoint storage>/checkpoints/<user>/NAME "
-                          "(default: the job name and its first job id). The same NAME again resumes; "
-                          "refused while another live job writes it."),
+        common.option(BY_NAME["run_name"]),
     ]
     for d in reversed(decorators):
         f = d(f)

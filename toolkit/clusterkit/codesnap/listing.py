@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clusterkit import jobfiles
 from clusterkit.errors import ExitCode, SnapshotError
 
 GIT_TIMEOUT_S = 60
@@ -104,7 +105,7 @@ def prune(listing: Listing, skip: tuple[Path, ...] = ()) -> None:
     a rendered example kept in the repository, with no ``logs``, stays)."""
     runs = {rel.rsplit("/", 1)[0] for rel in listing.files if rel.endswith("/job.sbatch")}
     runs &= {rel.rsplit("/", 1)[0] for rel in listing.files if rel.endswith("/plan.json")}
-    runs = {run for run in runs if (listing.root / run / "logs").is_dir()}   # written: a kept example is code
+    runs = {run for run in runs if jobfiles.logs(listing.root / run).is_dir()}   # written: a kept example is code
     for where in skip:
         if where.is_relative_to(listing.root) and where != listing.root:
             runs.add(str(where.relative_to(listing.root)))

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, create_model, field_validator
 
+from clusterkit.config import job_options
 from clusterkit.config.envrules import job_env_problem
 from clusterkit.config.model import _Model
 from clusterkit.config.sbatch_owned import OWNED_SBATCH, owned_sbatch
@@ -62,21 +63,14 @@ class Scheduler(_Model):
         return v
 
 
-class JobSection(_Model):
-    """``job:`` (and ``stages.<stage>.job``): what every job on the site gets before its own
+_JOB_DOC = """``job:`` (and ``stages.<stage>.job``): what every job on the site gets before its own
     ``--env``/``--setup``/... flags, which are added after these (docs/architecture.md §3)."""
 
-    env: dict[str, str | int] = Field(default_factory=dict)
-    setup: list[str] = Field(default_factory=list)
-    node_setup: list[str] = Field(default_factory=list)
-    teardown: list[str] = Field(default_factory=list)
-    srun_args: list[str] = Field(default_factory=list)
-    launcher_args: list[str] = Field(default_factory=list)
-    venv: str | None = None
-    conda: str | None = None
-    modules: list[str] = Field(default_factory=list)
 
-    @field_validator("env")
+class _JobSectionRules(_Model):
+    """The rules of ``job:`` beyond its fields' types (the fields: :data:`job_options.SITE_JOB`)."""
+
+    @field_validator("env", check_fields=False)
     @classmethod
     def _env_names(cls, v: dict[str, Any]) -> dict[str, str]:
         for k, val in v.items():
@@ -84,6 +78,17 @@ class JobSection(_Model):
             if problem:
                 raise ValueError(problem)
         return {k: str(val) for k, val in v.items()}
+
+
+if TYPE_CHECKING:
+    class JobSection(_JobSectionRules):
+        """``job:``: its keys are read by name (:data:`clusterkit.config.job_options.SITE_JOB`)."""
+
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    # one field per option of clusterkit.config.job_options.OPTIONS that a site sets
+    JobSection = create_model("JobSection", __base__=_JobSectionRules, __module__=__name__, __doc__=_JOB_DOC,
+                              **{o.name: job_options.site_field(o) for o in job_options.SITE_JOB})
 
 
 class StageOverride(_Model):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from clusterkit.config.job_options import SITE_JOB
+
 KEY_DOCS: dict[str, str] = {
     "Site.name": "the site's name (what --site and `sites list` use)",
     "Site.description": "one line shown by `sites list`",
@@ -40,15 +42,7 @@ KEY_DOCS: dict[str, str] = {
     "Reliability.restart_s": "seconds from a failure to training again (default 300)",
     "Cost.gpu_hour": "price of one GPU for one hour",
     "Cost.currency": "currency of gpu_hour",
-    "JobSection.env": "NAME=VALUE pairs every job exports",
-    "JobSection.setup": "shell commands the batch script runs before the launcher",
-    "JobSection.node_setup": "shell commands run once on every node before the launcher",
-    "JobSection.teardown": "shell commands the batch host runs after the training ends for good, succeeded or not",
-    "JobSection.srun_args": "arguments added to the job's srun steps",
-    "JobSection.launcher_args": "arguments added to the launcher's command line",
-    "JobSection.venv": "a Python virtual environment to activate",
-    "JobSection.conda": "a conda environment to activate",
-    "JobSection.modules": "environment modules to load",
+    **{f"JobSection.{o.name}": o.site.help for o in SITE_JOB if o.site is not None},
     "NCCL.env": "NCCL_* variables (they win over clusterkit's policy)",
     "Network.fabric": "infiniband, roce, efa or ethernet: picks the NCCL policy and the preflight checks",
     "Network.hcas": "the HCAs NCCL may use (mlx5_0, ...), also checked by preflight",

@@ -16,7 +16,7 @@ from clusterkit.scheduler.status import refresh
 from clusterkit.vocab import JobState
 
 if TYPE_CHECKING:
-    from clusterkit.diagnose.doctor import Diagnosis
+    from clusterkit.diagnose.diagnosis import Diagnosis
     from clusterkit.scheduler.records import JobRecord
     from clusterkit.scheduler.slurm_tables import SlurmQuery
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import Any
 
 from clusterkit.diagnose.evidence import ev, key, make, rank_words
 from clusterkit.diagnose.reader import Finding
 
-if TYPE_CHECKING:
-    from clusterkit.diagnose.verdict import Attempt
 
-
-def behind(att: Attempt) -> dict[str, Any] | None:
-    timeouts = sorted((f for f in att.findings if f.cascade == "nccl-timeout"), key=key)
+def behind(findings: Iterable[Finding]) -> dict[str, Any] | None:
+    """The verdict naming the rank behind, from one attempt's findings (None: no collective timed out)."""
+    timeouts = sorted((f for f in findings if f.cascade == "nccl-timeout"), key=key)
     if not timeouts:
         return None
     groups: dict[str | None, list[Finding]] = {}

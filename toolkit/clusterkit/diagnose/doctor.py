@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clusterkit import pyspy, stackdump
+from clusterkit import jobfiles, pyspy, stackdump
 from clusterkit.diagnose import catalogue, evidence, flight, hardware, names, reader, verdict
+from clusterkit.diagnose.diagnosis import Diagnosis as Diagnosis  # re-exported
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SlurmUnreachable, SubmitError
 from clusterkit.scheduler import arrays
 from clusterkit.scheduler.base import JobStatus
@@ -32,14 +32,6 @@ class LogsUnreadable(ClusterkitError):
 Progress = Callable[[int], None]
 # given the bytes about to be read, a context that yields a progress callback (or None)
 ProgressBar = Callable[[int], AbstractContextManager[Progress | None]]
-
-
-@dataclass
-class Diagnosis:
-    """The doctor report, and what to tell the user beside it (paths that were not there)."""
-
-    report: dict[str, Any]
-    notes: list[str] = field(default_factory=list)
 
 
 def _scan(files: Sequence[Path], view: verdict.SlurmView | None, job: str | None,
@@ -108,8 +100,8 @@ def _diagnose_record(rec: JobRecord, bar: ProgressBar | None, store: RecordStore
     report["scheduler"] = None if slurm is None else {"kind": rec.scheduler, **slurm}
     report["slurm"] = slurm if rec.scheduler == "slurm" else None
     report["run_dir"] = rec.run_dir
-    report["stack_dumps"] = stack_dumps(Path(rec.run_dir) / "logs", rec.job_id)
-    report["py_spy"] = py_spy_dumps(Path(rec.run_dir) / "logs", rec.job_id)
+    report["stack_dumps"] = stack_dumps(jobfiles.logs(rec.run_dir), rec.job_id)
+    report["py_spy"] = py_spy_dumps(jobfiles.logs(rec.run_dir), rec.job_id)
     if err:
         report["slurm_error"] = err
     elif view is not None and JobState.parse(view.state or "").is_terminal and not arrays.is_task(rec):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterkit import jobfiles
 from clusterkit.diagnose import flight_pickle
 from clusterkit.safefile import is_real_dir, is_regular_file, read_capped
 from clusterkit.tooltext import printable
@@ -47,7 +48,7 @@ def is_dump(path: Path) -> bool:
 
 def job_dumps(run_dir: Path, job_id: str) -> list[Path]:
     """The job's dumps in ``run_dir/logs`` (regular files only, as for its logs)."""
-    logs = run_dir / "logs"
+    logs = jobfiles.logs(run_dir)
     if not is_real_dir(logs):
         return []
     found = []

@@ -317,7 +317,7 @@ def judge(att: Attempt, view: SlurmView | None, *, completed: bool | None = None
     done = completed if completed is not None else (view is not None and view.state == "COMPLETED")
     if done:
         return _verdict("ok", None, [f"{view.who}: job state {view.state}"] if view and view.state else [])
-    v = (_slurm_fact(att, view) or _first_failure(att) or _behind(att)
+    v = (_slurm_fact(att, view) or _first_failure(att) or _behind(att.findings)
          or (_requeued(att) if superseded else None)
          or _clean_end(att, view) or _fallback(att, view))
     if v["node"] is None and view and view.nodes and re.fullmatch(r"[\w.-]+", view.nodes) \

@@ -14,6 +14,7 @@ and its file in the run's logs only where its Slurm node name is one of them, an
 
 from __future__ import annotations
 
+from clusterkit import jobfiles
 from clusterkit.config.schema import Site
 from clusterkit.errors import PlanError
 from clusterkit.job.templating import shell_quote
@@ -56,7 +57,7 @@ def rank_logs(site: Site, run_dir: str, nnodes: int) -> str:
     ``<run>/logs/torchrun-<job>.r<restart>/<node>`` up to the site's ``logs.debug_max_nodes``, else
     ``<logs.node_local_dir>/clusterkit-<job>.r<restart>`` on each node's own disk.  ``{ck:NAME}``
     values (:mod:`clusterkit.job.launchers.placeholders`): each node expands them for itself."""
-    tail = "{ck:job_id}.r{ck:restart}"
+    tail = f"{{ck:job_id}}{jobfiles.RESTART}{{ck:restart}}"
     if nnodes > site.logs.debug_max_nodes:
         return f"{site.logs.node_local_dir.rstrip('/')}/clusterkit-{tail}"
-    return f"{run_dir.rstrip('/') or '.'}/logs/torchrun-{tail}/{{ck:node_name}}"
+    return f"{run_dir.rstrip('/') or '.'}/{jobfiles.LOGS}/torchrun-{tail}/{{ck:node_name}}"

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from clusterkit import jobfiles
 from clusterkit.errors import PlanError
 
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
@@ -28,7 +29,7 @@ _AFTER = re.compile(r"(?:(?P<site>[A-Za-z0-9][A-Za-z0-9._-]{0,63}):)?(?P<job>[0-
 #: The most members one --chain submits.
 MAX_CHAIN = 100
 #: The chain's ids file, in its first member's run directory: one Slurm job id a line, in order.
-CHAIN_IDS = "chain.ids"
+CHAIN_IDS = jobfiles.CHAIN_IDS
 
 
 def check_run_name(name: str) -> str:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from clusterkit import pyspy
+from clusterkit import jobfiles, pyspy
 from clusterkit.config.schema import Site
 
 Source = Literal["policy", "site", "debug", "launcher", "job"]
@@ -58,9 +58,10 @@ def per_attempt(run_dir: str, stem: str, tail: str) -> tuple[str, str]:
     """A file name under ``<run_dir>/logs`` that carries the job id and restart, as (readable
     value, shell word): ``logs/<stem><job>.r<restart><tail>``.  The run directory is quoted;
     only the two job variables expand when the job script exports it."""
-    base = f"{run_dir.rstrip('/')}/logs/" if run_dir else "logs/"
-    value = f"{base}{stem}${{CK_JOB_ID}}.r${{SLURM_RESTART_COUNT:-0}}{tail}"
-    word = shlex.quote(base + stem) + '"${CK_JOB_ID}.r${SLURM_RESTART_COUNT:-0}"' + shlex.quote(tail)
+    base = f"{run_dir.rstrip('/')}/{jobfiles.LOGS}/" if run_dir else f"{jobfiles.LOGS}/"
+    tag = f"${{CK_JOB_ID}}{jobfiles.RESTART}${{SLURM_RESTART_COUNT:-0}}"
+    value = f"{base}{stem}{tag}{tail}"
+    word = shlex.quote(base + stem) + f'"{tag}"' + shlex.quote(tail)
     return value, word
 
 

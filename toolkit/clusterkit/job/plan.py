@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Literal
 
-from clusterkit import __version__
+from clusterkit._version import __version__
 from clusterkit.config.schema import Container, Site
 from clusterkit.job import array as arrays
 from clusterkit.job import debuglogs, goodput, import_storm, jobenv, launchers, nccl, stages, torch_version

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from clusterkit import jobfiles
 from clusterkit.config.schema import Site
 from clusterkit.errors import ConfigError
 from clusterkit.job import array as arrays
@@ -44,7 +45,7 @@ __all__ = ["ENTRY", "LAUNCH_INCLUDE", "container_mounts", "overridden", "overrid
 ENTRY = {True: "job.sbatch.j2", False: "job.local.j2"}
 LAUNCH_INCLUDE = {True: "job-launch.step.j2", False: "job-launch.here.j2"}
 #: The run directory's script that names the rendezvous host of a head node (site network.rendezvous_host).
-RDZV = "rendezvous-host.sh"
+RDZV = jobfiles.RENDEZVOUS_HOST
 
 
 def _hostfile(plan: Plan) -> str | None:
@@ -91,6 +92,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         "pdsh_env": ".deepspeed_env" in plan.launch.templated,
         "image": image.staged(plan.container),
         "code_dir": plan.code.job_dir(plan.run_dir) if plan.code is not None else None,
+        "jobfiles": jobfiles.template_names(),   # the run directory's file names, as Python reads them
     }
     out: dict[str, str] = {}
     out["job.sbatch"] = draw(ENTRY[plan.slurm], ctx)
@@ -118,7 +120,7 @@ def render(site: Site, plan: Plan) -> dict[str, str]:
         out[RDZV] = draw("rendezvous-host.sh.j2", ctx)
     hostfile = _hostfile(plan)
     if hostfile is not None:
-        out["hostfile"] = hostfile
+        out[jobfiles.HOSTFILE] = hostfile
     for name, text in sorted(files.items()):
         out[name] = text
     for name, template in sorted(templated.items()):
@@ -135,7 +137,7 @@ def _check_long_run_parts(site: Site, plan: Plan, script: str) -> None:
         missing = ("job-chain.sbatch.j2", "a chain member would neither stop the chain nor see it stopped",
                    'add {% include "job-chain.sbatch.j2" %} after the end-game include')
     elif plan.slurm and site.network.rendezvous_host is not None and "CK_RDZV_RESOLVE" not in script:
-        missing = ("network.rendezvous_host's rendezvous-host.sh (job-hosts.sbatch.j2)", "the launchers would "
+        missing = (f"network.rendezvous_host's {RDZV} (job-hosts.sbatch.j2)", "the launchers would "
                    "rendezvous at the head's own name", "update the site's job-hosts.sbatch.j2 from clusterkit's")
     elif plan.job.teardown and "--teardown=" not in script:
         missing = ("the supervisor's --teardown (job-supervise.j2)", "the job's teardown steps would not run",

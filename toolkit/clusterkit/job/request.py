@@ -18,9 +18,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from clusterkit.config.envrules import setup_problem
+from clusterkit.config.job_options import SITE_JOB
 from clusterkit.config.schema import JobSection, Site, StageOverride
 from clusterkit.errors import PlanError
 from clusterkit.job import settings as settings_mod
@@ -146,43 +147,68 @@ class Resolved:
         return replace(self, request=replace(self.request, **changes))
 
 
-def pick(name: str, given: Any, override: StageOverride | None, site_value: Any) -> Any:
-    """The precedence rule for setting ``name``: ``given`` (command line), else the site's
-    ``stages.<stage>.<name>``, else ``site_value`` (the site's own, or the default)."""
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Picked(Generic[T]):
+    """What :func:`pick` chose and where it came from: ``flag`` (the command line or the API's
+    argument), ``stage`` (the site's ``stages.<stage>`` entry), ``site`` (the site file) or ``default``."""
+
+    value: T
+    source: str
+
+
+def pick(given: T | None, staged: T | None, site_value: T, *, site_set: bool = True) -> Picked[T]:
+    """The precedence rule, the one place it is written: ``given`` (the command line or the API's
+    argument), else ``staged`` (the site's ``stages.<stage>`` value), else ``site_value`` (the
+    site's own where ``site_set``, else the default).  None is "not given" at every level."""
     if given is not None:
-        return given
-    staged = getattr(override, name, None) if override is not None else None
-    return staged if staged is not None else site_value
+        return Picked(given, "flag")
+    if staged is not None:
+        return Picked(staged, "stage")
+    return Picked(site_value, "site" if site_set else "default")
 
 
-def source(name: str, given: Any, override: StageOverride | None, site_set: bool) -> str:
-    """Where :func:`pick` found setting ``name``: ``flag``, ``stage``, ``site`` (``site_set``:
-    the site file gives the value) or ``default``."""
-    if given is not None:
-        return "flag"
-    if override is not None and getattr(override, name, None) is not None:
-        return "stage"
-    return "site" if site_set else "default"
+def staged(override: StageOverride | None, name: str) -> Any:
+    """The site's ``stages.<stage>.<name>`` (None: the stage does not set it)."""
+    return getattr(override, name, None) if override is not None else None
 
 
-def _sources(site: Site, request: JobRequest, s: Settings, override: StageOverride | None) -> dict[str, str]:
-    """Where each choice comes from, by setting name (any setting: new ones join by name)."""
+def _picks(site: Site, request: JobRequest, spec: StageSpec, s: Settings,
+           override: StageOverride | None) -> dict[str, Picked[Any]]:
+    """Every setting the precedence rule decides, by name: its value and its source."""
     sch = site.scheduler
+
+    def rule(name: str, given: Any, site_value: Any, site_set: bool, *, stage: bool = True) -> Picked[Any]:
+        return pick(given, staged(override, name) if stage else None, site_value, site_set=site_set)
+
+    picks = {
+        "launcher": rule("launcher", request.launcher, spec.default_launcher, False),
+        "nodes": rule("nodes", request.nodes, None, False),
+        "container": rule("container", s.container, True, site.software.container is not None),
+        "spares": rule("spares", s.spares, None, False),
+        "gpu_bind": rule("gpu_bind", s.gpu_bind, site.nodes.gpu_bind, "gpu_bind" in site.nodes.model_fields_set),
+        "preflight_in_job": rule("preflight_in_job", s.preflight_in_job, site.preflight.in_job,
+                                 "in_job" in site.preflight.model_fields_set, stage=False),
+        "snapshot": rule("snapshot", True if request.code_dir is not None else request.snapshot,
+                         site.code.snapshot, True),
+    }
+    for key in ("time", "max_restarts", "partition"):
+        picks[key] = rule(key, getattr(s, key), getattr(sch, key),
+                          key in sch.model_fields_set and bool(getattr(sch, key)))
+    return picks
+
+
+def _sources(site: Site, request: JobRequest, s: Settings, picks: Mapping[str, Picked[Any]]) -> dict[str, str]:
+    """Where each choice comes from, by setting name (any setting: new ones join by name)."""
     out = {key: ("flag" if key in s.model_fields_set and getattr(s, key) is not None else "default")
            for key in Settings.model_fields}
-    out["launcher"] = source("launcher", request.launcher, override, False)
-    out["nodes"] = source("nodes", request.nodes, override, False)
+    out.update((key, p.source) for key, p in picks.items() if key != "snapshot")   # the plan shows no snapshot source
     out["gpus_per_node"] = "flag" if request.gpus_per_node is not None else "site"
-    for key in ("time", "max_restarts", "partition"):
-        out[key] = source(key, getattr(s, key), override, key in sch.model_fields_set and bool(getattr(sch, key)))
-    for key in ("account", "qos"):
-        if out[key] != "flag" and getattr(sch, key):
+    for key in ("account", "qos"):   # no stage value: the flag's, else the site's (an empty flag too)
+        if out[key] != "flag" and getattr(site.scheduler, key):
             out[key] = "site"
-    out["container"] = source("container", s.container, override, site.software.container is not None)
-    out["spares"] = source("spares", s.spares, override, False)
-    out["gpu_bind"] = source("gpu_bind", s.gpu_bind, override, "gpu_bind" in site.nodes.model_fields_set)
-    if s.preflight_in_job is None:
-        out["preflight_in_job"] = "site" if "in_job" in site.preflight.model_fields_set else "default"
     for key in request.planned:  # given by `plan --render`'s recommendation, not typed by the user
         if out.get(key) == "flag":
             out[key] = "plan"
@@ -195,23 +221,19 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
     s = settings_mod.build(dict(request.settings))
     override = site.stage_override(spec.name)
     sch = site.scheduler
+    picks = _picks(site, request, spec, s, override)
     return Resolved(
-        sources=_sources(site, request, s, override),
+        sources=_sources(site, request, s, picks),
         request=request, spec=spec, settings=s, job_name=job_name(request),
-        launcher=pick("launcher", request.launcher, override, spec.default_launcher),
-        nodes=pick("nodes", request.nodes, override, None),
-        time=pick("time", s.time, override, sch.time),
-        max_restarts=pick("max_restarts", s.max_restarts, override, sch.max_restarts),
-        partition=pick("partition", s.partition, override, sch.partition),
+        launcher=picks["launcher"].value, nodes=picks["nodes"].value, time=picks["time"].value,
+        max_restarts=picks["max_restarts"].value, partition=picks["partition"].value,
         account=s.account or sch.account, qos=s.qos or sch.qos,
-        container=pick("container", s.container, override, True),
-        preflight_in_job=_in_job(sch.kind == "slurm", pick("preflight_in_job", s.preflight_in_job, None,
-                                                           site.preflight.in_job)),
+        container=picks["container"].value,
+        preflight_in_job=_in_job(sch.kind == "slurm", picks["preflight_in_job"].value),
         job=merge_job(site, spec.name, override, request.job),
-        gpu_bind=pick("gpu_bind", s.gpu_bind, override, site.nodes.gpu_bind),
+        gpu_bind=picks["gpu_bind"].value,
         stage_spares=override.spares if override is not None else None,
-        snapshot=bool(pick("snapshot", True if request.code_dir is not None else request.snapshot, override,
-                           site.code.snapshot)),
+        snapshot=bool(picks["snapshot"].value),
     )
 
 
@@ -223,43 +245,50 @@ def _in_job(slurm: bool, value: bool | str) -> bool | Literal["perf"]:
 
 
 def merge_job(site: Site, stage: str, override: StageOverride | None, own: JobSetup) -> JobSetup:
-    """Site ``job:``, then ``stages.<stage>.job`` (``override``), then the request's ``own``: lists add up in
-    that order, a later ``env`` value of a name wins, ``venv``/``conda`` by the precedence rule."""
-    layers = [_section(site.job, "site job")]
+    """Site ``job:``, then ``stages.<stage>.job`` (``override``), then the request's ``own``, each
+    key by its rule (:data:`clusterkit.config.job_options.SITE_JOB`): lists add up in that order, a
+    later ``env`` value of a name wins, ``venv``/``conda`` by the precedence rule (:func:`pick`)."""
+    site_layer = _section(site.job, "site job")
+    stage_layer = None
     if override is not None and override.job is not None:
-        layers.append(_section(override.job, f"site stages.{stage}.job"))
-    layers.append(own)
-    env: dict[str, EnvEntry] = {}
-    for layer in layers:
-        for entry in layer.env:
-            env.pop(entry.name, None)   # the winner takes its place at the end, in given order
-            env[entry.name] = entry
-
-    def joined(name: str) -> tuple[Any, ...]:
-        return tuple(item for layer in layers for item in getattr(layer, name))
-
+        stage_layer = _section(override.job, f"site stages.{stage}.job")
+    layers = [site_layer, *([stage_layer] if stage_layer is not None else []), own]
     for option, text in own.sbatch:   # one form of GPU request: #SBATCH --gpus-per-node=[TYPE:]N
         if option == "gres" and text is not None and any(g.split(":")[0] == "gpu" for g in text.split(",")):
             raise PlanError("asks for GPUs beside the --gpus-per-node clusterkit writes (Slurm may refuse both): "
                             "use --gpus-per-node N and --set gpu_type=TYPE", field="sbatch", value=f"gres={text}")
+    merged: dict[str, Any] = {"sbatch": own.sbatch}
+    for o in SITE_JOB:
+        rule = o.site.merge if o.site is not None else "add"
+        if rule == "env":
+            env: dict[str, EnvEntry] = {}
+            for layer in layers:
+                for entry in layer.env:
+                    env.pop(entry.name, None)   # the winner takes its place at the end, in given order
+                    env[entry.name] = entry
+            merged[o.name] = tuple(env.values())
+        elif rule == "add":
+            merged[o.name] = tuple(item for layer in layers for item in getattr(layer, o.name))
+        else:
+            merged[o.name] = pick(getattr(own, o.name), getattr(stage_layer, o.name, None),
+                                  getattr(site_layer, o.name)).value
     for name in ("setup", "node_setup"):   # the names --env refuses, set by a step's own text
-        problem = next(((p, cmd) for cmd in joined(name) if (p := setup_problem(cmd))), None)
+        problem = next(((p, cmd) for cmd in merged[name] if (p := setup_problem(cmd))), None)
         if problem:
             raise PlanError(problem[0], field=name, value=repr(problem[1][:60]))
-
-    return JobSetup(
-        env=tuple(env.values()), setup=joined("setup"), node_setup=joined("node_setup"),
-        teardown=joined("teardown"), srun_args=joined("srun_args"), launcher_args=joined("launcher_args"),
-        venv=next((x.venv for x in reversed(layers) if x.venv is not None), None),
-        conda=next((x.conda for x in reversed(layers) if x.conda is not None), None),
-        modules=joined("modules"), sbatch=own.sbatch)
+    return JobSetup(**merged)
 
 
 def _section(sec: JobSection, where: str) -> JobSetup:
-    return JobSetup(env=tuple(EnvEntry(k, str(v), f"{where}.env") for k, v in sec.env.items()),
-                    setup=tuple(sec.setup), node_setup=tuple(sec.node_setup), teardown=tuple(sec.teardown),
-                    srun_args=tuple(sec.srun_args), launcher_args=tuple(sec.launcher_args), venv=sec.venv,
-                    conda=sec.conda, modules=tuple(sec.modules))
+    """A site's ``job:`` section as the layer :func:`merge_job` adds up (``where``: its place, for ``env``)."""
+    values: dict[str, Any] = {}
+    for o in SITE_JOB:
+        value = getattr(sec, o.name)
+        if o.site is not None and o.site.merge == "env":
+            values[o.name] = tuple(EnvEntry(k, str(v), f"{where}.env") for k, v in value.items())
+        else:
+            values[o.name] = tuple(value) if isinstance(value, list) else value
+    return JobSetup(**values)
 
 
 def job_name(request: JobRequest) -> str:

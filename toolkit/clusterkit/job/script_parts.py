@@ -9,6 +9,7 @@ import re
 import shlex
 from dataclasses import replace
 
+from clusterkit import jobfiles
 from clusterkit.errors import PlanError
 from clusterkit.job import array as arrays
 from clusterkit.job import debuglogs, gpubind, image, jobenv
@@ -161,8 +162,9 @@ def _restart_log(plan: Plan, who: str) -> str:
     the logs of the run before it (``clusterkit doctor`` reads each attempt apart).
     """
     job = "%A_%a" if plan.array else "%j"   # an array task's logs carry ARRAYJOB_TASK, as its name
-    return ("--output=" + shell_quote(f"{slurm_pattern(plan.run_dir)}/logs/{job}.r")
-            + '"${SLURM_RESTART_COUNT:-0}"' + shell_quote(f".{who}.out"))
+    head, tail = jobfiles.rank_log(job, "@", who).split("@")   # the batch shell's restart between them
+    return ("--output=" + shell_quote(f"{slurm_pattern(plan.run_dir)}/{jobfiles.LOGS}/{head}")
+            + '"${SLURM_RESTART_COUNT:-0}"' + shell_quote(tail))
 
 
 def srun_options(plan: Plan) -> list[str]:

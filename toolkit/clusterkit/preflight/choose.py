@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from clusterkit import jobfiles
 from clusterkit.errors import ClusterkitError, ExitCode
 from clusterkit.hostlist import HostlistError, check_host, fold
 from clusterkit.preflight.alike import UNJUDGED
@@ -329,11 +330,11 @@ def _ranked(good: list[NodeVerdict]) -> list[NodeVerdict]:
 
 
 def report_path(run_dir: Path, job_id: str, restart: int) -> Path:
-    return run_dir / "logs" / f"preflight-{job_id}.r{restart}.json"
+    return jobfiles.PREFLIGHT_REPORT.path(run_dir, job_id, restart)
 
 
 def selection_path(run_dir: Path, job_id: str, restart: int) -> Path:
-    return run_dir / "logs" / f"nodes-{job_id}.r{restart}.json"
+    return jobfiles.NODE_CHOICE.path(run_dir, job_id, restart)
 
 
 def check_job_id(job_id: str) -> str:
@@ -348,11 +349,11 @@ def selections(run_dir: Path, job_id: str, allocated: int | None = None) -> list
     order; unreadable, invalid or inconsistent files are skipped: another job's or restart's (by
     their own fields), an allocation of other than ``allocated`` nodes, a ``logs`` that is a link."""
     check_job_id(job_id)
-    logs = run_dir / "logs"
+    logs = jobfiles.logs(run_dir)
     if not is_real_dir(logs):
         return []
     found: list[tuple[int, Path]] = []
-    pattern = re.compile(rf"nodes-{re.escape(job_id)}\.r([0-9]{{1,6}})\.json")
+    pattern = jobfiles.NODE_CHOICE.restarts(job_id)
     try:
         names = [p.name for p in logs.iterdir()][:100_000]
     except OSError:

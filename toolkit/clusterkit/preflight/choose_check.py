@@ -6,13 +6,37 @@ that outgrows it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from clusterkit.preflight.choose import Selection
+from collections.abc import Sequence
+from typing import Protocol
 
 
-def problem(sel: Selection) -> str | None:
+class _Host(Protocol):
+    @property
+    def host(self) -> str: ...
+
+
+class Parts(Protocol):
+    """The parts of a selection (:class:`clusterkit.preflight.choose.Selection`) checked here."""
+
+    @property
+    def allocation(self) -> Sequence[str]: ...
+    @property
+    def wanted(self) -> int: ...
+    @property
+    def spares(self) -> int: ...
+    @property
+    def outcome(self) -> str: ...
+    @property
+    def chosen(self) -> Sequence[str]: ...
+    @property
+    def dropped(self) -> Sequence[_Host]: ...
+    @property
+    def unused(self) -> Sequence[str]: ...
+    @property
+    def exclude(self) -> Sequence[str]: ...
+
+
+def problem(sel: Parts) -> str | None:
     """What makes ``sel`` inconsistent, or None."""
     alloc = set(sel.allocation)
     if len(alloc) != len(sel.allocation):

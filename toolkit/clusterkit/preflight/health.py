@@ -25,7 +25,7 @@ from clusterkit.nodes.smi_query import SmiQuery, parse_smi_query
 from clusterkit.preflight.engine import Check, Judge, Severity, Verdict
 
 if TYPE_CHECKING:
-    from clusterkit.preflight.catalogue import Expectations
+    from clusterkit.preflight.expect import Expectations
 
 _YES = "yes"
 _READ_ANSWERS = {"yes", "no", "n/a", "[n/a]", "not supported", "[not supported]"}

@@ -12,7 +12,7 @@ from clusterkit.nodes.script import Section, SectionOutput
 from clusterkit.preflight.engine import LARGE, Check, Severity, Verdict
 
 if TYPE_CHECKING:
-    from clusterkit.preflight.catalogue import StorageExpect
+    from clusterkit.preflight.expect import StorageExpect
 
 
 def _identity(text: str) -> str:

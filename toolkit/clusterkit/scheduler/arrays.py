@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from clusterkit.errors import NoJobRecord, SlurmUnreachable
+from clusterkit.errors import SlurmUnreachable
+from clusterkit.scheduler.array_tasks import plan_indices, task_fields
 from clusterkit.scheduler.base import JobStatus, settle, with_script_reason
 from clusterkit.scheduler.results import read_result_file, result_file
 from clusterkit.scheduler.slurm_tables import SQUEUE_FORMAT, sacct_statuses, squeue_statuses
@@ -42,13 +43,7 @@ _ORDER = (JobState.RUNNING, JobState.COMPLETING, JobState.CONFIGURING, JobState.
 
 def indices(rec: JobRecord) -> tuple[int, ...] | None:
     """The task indices of the array ``rec`` records (None: not an array job)."""
-    arr = rec.plan.get("array")
-    if not isinstance(arr, dict):
-        return None
-    got = arr.get("indices")
-    if not isinstance(got, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in got):
-        return None
-    return tuple(got)
+    return plan_indices(rec.plan)
 
 
 def is_array(rec: JobRecord) -> bool:
@@ -70,27 +65,7 @@ def split_task(job_id: str) -> tuple[str, int] | None:
 def task_view(rec: JobRecord, index: int) -> JobRecord:
     """Task ``index`` of the array ``rec``, as a record of its own (``ARRAYJOB_TASK``); refused
     with NoJobRecord when the array has no such task."""
-    known = indices(rec)
-    if known is None or index not in known:
-        raise NoJobRecord(f"job {rec.job_id} has no array task {index}"
-                          + (f" (its tasks: {_fold(known)})" if known else " (it is not a job array)"))
-    st = rec.state if rec.state is not None and rec.state.is_terminal and rec.state == JobState.COMPLETED else None
-    return rec.model_copy(update={"job_id": f"{rec.job_id}_{index}", "state": st, "exit_code": None,
-                                  "signal": None, "reason": None, "diagnosis": None})
-
-
-def _fold(idx: Sequence[int]) -> str:
-    """``0,1,2,5`` -> ``0-2,5`` (Slurm's array syntax)."""
-    out: list[str] = []
-    start = prev = idx[0]
-    for i in (*idx[1:], None):
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return ",".join(out)
+    return rec.model_copy(update=task_fields(rec.job_id, rec.plan, rec.state, index))
 
 
 def task_statuses(query: SlurmQuery, arrays: Sequence[JobRecord]) -> dict[str, dict[int, JobStatus]]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from clusterkit import jobfiles
 from clusterkit.tooltext import printable, shorten
 from clusterkit.vocab import JobState, SchedulerKind
 
@@ -86,7 +87,7 @@ def with_script_reason(rec: JobRecord, st: JobStatus, job_id: str | None = None)
     if not st.terminal:
         return st
     try:
-        with open(Path(rec.run_dir) / f"{job_id or rec.job_id}.reason", "rb") as f:
+        with open(jobfiles.REASON.path(rec.run_dir, job_id or rec.job_id), "rb") as f:
             text = f.read(4096).decode("utf-8", errors="replace")
     except OSError:
         return st

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+from clusterkit import jobfiles
 from clusterkit.safefile import is_real_dir, open_regular, read_capped
 
 if TYPE_CHECKING:
@@ -43,8 +44,8 @@ def log_files(rec: JobRecord) -> LogFiles:
     token = re.compile(rf"(^|[^0-9]){re.escape(rec.job_id)}([^0-9]|$)")
     run_dir = Path(rec.run_dir)
     found: list[tuple[int, str, Path]] = []
-    main = ("slurm-", f"{rec.job_id}_0_log")
-    for d in (run_dir, run_dir / "logs"):
+    main = (jobfiles.BATCH_LOG.prefix, f"{rec.job_id}_0_log")
+    for d in (run_dir, jobfiles.logs(run_dir)):
         if not is_real_dir(d):
             continue
         with os.scandir(d) as entries:   # the entry's own type: no stat per file (a symlink is no file)

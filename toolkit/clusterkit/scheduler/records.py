@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from clusterkit.errors import ExitCode, NoJobRecord, RecordError
 from clusterkit.safefile import NotRegular, read_capped
+from clusterkit.scheduler.array_tasks import task_fields
 from clusterkit.scheduler.results import result_file
 from clusterkit.tooltext import load_json
 from clusterkit.vocab import JobState, SchedulerKind, is_job_id
@@ -310,10 +311,9 @@ class RecordStore:
             if rec.job_id == job_id and (not site or rec.site == site):
                 matches.append(rec)
         if not matches and "_" in job_id:   # ARRAYJOB_TASK: a task of an array's record
-            from clusterkit.scheduler.arrays import task_view
-
             base, index = job_id.split("_")
-            return task_view(self.find(f"{site}:{base}" if site else base), int(index))
+            whole = self.find(f"{site}:{base}" if site else base)   # arrays.task_view, without its imports
+            return whole.model_copy(update=task_fields(whole.job_id, whole.plan, whole.state, int(index)))
         if not matches:
             raise NoJobRecord(f"no job record for {ref!r} in {self.root} (see `clusterkit status`)")
         return matches[-1]

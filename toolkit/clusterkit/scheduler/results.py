@@ -7,12 +7,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from clusterkit import jobfiles
 from clusterkit.safefile import read_capped
 
 
 def result_file(run_dir: Path, job_id: str) -> Path:
     """The result file of ``job_id`` in ``run_dir``: one line, the job script's exit status."""
-    return run_dir / f"{job_id}.result"
+    return jobfiles.RESULT.path(run_dir, job_id)
 
 
 def read_result_file(path: Path) -> int | None:
@@ -34,7 +35,7 @@ def read_teardown_file(run_dir: Path, job_id: str) -> list[tuple[int, int]]:
     supervisor's, supervise/teardown.py); empty where there is none or it is not that file's
     form (a regular file, at most 100 lines ``N STATUS``, steps 1, 2, ... in order)."""
     try:
-        data, cut = read_capped(run_dir / f"{job_id}.teardown", 16 * MAX_TEARDOWN_STEPS, follow_symlinks=False)
+        data, cut = read_capped(jobfiles.TEARDOWN.path(run_dir, job_id), 16 * MAX_TEARDOWN_STEPS, follow_symlinks=False)
         lines = [] if cut else data.decode("ascii").splitlines()
     except (OSError, UnicodeDecodeError):
         return []

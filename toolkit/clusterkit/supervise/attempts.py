@@ -10,11 +10,11 @@ a regular file (no link), every field checked, host names by :func:`clusterkit.h
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from clusterkit import jobfiles
 from clusterkit.hostlist import HostlistError, check_host
 from clusterkit.safefile import NotRegular, is_real_dir, read_capped, write_atomic
 from clusterkit.tooltext import decode, load_json, printable
@@ -40,7 +40,7 @@ class Attempt:
 
 
 def path_for(run_dir: str | Path, job_id: str, restart: int) -> Path:
-    return Path(run_dir) / "logs" / f"attempts-{job_id}.r{restart}.json"
+    return jobfiles.ATTEMPTS.path(run_dir, job_id, restart)
 
 
 def write(run_dir: str | Path, job_id: str, restart: int, done: list[Attempt]) -> None:
@@ -90,10 +90,10 @@ def read(run_dir: str | Path, job_id: str) -> list[tuple[int, Attempt]]:
 
 def read_noted(run_dir: str | Path, job_id: str) -> tuple[list[tuple[int, Attempt]], list[str]]:
     """:func:`read`, with one line per file or attempt skipped (naming the file, printable)."""
-    logs = Path(run_dir) / "logs"
+    logs = jobfiles.logs(run_dir)
     if not is_job_id(job_id) or not is_real_dir(logs):
         return [], []
-    pattern = re.compile(rf"attempts-{re.escape(job_id)}\.r([0-9]{{1,6}})\.json")
+    pattern = jobfiles.ATTEMPTS.restarts(job_id)
     try:
         names = sorted((int(m.group(1)), n) for n in [p.name for p in logs.iterdir()][:100_000]
                        if (m := pattern.fullmatch(n)))

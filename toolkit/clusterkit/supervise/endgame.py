@@ -18,10 +18,9 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import NoReturn
 
-from clusterkit import slurmclient
+from clusterkit import jobfiles, slurmclient
 from clusterkit.hostlist import fold
 from clusterkit.safefile import NotRegular, read_capped
 from clusterkit.supervise import decide, dumps, judge, owned, recheck, recovery, replan, stall, teardown, watch
@@ -326,20 +325,21 @@ class Supervisor:
                 log("scontrol update Requeue=0 failed: Slurm 24.05 and later may requeue this job once more")
         if s.teardown:   # the training's status and result stay as they are, whatever the steps do
             teardown.run(s.teardown, status, reason, s.run_dir, s.job_id, os.environ, log)
-        base = Path(s.run_dir) / s.job_id
+        result = jobfiles.RESULT.path(s.run_dir, s.job_id)
+        written = result.with_name(result.name + jobfiles.TMP)
         try:
             if reason:
-                Path(f"{base}.reason").write_text(f"{reason}\n")
-            Path(f"{base}.result.tmp").write_text(f"{status}\n")
-            os.replace(f"{base}.result.tmp", f"{base}.result")
+                jobfiles.REASON.path(s.run_dir, s.job_id).write_text(f"{reason}\n")
+            written.write_text(f"{status}\n")
+            os.replace(written, result)
         except OSError as exc:
-            say(f"cannot write {base}.result: {exc.strerror or exc}")
+            say(f"cannot write {result}: {exc.strerror or exc}")
 
     # ---- a chain member that failed on its own (not stopped by Slurm)
     def judge_chain(self, known: str | None = None) -> None:
         """Ask doctor whether a restart can fix this failure (``known``: its verdict already);
         when not, mark this member unfixable and cancel the later members."""
-        category = known if known is not None else judge.doctor_category(f"{self.spec.run_dir}/logs")
+        category = known if known is not None else judge.doctor_category(str(jobfiles.logs(self.spec.run_dir)))
         if category is None:
             log("chain: clusterkit is not on PATH on the batch host, so doctor cannot judge the failure: "
                 "the next member runs")
@@ -347,7 +347,7 @@ class Supervisor:
         if (category or "none") not in self.spec.chain_stops:
             log(f"chain: doctor says {category or 'nothing'}: a restart may fix it; the next member runs")
             return
-        Path(self.spec.run_dir, f"{self.spec.job_id}.unfixable").write_text(f"{category}\n")
+        jobfiles.UNFIXABLE.path(self.spec.run_dir, self.spec.job_id).write_text(f"{category}\n")
         log(f"chain: doctor says {category}, which a restart cannot fix: the chain stops here")
         self.cancel_later_members()
 

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from clusterkit import jobfiles
+
 MAX_BYTES = 512
 MAX_RANKS = 4096
 #: A rank's heartbeat that stood this long while another rank's moved: that rank is frozen
@@ -31,7 +33,7 @@ _NUM = r"\d{1,12}(?:\.\d{1,9})?"
 _LINE = re.compile(rf"step=(\d{{1,16}}) time=({_NUM}) phase=(train|save) rank=(\d{{1,7}}) "
                    rf"host=([A-Za-z0-9._-]{{1,64}}) step_s=({_NUM}|-) work_s=({_NUM}|-) beat=({_NUM})"
                    r"(?: in=([A-Za-z0-9._:<>-]{1,80}) coll=([01]))?")
-_NAME = re.compile(r"^(?P<job>[0-9A-Za-z_.-]+)\.progress\.rank(?P<rank>\d{1,7})$")
+_NAME = jobfiles.rank_files()
 
 
 @dataclass(frozen=True)

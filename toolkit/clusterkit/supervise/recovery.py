@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from clusterkit import jobfiles
 from clusterkit.hostlist import HostlistError, expand, fold, is_host
 from clusterkit.safefile import is_real_dir, read_capped, write_atomic
 from clusterkit.supervise import attempts, frback, head, hostorder, replan
@@ -79,7 +80,7 @@ def switches(client: Client, run: Run) -> tuple[tuple[str, str], ...]:
 def _dropped_at_start(run_dir: str, job_id: str, restart: int) -> set[str]:
     """The nodes the in-job preflight dropped at this run's start (never taken as spares): the
     names in ``logs/nodes-<job>.r<restart>.json``'s ``dropped``, read as data."""
-    path = Path(run_dir) / "logs" / f"nodes-{job_id}.r{restart}.json"
+    path = jobfiles.NODE_CHOICE.path(run_dir, job_id, restart)
     try:
         raw, more = read_capped(path, 4 << 20, follow_symlinks=False)
     except OSError:
@@ -90,11 +91,10 @@ def _dropped_at_start(run_dir: str, job_id: str, restart: int) -> set[str]:
 def attempt_logs(run_dir: str, job_id: str, restart: int, attempt: int) -> list[str]:
     """The rank logs of one attempt: ``<job>.r<restart>.<who>.out`` for the first,
     ``<job>.r<restart>.a<attempt>.<who>.out`` after it."""
-    logs = Path(run_dir) / "logs"
+    logs = jobfiles.logs(run_dir)
     if not is_real_dir(logs):
         return []
-    head = re.escape(f"{job_id}.r{restart}.")
-    pattern = re.compile(rf"{head}a{attempt}\..+\.out" if attempt else rf"{head}(?!a[0-9]+\.).+\.out")
+    pattern = jobfiles.rank_logs(job_id, restart, attempt)
     try:
         return sorted(str(p) for p in logs.iterdir() if pattern.fullmatch(p.name))[:10_000]
     except OSError:

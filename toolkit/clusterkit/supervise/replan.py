@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from clusterkit import topology
+from clusterkit import jobfiles, topology
 from clusterkit.hostlist import HostlistError, check_host, expand
 from clusterkit.tooltext import load_json, printable
 
@@ -246,7 +246,7 @@ def next_step(v: Verdict, down: list[str], a: Attempted) -> Step:
                           f"attempt {a.attempt} failed ({_why(v)}): dropped {named}; {short}: requeueing without them")
 
 
-_OUTPUT_ATTEMPT = re.compile(r"(\.r[0-9]+\.)(?:a[0-9]+\.)?(?=[^/]*$)")
+_OUTPUT_ATTEMPT = jobfiles.ATTEMPT_TAG
 MARK = "clusterkit-launch"
 
 
@@ -264,7 +264,7 @@ def relaunch_argv(argv: tuple[str, ...], nodes: tuple[str, ...], attempt: int,
         if word.startswith("--nodelist=") and found < 0:
             out[i], found = "--nodelist=" + ",".join(nodes), i
         elif word.startswith("--output=") and attempt > 0:
-            out[i] = _OUTPUT_ATTEMPT.sub(lambda m: f"{m.group(1)}a{attempt}.", word, count=1)
+            out[i] = _OUTPUT_ATTEMPT.sub(lambda m: f"{m.group(1)}{jobfiles.ATTEMPT}{attempt}.", word, count=1)
     if found >= 0 and overlap and "--overlap" not in argv[:cut]:
         out.insert(found + 1, "--overlap")
     return tuple(out) if found >= 0 else None

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from clusterkit import jobfiles
 from clusterkit.hostlist import HostlistError, expand, is_host
 from clusterkit.supervise.endgame import Spec, Supervisor
 from clusterkit.supervise.events import die_by_term
@@ -67,7 +68,7 @@ class Start:
         self.sup = Supervisor(Spec(launch=("true",), mode="step", run_dir=env["CK_RUN_DIR"], job_id=env["CK_JOB_ID"],
                                    restarts=restarts, max_restarts=a.max_restarts))
         self.sup.parent = os.getppid()
-        self.logs = Path(env["CK_RUN_DIR"]) / "logs"
+        self.logs = jobfiles.logs(env["CK_RUN_DIR"])
 
     def fail(self, why: str) -> NoReturn:
         say(why)
@@ -98,7 +99,8 @@ class Start:
 
     def preflight(self) -> None:
         """The report of every allocated node, in place at ``logs/preflight-<job>.r<restart>.json``."""
-        a, report = self.a, self.logs / f"preflight-{self.slurm_job}.r{self.sup.spec.restarts}.json"
+        a = self.a
+        report = jobfiles.PREFLIGHT_REPORT.path(self.sup.spec.run_dir, self.slurm_job, self.sup.spec.restarts)
         argv = [*clusterkit_command(), "preflight", "--site", a.site, "--stage", a.stage, "--transport=srun",
                 "--nodelist", self.nodelist, *(["--perf"] if a.perf else []),
                 *(f"--srun-arg={arg}" for arg in a.srun_arg), *self.capacity_args(), "--json"]

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 
-from clusterkit import heartbeat
+from clusterkit import heartbeat, jobfiles
 from clusterkit.supervise import ranks, recovery, replan, straggle
 
 Log = Callable[[str], None]
@@ -32,7 +31,7 @@ class Replacer:
     def __init__(self, ratio: float, run_dir: str, job_id: str, run: recovery.Run, restarts_left: int,
                  log: Log) -> None:
         self.ratio, self.run, self.restarts_left, self.log = ratio, run, restarts_left, log
-        self.logs, self.job_id = Path(run_dir) / "logs", job_id
+        self.logs, self.job_id = jobfiles.logs(run_dir), job_id
         self.first_beats = {x.rank: x.beat for x in ranks.read_all(self.logs, job_id)}
         self.looks: deque[straggle.Look] = deque(maxlen=HISTORY)
         self.since: int | None = None   # the progress log's length once the straggler stayed one
@@ -40,7 +39,7 @@ class Replacer:
         self.kept: str | None = None    # the node named and kept (recovery could not go on without it)
 
     def _marks(self) -> list[heartbeat.Progress]:
-        return heartbeat.read_log(self.logs / f"{self.job_id}.progress.log")
+        return heartbeat.read_log(self.logs / jobfiles.PROGRESS_LOG.name(self.job_id))
 
     def _facts(self) -> replan.Attempted:
         """What recovery would know, less what it asks Slurm when it acts (the nodes down, the job's

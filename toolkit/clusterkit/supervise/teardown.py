@@ -18,6 +18,7 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from clusterkit import jobfiles
 from clusterkit.supervise import decide
 
 
@@ -36,7 +37,7 @@ def run(steps: Sequence[str], status: int, reason: str, run_dir: str, job_id: st
             rc = 127
         log(f"teardown step {n} of {len(steps)} ended with status {rc}")
         done.append((n, rc))
-        _write(Path(run_dir) / f"{job_id}.teardown", done, log)
+        _write(jobfiles.TEARDOWN.path(run_dir, job_id), done, log)
     return done
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from clusterkit import heartbeat, stackdump
+from clusterkit import heartbeat, jobfiles, stackdump
 from clusterkit.supervise import dumps, ranks, replan, spy, stall
 from clusterkit.supervise.recovery import attempt_logs
 
@@ -39,7 +39,7 @@ class Watcher:
                  log: Log, send: dumps.Send | None = None, clock: Callable[[], float] = time.monotonic,
                  spy_mode: str | None = None) -> None:
         self.limits, self.log, self.clock = limits, log, clock
-        self.path = Path(run_dir) / "logs" / f"{job_id}.progress"
+        self.path = jobfiles.PROGRESS.path(run_dir, job_id)
         self.logs = (run_dir, job_id, restart, attempt)
         self.started = clock()
         self.seen: deque[stall.Seen] = deque(maxlen=HISTORY)
