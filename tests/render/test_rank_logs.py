@@ -39,12 +39,15 @@ def render(ck: Any, path: Path, tmp_path: Path, *args: str) -> Rendered:
     return Rendered(result.code, result.err, out)
 
 
-def test_debug_above_the_limit_needs_debug_nodes(ck: Any, tmp_path: Path) -> None:
+def test_debug_above_the_limit_writes_each_node_s_nccl_files_on_its_own_disk(ck: Any, tmp_path: Path) -> None:
     result = render(ck, site(tmp_path), tmp_path, "--nodes", "8", "--debug")
-    assert result.code == 2 and not result.run_dir.exists()
-    assert result.err.count("\n") == 1 and "Traceback" not in result.err
-    assert "--debug on 8 nodes" in result.err and "logs.debug_max_nodes (4)" in result.err
-    assert "--debug-nodes NODESET" in result.err
+    assert result.code == 0, result.err
+    job = (result.run_dir / "job.sbatch").read_text()
+    assert "case \"${SLURMD_NODENAME" not in job   # every node logs INFO, into its own folder
+    m = re.search(r"^export NCCL_DEBUG_FILE=(.+)$", job, re.M)
+    assert m and _expand(m.group(1), "gpu003", "2") == "/local/scratch/clusterkit-nccl-55.r2.%h.%p.log", job
+    env = {e["name"]: e for e in json.loads((result.run_dir / "plan.json").read_text())["env"]}
+    assert env["NCCL_DEBUG"]["value"] == "INFO" and "copies the files of the node" in env["NCCL_DEBUG_FILE"]["reason"]
     # at the limit, as before: every node logs
     ok = render(ck, site(tmp_path), tmp_path, "--nodes", "4", "--debug")
     assert ok.code == 0, ok.err
@@ -152,10 +155,25 @@ def test_the_python_api_takes_debug_nodes(tmp_path: Path) -> None:
     with pytest.raises(clusterkit.InputError) as bad:
         s.plan(["python", "t.py"], nodes=8, debug_nodes="gpu[1-")
     assert bad.value.field == "debug_nodes"
-    with pytest.raises(clusterkit.PlanError) as refused:
-        s.plan(["python", "t.py"], nodes=8, debug=True).render(write=False)
-    assert refused.value.field == "debug" and "logs.debug_max_nodes (4)" in str(refused.value)
+    local = s.plan(["python", "t.py"], nodes=8, debug=True).render(write=False)
+    assert {v.name: v.value for v in local.plan.env}["NCCL_DEBUG_FILE"].startswith("/local/scratch/clusterkit-nccl-")
     planned = s.plan(["python", "t.py"], nodes=8, debug_nodes=["gpu001", "gpu002"])
     run = planned.render(write=False)
     assert {v.name: v.value for v in run.plan.env}["NCCL_DEBUG"] == "INFO"
     assert 'in gpu001|gpu002) ;; *) export NCCL_DEBUG=WARN;' in run.sbatch
+
+
+def test_flight_recorder_dumps_go_node_local_above_the_limit(ck: Any, tmp_path: Path) -> None:
+    path = site(tmp_path)
+    small = render(ck, path, tmp_path, "--nodes", "4", "--launcher", "torchrun", "--set", "container=false")
+    big = render(ck, path, tmp_path, "--nodes", "8", "--launcher", "torchrun", "--set", "container=false")
+    assert small.code == big.code == 0, small.err + big.err
+    for out, want in ((small.run_dir, f"{small.run_dir}/logs/fr-55.r1.rank"),
+                      (big.run_dir, "/local/scratch/clusterkit-fr-55.r1.rank")):
+        job = (out / "job.sbatch").read_text()
+        for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
+            m = re.search(rf"^export {name}=(.+)$", job, re.M)
+            assert m, name
+            assert _expand(m.group(1), "gpu003", "1") == want, (name, m.group(1))
+    env = {e["name"]: e for e in json.loads((big.run_dir / "plan.json").read_text())["env"]}
+    assert "copies the dump of the rank its verdict names" in env["TORCH_FR_DUMP_TEMP_FILE"]["reason"]

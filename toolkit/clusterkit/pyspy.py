@@ -27,6 +27,12 @@ SUFFIX = jobfiles.PROGRESS.suffix + jobfiles.PYSPY + jobfiles.RANK
 MAX_BYTES = 256 << 10
 #: Where each rank's flight-recorder pipe is (node-local; torch appends ``<rank>.pipe``).
 FR_PIPE = "/tmp/ck-fr-pipe-{job}.r{restart}.rank"
+#: The flight recorder's dump file on a node's own disk (the site's ``logs.node_local_dir``), above the
+#: site's ``logs.debug_max_nodes``; torch appends the rank.  Copied back as ``fr-<job>.r<restart>.rank<R>``.
+FR_LOCAL = "clusterkit-fr-{job}.r{restart}.rank"
+#: ``--debug``'s NCCL file on a node's own disk above that limit (without ``--debug-nodes``), before
+#: ``.<host>.<pid>.log``; copied back as ``nccl-<job>.r<restart>.<node>.<pid>.log``.
+NCCL_LOCAL = "clusterkit-nccl-{job}.r{restart}"
 _HEAD = re.compile(r"# clusterkit py-spy dump: rank=(\d{1,7}) host=([A-Za-z0-9._-]{1,64}) pid=(\d{1,10}) "
                    r"thread=0x([0-9a-f]{1,16}) asked=(\d{1,12}(?:\.\d{1,9})?)")
 _THREAD = re.compile(r'Thread (0x[0-9A-Fa-f]{1,16}|\d{1,10})(?: \(0x[0-9A-Fa-f]{1,16}\))? \(([a-z+]{1,20})\)'

@@ -98,7 +98,9 @@ def _print(report: dict[str, Any]) -> None:
                 os.path.basename(f) for f in d["frames"][:4]) or "none (stopped, or not answering)"))
     files = report["files"]
     say(f"read {files['read']} file(s), {files['bytes']} bytes"
-        + (f"; {len(files['cut'])} cut at {files['max_bytes_per_file'] >> 20} MiB" if files["cut"] else ""))
+        + (f"; {len(files['cut'])} cut at {files['max_bytes_per_file'] >> 20} MiB" if files["cut"] else "")
+        + (f"; {files['copies_left_out']} torchrun per-rank copies left out (their node's log holds the "
+           "same lines)" if files.get("copies_left_out") else ""))
 
 
 def _dropped(ref: str) -> list[NodeVerdict]:

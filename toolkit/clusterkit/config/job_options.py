@@ -88,8 +88,9 @@ OPTIONS: tuple[JobOption, ...] = (
               help="NCCL debug logging (INFO, INIT/NET subsystems, one file per process)."),
     JobOption("debug_nodes", "--debug-nodes", "text", metavar=_NODESET, shapes=("text", "words"),
               api_type="str | Sequence[str] | None",
-              help="NCCL debug logging on these nodes only, e.g. gpu[003,017] (implies --debug; needed "
-                   "above the site's logs.debug_max_nodes)."),
+              help="NCCL debug logging on these nodes only, into the run's logs, e.g. gpu[003,017] "
+                   "(implies --debug; above the site's logs.debug_max_nodes --debug alone keeps each "
+                   "node's files on its own disk)."),
     # the job's own additions, after the site's job: section
     JobOption("env", "--env", "words", metavar="KEY=VALUE", shapes=("map", "words"),
               api_type="Mapping[str, str] | Sequence[str] | None",

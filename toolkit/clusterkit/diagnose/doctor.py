@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from clusterkit import jobfiles, pyspy, stackdump
-from clusterkit.diagnose import catalogue, evidence, flight, hardware, reader, verdict
+from clusterkit.diagnose import catalogue, evidence, flight, hardware, names, reader, verdict
 from clusterkit.diagnose.diagnosis import Diagnosis as Diagnosis  # re-exported
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SlurmUnreachable, SubmitError
 from clusterkit.scheduler import arrays
@@ -51,7 +51,9 @@ def diagnose_logs(paths: Sequence[Path], bar: ProgressBar | None = None) -> Diag
     files, missing = reader.expand(list(paths))
     if not files:
         raise LogsUnreadable(f"no log files to read in {', '.join(map(str, paths))}")
+    files, copies = names.without_copies(files)
     report = _scan(files, None, None, bar)
+    report["files"]["copies_left_out"] = copies
     fr = report["flight_recorder"]
     if report["files"]["read"] == 0 and not fr["dumps"]:
         raise LogsUnreadable("; ".join(report["files"]["unreadable"] + fr["unreadable"]))

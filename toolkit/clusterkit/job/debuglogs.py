@@ -4,10 +4,12 @@ launcher keeps its per-rank log files (docs/jobs.md, "Logs at thousands of ranks
 
 ``--debug`` sets ``NCCL_DEBUG=INFO`` and an ``NCCL_DEBUG_FILE`` per process in the run's logs.  At
 2,048 nodes of 8 GPUs that is 16,384 files created at once in one directory of the shared file
-system.  Above the site's ``logs.debug_max_nodes`` the job must name the nodes to debug
-(``--debug-nodes NODESET``, at most that many); each node's launch body then keeps INFO and its
-file only where its Slurm node name is one of them, and sets ``NCCL_DEBUG=WARN`` (no file:
-warnings go to the rank's output) everywhere else.  Pure.
+system.  Above the site's ``logs.debug_max_nodes`` each process writes its file on its node's own
+disk (``logs.node_local_dir``), and after a failed attempt the supervisor copies back the files of
+the node its verdict names (:mod:`clusterkit.supervise.frback`).  A job may instead name the nodes
+to debug (``--debug-nodes NODESET``, at most that many): each node's launch body then keeps INFO
+and its file in the run's logs only where its Slurm node name is one of them, and sets
+``NCCL_DEBUG=WARN`` (no file: warnings go to the rank's output) everywhere else.  Pure.
 """
 
 from __future__ import annotations
@@ -21,15 +23,10 @@ FIELD = "debug_nodes"
 
 
 def check(site: Site, nnodes: int, debug: bool, nodes: tuple[str, ...], per_node: bool) -> None:
-    """Refuse ``--debug`` above the site's node limit without ``--debug-nodes``, and a
-    ``--debug-nodes`` that names nodes the site lacks, more than the limit, or that the launcher
-    cannot honour (one that starts every rank itself from the batch host: ``per_node`` False)."""
+    """Refuse a ``--debug-nodes`` that names nodes the site lacks, more than the limit, or that the
+    launcher cannot honour (one that starts every rank itself from the batch host: ``per_node`` False)."""
     limit = site.logs.debug_max_nodes
-    if not nodes:
-        if debug and nnodes > limit:
-            raise PlanError(f"on {nnodes} nodes writes an NCCL file per process into one directory, above the "
-                            f"site's logs.debug_max_nodes ({limit}): name the nodes to debug with --debug-nodes "
-                            f"NODESET (at most {limit})", field="debug", sep=" ")
+    if not nodes:   # above the limit every node writes its NCCL files on its own disk (nccl.local_file)
         return
     known = set(site.nodes.hosts)
     unknown = [h for h in nodes if h not in known]

@@ -65,6 +65,15 @@ def per_attempt(run_dir: str, stem: str, tail: str) -> tuple[str, str]:
     return value, word
 
 
+def local_file(site: Site, stem: str, tail: str = "") -> tuple[str, str]:
+    """A per-process file on each node's own disk, as (readable value, shell word):
+    ``<logs.node_local_dir>/<stem with the job and restart><tail>`` (``stem``: :data:`pyspy.FR_LOCAL`,
+    to which torch appends the rank, or :data:`pyspy.NCCL_LOCAL`)."""
+    name = stem.format(job="${CK_JOB_ID}", restart="${SLURM_RESTART_COUNT:-0}")
+    base = site.logs.node_local_dir.rstrip("/") + "/"
+    return base + name + tail, shlex.quote(base) + f'"{name}"' + (shlex.quote(tail) if tail else "")
+
+
 #: NCCL_DEBUG_SUBSYS under --debug.  Setting the variable replaces NCCL's default mask
 #: (INIT,BOOTSTRAP,ENV), so INIT,NET alone drops the "set by environment" and bootstrap lines.
 DEBUG_SUBSYS = "INIT,BOOTSTRAP,ENV,NET,GRAPH"
@@ -151,11 +160,40 @@ def fr_pairs(env: list[EnvVar]) -> list[tuple[str, str]]:
             if all(n in by_name and by_name[n].source == "policy" for n in (new, old))]
 
 
+def _debug(add: Callable[..., None], site: Site, run_dir: str, debug_nodes: tuple[str, ...],
+           node_local: bool) -> None:
+    """``--debug``'s values: NCCL INFO and its file per process (node-local above the site's limit
+    without ``--debug-nodes``)."""
+    only = ""
+    if debug_nodes:
+        from clusterkit.hostlist import fold
+
+        only = (f" (on {fold(debug_nodes)} only, --debug-nodes: every other node sets WARN and writes no file "
+                "before its launcher starts)")
+    add("NCCL_DEBUG", "INFO", "--debug: log NCCL init, transport selection and the values NCCL read" + only,
+        NCCL_ENV_DOC, "debug")
+    add("NCCL_DEBUG_SUBSYS", DEBUG_SUBSYS,
+        "--debug: init, bootstrap, the 'set by environment' lines, network and topology; setting it replaces "
+        "NCCL's default INIT,BOOTSTRAP,ENV, so all are named", f"{NCCL_DEBUG_SRC} (default mask)", "debug")
+    value, word = per_attempt(run_dir, "nccl-", ".%h.%p.log")
+    where = "in the run's logs; WARN lines go there too, and clusterkit doctor reads them"
+    if node_local and not debug_nodes:
+        value, word = local_file(site, pyspy.NCCL_LOCAL, ".%h.%p.log")
+        where = (f"on each node's own disk (logs.node_local_dir, above logs.debug_max_nodes: "
+                 f"{site.logs.debug_max_nodes} nodes); WARN lines go there too; after a failure or stall the "
+                 "supervisor copies the files of the node its verdict names into the run's logs, where "
+                 "clusterkit doctor reads them")
+    add("NCCL_DEBUG_FILE", value,
+        "--debug: one file per job, restart, host (%h) and process (%p) " + where,
+        f"{NCCL_ENV_DOC} (NCCL_DEBUG_FILE)", "debug", shell=word)
+
+
 def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
            omp_threads: int | None = None, container: bool = False,
-           debug_nodes: tuple[str, ...] = ()) -> list[EnvVar]:
+           debug_nodes: tuple[str, ...] = (), node_local: bool = False) -> list[EnvVar]:
     """The env our policy sets for this site and stage, before site overrides (``debug_nodes``:
-    the nodes that keep ``--debug``'s values, :mod:`clusterkit.job.debuglogs`)."""
+    the nodes that keep ``--debug``'s values, :mod:`clusterkit.job.debuglogs`; ``node_local``: the
+    job is above the site's ``logs.debug_max_nodes``, so the flight recorder dumps on each node's disk)."""
     env: list[EnvVar] = []
 
     def add(name: str, value: str, reason: str, ref: str, source: Source = "policy",
@@ -163,21 +201,7 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
         env.append(EnvVar(name, value, source, reason, ref=ref, shell=shell))
 
     if debug:
-        only = ""
-        if debug_nodes:
-            from clusterkit.hostlist import fold
-
-            only = (f" (on {fold(debug_nodes)} only, --debug-nodes: every other node sets WARN and writes no file "
-                    "before its launcher starts)")
-        add("NCCL_DEBUG", "INFO", "--debug: log NCCL init, transport selection and the values NCCL read" + only,
-            NCCL_ENV_DOC, "debug")
-        add("NCCL_DEBUG_SUBSYS", DEBUG_SUBSYS,
-            "--debug: init, bootstrap, the 'set by environment' lines, network and topology; setting it replaces "
-            "NCCL's default INIT,BOOTSTRAP,ENV, so all are named", f"{NCCL_DEBUG_SRC} (default mask)", "debug")
-        value, word = per_attempt(run_dir, "nccl-", ".%h.%p.log")
-        add("NCCL_DEBUG_FILE", value,
-            "--debug: one file per job, restart, host (%h) and process (%p) in the run's logs; WARN lines go there "
-            "too, and clusterkit doctor reads them", f"{NCCL_ENV_DOC} (NCCL_DEBUG_FILE)", "debug", shell=word)
+        _debug(add, site, run_dir, debug_nodes, node_local)
     else:
         add("NCCL_DEBUG", "WARN", "surface real NCCL problems in the job log without INFO noise", NCCL_ENV_DOC)
 
@@ -194,6 +218,12 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
     # timeout into the run's logs (a container's /tmp, the default, is gone when it exits).
     # TORCH_FR_* are the names from torch 2.7 on; older torch reads only TORCH_NCCL_*.
     fr_value, fr_word = per_attempt(run_dir, "fr-", ".rank")
+    fr_where = ("in the run's logs, one per rank (torch appends the rank); clusterkit doctor reads them; ")
+    if node_local:
+        fr_value, fr_word = local_file(site, pyspy.FR_LOCAL)
+        fr_where = (f"on each node's own disk (logs.node_local_dir, above logs.debug_max_nodes: "
+                    f"{site.logs.debug_max_nodes} nodes), one per rank; after a failure or stall the supervisor "
+                    "copies the dump of the rank its verdict names into the run's logs, where doctor reads it; ")
     for name in ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"):
         add(name, FR_BUFFER, "flight recorder on: the last 2000 collectives per process group, to see which rank "
             "is behind and in which collective after a timeout; " + FR_PICK, TORCH_FR_DOC)
@@ -202,14 +232,14 @@ def policy(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
         "the old advice to set 1 is stale)",
         TORCH_FR_DOC)
     for name in ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"):
-        add(name, fr_value, "flight-recorder dumps in the run's logs, one per rank (torch appends the rank); "
-            "clusterkit doctor reads them; " + FR_PICK, TORCH_FR_DOC, shell=fr_word)
+        add(name, fr_value, "flight-recorder dumps " + fr_where + FR_PICK, TORCH_FR_DOC, shell=fr_word)
     # on a stall the supervisor asks each rank's recorder for a dump by writing to its pipe, which torch's
     # process group makes as <stem><rank>.pipe (a FIFO: node-local, in /tmp; docs/architecture.md §3)
     pipe = pyspy.FR_PIPE.format(job="${CK_JOB_ID}", restart="${SLURM_RESTART_COUNT:-0}")
     for name in ("TORCH_FR_DEBUG_INFO_PIPE_FILE", "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"):
         add(name, pipe, "the flight recorder's dump on demand: on a stall the supervisor writes to each rank's "
-            "pipe and the dump comes into the run's logs as on a timeout; " + FR_PICK,
+            "pipe and the dump " + ("is written as on a timeout (node-local); " if node_local else
+                                    "comes into the run's logs as on a timeout; ") + FR_PICK,
             f"{TORCH_FR_DOC}; PyTorch ProcessGroupNCCL.cpp, DumpPipe", shell=f'"{pipe}"')
 
     if stage == "single-node":
@@ -317,13 +347,13 @@ def _cross_nic(add: Callable[..., None], site: Site) -> None:
 def resolve(site: Site, stage: str, *, debug: bool = False, run_dir: str = "",
             extra: list[EnvVar] | None = None, omp_threads: int | None = None,
             job: list[tuple[str, str, str]] | None = None, container: bool = False,
-            debug_nodes: tuple[str, ...] = ()) -> list[EnvVar]:
+            debug_nodes: tuple[str, ...] = (), node_local: bool = False) -> list[EnvVar]:
     """Policy (+ launcher extras), then the site's ``nccl.env`` overrides, then the job's own
     environment (``job``: name, value, where it was given: site ``job.env``, ``--env``), which
     wins over both: an ``NCCL_*`` a job sets is the one it gets."""
     merged: dict[str, EnvVar] = {}
     for var in policy(site, stage, debug=debug, run_dir=run_dir, omp_threads=omp_threads,
-                      container=container, debug_nodes=debug_nodes) + list(extra or []):
+                      container=container, debug_nodes=debug_nodes, node_local=node_local) + list(extra or []):
         merged[var.name] = var
     for name, value in site.nccl.env.items():
         old = merged.get(name)

@@ -218,7 +218,7 @@ def make_plan(site: Site, request: JobRequest | Resolved, scheduler: SchedulerPa
     env = nccl.resolve(site, spec.name, debug=request.debug, debug_nodes=request.debug_nodes,
                        run_dir=request.run_dir, extra=list(launch.env),
                        omp_threads=omp, job=[(e.name, e.value, e.origin) for e in r.job.env],
-                       container=use_container)
+                       container=use_container, node_local=nnodes > site.logs.debug_max_nodes)
     warnings += nccl.plan_warnings(site, env) + jobenv.literal_dollars(r.job.env)
     warnings += import_storm.warning(site, r.job, nnodes, scheduler.allocates)
     if spares_note:

@@ -210,6 +210,7 @@ class Supervisor:
         how = "doctor judges its logs" if self.stalled is None else ended_why(self.stalled)
         log(f"attempt {run.attempt} on {','.join(run.nodes)} failed (status {rc}): {how}")
         v, self.stalled = self.stalled or recovery.judge_launch(run, self.spec.launch, log), None
+        recovery.copy_dumps(run, v, log)
         self.drain()
         if v is None:   # the run ends as it would without recovery
             self.attempts = None

@@ -20,7 +20,7 @@ from pathlib import Path
 from clusterkit import jobfiles
 from clusterkit.hostlist import HostlistError, expand, fold, is_host
 from clusterkit.safefile import is_real_dir, read_capped, write_atomic
-from clusterkit.supervise import attempts, head, hostorder, replan
+from clusterkit.supervise import attempts, frback, head, hostorder, replan
 from clusterkit.supervise import judge as doctor_run
 from clusterkit.tooltext import decode
 
@@ -121,6 +121,16 @@ def judge(run: Run, log: Log) -> replan.Verdict | None:
     if late:
         return replan.Verdict("unknown", f"doctor did not answer within {DOCTOR_TIMEOUT_S:.0f} s")
     return None if text is None else replan.verdict_from_doctor(text)
+
+
+def copy_dumps(run: Run, v: replan.Verdict | None, log: Log) -> None:
+    """The flight-recorder dump of the rank the verdict names and ``--debug``'s NCCL files of its node,
+    copied from that node into the run's logs where the job keeps them node-local
+    (:mod:`clusterkit.supervise.frback`)."""
+    if v is not None:
+        node = v.node if v.node is not None and is_host(v.node) else None
+        frback.copy_named([(v.rank, node)] if v.rank is not None else [], [node] if node else [],
+                          run.run_dir, run.job_id, run.restart, log)
 
 
 def down_nodes(client: Client, run: Run) -> list[str]:
