@@ -33,7 +33,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping
 
-from clusterkit import pyspy, slurmclient
+from clusterkit import jobfiles, pyspy, slurmclient
 from clusterkit.tooltext import printable_lines
 
 MAX_BYTES = 64 << 20     # doctor reads a dump up to this size (clusterkit.diagnose.flight.MAX_BYTES)
@@ -97,7 +97,8 @@ def copy_named(ranks: list[tuple[int, str | None]], nodes: list[str], run_dir: s
     if nccl is not None:
         targets += [f"nccl@{h}" for h in sorted(set(nodes))[:MAX_RANKS]]
     if targets:
-        _step(argv(python, (fr or "/", nccl or "/"), f"{run_dir.rstrip('/')}/logs", job, restart, targets), log)
+        logs = f"{run_dir.rstrip('/')}/{jobfiles.LOGS}"
+        _step(argv(python, (fr or "/", nccl or "/"), logs, job, restart, targets), log)
 
 
 def _step(words: list[str], log: Log) -> None:
