@@ -38,7 +38,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "toolkit"))
 
-from clusterkit.scheduler.slurm_tables import SlurmQuery  # noqa: E402  (after the path is set)
+from clusterkit.scheduler.slurm.tables import SlurmQuery  # noqa: E402  (after the path is set)
 
 JOB = ["--site", "testbed", "--gpus-per-node", "1", "--launcher", "srun"]
 COMMAND = ["--", "sleep", "60"]

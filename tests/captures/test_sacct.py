@@ -18,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from clusterkit.scheduler.slurm_tables import SacctTable, parse_sacct, sacct_statuses
+from clusterkit.scheduler.slurm.tables import SacctTable, parse_sacct, sacct_statuses
 from clusterkit.vocab import JobState
 from tests.captures.capture import Capture, captures
 

@@ -1,6 +1,6 @@
 """Real ``sacct -P --noheader`` text with ``ElapsedRaw``, ``Submit`` and ``AllocTRES``
 (tests/data/captures/sacct-alloc) through the reader of a run's allocations
-(``scheduler.sacct_runs``) and the run account's arithmetic.
+(``scheduler.slurm.sacct_runs``) and the run account's arithmetic.
 
 ``<name>.expected.json`` holds what was counted off the capture by hand (``awk -F'|'``, never
 through clusterkit): the job rows (no ``.batch``/``.extern``/``.N`` step), the sum of their
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import pytest
 
 from clusterkit.scheduler.runaccount import Member, account
-from clusterkit.scheduler.sacct_runs import FIELDS, allocations, query
+from clusterkit.scheduler.slurm.sacct_runs import FIELDS, allocations, query
 from tests.captures.capture import Capture, captures
 
 CAPTURES = captures("sacct-alloc")

@@ -1,5 +1,5 @@
 """Real ``squeue -h -t PENDING -o '%i|%P|%Q|%S|%r'`` output (tests/data/captures/squeue) through
-:mod:`clusterkit.scheduler.queue`: the pending jobs, and each one's place in its queue as
+:mod:`clusterkit.scheduler.slurm.queue`: the pending jobs, and each one's place in its queue as
 ``submit --wait`` and ``status`` show it.
 
 ``<name>.expected.json`` holds, read off the capture by hand: each pending job's partitions,
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.scheduler import queue
+from clusterkit.scheduler.slurm import queue
 from tests.captures.capture import Capture, captures, env_with, stand_in
 from tests.totality import assert_total
 

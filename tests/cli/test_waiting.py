@@ -11,7 +11,7 @@ from typing import Any
 
 from clusterkit.cli.waiting import LIVE_REASON_MAX, QUEUE_EVERY_S, Watcher, describe
 from clusterkit.scheduler.base import JobStatus
-from clusterkit.scheduler.queue import Spot
+from clusterkit.scheduler.slurm.queue import Spot
 
 
 def test_a_hostile_pending_reason_is_shown_printable_and_bounded() -> None:

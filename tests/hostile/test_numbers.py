@@ -20,7 +20,7 @@ from clusterkit.errors import ClusterkitError
 from clusterkit.nodes import device_parsers as D
 from clusterkit.nodes import facts as F
 from clusterkit.nodes import parsers as P
-from clusterkit.scheduler import slurm_tables as ST
+from clusterkit.scheduler.slurm import tables as ST
 from clusterkit.sites import admin
 from clusterkit.sites import slurm_text as T
 from clusterkit.slurmtext import parse_exit_code, parse_time

@@ -13,7 +13,7 @@ import pytest
 
 from clusterkit.errors import RecordError
 from clusterkit.scheduler.records import RecordStore, load_record
-from clusterkit.scheduler.slurm_tables import sacct_statuses, scontrol_statuses, squeue_statuses
+from clusterkit.scheduler.slurm.tables import sacct_statuses, scontrol_statuses, squeue_statuses
 from clusterkit.vocab import is_job_id
 from tests.conftest import assert_one_line_error
 

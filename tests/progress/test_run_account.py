@@ -46,7 +46,7 @@ def test_gpus_from_the_plan_where_accounting_names_none(tmp_path: Path, ck: CLI)
     job's plan (a real record, rendered for the local site's 2 GPUs per node) gives the count."""
     from clusterkit.api.account import _gpus_from_plan
     from clusterkit.scheduler.records import load_record
-    from clusterkit.scheduler.sacct_runs import Allocation
+    from clusterkit.scheduler.runaccount import Allocation
 
     env = {"CLUSTERKIT_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(REPO / "toolkit")}
     pytest.importorskip("torch", reason="the local site's launcher is torchrun (pip install torch, CPU build)")

@@ -3,7 +3,7 @@ is tested on real captures in tests/captures/test_squeue_pending.py)."""
 
 from __future__ import annotations
 
-from clusterkit.scheduler.queue import Pending, Spot, spot_in
+from clusterkit.scheduler.slurm.queue import Pending, Spot, spot_in
 
 
 def job(job_id: str, priority: int, reason: str = "Priority", parts: str = "debug",

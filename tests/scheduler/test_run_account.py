@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusterkit.scheduler.runaccount import Member, account
-from clusterkit.scheduler.sacct_runs import Allocation
+from clusterkit.scheduler.runaccount import Allocation, Member, account
 
 
 def alloc(job: str, state: str, submit: float, start: float | None, end: float | None, gpus: int | None = 8,

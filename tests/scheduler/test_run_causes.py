@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from clusterkit.scheduler.runaccount import Allocation
 from clusterkit.scheduler.runcauses import Fault, JobFacts, Mark, causes
-from clusterkit.scheduler.sacct_runs import Allocation
 
 
 def alloc(job: str, state: str, start: float, end: float | None) -> Allocation:

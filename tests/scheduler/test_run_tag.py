@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.job.runtag import run_of, tag
-from clusterkit.scheduler.sacct_runs import TAG_FIELDS, mine, tagged
+from clusterkit.scheduler.slurm.sacct_runs import TAG_FIELDS, mine, tagged
 
 
 def test_a_tag_names_its_run_and_nothing_else_is_a_tag() -> None:

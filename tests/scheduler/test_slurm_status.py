@@ -8,7 +8,7 @@ from pathlib import Path
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.records import JobRecord
 from clusterkit.scheduler.slurm import SlurmScheduler
-from clusterkit.scheduler.slurm_tables import SlurmQuery
+from clusterkit.scheduler.slurm.tables import SlurmQuery
 from clusterkit.vocab import JobState
 
 
@@ -66,7 +66,7 @@ def test_an_array_task_preempted_then_ended_by_its_script_is_that_end(tmp_path: 
     """The same rule for a task of a job array (``ARRAYJOB_TASK``, its own result file): found on
     Slurm 24.11, where sacct lists a preempted task that was run again and then completed as
     PREEMPTED, and ``status 4242_1`` kept saying PREEMPTED."""
-    from clusterkit.scheduler.arrays import array_status, task_status
+    from clusterkit.scheduler.slurm.arrays import array_status, task_status
 
     rec = _rec(tmp_path, "4242").model_copy(update={"plan": {"array": {"indices": [0, 1, 2]}}})
     (tmp_path / "4242_1.result").write_text("0\n")
@@ -83,7 +83,7 @@ def test_a_job_and_an_array_task_follow_one_rule(tmp_path: Path) -> None:
     """The same answers from Slurm, the same result and reason files: a plain job and an array
     task get the same status.  The task's rule once differed: it kept a FAILED task's
     contradicting exit code 0, and its reason file was shown with its control characters."""
-    from clusterkit.scheduler.arrays import task_status
+    from clusterkit.scheduler.slurm.arrays import task_status
 
     arr = _rec(tmp_path, "50").model_copy(update={"plan": {"array": {"indices": [0, 1, 2, 3]}}})
     cases = {0: JobStatus(state=JobState.FAILED, exit_code=0, source="sacct"),       # contradicts itself

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from clusterkit.scheduler import slurm_tables as t
+from clusterkit.scheduler.slurm import tables as t
 from tests.totality import assert_total
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "scheduler"

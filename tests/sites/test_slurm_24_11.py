@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from clusterkit import slurmtext
-from clusterkit.scheduler.slurm_tables import sacct_statuses, scontrol_statuses, squeue_statuses
+from clusterkit.scheduler.slurm.tables import sacct_statuses, scontrol_statuses, squeue_statuses
 from clusterkit.sites import admin
 from clusterkit.sites import slurm_text as T
 from clusterkit.vocab import JobState

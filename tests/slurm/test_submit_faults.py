@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from clusterkit.scheduler.records import RecordStore, load_record
-from clusterkit.scheduler.slurm_tables import SlurmQuery
+from clusterkit.scheduler.slurm.tables import SlurmQuery
 
 from ..conftest import CLIResult, assert_one_line_error
 from .conftest import CK

@@ -117,7 +117,7 @@ def test_exit_code() -> None:
 def test_captured_job_whose_name_workdir_and_comment_spell_other_fields() -> None:
     """A real record (see tests/data/sites/README.md): the job name comes before the real JobState,
     the working directory and comment after it, and all three spell JobState/ExitCode."""
-    from clusterkit.scheduler.slurm_tables import scontrol_statuses
+    from clusterkit.scheduler.slurm.tables import scontrol_statuses
 
     text = (DATA / "show-job-o-hostile.txt").read_text()
     kv = split_record(text.splitlines()[0])

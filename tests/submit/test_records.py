@@ -13,7 +13,7 @@ from clusterkit.errors import RecordError
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.records import OPEN_INDEX, RECORD_VERSION, JobRecord, RecordStore, load_record
-from clusterkit.scheduler.slurm_tables import (
+from clusterkit.scheduler.slurm.tables import (
     SlurmQuery,
     sacct_statuses,
     scontrol_statuses,

@@ -19,7 +19,7 @@ import pytest
 from clusterkit.errors import RecordError
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.records import OPEN_INDEX, JobRecord, RecordStore, load_record
-from clusterkit.scheduler.slurm_tables import SlurmQuery
+from clusterkit.scheduler.slurm.tables import SlurmQuery
 from clusterkit.scheduler.status import may_still_run, refresh, remember, wait
 
 from ..conftest import assert_one_line_error

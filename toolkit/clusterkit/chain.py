@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from clusterkit.rundir import RenderedRun
     from clusterkit.scheduler.jobs import Submission
     from clusterkit.scheduler.records import JobRecord, RecordStore
-    from clusterkit.scheduler.slurm_tables import SlurmQuery
+    from clusterkit.scheduler.slurm.tables import SlurmQuery
 
 #: How many of the newest records (beside every record not known to have ended) the run-name check reads.
 _RECENT = 200

@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit import heartbeat, jobfiles, slurmclient
 from clusterkit.chain import run_name_of
-from clusterkit.scheduler.runaccount import Account, Member, account
+from clusterkit.scheduler.runaccount import Account, Allocation, Member, account
 from clusterkit.scheduler.runcauses import Causes, Fault, JobFacts, Mark, causes
-from clusterkit.scheduler.sacct_runs import Allocation
-from clusterkit.scheduler.sacct_runs import query as sacct_query
+from clusterkit.scheduler.slurm.sacct_runs import query as sacct_query
 from clusterkit.supervise import attempts
 from clusterkit.tooltext import parse_iso
 
@@ -110,7 +109,7 @@ def _tagged(recs: list[JobRecord], run_name: str, run: slurmclient.Run, accounte
     """The run's jobs as Slurm's accounting groups them: this user's jobs whose comment is the run's
     tag (:mod:`clusterkit.job.runtag`), since a day before its first recorded submission."""
     from clusterkit.job.runtag import tag
-    from clusterkit.scheduler.sacct_runs import tagged
+    from clusterkit.scheduler.slurm.sacct_runs import tagged
 
     slurm = [r for r in recs if r.scheduler == "slurm"]
     user = _user()
@@ -165,7 +164,7 @@ def run_records(job: Job) -> list[JobRecord]:
 
 def run_account(job: Job, *, run: slurmclient.Run = slurmclient.run, now: float | None = None) -> RunAccount:
     """What ``job``'s run cost and kept (:mod:`clusterkit.scheduler.runaccount`)."""
-    from clusterkit.scheduler.slurm_tables import SlurmQuery
+    from clusterkit.scheduler.slurm.tables import SlurmQuery
     from clusterkit.scheduler.status import refresh
 
     now = time.time() if now is None else now

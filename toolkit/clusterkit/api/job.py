@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from clusterkit.scheduler.base import OnGrace
     from clusterkit.scheduler.jobs import Cancellation, Look, Overview
     from clusterkit.scheduler.logs import LogTail
-    from clusterkit.scheduler.queue import Spot
+    from clusterkit.scheduler.slurm.queue import Spot
 
     from .rundir import RunDir
 
@@ -170,7 +170,7 @@ class Job:
     def queue_place(self) -> Spot | None:
         """While the job is pending on Slurm: its place in the queue and Slurm's start estimate
         (one squeue call); None for a job Slurm does not list as pending, or a local job."""
-        from clusterkit.scheduler.queue import spot
+        from clusterkit.scheduler.slurm.queue import spot
 
         return spot(self._record.job_id) if self._record.scheduler == "slurm" else None
 

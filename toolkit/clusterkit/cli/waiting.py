@@ -1,6 +1,6 @@
 """What a job says while ``submit --wait``/``--follow`` (and ``status``) look at it: its state,
 and while it is pending, Slurm's reason (squeue's ``%r``), its place in the queue and Slurm's
-start estimate (:mod:`clusterkit.scheduler.queue`), with the time waited.
+start estimate (:mod:`clusterkit.scheduler.slurm.queue`), with the time waited.
 
 In a pipe (or a log file) a line each time one of them changes, never once per poll.  On a
 terminal each new state or reason is a line as well, and while the job is pending one live line
@@ -23,8 +23,8 @@ from clusterkit.tooltext import printable
 if TYPE_CHECKING:
     from clusterkit.api import Job
     from clusterkit.scheduler.base import JobStatus
-    from clusterkit.scheduler.queue import Spot
     from clusterkit.scheduler.records import JobRecord
+    from clusterkit.scheduler.slurm.queue import Spot
 
 #: characters of Slurm's pending reason shown on a live line
 LIVE_REASON_MAX = 160

@@ -18,7 +18,7 @@ from clusterkit.vocab import JobState
 if TYPE_CHECKING:
     from clusterkit.diagnose.diagnosis import Diagnosis
     from clusterkit.scheduler.records import JobRecord
-    from clusterkit.scheduler.slurm_tables import SlurmQuery
+    from clusterkit.scheduler.slurm.tables import SlurmQuery
 
 
 def diagnose_array(rec: JobRecord, one: Callable[[JobRecord], Diagnosis], query: SlurmQuery) -> Diagnosis:

@@ -16,7 +16,7 @@ from clusterkit.scheduler import arrays
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.records import JobRecord, RecordStore
-from clusterkit.scheduler.slurm_tables import SlurmQuery, parse_sacct
+from clusterkit.scheduler.slurm.tables import SlurmQuery, parse_sacct
 from clusterkit.scheduler.status import refresh
 from clusterkit.slurmtext import split_record
 from clusterkit.tooltext import ParseFailure

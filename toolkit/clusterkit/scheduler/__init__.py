@@ -3,8 +3,10 @@
 Modules: ``base`` (the interface, JobStatus), the packages ``slurm`` and ``local`` (the two kinds,
 independent of each other: submission, status, cancel, logs, the only modules that touch
 submitit; and each kind's share of a plan, ``directives``: its ``#SBATCH`` lines and entry
-template, which :func:`parts` hands to planning), ``directives`` (the request both record),
-``slurm_tables`` (squeue/sacct/scontrol text, SlurmQuery),
+template, which :func:`parts` hands to planning; Slurm's queries are its own too: ``slurm.tables``
+(squeue/sacct/scontrol text, SlurmQuery), ``slurm.arrays`` (an array's tasks' status),
+``slurm.queue`` (a pending job's place), ``slurm.sacct_runs`` (a job's allocations)),
+``directives`` (the request both record), ``arrays`` (an array's record and its tasks' views),
 ``records`` (the job record store), ``status`` (refresh, wait, cache), ``logs``, and ``jobs``
 (what the CLI calls: submit a run, look at, follow and cancel a job).
 """
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from clusterkit.job.scheduling import SchedulerParts
     from clusterkit.scheduler.base import Scheduler
-    from clusterkit.scheduler.slurm_tables import SlurmQuery
+    from clusterkit.scheduler.slurm.tables import SlurmQuery
 
 
 def get(kind: str, query: SlurmQuery | None = None) -> Scheduler:

@@ -19,7 +19,7 @@ from clusterkit.scheduler import get
 from clusterkit.scheduler.arrays import is_task
 from clusterkit.scheduler.logs import LogTail, tails
 from clusterkit.scheduler.records import JobRecord, now_utc
-from clusterkit.scheduler.slurm_tables import SlurmQuery
+from clusterkit.scheduler.slurm.tables import SlurmQuery
 from clusterkit.scheduler.status import may_still_run, refresh, remember, summarize, wait
 
 if TYPE_CHECKING:

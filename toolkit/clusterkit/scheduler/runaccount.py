@@ -1,7 +1,7 @@
 """A run's account: what a training run (every job under one run name: restarts, requeues, chain
 members) cost and what it kept.  Pure arithmetic over allocations already read
-(:mod:`clusterkit.scheduler.sacct_runs`) and each job's attempts and progress line; docs/jobs.md,
-"What a run cost".
+(:class:`Allocation`: from Slurm's accounting, :mod:`clusterkit.scheduler.slurm.sacct_runs`, or
+from a job's record) and each job's attempts and progress line; docs/jobs.md, "What a run cost".
 
 * ``wall_s``: from the first submission to the last end (now, while a job of the run may still run).
 * ``allocated_s`` / ``gpu_hours``: every allocation's elapsed time, and times its GPUs.
@@ -22,7 +22,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clusterkit.scheduler.sacct_runs import Allocation
+
+@dataclass(frozen=True)
+class Allocation:
+    """One run of one job: from Slurm's accounting, or (``source`` ``record``) from clusterkit's
+    own record where there is no accounting (a local job, a Slurm without slurmdbd)."""
+
+    job_id: str
+    state: str
+    submit: float | None      # unix seconds
+    start: float | None
+    end: float | None         # None: not ended (yet)
+    elapsed_s: float
+    gpus: int | None          # None: not known
+    source: str = "sacct"
 
 
 @dataclass(frozen=True)

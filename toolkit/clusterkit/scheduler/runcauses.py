@@ -1,5 +1,5 @@
 """A run's allocated time by cause, and its failures: pure arithmetic over each job's allocations
-(:mod:`clusterkit.scheduler.sacct_runs`), its progress marks (the progress log,
+(:class:`~clusterkit.scheduler.runaccount.Allocation`), its progress marks (the progress log,
 :func:`clusterkit.heartbeat.read_log`) and the supervisor's attempts (:mod:`clusterkit.supervise.attempts`).
 docs/jobs.md, "What a run cost".
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from statistics import median
 
-from clusterkit.scheduler.sacct_runs import Allocation
+from clusterkit.scheduler.runaccount import Allocation
 
 #: allocation states that ended the allocation without its work being done
 ENDED_WELL = frozenset({"COMPLETED"})

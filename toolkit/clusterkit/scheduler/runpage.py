@@ -15,9 +15,8 @@ import time
 from collections.abc import Sequence
 from html import escape
 
-from clusterkit.scheduler.runaccount import Account
+from clusterkit.scheduler.runaccount import Account, Allocation
 from clusterkit.scheduler.runcauses import Causes, Failure
-from clusterkit.scheduler.sacct_runs import Allocation
 
 MAX_ROWS = 200
 MAX_MARKS = 500

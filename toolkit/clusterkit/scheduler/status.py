@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from clusterkit.scheduler.arrays import is_task
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.results import read_result_file
-from clusterkit.scheduler.slurm_tables import SlurmQuery
+from clusterkit.scheduler.slurm.tables import SlurmQuery
 from clusterkit.vocab import SCHEDULER_KINDS, JobState
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ TERM to the ranks through their job steps, gives them ``scheduler.grace_s`` and 
 is requeued the same way.  The job keeps its id across restarts, so the job record and the
 logs (``--open-mode=append``) stay valid; the restart count is read from scontrol by ``status``.
 
-**Status** comes from :class:`~clusterkit.scheduler.slurm_tables.SlurmQuery` (squeue, sacct,
+**Status** comes from :class:`~clusterkit.scheduler.slurm.tables.SlurmQuery` (squeue, sacct,
 scontrol: a constant number of calls for any number of jobs), then the result file, then the
 state cached in the record.  **Cancel** lets the ranks save first (SIGTERM, ``grace_s``).
 """
@@ -43,7 +43,7 @@ from clusterkit.scheduler.base import (
 )
 from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.results import read_result_file
-from clusterkit.scheduler.slurm_tables import SlurmQuery
+from clusterkit.scheduler.slurm.tables import SlurmQuery
 from clusterkit.slurmtext import UNREACHABLE, last_line
 from clusterkit.vocab import JobState, SchedulerKind, is_job_id
 
@@ -68,13 +68,14 @@ class SlurmScheduler:
         requeued after it ended (``scontrol requeue``, node failure), and slurmctld briefly shows
         odd states while it requeues.  The cached state answers only for jobs Slurm has forgotten.
         """
-        from clusterkit.scheduler import arrays
+        from clusterkit.scheduler.arrays import indices
+        from clusterkit.scheduler.slurm.arrays import slurm_array_statuses
 
-        picked = [i for i, r in enumerate(records) if arrays.indices(r) is not None]   # arrays and their tasks
+        picked = [i for i, r in enumerate(records) if indices(r) is not None]   # arrays and their tasks
         plain = [r for i, r in enumerate(records) if i not in picked]
         try:
             known = self.query.states(r.job_id for r in plain)
-            tasks = arrays.slurm_array_statuses(self.query, [records[i] for i in picked])
+            tasks = slurm_array_statuses(self.query, [records[i] for i in picked])
         except SlurmUnreachable as exc:
             self.query.unreachable = str(exc)
             return [_stale_status(rec, str(exc)) for rec in records]

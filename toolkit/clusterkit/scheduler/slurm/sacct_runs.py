@@ -7,8 +7,9 @@ step rows (any that come anyway, ``123.batch``, are left out).  Each job row bec
 zone; ``Unknown`` while it has not), how long it held its nodes (``ElapsedRaw``, seconds) and how
 many GPUs (``AllocTRES``'s ``gres/gpu=N``; the typed ``gres/gpu:h100=N`` entries only where the
 untyped total is absent, so a GPU is never counted twice).  What :mod:`clusterkit.scheduler.runaccount`
-adds up.  The text is Slurm's, read as data: bounded rows, each field checked, a row that does not
-fit left out (``skipped`` counts them), never an error.
+adds up (:class:`~clusterkit.scheduler.runaccount.Allocation` lies there: a local job's allocation
+is made from its record).  The text is Slurm's, read as data: bounded rows, each field checked, a
+row that does not fit left out (``skipped`` counts them), never an error.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from clusterkit import slurmclient
-from clusterkit.scheduler.slurm_tables import SacctTable, parse_sacct
+from clusterkit.scheduler.runaccount import Allocation
+from clusterkit.scheduler.slurm.tables import SacctTable, parse_sacct
 from clusterkit.slurmtext import last_line
 from clusterkit.tooltext import parse_int
 from clusterkit.vocab import JobState, is_job_id
@@ -30,21 +31,6 @@ MAX_ELAPSED_S = 10 * 365 * 86400
 MAX_GPUS = 1_000_000
 _TIME = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})")
 _GPU = re.compile(r"gres/gpu(?::[A-Za-z0-9_.-]{1,64})?=(\d{1,9})")
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """One run of one job: from Slurm's accounting, or (``source`` ``record``) from clusterkit's
-    own record where there is no accounting (a local job, a Slurm without slurmdbd)."""
-
-    job_id: str
-    state: str
-    submit: float | None      # unix seconds
-    start: float | None
-    end: float | None         # None: not ended (yet)
-    elapsed_s: float
-    gpus: int | None          # None: not known
-    source: str = "sacct"
 
 
 def parse_local_time(text: str) -> float | None:
