@@ -36,8 +36,8 @@ TRAIN = "tests/slurm/doctor_train.py"
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 # node4's link stays down until what doctor reads is there: node4's torchrun agent has given up
 # waiting on its rendezvous store (c10d's "waitForInput ... timed out" line, one read timeout
-# after the cut: the testbed site's network.rendezvous_read_timeout_s, 15 s; torch's default, 60 s,
-# kept it down past a minute) and a rank on another node has timed out in its all-reduce (the
+# after the cut: torch's default, 60 s; the testbed keeps it: at 15 s a loaded machine once failed a
+# rendezvous whose head started late) and a rank on another node has timed out in its all-reduce (the
 # loop's collective timeout, 20 s), so the job fails rather than resumes once the link is back.
 # Well within Slurm's SlurmdTimeout (300 s): Slurm keeps node4 up, and what the job's logs say is
 # the launchers' and the ranks' own account.  The job cannot end while the link is down (srun
