@@ -6,6 +6,8 @@ import os
 import re
 from pathlib import Path
 
+from clusterkit.hostlist import is_host
+
 # <job>.r<restart>.<node or rankN>.out, as clusterkit's job script names srun's logs; a relaunch
 # inside the allocation adds its attempt: <job>.r<restart>.a<attempt>.<node or rankN>.out
 _NAME = re.compile(r"^(?P<job>\d+)\.r(?P<restart>\d{1,9})\.(?:a\d{1,6}\.)?(?P<who>.+)\.(?:out|err|log)$")
@@ -56,7 +58,7 @@ def _copy_of(path: Path) -> tuple[str, int, str] | None:
     parts = path.parts[:-1]
     for i in range(len(parts) - 2, -1, -1):   # the innermost such folder, with a node folder below it
         m = _TORCHRUN_DIR.match(parts[i])
-        if m:
+        if m and is_host(parts[i + 1]):   # a folder name is data: a node only where it is a host name
             return m.group("job"), int(m.group("restart")), parts[i + 1]
     return None
 
