@@ -119,15 +119,21 @@ def _fake_srun(tmp_path: Path) -> Path:
     return bin_dir
 
 
+def _recovery_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **env: str) -> recovery.Run:
+    """An attempt on n1 and n2 whose copy-back step goes through the recording srun, with ``env``."""
+    monkeypatch.setenv("PATH", f"{_fake_srun(tmp_path)}:{os.environ['PATH']}")
+    monkeypatch.setenv("SRUN_WORDS", str(tmp_path / "words"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return recovery.Run(JOB, str(tmp_path / "run"), RESTART, ("n1", "n2"), ("n1", "n2"), (), 1)
+
+
 def test_recovery_copies_the_verdict_s_rank_through_one_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     node, logs = _dirs(tmp_path)
     for rank in range(8):
         (node / f"{STEM}{rank}").write_bytes(b"dump %d" % rank)
-    monkeypatch.setenv("PATH", f"{_fake_srun(tmp_path)}:{os.environ['PATH']}")
-    monkeypatch.setenv("SRUN_WORDS", str(tmp_path / "words"))
-    monkeypatch.setenv("TORCH_FR_DUMP_TEMP_FILE", f"{node}/{STEM}")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
-    run = recovery.Run(JOB, str(tmp_path / "run"), RESTART, ("n1", "n2"), ("n1", "n2"), (), 1)
+    run = _recovery_run(tmp_path, monkeypatch, TORCH_FR_DUMP_TEMP_FILE=f"{node}/{STEM}")
     said: list[str] = []
     recovery.copy_dumps(run, replan.Verdict("nccl-timeout", "rank 5 behind", "n2", 5), said.append)
     assert [p.name for p in logs.iterdir()] == [f"fr-{JOB}.r{RESTART}.rank5"], said
@@ -181,11 +187,7 @@ def test_the_nccl_files_are_capped_in_number(tmp_path: Path, monkeypatch: pytest
 def test_recovery_copies_the_verdict_s_node_s_nccl_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     node, logs = _dirs(tmp_path)
     (node / f"{NCCL}.h.77.log").write_text("NCCL WARN x\n")
-    monkeypatch.setenv("PATH", f"{_fake_srun(tmp_path)}:{os.environ['PATH']}")
-    monkeypatch.setenv("SRUN_WORDS", str(tmp_path / "words"))
-    monkeypatch.setenv("NCCL_DEBUG_FILE", f"{node}/{NCCL}.%h.%p.log")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
-    run = recovery.Run(JOB, str(tmp_path / "run"), RESTART, ("n1", "n2"), ("n1", "n2"), (), 1)
+    run = _recovery_run(tmp_path, monkeypatch, NCCL_DEBUG_FILE=f"{node}/{NCCL}.%h.%p.log")
     said: list[str] = []
     recovery.copy_dumps(run, replan.Verdict("nccl-error", "", "n2", None), said.append)   # a node, no rank
     assert [p.name for p in logs.iterdir()] == [f"nccl-{JOB}.r{RESTART}.n2.77.log"], said
