@@ -221,13 +221,17 @@ def _until(predicate, timeout: float, what: str) -> None:
 def test_wait_follows_a_job_through_a_slurmctld_restart(cli: CK, tmp_path: Path) -> None:
     """The real slurmctld stops while --wait follows a running job and starts again; the job
     ends after that, and --wait reports Slurm's verdict with the job's own exit status."""
-    go = tmp_path / "go"
+    go, started = tmp_path / "go", tmp_path / "started"
     waiter = cli.popen("submit", "--site", "testbed", "--gpus-per-node", "1", "--launcher", "srun", "--wait",
                        "--out", str(cli.runs / "through"), "--", "bash", "-c",
+                       f"touch {shlex.quote(str(started))}; "
                        f"until [ -e {shlex.quote(str(go))} ]; do sleep 0.2; done; exit 3")
     err = _lines_of(waiter.stderr)
     try:
         _until(lambda: any(" RUNNING" in line for line in err), 120, "the job running")
+        # the job's own command under way, not only its batch script: a launch step that srun starts
+        # while the controller is down fails ("Unable to confirm allocation"), as it did on a loaded machine
+        _until(started.exists, 120, "the job's command started")
         cli.bed.stop_controller()
         try:
             _until(lambda: any("UNKNOWN (stale)" in line for line in err), 120, "--wait noticing the outage")
