@@ -39,10 +39,13 @@ TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_
 # after the cut: torch's default, 60 s; the testbed keeps it: at 15 s a loaded machine once failed a
 # rendezvous whose head started late) and a rank on another node has timed out in its all-reduce (the
 # loop's collective timeout, 20 s), so the job fails rather than resumes once the link is back.
-# Well within Slurm's SlurmdTimeout (300 s): Slurm keeps node4 up, and what the job's logs say is
-# the launchers' and the ranks' own account.  The job cannot end while the link is down (srun
-# cannot reach node4's task), so nothing else is waited for before the link comes up.
-LINK_DOWN_MAX_S = 120
+# The bound is for a line that comes about 60 s after the cut (65 s at most: the agent asks the
+# store once a second): 120 s once passed by before it came on a loaded CI machine, so 200 s, and
+# a failure shows where node4's agent was (its Python stack).  Within Slurm's SlurmdTimeout (300 s):
+# Slurm keeps node4 up, and what the job's logs say is the launchers' and the ranks' own account.
+# The job cannot end while the link is down (srun cannot reach node4's task), so nothing else is
+# waited for before the link comes up.
+LINK_DOWN_MAX_S = 200
 GLOO_TIMEOUT = re.compile(r"Timed out waiting \d+ms for (?:recv|send) operation")
 
 
@@ -181,6 +184,21 @@ def _cut_seen(run_dir: Path, job: str) -> bool:
     return is_store_timeout(text("node4")) and any(GLOO_TIMEOUT.search(text(f"node{i}")) for i in (1, 2, 3))
 
 
+def _launcher_stacks(netns: str) -> str:
+    """The Python stacks of the torchrun processes in a node's network namespace (py-spy), for a failure's message."""
+    pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, timeout=10).stdout.split()
+    out = []
+    for pid in pids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "torchrun" in cmd:
+            dump = subprocess.run(["py-spy", "dump", "--pid", pid], capture_output=True, text=True, timeout=30)
+            out.append(f"pid {pid}: {cmd[:200]}\n{dump.stdout[-3000:]}{dump.stderr[-500:]}")
+    return "\n".join(out) or f"no torchrun process in {netns}"
+
+
 def test_link_cut_mid_run_is_a_network_verdict_naming_the_node(cli: CK, tmp_path: Path) -> None:
     """node4's link set down under a running DDP loop (a gradient all-reduce every step), for
     longer than the collectives' timeout, then up again: every rank's all-reduce times out (a
@@ -201,8 +219,12 @@ def test_link_cut_mid_run_is_a_network_verdict_naming_the_node(cli: CK, tmp_path
                   "every rank trains", run_dir)
         subprocess.run([*ip, "down"], check=True, capture_output=True, timeout=10)
         try:
-            _wait_for(lambda: _cut_seen(run_dir, job), "node4's store timeout and another node's collective "
-                      "timeout", run_dir, timeout=LINK_DOWN_MAX_S)
+            try:
+                _wait_for(lambda: _cut_seen(run_dir, job), "node4's store timeout and another node's collective "
+                          "timeout", run_dir, timeout=LINK_DOWN_MAX_S)
+            except AssertionError as e:
+                stacks = _launcher_stacks(cli.bed.netns("node4"))
+                raise AssertionError(f"{e}\nnode4's launcher now:\n{stacks}") from None
         finally:
             subprocess.run([*ip, "up"], check=True, capture_output=True, timeout=10)
         st = cli.wait_for(job, lambda s: s["state"] in TERMINAL, timeout=240, what="the end")
