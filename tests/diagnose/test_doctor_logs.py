@@ -377,11 +377,11 @@ SACCT_STEPS = """\
 
 
 def test_per_step_rows_come_from_sacct_with_the_fields_asked_for() -> None:
-    from clusterkit.diagnose.doctor import _steps
+    from clusterkit.scheduler.slurm.steps import job_steps
 
     q = _SacctStandIn(SACCT_STEPS)
-    rows = _steps("4711", q)  # type: ignore[arg-type]
+    rows = job_steps("4711", q)  # type: ignore[arg-type]
     assert q.argv[-1] == "JobID,State,ExitCode,NodeList"
     assert [r["step"] for r in rows] == ["4711", "4711.batch", "4711.extern", "4711.0"]  # the short row is left out
     assert rows[3] == {"step": "4711.0", "state": "CANCELLED by 0", "exit_code": "0:15", "nodes": "node[1-2]"}
-    assert _steps("4711", _SacctStandIn("", returncode=1)) == []  # type: ignore[arg-type]
+    assert job_steps("4711", _SacctStandIn("", returncode=1)) == []  # type: ignore[arg-type]

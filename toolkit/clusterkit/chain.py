@@ -27,6 +27,7 @@ from clusterkit.diagnose.catalogue import NOT_FIXED_BY_RESTART
 from clusterkit.errors import ClusterkitError, InputError, PlanError, RecordError, SubmitError
 from clusterkit.job.longrun import CHAIN_IDS, After, ChainLink, check_chain, default_run_name
 from clusterkit.job.request import JobRequest
+from clusterkit.scheduler import traits
 
 if TYPE_CHECKING:
     from clusterkit.rundir import RenderedRun
@@ -47,7 +48,7 @@ def resolve_after(store: RecordStore, after: After) -> After:
         rec = store.find(after.ref)
     except RecordError as exc:
         raise InputError(f"--after {after.ref}: {exc}") from None
-    if rec.scheduler != "slurm":
+    if not traits(rec.scheduler).holds:
         raise InputError(f"--after {after.ref}: a {rec.scheduler} job; only a Slurm job can be waited for")
     return replace(after, job_id=rec.job_id)
 
@@ -107,7 +108,7 @@ def submit(site: Site, request: JobRequest, out: str | None, store: RecordStore,
            on_gate: Callable[[actions.Gate], None] | None = None,
            query: SlurmQuery | None = None) -> list[Queued]:
     """Submit ``request`` (after ``after``, as a chain of ``chain`` jobs); the queued jobs, in order."""
-    if (after is not None or chain is not None) and site.scheduler.kind != "slurm":
+    if (after is not None or chain is not None) and not traits(site.scheduler.kind).holds:
         what = "--chain" if chain is not None else "--after"
         raise InputError(f"{what}: site {site.name} is a local site: no Slurm to hold a job until another ends")
     store.check_writable()

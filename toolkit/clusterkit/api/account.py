@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit import heartbeat, jobfiles, slurmclient
 from clusterkit.chain import run_name_of
+from clusterkit.scheduler import traits
 from clusterkit.scheduler.runaccount import Account, Allocation, Member, account
 from clusterkit.scheduler.runcauses import Causes, Fault, JobFacts, Mark, causes
 from clusterkit.scheduler.slurm.sacct_runs import query as sacct_query
@@ -111,7 +112,7 @@ def _tagged(recs: list[JobRecord], run_name: str, run: slurmclient.Run, accounte
     from clusterkit.job.runtag import tag
     from clusterkit.scheduler.slurm.sacct_runs import tagged
 
-    slurm = [r for r in recs if r.scheduler == "slurm"]
+    slurm = [r for r in recs if traits(r.scheduler).accounted]
     user = _user()
     if not slurm or user is None or not accounted:
         return {}
@@ -174,7 +175,7 @@ def run_account(job: Job, *, run: slurmclient.Run = slurmclient.run, now: float 
     warnings: list[str] = []
     if query.unreachable:
         warnings.append(f"{query.unreachable}; Slurm jobs' states are the last known")
-    slurm_ids = [r.job_id for r in recs if r.scheduler == "slurm"]
+    slurm_ids = [r.job_id for r in recs if traits(r.scheduler).accounted]
     by_job: dict[str, list[Allocation]] = {}
     sacct_ok = False
     if slurm_ids:
@@ -193,10 +194,10 @@ def run_account(job: Job, *, run: slurmclient.Run = slurmclient.run, now: float 
     members = []
     for rec in recs:
         st = statuses[rec.key]
-        allocs = by_job.get(rec.job_id) if rec.scheduler == "slurm" else None
+        allocs = by_job.get(rec.job_id) if traits(rec.scheduler).accounted else None
         if allocs:
             allocs = _gpus_from_plan(rec, allocs, warnings)
-        if rec.scheduler == "slurm" and not allocs and sacct_ok:
+        if traits(rec.scheduler).accounted and not allocs and sacct_ok:
             # not in Slurm's accounting yet (pending): submitted, no allocation
             allocs = [Allocation(rec.job_id, st.state.value, parse_iso(rec.submitted_at), None, None, 0.0, None,
                                  "record")]
@@ -205,7 +206,7 @@ def run_account(job: Job, *, run: slurmclient.Run = slurmclient.run, now: float 
         members.append(Member(rec.job_id, tuple(allocs or [_from_record(rec, st, now)]), failed,
                               beat.step if beat else None, beat.time if beat else None,
                               ended=st.terminal and not st.stale))
-    recorded = {r.job_id for r in recs if r.scheduler == "slurm"}
+    recorded = {r.job_id for r in recs if traits(r.scheduler).accounted}
     for jid, allocs in sorted(tagged.items(), key=lambda kv: (kv[1][0].submit or 0.0, len(kv[0]), kv[0])):
         if jid not in recorded:   # a job of the run clusterkit holds no record of here (another machine's)
             members.append(Member(jid, tuple(allocs), ended=all(a.end is not None for a in allocs)))

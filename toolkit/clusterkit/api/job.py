@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, NoJobRecord, RecordError
+from clusterkit.scheduler import traits
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.records import JobRecord, RecordStore, load_record
 from clusterkit.supervise import attempts as supervise_attempts
@@ -172,7 +173,7 @@ class Job:
         (one squeue call); None for a job Slurm does not list as pending, or a local job."""
         from clusterkit.scheduler.slurm.queue import spot
 
-        return spot(self._record.job_id) if self._record.scheduler == "slurm" else None
+        return spot(self._record.job_id) if traits(self._record.scheduler).queued else None
 
     def wait_started(self, on_change: Callable[[JobStatus], None] | None = None, *,
                      on_poll: Callable[[JobStatus], None] | None = None) -> JobStatus:
@@ -310,7 +311,7 @@ class Job:
         figures, read from its run directory (``logs/nodes-<job>.r<restart>.json``, validated)."""
         from clusterkit.preflight.choose import ChooseError, NodeVerdict, dropped_nodes
 
-        if self.record.scheduler != "slurm":
+        if not traits(self.record.scheduler).allocates:
             return []
         spares = self.record.plan.get("spares", 0) if isinstance(self.record.plan, dict) else 0
         allocated = self.record.nnodes + spares if isinstance(spares, int) and not isinstance(spares, bool) else None
@@ -327,7 +328,7 @@ class Job:
     def attempts(self) -> list[dict[str, object]]:
         """The failed attempts inside the allocation (each run's), as ``logs/attempts-<job>.r<restart>.json``
         record them: the nodes, the status, doctor's verdict, the nodes dropped and why, what followed."""
-        if self.record.scheduler != "slurm":
+        if not traits(self.record.scheduler).allocates:
             return []
         return [{"restart": r, "attempt": a.attempt, "nodes": list(a.nodes), "status": a.status, "verdict": a.verdict,
                  "dropped": [{"host": h, "why": w} for h, w in a.dropped], "then": a.then}

@@ -14,6 +14,7 @@ from clusterkit.config.load import load_site
 from clusterkit.config.schema import Site as SiteConfig
 from clusterkit.errors import InputError
 from clusterkit.job.request import JobRequest
+from clusterkit.scheduler import traits
 from clusterkit.scheduler.records import RecordStore
 from clusterkit.vocab import TRANSPORTS
 
@@ -202,7 +203,7 @@ class Site:
 
         if transport is not None and transport not in TRANSPORTS:
             raise InputError(f"choose one of {', '.join(TRANSPORTS)}", field="transport", value=repr(transport))
-        transport = transport or ("local" if self.scheduler == "local" else self.config.preflight.transport)
+        transport = transport or ("local" if not traits(self.scheduler).allocates else self.config.preflight.transport)
         srun_args = tuple(srun_args)
         if srun_args:
             from clusterkit.job import jobargs

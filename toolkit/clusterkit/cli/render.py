@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from clusterkit.cli.common import build_request, job_options
+from clusterkit.scheduler import traits
 
 if TYPE_CHECKING:
     from clusterkit.api import RunDir
@@ -68,7 +69,7 @@ def show_rendered(run: RunDir, as_json: bool) -> None:
     if p.array is not None:
         from clusterkit.cli.arrays import task_lines
 
-        for line in task_lines(p.array, slurm=p.scheduler == "slurm"):
+        for line in task_lines(p.array, slurm=traits(p.scheduler).runs_arrays):
             output.line(f"  {line}")
 
 

@@ -10,6 +10,7 @@ import click
 from clusterkit.cli import longrun as longrun_cli
 from clusterkit.cli.common import build_request, job_options
 from clusterkit.cli.longrun import long_run_options
+from clusterkit.scheduler import traits
 from clusterkit.vocab import PROBE_TRANSPORTS
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def _after_submit(job: Any, *, follow: bool, wait: bool | None, as_json: bool) -
 
         return stream_to_end(job)
     if wait is None:
-        wait = rec.scheduler != "slurm"
+        wait = traits(rec.scheduler).submit_waits
     if not as_json and job.run is not None:
         from clusterkit.cli.render import choices_line
 
@@ -205,7 +206,7 @@ def _exclude_from(ref: str, exclude: str | None) -> str:
 def _note_preflight_skipped(site: Site, skip: bool) -> None:
     from clusterkit.cli import output
 
-    if not skip and site.scheduler.kind != "local" and site.preflight.before_submit:
+    if not skip and traits(site.scheduler.kind).allocates and site.preflight.before_submit:
         output.info("clusterkit: dry run: preflight not run, so nodes it would exclude are not in "
                     "#SBATCH --exclude above")
 
@@ -258,7 +259,7 @@ def _show_dry_run(run: RunDir, as_json: bool, chain_note: str | None = None) -> 
     if run.plan.array is not None:
         from clusterkit.cli.arrays import task_lines
 
-        for line in task_lines(run.plan.array, slurm=run.plan.scheduler == "slurm"):
+        for line in task_lines(run.plan.array, slurm=traits(run.plan.scheduler).runs_arrays):
             output.info(f"clusterkit: dry run: {line}")
     click.echo(script, nl=False)  # byte for byte what sbatch would get
     if chain_note:
@@ -279,7 +280,7 @@ def _show_submitted(rec: JobRecord, as_json: bool) -> None:
                           "launcher": rec.launcher, "nodes": rec.nnodes, "world_size": rec.world_size,
                           "run_dir": rec.run_dir, "script": rec.script, "state": "SUBMITTED", "code": code_of(rec)})
         return
-    where = "Slurm" if rec.scheduler == "slurm" else "this machine (local executor)"
+    where = traits(rec.scheduler).label
     output.line(f"Submitted job {rec.job_id} to {where}: {rec.launcher} on {rec.nnodes} node(s), "
                        f"world size {rec.world_size} (site {rec.site}, stage {rec.stage})")
     output.line(f"  run directory: {rec.run_dir}")
@@ -293,7 +294,7 @@ def _show_submitted(rec: JobRecord, as_json: bool) -> None:
     if isinstance(arr, dict):   # a job array: its tasks are named JOB_INDEX
         from clusterkit.cli.arrays import values_lines
 
-        if rec.scheduler == "slurm":
+        if traits(rec.scheduler).runs_arrays:
             output.line(f"  array: {len(arr['indices'])} task(s) (#SBATCH --array={arr['spec']}); "
                         f"one task: clusterkit status {rec.job_id}_<index>")
         else:

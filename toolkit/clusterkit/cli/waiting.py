@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from clusterkit.scheduler import traits
 from clusterkit.tooltext import printable
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ def watching(job: Job, quiet: bool = False) -> Iterator[Watcher | None]:
     from clusterkit.cli import output
 
     console = output.err()
-    watch = Watcher(job, job.queue_place if job.record.scheduler == "slurm" else None,
+    watch = Watcher(job, job.queue_place if traits(job.record.scheduler).queued else None,
                     live=console if console.is_terminal else None)
     try:
         yield watch

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
 from typing import Any
 
-from clusterkit import jobfiles, pyspy, stackdump
+from clusterkit import jobfiles, pyspy, scheduler, stackdump
 from clusterkit.diagnose import catalogue, evidence, flight, hardware, names, reader, verdict
 from clusterkit.diagnose.diagnosis import Diagnosis as Diagnosis  # re-exported
 from clusterkit.errors import ClusterkitError, ExitCode, InputError, RecordError, SlurmUnreachable, SubmitError
-from clusterkit.scheduler import arrays
+from clusterkit.scheduler import arrays, traits
 from clusterkit.scheduler.base import JobStatus
 from clusterkit.scheduler.logs import log_files
 from clusterkit.scheduler.records import JobRecord, RecordStore
-from clusterkit.scheduler.slurm.tables import SlurmQuery, parse_sacct
+from clusterkit.scheduler.slurm.tables import SlurmQuery
 from clusterkit.scheduler.status import refresh
-from clusterkit.slurmtext import split_record
-from clusterkit.tooltext import ParseFailure
 from clusterkit.vocab import JobState
 
 
@@ -87,7 +84,7 @@ def _diagnose_record(rec: JobRecord, bar: ProgressBar | None, store: RecordStore
         raise LogsUnreadable(f"job {rec.job_id}: no log files in {rec.run_dir}, and {err}")
     notes = [] if files else [f"job {rec.job_id} has no log files in {rec.run_dir}"]
     report = _scan(files, view, rec.key, bar)
-    nodes = _job_nodes(view) if rec.scheduler == "slurm" else set()
+    nodes = _job_nodes(view) if traits(rec.scheduler).allocates else set()
     for run in report["restarts"]:  # the advice in words the job's launcher takes
         v = run["verdict"]
         # a line names a rank or node only within the job: its world size, the nodes Slurm gave it
@@ -96,9 +93,10 @@ def _diagnose_record(rec: JobRecord, bar: ProgressBar | None, store: RecordStore
         if nodes and v.get("node") is not None and v["node"] not in nodes:
             v["node"] = None
         v["advice"] = evidence.with_node(catalogue.advice(v["category"], rec.launcher), v["node"])
-    # the scheduler's view under its own name; "slurm" only for a Slurm job, never for a local one
+    # the scheduler's view under its own name; "slurm" (a queue's controller's view) only for a
+    # Slurm job, never for a local one
     report["scheduler"] = None if slurm is None else {"kind": rec.scheduler, **slurm}
-    report["slurm"] = slurm if rec.scheduler == "slurm" else None
+    report["slurm"] = slurm if traits(rec.scheduler).queued else None
     report["run_dir"] = rec.run_dir
     report["stack_dumps"] = stack_dumps(jobfiles.logs(rec.run_dir), rec.job_id)
     report["py_spy"] = py_spy_dumps(jobfiles.logs(rec.run_dir), rec.job_id)
@@ -193,8 +191,8 @@ def slurm_view(rec: JobRecord, query: SlurmQuery) -> tuple[verdict.SlurmView, di
         # refresh() shows a stale state while slurmctld does not answer; doctor wants Slurm's own
         # word or none at all, and says it diagnosed from the logs alone
         raise SlurmUnreachable(query.unreachable)
-    steps = _steps(rec.job_id, query) if rec.scheduler == "slurm" else []
-    down = _down_nodes(st, query) if rec.scheduler == "slurm" and st.nodes else []
+    details = scheduler.get(rec.scheduler, query).details(rec, st)
+    steps, down = details.steps, details.down_nodes
     view = verdict.SlurmView(state=st.state, reason=st.reason, exit_code=st.exit_code, signal=st.signal,
                              down_nodes=tuple(down), nodes=st.nodes, scheduler=rec.scheduler)
     return view, _slurm_json(st, steps, down)
@@ -204,28 +202,4 @@ def _slurm_json(st: JobStatus, steps: list[dict[str, str]], down: list[tuple[str
     return {"state": st.state, "exit_code": st.exit_code, "signal": st.signal, "reason": st.reason,
             "nodes": st.nodes, "restarts": st.restarts, "source": st.source, "steps": steps,
             "down_nodes": [{"node": n, "reason": r} for n, r in down]}
-
-
-def _steps(job_id: str, query: SlurmQuery) -> list[dict[str, str]]:
-    """Per-step rows from sacct (none where there is no accounting: slurmctld forgets steps)."""
-    fields = ("JobID", "State", "ExitCode", "NodeList")
-    proc = query.run(["sacct", "-P", "-n", "-j", job_id, "-o", ",".join(fields)], query.timeout_s)
-    table = parse_sacct(proc.stdout, fields, skip_bad_rows=True) if proc.returncode == 0 else None
-    if table is None or isinstance(table, ParseFailure):
-        return []
-    return [{"step": r.job_id, "state": r.fields["State"], "exit_code": r.fields["ExitCode"],
-             "nodes": r.fields["NodeList"]} for r in table.rows if r.job_id.startswith(job_id)]
-
-
-def _down_nodes(st: JobStatus, query: SlurmQuery) -> list[tuple[str, str]]:
-    """The job's nodes that Slurm holds down or drained, with the reason it gives."""
-    proc = query.run(["scontrol", "-o", "show", "node", st.nodes or ""], query.timeout_s)
-    out = []
-    for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
-        kv = split_record(line)
-        state = kv.get("State", "")
-        if re.search(r"DOWN|DRAIN|FAIL", state):
-            reason = kv.get("Reason")
-            out.append((kv.get("NodeName", "?"), f"{state}" + (f" ({reason})" if reason else "")))
-    return out
 

@@ -30,6 +30,7 @@ from clusterkit.diagnose.evidence import key as _key
 from clusterkit.diagnose.evidence import make as _verdict
 from clusterkit.diagnose.evidence import rank_words
 from clusterkit.diagnose.reader import FileScan, Finding, RootCause, TaskExit
+from clusterkit.scheduler import traits
 
 _INNER_PREFIX = re.compile(r"^ ?\[(?:rank|default)\d{1,9}\]:")
 
@@ -71,7 +72,7 @@ class SlurmView:
     @property
     def who(self) -> str:
         """How evidence names this view: ``slurm``, or ``local executor`` (never "slurm" for it)."""
-        return "slurm" if self.scheduler == "slurm" else "local executor"
+        return traits(self.scheduler).who
 
 
 def attempts(scans: Iterable[FileScan]) -> dict[int, Attempt]:

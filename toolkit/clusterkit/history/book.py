@@ -16,6 +16,7 @@ from clusterkit.errors import PlanError
 from clusterkit.history import shared, sources
 from clusterkit.history.store import Event, HistoryError, add, history_path, load
 from clusterkit.history.summary import NodeSummary, kept_out, summarize
+from clusterkit.scheduler import traits
 
 if TYPE_CHECKING:
     from clusterkit.config.schema import Site
@@ -124,7 +125,8 @@ def keep_out(site: Site, plan: Plan, *, store: RecordStore | None = None, root: 
     list, and a warning that names them with the evidence; unchanged on a local site, with
     ``--set node_history=false``, or ``node_history.exclude_after: 0``.  Nodes that would leave
     the job too few are not kept out (the warning says so); what could not be read is a warning."""
-    if site.scheduler.kind != "slurm" or not plan.settings.node_history or site.node_history.exclude_after == 0:
+    if (not traits(site.scheduler.kind).allocates or not plan.settings.node_history
+            or site.node_history.exclude_after == 0):
         return plan
     book, summaries = nodes(site, store=store, root=root)
     notes = list(book.warnings)

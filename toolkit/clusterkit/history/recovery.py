@@ -18,6 +18,7 @@ import re
 from typing import TYPE_CHECKING
 
 from clusterkit.history.store import Event
+from clusterkit.scheduler import traits
 from clusterkit.supervise import attempts
 from clusterkit.supervise.replan import RELAUNCH
 
@@ -47,7 +48,7 @@ def _count(plan: object, key: str) -> int | None:
 def events_of(rec: JobRecord, at: str, hardware: frozenset[str]) -> tuple[list[Event], list[str]]:
     """One event per node an attempt of ``rec`` dropped (``hardware``: the categories that count
     toward keeping a node out), and one note per record or drop skipped."""
-    if rec.scheduler != "slurm":
+    if not traits(rec.scheduler).allocates:
         return [], []
     found, notes = attempts.read_noted(rec.run_dir, rec.job_id)
     allocated = rec.nnodes + (_count(rec.plan, "spares") or 0)

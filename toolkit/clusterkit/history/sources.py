@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from clusterkit.history import recovery
 from clusterkit.history.store import Event, now_utc
+from clusterkit.scheduler import traits
 
 if TYPE_CHECKING:
     from clusterkit.preflight.report import Report
@@ -97,7 +98,7 @@ def from_diagnosis(rec: JobRecord, report: Mapping[str, Any], at: str | None = N
 def _in_job(rec: JobRecord) -> Found:
     from clusterkit.preflight.choose import ChooseError, dropped_nodes
 
-    if rec.scheduler != "slurm":
+    if not traits(rec.scheduler).allocates:
         return [], []
     spares = rec.plan.get("spares", 0) if isinstance(rec.plan, dict) else 0
     allocated = rec.nnodes + spares if isinstance(spares, int) and not isinstance(spares, bool) else None

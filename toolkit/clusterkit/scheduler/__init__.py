@@ -6,9 +6,11 @@ submitit; and each kind's share of a plan, ``directives``: its ``#SBATCH`` lines
 template, which :func:`parts` hands to planning; Slurm's queries are its own too: ``slurm.tables``
 (squeue/sacct/scontrol text, SlurmQuery), ``slurm.arrays`` (an array's tasks' status),
 ``slurm.queue`` (a pending job's place), ``slurm.sacct_runs`` (a job's allocations)),
-``directives`` (the request both record), ``arrays`` (an array's record and its tasks' views),
-``records`` (the job record store), ``status`` (refresh, wait, cache), ``logs``, and ``jobs``
-(what the CLI calls: submit a run, look at, follow and cancel a job).
+``kind_traits`` (what a kind is able to answer or do, which :func:`traits` returns: what the code
+outside this package asks instead of a kind's name), ``directives`` (the request both record),
+``arrays`` (an array's record and its tasks' views), ``records`` (the job record store),
+``status`` (refresh, wait, cache), ``logs``, and ``jobs`` (what the CLI calls: submit a run, look
+at, follow and cancel a job).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from clusterkit.job.scheduling import SchedulerParts
     from clusterkit.scheduler.base import Scheduler
+    from clusterkit.scheduler.kind_traits import Traits
     from clusterkit.scheduler.slurm.tables import SlurmQuery
 
 
@@ -45,4 +48,19 @@ def parts(kind: str) -> SchedulerParts:
         from clusterkit.scheduler.local.directives import LocalParts
 
         return LocalParts()
+    raise ValueError(f"unknown scheduler kind {kind!r}")
+
+
+def traits(kind: str) -> Traits:
+    """What the scheduler of ``kind`` is able to answer or do
+    (:class:`~clusterkit.scheduler.kind_traits.Traits`): what every module outside this package asks
+    instead of comparing a kind to a name."""
+    if kind == "slurm":
+        from clusterkit.scheduler.slurm.traits import TRAITS as slurm
+
+        return slurm
+    if kind == "local":
+        from clusterkit.scheduler.local.traits import TRAITS as local
+
+        return local
     raise ValueError(f"unknown scheduler kind {kind!r}")

@@ -156,6 +156,15 @@ class CancelOutcome:
 OnGrace = Callable[[float], None]
 
 
+@dataclass(frozen=True)
+class JobDetails:
+    """A job's steps (``step``, ``state``, ``exit_code``, ``nodes``) and those of its nodes the
+    scheduler holds down or drained, with why; empty where the scheduler keeps no such record."""
+
+    steps: list[dict[str, str]]
+    down_nodes: list[tuple[str, str]]
+
+
 class Scheduler(Protocol):
     """One kind of scheduler.  Add a kind: a module with a class like this, a name in
     :data:`clusterkit.vocab.SCHEDULER_KINDS`, and a branch in :func:`clusterkit.scheduler.get`."""
@@ -176,4 +185,8 @@ class Scheduler(Protocol):
 
     def logs(self, rec: JobRecord) -> list[Path]:
         """The job's log files, the batch log first."""
+        ...
+
+    def details(self, rec: JobRecord, st: JobStatus) -> JobDetails:
+        """What ``doctor`` shows beyond the job's state (``st``): its steps, its nodes held down."""
         ...

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from clusterkit.scheduler.base import (
     CancelOutcome,
+    JobDetails,
     JobStatus,
     OnGrace,
     cached_status,
@@ -57,6 +58,9 @@ class LocalScheduler:
 
     def logs(self, rec: JobRecord) -> list[Path]:
         return log_files(rec)
+
+    def details(self, rec: JobRecord, st: JobStatus) -> JobDetails:
+        return JobDetails([], [])   # no steps, no node states: the job ran on this machine
 
 
 def submit_local(run_dir: Path, script: Path, timeout_min: float, signal_delay_s: int) -> str:

@@ -34,6 +34,7 @@ from clusterkit import slurmclient
 from clusterkit.errors import SlurmUnreachable, SubmitError
 from clusterkit.scheduler.base import (
     CancelOutcome,
+    JobDetails,
     JobStatus,
     OnGrace,
     cached_status,
@@ -94,6 +95,11 @@ class SlurmScheduler:
 
     def logs(self, rec: JobRecord) -> list[Path]:
         return log_files(rec)
+
+    def details(self, rec: JobRecord, st: JobStatus) -> JobDetails:
+        from clusterkit.scheduler.slurm.steps import down_nodes, job_steps
+
+        return JobDetails(job_steps(rec.job_id, self.query), down_nodes(st.nodes, self.query) if st.nodes else [])
 
 
 # --------------------------------------------------------------------------- status
