@@ -177,13 +177,10 @@ def nodes_to_check(site: Site, plan: Plan, slurm: SlurmCommand | None = None) ->
     candidates = list(plan.candidates)
     if not plan.slurm:
         return candidates, ""
-    from clusterkit.sites import facts
-    from clusterkit.sites import slurm_text as st
+    from clusterkit.scheduler.slurm.cluster import partitions_and_nodes
     from clusterkit.slurmclient import require
 
-    run = slurm or require
-    partitions = st.parse_partitions(run(facts.COMMANDS["partitions"]))
-    nodes = st.parse_nodes(run(facts.COMMANDS["nodes"])).by_name()
+    partitions, nodes = partitions_and_nodes(slurm or require)
     wanted = dict(plan.sbatch).get("partition")
     part = partitions.get(wanted) if wanted else next((p for p in partitions.partitions if p.default), None)
     if part is None:
@@ -206,18 +203,17 @@ def preflight_skip(site: Site, nodes: str | None, transport: str,
     drained, down or failing.  A step naming one waits for it, the healthy nodes with it, and
     ends with every node unreachable.  Empty inside a job (its nodes are its own), for other
     transports, and where Slurm does not answer (the step then says what it can)."""
-    if transport in ("ssh", "local") or site.scheduler.kind != "slurm" or os.environ.get("SLURM_JOB_ID"):
+    if (transport in ("ssh", "local") or not scheduler.traits(site.scheduler.kind).queued
+            or os.environ.get("SLURM_JOB_ID")):
         return {}
-    from clusterkit import hostlist
     from clusterkit.preflight.run import resolve_hosts
-    from clusterkit.sites import slurm_text as st
+    from clusterkit.scheduler.slurm.cluster import node_states
     from clusterkit.tooltext import printable
 
     hosts = resolve_hosts(site, nodes, transport)
-    answer = (slurm or slurmclient.run)(("scontrol", "show", "node", "-o", hostlist.fold(hosts)), 15)
-    if answer.returncode != 0:
+    known = node_states(hosts, slurm or slurmclient.run)
+    if known is None:
         return {}
-    known = st.parse_nodes(answer.stdout).by_name()
     out: dict[str, str] = {}
     for host in hosts:
         node = known.get(host)
@@ -329,14 +325,11 @@ def check_array_size(site: Site, plan: Plan, runner: slurmclient.Run | None = No
     if plan.array is None or site.scheduler.max_array_size is not None or not plan.slurm:
         return
     from clusterkit.job.array import check_size
-    from clusterkit.sites.slurm_text import parse_config
+    from clusterkit.scheduler.slurm.cluster import max_array_size
 
-    answer = (runner or slurmclient.run)(["scontrol", "show", "config"], 30)
-    if answer.returncode != 0:
-        return
-    value = parse_config(answer.stdout).values.get("MaxArraySize", "")
-    if value.isdigit():
-        check_size(plan.array, int(value), "Slurm's scontrol show config")
+    value = max_array_size(runner or slurmclient.run)
+    if value is not None:
+        check_size(plan.array, value, "Slurm's scontrol show config")
 
 
 def check_partition_nodes(site: Site, plan: Plan, runner: slurmclient.Run | None = None) -> None:
@@ -349,11 +342,9 @@ def check_partition_nodes(site: Site, plan: Plan, runner: slurmclient.Run | None
     if not plan.slurm or not wanted or wanted == site.scheduler.partition:
         return
     from clusterkit import hostlist
-    from clusterkit.sites import facts
-    from clusterkit.sites.slurm_text import parse_partitions
+    from clusterkit.scheduler.slurm.cluster import partition
 
-    answer = (runner or slurmclient.run)(list(facts.COMMANDS["partitions"]), 30)
-    part = parse_partitions(answer.stdout).get(wanted) if answer.returncode == 0 else None
+    part = partition(wanted, runner or slurmclient.run)
     if part is None:
         return
     try:
@@ -382,7 +373,8 @@ def render_sized(site: Site, sizing: Sizing, command: Sequence[str], out: str | 
     # keep what the chosen launcher takes (torchrun hands strategy to the script as CK_STRATEGY;
     # an offload it cannot do is the script's choice, as `plan` says)
     values = {k: v for k, v in values.items() if chosen.method.launcher in settings_mod.used_by(k)}
-    values.update(settings_mod.room_settings(settings, site.preflight.in_job, site.scheduler.kind == "slurm",
+    allocates = scheduler.traits(site.scheduler.kind).allocates
+    values.update(settings_mod.room_settings(settings, site.preflight.in_job, allocates,
                                              sizing.request.total_params, keep_checkpoints))
     # what the recommendation chose shows as "plan"; what the user fixed (plan --nodes/--gpus/
     # --launcher/--offload, --set) as "flag"

@@ -20,7 +20,8 @@ class Traits:
     #: the job runs on an allocation of nodes the scheduler grants (its own nodes, which in-job preflight
     #: may drop, attempts inside it, a node history, an exclude list); False: on this machine
     allocates: bool
-    #: a pending job waits in a queue whose controller can be asked its place and start estimate
+    #: a controller keeps the queue and the nodes' states, and can be asked (a pending job's place and
+    #: start estimate, which nodes are drained or down, the cluster's configuration)
     queued: bool
     #: an accounting database (sacct) keeps each job's allocations, steps and run tag
     accounted: bool

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from clusterkit.errors import ClusterkitError, ConfigError, InputError, SlurmTextError, SlurmUnreachable
 from clusterkit.nodes.facts import NodeFacts, probe
 from clusterkit.nodes.runners import make_runner
+from clusterkit.scheduler import traits
 from clusterkit.sites import drift as D
 from clusterkit.sites import writer as W
 from clusterkit.sites.create import Draft, pick_nodes, render
@@ -255,7 +256,7 @@ def drift_sites(refs: Sequence[str], *, every: bool = False, probe_with: str | N
         if why:
             result.skipped.append((label, why))
             continue
-        if site.scheduler.kind != "slurm":
+        if not traits(site.scheduler.kind).queued:
             result.errors.append(InputError(f"{label}: scheduler.kind is {site.scheduler.kind}: "
                                             "there is no Slurm cluster to compare it with"))
             continue
@@ -266,7 +267,7 @@ def drift_sites(refs: Sequence[str], *, every: bool = False, probe_with: str | N
 
 
 def _skip_reason(site: Site, facts: ClusterFacts) -> str | None:
-    if site.scheduler.kind != "slurm":
+    if not traits(site.scheduler.kind).queued:
         return f"scheduler.kind is {site.scheduler.kind}"
     if not site.scheduler.cluster:
         return "no scheduler.cluster"

@@ -14,17 +14,13 @@ from dataclasses import dataclass
 
 from clusterkit import hostlist, topology
 from clusterkit.errors import InputError, SlurmTextError
+from clusterkit.scheduler.slurm import cluster
 from clusterkit.sites import slurm_text as T
 from clusterkit.slurmclient import require
 
 SlurmCommand = Callable[[Sequence[str]], str]
 
-COMMANDS: dict[str, tuple[str, ...]] = {
-    "config": ("scontrol", "show", "config"),
-    "partitions": ("scontrol", "show", "partition", "-o"),
-    "nodes": ("scontrol", "show", "node", "-o"),
-    "topology": ("scontrol", "show", "topology"),
-}
+COMMANDS = cluster.COMMANDS   # the Slurm scheduler's (clusterkit.scheduler.slurm.cluster)
 
 
 @dataclass(frozen=True)

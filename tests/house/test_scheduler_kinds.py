@@ -1,0 +1,79 @@
+"""No module outside ``clusterkit.scheduler`` compares a scheduler kind to a name (docs/architecture.md §1).
+
+The code outside the scheduler package asks what a scheduler is able to answer or do
+(:func:`clusterkit.scheduler.traits`, a plan's ``slurm``) instead of ``rec.scheduler == "slurm"``.
+The modules below the scheduler's layer, which cannot import it, are listed with the comparisons
+they still hold: debt that may only shrink, never room to grow.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from clusterkit.vocab import SCHEDULER_KINDS
+from tests.conftest import REPO
+
+ROOT = REPO / "toolkit" / "clusterkit"
+#: module -> comparisons it may hold: layers under clusterkit.scheduler (config, job, rundir)
+BELOW: dict[str, int] = {
+    "config/schema.py": 1,   # a local site's one host, checked as the site file is read
+    "job/stages.py": 1,      # a multi-node stage on a local site
+    "job/request.py": 1,     # preflight_in_job's default
+    "rundir.py": 1,          # the default run directory base on a Slurm site
+}
+
+
+def _names_a_kind(node: ast.expr) -> bool:
+    """``x.scheduler``, ``x.scheduler.kind``, ``kind``, ``scheduler``: an expression that holds a kind."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in ("scheduler", "kind") or (_names_a_kind(node.value) and node.attr == "kind")
+    return isinstance(node, ast.Name) and node.id in ("scheduler", "kind")
+
+
+def _is_kind_literal(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value in SCHEDULER_KINDS
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return any(_is_kind_literal(e) for e in node.elts)
+    return False
+
+
+def comparisons(source: str) -> list[int]:
+    """The lines of ``source`` that compare a scheduler kind to one of the kinds' names."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(_names_a_kind(s) for s in sides) and any(_is_kind_literal(s) for s in sides):
+                out.append(node.lineno)
+    return out
+
+
+def _found() -> dict[str, list[int]]:
+    found = {}
+    for p in sorted(ROOT.rglob("*.py")):
+        name = str(p.relative_to(ROOT))
+        if name.startswith("scheduler/"):
+            continue
+        lines = comparisons(p.read_text(encoding="utf-8"))
+        if lines:
+            found[name] = lines
+    return found
+
+
+def test_no_module_outside_the_scheduler_package_compares_a_kind_to_a_name() -> None:
+    over = {name: lines for name, lines in _found().items() if len(lines) > BELOW.get(name, 0)}
+    assert not over, (f"{over}: ask clusterkit.scheduler.traits(kind) (what the scheduler is able to answer "
+                      "or do), not the kind's name")
+
+
+def test_the_debt_list_only_shrinks() -> None:
+    found = _found()
+    paid = {name: len(found.get(name, [])) for name, n in BELOW.items() if len(found.get(name, [])) < n}
+    assert not paid, f"{paid}: fewer comparisons than BELOW allows now; lower or drop their entries"
+
+
+def test_the_scan_sees_each_form() -> None:
+    src = ('rec.scheduler == "slurm"\nsite.scheduler.kind != "local"\nkind in ("slurm", "local")\n'
+           'p.scheduler == "slurm"\ntransport == "local"\ns.type == "local"\ntraits(kind).queued\n')
+    assert comparisons(src) == [1, 2, 3, 4]
