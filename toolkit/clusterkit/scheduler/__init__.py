@@ -5,7 +5,9 @@ independent of each other: submission, status, cancel, logs, the only modules th
 submitit; and each kind's share of a plan, ``directives``: its ``#SBATCH`` lines and entry
 template, which :func:`parts` hands to planning; Slurm's queries are its own too: ``slurm.tables``
 (squeue/sacct/scontrol text, SlurmQuery), ``slurm.arrays`` (an array's tasks' status),
-``slurm.queue`` (a pending job's place), ``slurm.sacct_runs`` (a job's allocations)),
+``slurm.queue`` (a pending job's place), ``slurm.sacct_runs`` (a job's allocations),
+``slurm.steps`` (doctor's steps and down nodes), ``slurm.cluster`` (a submission's scontrol
+questions), ``slurm.admin_text`` (scontrol's admin tables, parsed)),
 ``kind_traits`` (what a kind is able to answer or do, which :func:`traits` returns: what the code
 outside this package asks instead of a kind's name), ``directives`` (the request both record),
 ``arrays`` (an array's record and its tasks' views), ``records`` (the job record store),
