@@ -9,7 +9,9 @@ It does what a training job does, so that the tests can fail:
 - on SIGTERM saves at once and exits 143, as a preempted trainer does;
 - writes ``ended.<job id>.json`` with the step it reached;
 - with ``--fail``, fails in its own code (a KeyError from a config lookup) after starting,
-  the failure a restart cannot fix.
+  the failure a restart cannot fix;
+- with ``--hold PATH``, waits after starting until PATH exists (at most 600 s), so that a test
+  holds it running for as long as it needs, not for a guess of how long its steps take.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ def main() -> int:
     resumed = json.loads(ckpt.read_text())["step"] if ckpt.exists() else 0
     _write(ckpt_dir / f"started.{job}.json", {"job": job, "resumed_step": resumed, "run": os.environ["CK_RUN_NAME"]})
     lr = _config(args)["lr"]   # --fail: KeyError here, in the user's code
+    if "--hold" in args:
+        hold, deadline = Path(args[args.index("--hold") + 1]), time.monotonic() + 600
+        while not hold.exists() and not STOP and time.monotonic() < deadline:
+            time.sleep(0.2)
     step = resumed
     for _ in range(steps):
         if STOP:

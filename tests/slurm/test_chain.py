@@ -94,18 +94,22 @@ def test_a_run_name_written_by_a_live_job_is_refused_and_resumes_after_it(cli: C
     cli.bed.wait_idle()
     base = ("submit", "--site", str(site), "--launcher", "srun", "--gpus-per-node", "1", "--set", "cpus_per_task=1",
             "--run-name", "lm-a", "--json")
+    go = cli.runs / "runa1-go"   # the first job runs until the test has tried the name twice
     first = cli(*base, "--job-name", "runa", "--out", str(cli.runs / "runa1"), "--", "python", STANDIN,
-                "--steps", "25")
+                "--steps", "25", "--hold", str(go))
     assert first.code == 0, first.err
     job1 = json.loads(first.out)["job_id"]
-    cli.wait_for(job1, lambda s: s["state"] == "RUNNING", timeout=120, what="RUNNING")
-    again = cli(*base, "--job-name", "runa", "--out", str(cli.runs / "runa2"), "--", "python", STANDIN)
-    assert again.code == 2, again.err
-    assert f"--run-name 'lm-a': job {job1} (RUNNING) writes run lm-a now" in again.err, again.err
-    assert "Traceback" not in again.err and not (cli.runs / "runa2").exists()
-    after = cli(*base, "--after", f"{job1}:any", "--job-name", "runa", "--out", str(cli.runs / "runa3"), "--",
-                "python", STANDIN)
-    assert after.code == 0, after.err
+    try:
+        cli.wait_for(job1, lambda s: s["state"] == "RUNNING", timeout=120, what="RUNNING")
+        again = cli(*base, "--job-name", "runa", "--out", str(cli.runs / "runa2"), "--", "python", STANDIN)
+        assert again.code == 2, again.err
+        assert f"--run-name 'lm-a': job {job1} (RUNNING) writes run lm-a now" in again.err, again.err
+        assert "Traceback" not in again.err and not (cli.runs / "runa2").exists()
+        after = cli(*base, "--after", f"{job1}:any", "--job-name", "runa", "--out", str(cli.runs / "runa3"), "--",
+                    "python", STANDIN)
+        assert after.code == 0, after.err
+    finally:
+        go.touch()
     job2 = json.loads(after.out)["job_id"]
     cli.wait_for(job2, lambda s: s["state"] == "COMPLETED", timeout=240, what="COMPLETED")
     ckpt = site.parent / "shared" / "checkpoints" / USER / "lm-a"
