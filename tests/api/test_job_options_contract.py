@@ -14,8 +14,11 @@ import pytest
 from clusterkit.api import Site, job_request
 from clusterkit.api.site import JobArgs
 from clusterkit.config import job_options as opts
-from clusterkit.config.jobs import JobSection
+from clusterkit.config.jobs import STAGE_OWN, JobSection, StageOverride
+from clusterkit.config.key_docs import KEY_DOCS
+from clusterkit.config.load import json_schema
 from clusterkit.job.request import JobSetup
+from clusterkit.job.settings import Settings
 
 
 def _norm(annotation: Any) -> str:
@@ -58,6 +61,29 @@ def test_site_plan_and_submit_take_the_request_options_then_the_job_args(method:
 def test_the_site_job_section_and_the_merged_setup_have_the_declared_keys() -> None:
     assert list(JobSection.model_fields) == [o.name for o in opts.SITE_JOB]
     assert {f.name for f in dataclasses.fields(JobSetup)} == {o.name for o in opts.SITE_JOB} | {"sbatch"}
+
+
+def test_a_stage_has_the_declared_options_then_its_own_keys_in_their_places() -> None:
+    places = {**{o.name: o.stage.rank for o in opts.STAGE if o.stage is not None},
+              **{name: rank for name, (rank, _, _) in STAGE_OWN.items()}}
+    assert list(StageOverride.model_fields) == sorted(places, key=places.__getitem__)
+    assert not set(STAGE_OWN) & set(opts.BY_NAME)   # an option a stage sets is declared once, in the table
+    for o in opts.STAGE:   # the stage's value is the job option's, as the API takes it
+        assert str(StageOverride.model_fields[o.name].annotation) == o.api_type, o.name
+
+
+def test_every_stage_key_is_described() -> None:
+    described = json_schema()["$defs"]["StageOverride"]["properties"]
+    assert {k for k, prop in described.items() if not prop.get("description")} == set()
+    assert {o.name for o in opts.STAGE} <= {k.removeprefix("StageOverride.") for k in KEY_DOCS}
+
+
+def test_a_stages_settings_take_what_set_takes() -> None:
+    """A stage's ``--set`` keys are typed as Settings types them, but spares (a share of the nodes too)."""
+    for name in set(STAGE_OWN) - {"job", "spares"}:
+        mine, theirs = StageOverride.model_fields[name], Settings.model_fields[name]
+        assert (mine.annotation, mine.metadata, mine.default) == (theirs.annotation, theirs.metadata, None), name
+    assert set(STAGE_OWN) - {"job"} <= set(Settings.model_fields)   # each a --set key as well
 
 
 def test_the_cli_options_of_render_and_submit_are_the_declared_ones() -> None:

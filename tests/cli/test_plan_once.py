@@ -237,6 +237,46 @@ def test_precedence_by_setting_name(sites) -> None:
     assert (other_stage.time, other_stage.partition) == (site.scheduler.time, site.scheduler.partition)
 
 
+# a value of each key of a site's stages.<stage> entry but job (test_job_setup), none the testbed's own
+STAGE_VALUES: dict[str, object] = {"launcher": "deepspeed", "nodes": 3, "time": "02:00:00", "partition": "staged",
+                                   "max_restarts": 2, "container": False, "gpu_bind": "task", "snapshot": False,
+                                   "spares": 2}
+
+
+def test_every_stage_key_is_chosen_by_the_precedence_rule(sites) -> None:
+    """A key a stage may set is the stage's choice where the job gives none, its source "stage"."""
+    from clusterkit.config.schema import StageOverride
+
+    assert set(StageOverride.model_fields) - {"job"} == set(STAGE_VALUES)
+    site, shared = sites["testbed"]
+    entry = StageOverride(**STAGE_VALUES)
+    r = resolve(site.model_copy(update={"stages": {"multi-node": entry}}),
+                JobRequest(stage="multi-node", command=("python", "t.py"), run_dir=str(shared)))
+    chosen = {key: getattr(r, "stage_spares" if key == "spares" else key) for key in STAGE_VALUES}
+    assert chosen == STAGE_VALUES
+    assert {key: r.sources[key] for key in STAGE_VALUES if key != "snapshot"} == \
+        dict.fromkeys(set(STAGE_VALUES) - {"snapshot"}, "stage")
+
+
+def test_account_qos_and_gpus_per_node_by_the_precedence_rule(sites) -> None:
+    site, shared = sites["testbed"]
+    sch = site.scheduler
+    req = JobRequest(stage="multi-node", command=("python", "t.py"), run_dir=str(shared))
+
+    def chosen(on: Site, request: JobRequest) -> tuple[object, ...]:
+        r = resolve(on, request)
+        return r.account, r.qos, r.sources["account"], r.sources["qos"], r.sources["gpus_per_node"]
+
+    own = site.model_copy(update={"scheduler": sch.model_copy(update={"account": "proj", "qos": "high"})})
+    assert chosen(own, req) == ("proj", "high", "site", "site", "site")
+    assert chosen(own, replace(req, gpus_per_node=2, settings={"account": "mine", "qos": "low"})) == \
+        ("mine", "low", "flag", "flag", "flag")
+    # an empty one given is none given: the site's, from the site
+    assert chosen(own, replace(req, settings={"account": "", "qos": ""})) == ("proj", "high", "site", "site", "site")
+    bare = site.model_copy(update={"scheduler": sch.model_copy(update={"account": None, "qos": None})})
+    assert chosen(bare, req) == (None, None, "default", "default", "site")
+
+
 def _fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """sbatch (and scontrol) answer as Slurm does; no job runs."""
     import os

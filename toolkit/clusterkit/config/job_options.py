@@ -1,14 +1,17 @@
 """The job options, declared once: what ``render``/``submit`` take on the command line, what
 :func:`clusterkit.api.job_request` (and ``Site.plan``/``Site.submit``) take as keyword arguments,
-and which of them a site sets in its ``job:`` section (and ``stages.<stage>.job``).
+which of them a site sets in its ``job:`` section (and ``stages.<stage>.job``), and which a site's
+``stages.<stage>`` entry sets for the stage's jobs.
 
 Each :class:`JobOption` names the option (the API's keyword and the CLI command's parameter), its
 command-line flag and help, the API's annotation and default, the shapes the API accepts
 (:mod:`clusterkit.api.inputs`) and, for a site key, how the site's value and the job's own add up
-(:class:`SiteKey`).  Derived from :data:`OPTIONS`: the click options of ``render`` and ``submit``
+(:class:`SiteKey`), and for a stage's key its place and meaning there (:class:`StageKey`).  Derived
+from :data:`OPTIONS`: the click options of ``render`` and ``submit``
 (:func:`clusterkit.cli.common.job_options`), the site's ``job:`` model
-(:class:`clusterkit.config.jobs.JobSection`, its fields and their meaning), the API's input shapes
-and the site layers' merge (:func:`clusterkit.job.request.merge_job`).  The API's typed signatures
+(:class:`clusterkit.config.jobs.JobSection`, its fields and their meaning), the job options among
+a stage's keys (:class:`clusterkit.config.jobs.StageOverride`), the API's input shapes and the site
+layers' merge (:func:`clusterkit.job.request.merge_job`).  The API's typed signatures
 (``job_request``, ``JobArgs``, ``Site.plan``, ``Site.submit``) are written out for type checkers;
 ``tests/api/test_job_options_contract.py`` fails when one of them and this table disagree.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from clusterkit.vocab import LAUNCHERS, STAGE_NAMES
+from clusterkit.vocab import LAUNCHER_NAME, LAUNCHERS, STAGE_NAMES
 
 #: how the command line reads an option: ``count`` a whole number of at least 1, ``choice`` one of
 #: :attr:`JobOption.choices`, ``text`` one value, ``words`` repeatable, ``flag`` on when given,
@@ -40,6 +43,17 @@ class SiteKey:
 
 
 @dataclass(frozen=True)
+class StageKey:
+    """An option a site's ``stages.<stage>`` entry sets too, with the option's name: the stage's
+    value, taken where the job gives none (:func:`clusterkit.job.request.pick`)."""
+
+    rank: int                   # its place among a stage's keys (``sites show``'s order; the others:
+                                # clusterkit.config.jobs.STAGE_OWN)
+    help: str                   # the key's meaning (``sites schema``)
+    pattern: str | None = None  # what a text value must match
+
+
+@dataclass(frozen=True)
 class JobOption:
     """One job option, as every interface takes it."""
 
@@ -54,6 +68,7 @@ class JobOption:
     dest: str | None = None         # the CLI command's parameter, where it is not ``name``
     choices: tuple[str, ...] = ()
     site: SiteKey | None = None
+    stage: StageKey | None = None
     group: Literal["request", "setup", "array", "long-run"] = "setup"
 
     @property
@@ -71,9 +86,11 @@ OPTIONS: tuple[JobOption, ...] = (
               help="Deployment stage: single-node (1), multi-node (2-8), large-cluster (9+ nodes) "
                    "(default: the one that holds --nodes, else single-node)."),
     JobOption("launcher", "--launcher", "text", metavar="NAME", group="request", api_type="str | None",
+              stage=StageKey(0, "a built-in launcher or one of the site's launchers:", pattern=f"^{LAUNCHER_NAME}$"),
               help=f"Launcher: {', '.join(LAUNCHERS)}, or one of the site's own (its launchers: key) "
                    "(default: the site's choice for the stage, else the stage's)."),
     JobOption("nodes", "--nodes", "count", group="request", api_type="int | None",
+              stage=StageKey(1, "the default node count of this stage"),
               help="Number of nodes (default: the stage's)."),
     JobOption("gpus_per_node", "--gpus-per-node", "count", group="request", api_type="int | None",
               help="GPUs (processes) per node (default: all of the site's)."),
@@ -134,6 +151,7 @@ OPTIONS: tuple[JobOption, ...] = (
               api_type="Mapping[str, str | bool | None] | Sequence[str] | None",
               help="Per-job Slurm option, repeatable (e.g. constraint=a100); wins over the site's."),
     JobOption("snapshot", "--snapshot/--no-snapshot", "switch", shapes=("bool",), api_type="bool | None",
+              stage=StageKey(7, "run the stage's jobs in a snapshot of the code (default: the site's code.snapshot)"),
               help="Run the job in a snapshot of the code taken now (git's files of the working tree; "
                    "default: the site's code.snapshot, on unless the site turns it off), or in the live "
                    "tree as it is when the job starts."),
@@ -161,6 +179,11 @@ BY_NAME: dict[str, JobOption] = {o.name: o for o in OPTIONS}
 SITE_JOB: tuple[JobOption, ...] = tuple(sorted((o for o in OPTIONS if o.site is not None),
                                                key=lambda o: o.site.rank if o.site is not None else 0))
 
+#: the options a site's ``stages.<stage>`` entry sets, in its order (beside its own keys:
+#: :data:`clusterkit.config.jobs.STAGE_OWN`)
+STAGE: tuple[JobOption, ...] = tuple(sorted((o for o in OPTIONS if o.stage is not None),
+                                            key=lambda o: o.stage.rank if o.stage is not None else 0))
+
 #: the options that are not JobRequest's own fields: ``job_request``'s ``**job`` (``JobArgs``)
 JOB_ARGS: tuple[str, ...] = tuple(o.name for o in OPTIONS if o.group != "request")
 
@@ -183,3 +206,18 @@ def site_field(option: JobOption) -> tuple[Any, Any]:
     if option.site.merge == "add":
         return list[str], Field(default_factory=list)
     return str | None, None
+
+
+def stage_field(option: JobOption) -> tuple[Any, Any]:
+    """The ``stages.<stage>`` model's field of a stage option: its type and default, from how the
+    command line reads it (a count is a whole number of at least 1; unset: None)."""
+    from pydantic import Field
+
+    assert option.stage is not None
+    if option.cli == "count":
+        return int | None, Field(None, ge=1)
+    if option.cli in ("flag", "switch"):
+        return bool | None, None
+    if option.cli == "text":
+        return str | None, Field(None, pattern=option.stage.pattern)
+    raise ValueError(f"{option.name}: a stage takes one value, not a {option.cli} option")

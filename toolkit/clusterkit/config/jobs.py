@@ -12,7 +12,7 @@ from clusterkit.config import job_options
 from clusterkit.config.envrules import job_env_problem
 from clusterkit.config.model import _Model
 from clusterkit.config.sbatch_owned import OWNED_SBATCH, owned_sbatch
-from clusterkit.vocab import LAUNCHER_NAME, SchedulerKind, check_slurm_time, check_spares
+from clusterkit.vocab import SchedulerKind, check_slurm_time, check_spares
 
 
 class Scheduler(_Model):
@@ -91,27 +91,54 @@ else:
                               **{o.name: job_options.site_field(o) for o in job_options.SITE_JOB})
 
 
-class StageOverride(_Model):
-    launcher: str | None = Field(None, pattern=f"^{LAUNCHER_NAME}$", description="a built-in launcher or one of the "
-                                 "site's launchers:")
-    nodes: int | None = Field(None, ge=1)
-    time: str | None = None
-    partition: str | None = None
-    max_restarts: int | None = Field(None, ge=0, le=100)
-    container: bool | None = None
-    gpu_bind: Literal["task", "none"] | None = None
-    snapshot: bool | None = Field(None, description="run the stage's jobs in a snapshot of the code (default: "
-                                  "the site's code.snapshot)")
-    job: JobSection | None = None
-    spares: int | str | None = Field(None, description="spare nodes the stage's jobs allocate: a count or a share "
-                                     "of the nodes (3%: at least one); default 3% at large-cluster, else 0")
+class _StageRules(_Model):
+    """The rules of ``stages.<stage>`` beyond its fields' types (the fields: :data:`STAGE_OWN` and
+    :data:`job_options.STAGE`)."""
 
-    @field_validator("time")
+    @field_validator("time", check_fields=False)
     @classmethod
     def _time(cls, v: str | None) -> str | None:
         return None if v is None else check_slurm_time(v)
 
-    @field_validator("spares")
+    @field_validator("spares", check_fields=False)
     @classmethod
     def _spares(cls, v: int | str | None) -> int | str | None:
         return check_spares(v)
+
+
+#: a stage's keys that are not job options (:data:`job_options.STAGE`), each with its place among
+#: the stage's keys, its type and default: ``--set`` settings (their types as
+#: ``clusterkit.job.settings.Settings`` has them, but ``spares``, a count or a share of the nodes)
+#: and the stage's ``job:``; their meaning: :data:`clusterkit.config.key_docs.KEY_DOCS`
+STAGE_OWN: dict[str, tuple[int, Any, Any]] = {
+    "time": (2, str | None, None),
+    "partition": (3, str | None, None),
+    "max_restarts": (4, int | None, Field(None, ge=0, le=100)),
+    "container": (5, bool | None, None),
+    "gpu_bind": (6, Literal["task", "none"] | None, None),
+    "job": (8, JobSection | None, None),
+    "spares": (9, int | str | None, Field(None, description="spare nodes the stage's jobs allocate: a count or "
+                                          "a share of the nodes (3%: at least one); default 3% at large-cluster, "
+                                          "else 0")),
+}
+
+
+def _stage_fields() -> dict[str, tuple[Any, Any]]:
+    """The fields of ``stages.<stage>``, in their order: :data:`STAGE_OWN` and the job options a stage sets."""
+    ranked = {name: (rank, (kind, default)) for name, (rank, kind, default) in STAGE_OWN.items()}
+    ranked.update((o.name, (o.stage.rank, job_options.stage_field(o)))
+                  for o in job_options.STAGE if o.stage is not None)
+    ranks = sorted(rank for rank, _ in ranked.values())
+    if ranks != list(range(len(ranked))):
+        raise ValueError(f"the stage keys' places {ranks} are not 0 to {len(ranked) - 1}, each once")
+    return {name: field for name, (_, field) in sorted(ranked.items(), key=lambda item: item[1][0])}
+
+
+if TYPE_CHECKING:
+    class StageOverride(_StageRules):
+        """``stages.<stage>``: its keys are read by name (:func:`_stage_fields`)."""
+
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    # the job options a stage sets (clusterkit.config.job_options.STAGE) and its own keys (STAGE_OWN)
+    StageOverride = create_model("StageOverride", __base__=_StageRules, __module__=__name__, **_stage_fields())

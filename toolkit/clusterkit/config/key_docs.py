@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from clusterkit.config.job_options import SITE_JOB
+from clusterkit.config.job_options import SITE_JOB, STAGE
 
 KEY_DOCS: dict[str, str] = {
     "Site.name": "the site's name (what --site and `sites list` use)",
@@ -86,8 +86,7 @@ KEY_DOCS: dict[str, str] = {
     "Software.cuda": "the CUDA version the nodes provide",
     "Software.modules": "environment modules every job loads",
     "Software.container": "the container every job runs in (pyxis, apptainer or singularity)",
-    "StageOverride.launcher": "the launcher of this stage",
-    "StageOverride.nodes": "the default node count of this stage",
+    **{f"StageOverride.{o.name}": o.stage.help for o in STAGE if o.stage is not None},
     "StageOverride.time": "the time limit of this stage's jobs",
     "StageOverride.gpu_bind": "--launcher srun's GPU binding for this stage (task or none)",
     "StageOverride.partition": "the partition of this stage's jobs",

@@ -171,44 +171,46 @@ def pick(given: T | None, staged: T | None, site_value: T, *, site_set: bool = T
 
 
 def staged(override: StageOverride | None, name: str) -> Any:
-    """The site's ``stages.<stage>.<name>`` (None: the stage does not set it)."""
+    """The site's ``stages.<stage>.<name>`` (None: the stage does not set it, or has no such key)."""
     return getattr(override, name, None) if override is not None else None
 
 
 def _picks(site: Site, request: JobRequest, spec: StageSpec, s: Settings,
            override: StageOverride | None) -> dict[str, Picked[Any]]:
-    """Every setting the precedence rule decides, by name: its value and its source."""
+    """Every choice by name, each by the precedence rule (:func:`pick`): its value and its source
+    (a stage's value looked up by name: None where ``stages.<stage>`` has no such key)."""
     sch = site.scheduler
 
-    def rule(name: str, given: Any, site_value: Any, site_set: bool, *, stage: bool = True) -> Picked[Any]:
-        return pick(given, staged(override, name) if stage else None, site_value, site_set=site_set)
+    def rule(name: str, given: Any, site_value: Any, site_set: bool) -> Picked[Any]:
+        return pick(given, staged(override, name), site_value, site_set=site_set)
 
-    picks = {
+    # a setting nothing else sets: --set's, else the default
+    picks = {key: pick(getattr(s, key) if key in s.model_fields_set else None, None, getattr(s, key), site_set=False)
+             for key in Settings.model_fields}
+    picks.update({
         "launcher": rule("launcher", request.launcher, spec.default_launcher, False),
         "nodes": rule("nodes", request.nodes, None, False),
+        "gpus_per_node": rule("gpus_per_node", request.gpus_per_node, site.nodes.gpus_per_node, True),
         "container": rule("container", s.container, True, site.software.container is not None),
         "spares": rule("spares", s.spares, None, False),
         "gpu_bind": rule("gpu_bind", s.gpu_bind, site.nodes.gpu_bind, "gpu_bind" in site.nodes.model_fields_set),
         "preflight_in_job": rule("preflight_in_job", s.preflight_in_job, site.preflight.in_job,
-                                 "in_job" in site.preflight.model_fields_set, stage=False),
+                                 "in_job" in site.preflight.model_fields_set),
         "snapshot": rule("snapshot", True if request.code_dir is not None else request.snapshot,
                          site.code.snapshot, True),
-    }
+    })
     for key in ("time", "max_restarts", "partition"):
         picks[key] = rule(key, getattr(s, key), getattr(sch, key),
                           key in sch.model_fields_set and bool(getattr(sch, key)))
+    for key in ("account", "qos"):   # an empty one given is none given
+        picks[key] = rule(key, getattr(s, key) or None, getattr(sch, key), bool(getattr(sch, key)))
     return picks
 
 
-def _sources(site: Site, request: JobRequest, s: Settings, picks: Mapping[str, Picked[Any]]) -> dict[str, str]:
-    """Where each choice comes from, by setting name (any setting: new ones join by name)."""
-    out = {key: ("flag" if key in s.model_fields_set and getattr(s, key) is not None else "default")
-           for key in Settings.model_fields}
-    out.update((key, p.source) for key, p in picks.items() if key != "snapshot")   # the plan shows no snapshot source
-    out["gpus_per_node"] = "flag" if request.gpus_per_node is not None else "site"
-    for key in ("account", "qos"):   # no stage value: the flag's, else the site's (an empty flag too)
-        if out[key] != "flag" and getattr(site.scheduler, key):
-            out[key] = "site"
+def _sources(request: JobRequest, picks: Mapping[str, Picked[Any]]) -> dict[str, str]:
+    """Where each choice comes from, by name: its pick's source, but ``plan`` for what
+    ``plan --render`` chose (``request.planned``)."""
+    out = {key: p.source for key, p in picks.items() if key != "snapshot"}   # the plan shows no snapshot source
     for key in request.planned:  # given by `plan --render`'s recommendation, not typed by the user
         if out.get(key) == "flag":
             out[key] = "plan"
@@ -223,11 +225,11 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
     sch = site.scheduler
     picks = _picks(site, request, spec, s, override)
     return Resolved(
-        sources=_sources(site, request, s, picks),
+        sources=_sources(request, picks),
         request=request, spec=spec, settings=s, job_name=job_name(request),
         launcher=picks["launcher"].value, nodes=picks["nodes"].value, time=picks["time"].value,
         max_restarts=picks["max_restarts"].value, partition=picks["partition"].value,
-        account=s.account or sch.account, qos=s.qos or sch.qos,
+        account=picks["account"].value, qos=picks["qos"].value,
         container=picks["container"].value,
         preflight_in_job=_in_job(sch.kind == "slurm", picks["preflight_in_job"].value),
         job=merge_job(site, spec.name, override, request.job),
