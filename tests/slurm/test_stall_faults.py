@@ -8,11 +8,11 @@ torchrun, the DDP loop over gloo of tests/slurm/recovery_train.py reporting its 
   this machine's own disk), so the ranks' progress files name nobody.  The stack dumps do: the
   signal reaches every node but node3, whose rank alone gives none.  Found past the stall limit
   (within a bound only a broken watch reaches), node3 named and dropped, training resumes with
-  the spare and ends with the weights of an uninterrupted run.  The link is restored once the attempt is over (Slurm itself would
-  mark node3 down after its SlurmdTimeout of minutes).
+  the spare and ends with the weights of an uninterrupted run.  The link is restored once the
+  attempt is over (Slurm itself would mark node3 down after its SlurmdTimeout of minutes).
 - node3's CPU limited to 10 % of one CPU (its cgroup's quota, as tests/slurm/test_network_faults.py
-  does) while the ranks hold before their first step, every rank doing the same matrix products per step and
-  reporting their time (``work_s``): ``status`` names node3 the straggler.
+  does) while the ranks hold before their first step, every rank doing the same matrix products
+  per step and reporting their time (``work_s``): ``status`` names node3 the straggler.
 
 Every wait is for a state: a progress line, a line of the job's log, the job's end in ``status --json``.
 """
