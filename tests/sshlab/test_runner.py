@@ -249,15 +249,18 @@ def test_a_hung_command_times_out_alone_and_keeps_its_partial_output(runner_lab:
 
 def test_fanout_bounds_how_many_nodes_run_at_once(runner_lab: SSHLab) -> None:
     # Each node reports when its command started and ended (server clock); at most `fanout`
-    # of those intervals may overlap at any instant, and with fanout 2 some do overlap: each
-    # command marks its start and ends once `fanout` commands have marked theirs (at most 30 s,
-    # which only a runner that never runs them side by side reaches), not after a guessed sleep.
+    # of those intervals may overlap at any instant, and with fanout 2 some do overlap.  With
+    # fanout 1 each command sleeps, to give a runner that ignores the bound the chance to show it
+    # (a slow machine cannot make a bounded runner overlap).  With fanout 2 each command marks its
+    # start and ends once two have marked theirs (at most 30 s, which only a runner that never
+    # runs two side by side reaches), not after a sleep a slow start of the second may outlast.
+    marks = runner_lab.workdir / "fanout-marks"
+    marks.mkdir()
+    scripts = {1: 'date +%s.%N; sleep 0.8; date +%s.%N',
+               2: (f'date +%s.%N; touch {marks}/"$CLUSTERKIT_LAB_NODE"; for i in $(seq 600); do '
+                   f'[ "$(ls {marks} | wc -l)" -ge 2 ] && break; sleep 0.05; done; date +%s.%N')}
     for fanout in (1, 2):
-        marks = runner_lab.workdir / f"fanout-{fanout}"
-        marks.mkdir()
-        script = (f'date +%s.%N; touch {marks}/"$CLUSTERKIT_LAB_NODE"; for i in $(seq 600); do '
-                  f'[ "$(ls {marks} | wc -l)" -ge {fanout} ] && break; sleep 0.05; done; date +%s.%N')
-        out = drive(runner_lab, NODES[:4], script, fanout=fanout, timeout_s=60)
+        out = drive(runner_lab, NODES[:4], scripts[fanout], fanout=fanout, timeout_s=60)
         spans = [tuple(map(float, r["stdout"].split())) for r in out["results"].values()]
         events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
         live = peak = 0
