@@ -91,9 +91,10 @@ def test_dead_tarpit_and_blackhole_nodes_fail_alone_within_the_timeouts(runner_l
     assert "no TCP connection" in res["hole01"]["reason"]
     for host in ("dead01", "tarpit01", "hole01"):
         assert not res[host]["reachable"] and res[host]["exit_status"] is None
-        # bounded by connect_timeout_s=1.5, far from paramiko's 15 s / the kernel's ~130 s
-        assert res[host]["duration_s"] < 6
-    assert out["wall_s"] < 8
+        # bounded by connect_timeout_s=1.5, not paramiko's 15 s / the kernel's ~130 s: a bound only
+        # a run without the connect timeout reaches, not a guess of how slow a loaded machine is
+        assert res[host]["duration_s"] < 15
+    assert out["wall_s"] < 15
 
 
 def test_unresolvable_name_is_a_dns_error(runner_lab: SSHLab) -> None:
