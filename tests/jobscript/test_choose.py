@@ -138,7 +138,8 @@ def test_a_kill_during_the_wait_after_a_requeue_leaves_no_sleep_behind(job, tmp_
         j.await_log(WAITING)
         os.kill(j.pid, signal.SIGKILL)
         assert j.wait() == -signal.SIGKILL
-        until("the wait's last sleep to end", lambda: j.group() == [], timeout=3)
+        # a second's sleep ends; the 600 s one of before would not within this bound
+        until("the wait's last sleep to end", lambda: j.group() == [], timeout=60)
     finally:
         j.kill()
     assert j.result() is None

@@ -9,6 +9,9 @@ ways training jobs really fail, so that doctor's verdict is checked against real
   --needs-module M      import M from a per-node site directory (--node-site DIR/<hostname>),
                         as when a package is installed on some nodes only
   --steps N --step-s S  how long it trains
+  --resumed-steps N     once resumed from a checkpoint, N steps more and done: a job that must
+                        still be training when the test requeues it trains "for ever" (a large
+                        --steps) until then, not for a guess of how long the test takes
   --pg-timeout-s T      gloo's timeout for a collective (60 s by default)
   --trap-term           on SIGTERM, save the checkpoint after the step in progress and exit 143,
                         as a preemptible trainer does
@@ -35,6 +38,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--needs-module")
     p.add_argument("--node-site")
     p.add_argument("--ckpt")
+    p.add_argument("--resumed-steps", type=int)
     p.add_argument("--pg-timeout-s", type=float, default=60)
     p.add_argument("--trap-term", action="store_true")
     return p.parse_args()
@@ -87,7 +91,8 @@ def main() -> int:
         model.module.load_state_dict(state["model"])
         start = state["step"]
         say(f"rank {rank} resumed at step {start}")
-    for step in range(start, args.steps):
+    end = args.steps if start == 0 or args.resumed_steps is None else min(args.steps, start + args.resumed_steps)
+    for step in range(start, end):
         if step == args.fail_step and rank == args.raise_rank:
             raise ValueError(f"loss is nan at step {step}")
         if step == args.fail_step and rank == args.hog_rank:

@@ -23,6 +23,9 @@ provided it resumed at a saved step with the same world size: rank 0 prints them
                            attempt only (no checkpoint yet): a rank that stops making progress.  The
                            loop then reports its progress (clusterkit.progress) and takes the job's
                            process-group timeouts (CK_PG_TIMEOUT_START_S, then CK_PG_TIMEOUT_S)
+  --hold PATH              after joining the world, every rank says "holding" and waits until PATH
+                           exists (at most 600 s) before its first step: a test that must change a
+                           node before training starts (a CPU quota) says when, not a guess
   --work N                 each step, every rank first multiplies N 192x192 matrices (its own work,
                            before the gradient sync) and reports how long that took
                            (clusterkit.progress(step, work_s=...)): a rank on a slow node is a straggler
@@ -54,6 +57,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--stall-on")
     p.add_argument("--oom-on")
     p.add_argument("--work", type=int)
+    p.add_argument("--hold")
     p.add_argument("--oom-cgroup")
     # the deepspeed launcher hands every script these (a deepspeed script reads them through
     # deepspeed.add_config_arguments); this loop trains with torch.distributed alone
@@ -112,6 +116,11 @@ def main() -> int:
         model.module.load_state_dict(state["model"])
         start = state["step"]
         say(f"rank {rank} on {host} resumed at step {start}")
+    if args.hold:
+        say(f"rank {rank} on {host} holding")
+        deadline = time.monotonic() + 600
+        while not os.path.exists(args.hold) and time.monotonic() < deadline:
+            time.sleep(0.2)
     end = args.steps if start == 0 or args.resumed_steps is None else min(args.steps, start + args.resumed_steps)
     for step in range(start, end):
         if step == args.fail_step and host in (args.gpu_fault_on or "").split(",") and args.gpu_fault_log:

@@ -94,13 +94,14 @@ def jobs(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     j.submit("import-env", *multi, "--gpus-per-node", "1", *PAIR, "--", "python", TRAIN,
              "--needs-module", "ckdoc_extra", "--node-site", str(node_site))
     j.submit("time-limit", *single, "--set", "time=00:01:00", "--set", "max_restarts=0", *PAIR, "--", "python", TRAIN,
-             "--steps", "1000", "--step-s", "1")
-    j.submit("cancel", *single, *PAIR, "--", "python", TRAIN, "--steps", "1000", "--step-s", "1")
-    j.submit("requeue", *multi, "--gpus-per-node", "1", *PAIR, "--", "python", TRAIN, "--steps", "20",
-             "--step-s", "1", "--ckpt", str(base / "requeue.pt"))
+             "--steps", "100000", "--step-s", "1")
+    j.submit("cancel", *single, *PAIR, "--", "python", TRAIN, "--steps", "100000", "--step-s", "1")
+    # trains until the test requeues it (its test comes after others that wait minutes), then 3 steps
+    j.submit("requeue", *multi, "--gpus-per-node", "1", *PAIR, "--", "python", TRAIN, "--steps", "100000",
+             "--resumed-steps", "3", "--step-s", "1", "--ckpt", str(base / "requeue.pt"))
     j.submit("clean", *multi, "--gpus-per-node", "2", *PAIR, "--", "python", TRAIN)
     j.submit("node-down", *multi, "--gpus-per-node", "1", "--set", "max_restarts=0", *FAR, "--",
-             "python", TRAIN, "--steps", "1000", "--step-s", "1")
+             "python", TRAIN, "--steps", "100000", "--step-s", "1")
     try:
         yield j
     finally:

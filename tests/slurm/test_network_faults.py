@@ -133,8 +133,8 @@ def test_link_down_cuts_a_running_step_off_from_node1(testbed: Testbed, tmp_path
         try:
             wait_for(lambda: sum(" fail" in ln for ln in lines(3)) >= 3, "node3 fails with its link down")
         finally:
+            up_at = time.time()   # before the link is up: a line stamped earlier was written while it was down
             _ip(testbed, "node3", "link", "set", testbed.iface("node3"), "up")
-        up_at = time.time()
         wait_for(lambda: any(ln.endswith(" ok") and float(ln.split()[0]) > up_at for ln in lines(3)),
                  "node3 reaches node1 again")
     finally:

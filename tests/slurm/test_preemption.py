@@ -134,6 +134,12 @@ def _check_resumed(jobs: Jobs) -> None:
                     "COMPLETED after one restart")
 
 
+def _script_ended(cli: CK, job: str) -> bool:
+    """Slurm's accounting has the job's batch step (its script) ended."""
+    rows = cli.bed.run("sacct", "-n", "-P", "-j", f"{job}.batch", "-o", "State", check=False).stdout.split()
+    return bool(rows) and not {"RUNNING", "PENDING", "REQUEUED"} & set(rows)
+
+
 def _preempt(cli: CK) -> None:
     """A job in partition high pinned to every node preempts every job in debug."""
     cli.bed.run("sbatch", "--parsable", "-p", "high", "-N", "4", "-w", "node[1-4]", "--exclusive",
@@ -216,8 +222,10 @@ def test_cancel_lets_every_rank_save_and_never_requeues(cli: CK, site: Path) -> 
     for name, marks in saved.items():
         _figures("cancel", {name: marks}, f"clusterkit cancel waited {waited[name]} s of grace_s 30 s")
     jobs.wait_state(lambda s: s["state"] == "CANCELLED", "CANCELLED")
-    time.sleep(3)  # a requeue would show by now
     for name, job in jobs.ids.items():
+        # a requeue comes from the script or from Slurm at the script's end: once sacct has the
+        # script ended, slurmctld has done either, and the status shows it
+        cli.wait_for(job, lambda s, job=job: _script_ended(cli, job), timeout=120, what=f"{name}: the script's end")
         st = cli.status(job)
         assert st["state"] == "CANCELLED" and not st["restarts"], (name, st)
         assert not (cli.runs / f"cancel-{name}" / f"{job}.result").exists(), name

@@ -171,8 +171,10 @@ def test_a_drained_node_is_named_and_skipped_and_the_rest_checked(ck: CLI, testb
     report = json.loads(proc.out)
     assert proc.code == 3, proc.out + proc.err
     nodes = {n["host"]: n for n in report["nodes"]}
+    # a step that named node2 would wait for it and end with node1 unreachable too: node1 ok and
+    # node2 not asked are the states that show it, not how long the preflight took
     assert nodes["node1"]["status"] == "ok", nodes["node1"]
     assert nodes["node2"]["status"] == "unreachable" and nodes["node2"]["error_kind"] == "unavailable"
     assert nodes["node2"]["error"].startswith("drained in Slurm (State=IDLE+DRAIN, Reason=ck-drain-test): not checked")
-    assert report["elapsed_s"] < 60, report["elapsed_s"]
+    assert nodes["node2"]["checks"] == [], nodes["node2"]
     assert "UNREACHABLE node2: drained in Slurm" in text.out and "OK          node1" in text.out, text.out

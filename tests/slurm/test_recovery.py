@@ -42,6 +42,12 @@ STEPS, WORLD = 30, 3
 # the slow steps are there for the fault to land mid-run; once resumed from the checkpoint the
 # loop goes at full speed (what is checked after the fault: the step resumed at, the weights)
 FAST_RESUME = ("--resumed-step-s", "0")
+# a fault the test sets off mid-run lands on a first attempt that trains until it is relaunched
+# (a large --steps; not 30 steps that may be over before the fault is handled), then the
+# relaunch trains RESUMED_STEPS more: the weights are those of the step it resumed at plus these
+RESUMED_STEPS = 12
+UNTIL_RELAUNCHED = ("--resumed-steps", str(RESUMED_STEPS))
+FOREVER = 100000
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED")
 
 
@@ -63,11 +69,12 @@ def _expected_weights(world: int = WORLD, steps: int = STEPS) -> list[float]:
     return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
 
 
-def _submit(cli: CK, tmp_path: Path, name: str, *train: str, launcher: str = "torchrun") -> tuple[str, Path]:
+def _submit(cli: CK, tmp_path: Path, name: str, *train: str, launcher: str = "torchrun",
+            steps: int = STEPS) -> tuple[str, Path]:
     site, run_dir = _site(tmp_path), cli.runs / name
     proc = cli("submit", "--site", str(site), "--stage", "multi-node", "--nodes", "3", "--spares", "1",
                "--gpus-per-node", "1", "--launcher", launcher, "--run-name", f"recovery-{name}-{time.time_ns()}",
-               "--out", str(run_dir), "--", "python", str(TRAIN), "--steps", str(STEPS), *train,
+               "--out", str(run_dir), "--", "python", str(TRAIN), "--steps", str(steps), *train,
                env=_env(cli, tmp_path, set()), timeout=120)
     assert proc.code == 0, proc.err
     return _job_id(proc.out), run_dir
@@ -90,7 +97,8 @@ def _ended(cli: CK, job: str) -> dict:
     return cli.wait_for(job, lambda s: s["state"] in TERMINAL, timeout=300, what="the job's end")
 
 
-def _check_recovered(cli: CK, tmp_path: Path, job: str, run_dir: Path, why: str, short: str) -> None:
+def _check_recovered(cli: CK, tmp_path: Path, job: str, run_dir: Path, why: str, short: str,
+                     until_relaunched: bool = False) -> None:
     st = _ended(cli, job)
     batch = _text(run_dir, "slurm-*.out")
     assert st["state"] == "COMPLETED", batch[-6000:]
@@ -109,7 +117,8 @@ def _check_recovered(cli: CK, tmp_path: Path, job: str, run_dir: Path, why: str,
     final = re.search(r"final weights (.*)", second)
     assert final, second[-3000:]
     got = [float(w) for w in final.group(1).split()]
-    assert got == pytest.approx(_expected_weights(), abs=1e-4)
+    steps = max(saved) + RESUMED_STEPS if until_relaunched else STEPS
+    assert got == pytest.approx(_expected_weights(steps=steps), abs=1e-4)
     # the record names node2 and why; status shows each attempt; --exclude-from keeps node2 out
     out = cli.status(job)
     [attempt] = out["attempts"]
@@ -152,11 +161,12 @@ def test_a_gpu_that_fell_off_the_bus_is_dropped_and_training_resumes_on_the_spar
 
 def test_a_node_set_down_mid_run_leaves_the_allocation_and_training_resumes(cli: CK, tmp_path: Path) -> None:
     cli.bed.wait_idle()
-    job, run_dir = _submit(cli, tmp_path, "down", "--step-s", "0.5", *FAST_RESUME)
+    job, run_dir = _submit(cli, tmp_path, "down", *UNTIL_RELAUNCHED, "--step-s", "0.5", *FAST_RESUME, steps=FOREVER)
     _await_line(run_dir, "rank 0 saved step 6")
     cli.bed.run("scontrol", "update", "NodeName=node2", "State=DOWN", "Reason=clusterkit-recovery-test")
     try:
-        _check_recovered(cli, tmp_path, job, run_dir, "Slurm reports it down", "down in Slurm")
+        _check_recovered(cli, tmp_path, job, run_dir, "Slurm reports it down", "down in Slurm",
+                         until_relaunched=True)
     finally:
         cli.bed.run("scancel", job, check=False)
         cli.bed.resume("node2")
@@ -249,11 +259,13 @@ def test_a_node_that_dies_mid_run_is_dropped_and_training_resumes(cli: CK, tmp_p
         pytest.skip("no cgroup holds a testbed node's processes here (neither cgroup v2 cpu nor v1 cpu)")
     cli.bed.wait_idle()
     with _slurmd_timeout(cli.bed, DEAD_AFTER_S):
-        job, run_dir = _submit(cli, tmp_path, "dead", "--step-s", "0.5", *FAST_RESUME, launcher=launcher)
+        job, run_dir = _submit(cli, tmp_path, "dead", *UNTIL_RELAUNCHED, "--step-s", "0.5", *FAST_RESUME,
+                               steps=FOREVER, launcher=launcher)
         try:
             _await_line(run_dir, "rank 0 saved step 6")
             assert _kill_node(cli.bed, "node2") >= 3   # slurmd, slurmstepd, the rank (and torchrun or deepspeed)
-            _check_recovered(cli, tmp_path, job, run_dir, "Slurm reports it down|doctor: ", r"[A-Za-z -]+")
+            _check_recovered(cli, tmp_path, job, run_dir, "Slurm reports it down|doctor: ", r"[A-Za-z -]+",
+                             until_relaunched=True)
             assert _node_state(cli.bed, "node2").startswith("down"), _node_state(cli.bed, "node2")
         finally:
             cli.bed.run("scancel", job, check=False)
@@ -265,11 +277,13 @@ def test_a_nodes_link_cut_mid_run_is_dropped_and_training_resumes(cli: CK, tmp_p
     cli.bed.wait_idle()
     link = ["ip", "-n", cli.bed.netns("node2"), "link", "set", cli.bed.iface("node2")]
     with _slurmd_timeout(cli.bed, DEAD_AFTER_S):
-        job, run_dir = _submit(cli, tmp_path, "cut", "--step-s", "0.5", *FAST_RESUME, launcher=launcher)
+        job, run_dir = _submit(cli, tmp_path, "cut", *UNTIL_RELAUNCHED, "--step-s", "0.5", *FAST_RESUME,
+                               steps=FOREVER, launcher=launcher)
         try:
             _await_line(run_dir, "rank 0 saved step 6")
             subprocess.run([*link, "down"], check=True, capture_output=True, timeout=10)
-            _check_recovered(cli, tmp_path, job, run_dir, "Slurm reports it down|doctor: ", r"[A-Za-z -]+")
+            _check_recovered(cli, tmp_path, job, run_dir, "Slurm reports it down|doctor: ", r"[A-Za-z -]+",
+                             until_relaunched=True)
         finally:
             subprocess.run([*link, "up"], capture_output=True, timeout=10)
             cli.bed.run("scancel", job, check=False)

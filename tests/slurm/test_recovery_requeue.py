@@ -131,6 +131,9 @@ def test_a_spare_that_went_bad_is_checked_before_the_relaunch_and_kept_out(cli: 
     proc = cli("submit", "--site", str(_site(tmp_path)), "--stage", "multi-node", "--nodes", "2", "--spares", "1",
                "--gpus-per-node", "1", "--launcher", "torchrun", "--run-name", f"recovery-recheck-{time.time_ns()}",
                "--out", str(run_dir), "--", "python", str(TRAIN), "--steps", str(STEPS),
+               # training (and node2's fault at its step 8) waits for node3 to turn bad, however long
+               # the test takes to see the start-up check's choice
+               "--hold", str(marks / "bad-node3"),
                "--gpu-fault-on", "node2", "--gpu-fault-log", str(XID79), env=env, timeout=120)
     assert proc.code == 0, proc.err
     job = _job_id(proc.out)

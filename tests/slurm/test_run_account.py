@@ -87,14 +87,19 @@ def test_a_chain_is_one_run_and_its_gpu_hours_add_up(cli: CK) -> None:
 
 def test_a_requeue_is_counted_lost_with_the_allocation_sacct_gives_it(cli: CK) -> None:
     cli.bed.wait_idle()
+    go = cli.runs / "acctrq-go"
     proc = cli("submit", "--site", "testbed", "--launcher", "srun", "--gpus-per-node", "2",
                "--set", "cpus_per_task=1", "--job-name", "acctrq", "--out", str(cli.runs / "acctrq"), "--json",
-               "--", "python", "tests/progress/account_job.py", "1.5")
+               # held after step 5 until the test has requeued it: still running when the requeue comes
+               "--", "python", "tests/progress/account_job.py", "0.25", str(go))
     assert proc.code == 0, proc.err
     job = json.loads(proc.out)["job_id"]
-    cli.wait_for(job, lambda s: (s.get("progress") or {}).get("step", 0) >= 2, timeout=120, what="step 2")
-    cli.bed.run("scontrol", "requeue", job)
-    cli.wait_for(job, lambda s: s["state"] == "PENDING" and s["restarts"] == 1, timeout=120, what="requeued")
+    try:
+        cli.wait_for(job, lambda s: (s.get("progress") or {}).get("step", 0) >= 2, timeout=120, what="step 2")
+        cli.bed.run("scontrol", "requeue", job)
+        cli.wait_for(job, lambda s: s["state"] == "PENDING" and s["restarts"] == 1, timeout=120, what="requeued")
+    finally:
+        go.touch()
     time.sleep(1.2)   # as tests/slurm/test_preemption.py's release: not within the second of the requeue
     cli.bed.run("scontrol", "update", f"JobId={job}", "StartTime=now")
     cli.wait_for(job, lambda s: s["state"] == "COMPLETED", timeout=180, what="COMPLETED")
@@ -118,14 +123,20 @@ def test_a_chain_of_three_with_a_requeue_is_one_tagged_run_that_lost_the_time_si
     cli.bed.wait_idle()
     proc = cli("submit", "--site", "testbed", "--launcher", "srun", "--gpus-per-node", "1",
                "--set", "cpus_per_task=1", "--job-name", "acct3", "--chain", "3",
-               "--out", str(cli.runs / "acct3"), "--json", "--", "python", "tests/progress/account_job.py", "1")
+               "--out", str(cli.runs / "acct3"), "--json", "--", "python", "tests/progress/account_job.py", "1",
+               str(cli.runs / "acct3-go.%j"))   # each member holds after step 5 until its file is there
     assert proc.code == 0, proc.err
     chain = json.loads(proc.out)["chain"]
     ids, name = [m["job_id"] for m in chain], chain[0]["run_name"]
     second = ids[1]
-    cli.wait_for(second, lambda s: (s.get("progress") or {}).get("step", 0) >= 5, timeout=120, what="step 5")
-    cli.bed.run("scontrol", "requeue", second)
-    cli.wait_for(second, lambda s: s["state"] == "PENDING" and s["restarts"] == 1, timeout=120, what="requeued")
+    for job in (ids[0], ids[2]):
+        (cli.runs / f"acct3-go.{job}").touch()
+    try:   # the second is held after its step 5 until the test has requeued it
+        cli.wait_for(second, lambda s: (s.get("progress") or {}).get("step", 0) >= 5, timeout=120, what="step 5")
+        cli.bed.run("scontrol", "requeue", second)
+        cli.wait_for(second, lambda s: s["state"] == "PENDING" and s["restarts"] == 1, timeout=120, what="requeued")
+    finally:
+        (cli.runs / f"acct3-go.{second}").touch()
     time.sleep(1.2)   # as tests/slurm/test_preemption.py's release: not within the second of the requeue
     cli.bed.run("scontrol", "update", f"JobId={second}", "StartTime=now")
     for job in ids:

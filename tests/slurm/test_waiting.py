@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import shlex
 
 from .conftest import CK
 
@@ -26,14 +27,29 @@ def _lines(err: str, job: str) -> list[str]:
 
 def test_wait_and_follow_say_the_pending_reason_when_it_changes(cli: CK) -> None:
     for how in ("--wait", "--follow"):
-        first = cli(*BASE, "--out", str(cli.runs / f"first{how}"), "--", "sleep", "12")
+        # the first job runs until the test has seen the second one wait on it (at most 180 s), not
+        # for a guess of how long the second one's submit and first look take
+        go = cli.runs / f"go{how}"
+        first = cli(*BASE, "--out", str(cli.runs / f"first{how}"), "--", "bash", "-c",
+                    f"for i in $(seq 900); do [ -e {shlex.quote(str(go))} ] && exit 0; sleep 0.2; done; exit 1")
         assert first.code == 0, first.err
         job1 = _submitted_id(first.out)
-        proc = cli(*BASE, "--after", f"{job1}:any", "--out", str(cli.runs / f"after{how}"), how, "--",
-                   "echo", "done", timeout=240)
-        assert proc.code == 0, proc.out + proc.err
-        job = _submitted_id(proc.out)
-        said = _lines(proc.err, job)
+        waiter = cli.popen(*BASE, "--after", f"{job1}:any", "--out", str(cli.runs / f"after{how}"), how, "--",
+                           "echo", "done")
+        seen: list[str] = []
+        try:
+            assert waiter.stderr is not None
+            for line in waiter.stderr:   # a pipe: a line per change
+                seen.append(line)
+                if "PENDING, reason: Dependency" in line:
+                    break
+        finally:
+            go.touch()
+        out, err = waiter.communicate(timeout=240)
+        err = "".join(seen) + err
+        assert waiter.returncode == 0, out + err
+        job = _submitted_id(out)
+        said = _lines(err, job)
         pending = [ln for ln in said if " PENDING" in ln]
         # Slurm may not have judged the dependency at the first look (reason None: the queue place
         # is said then); the reason is said once it is Dependency
@@ -42,7 +58,7 @@ def test_wait_and_follow_say_the_pending_reason_when_it_changes(cli: CK) -> None
         keys = [re.sub(r" \(after \d+:\d\d\)$", "", ln) for ln in said]
         assert all(a != b for a, b in itertools.pairwise(keys)), said
         assert len(pending) <= 3, said
-        assert f"Job {job} COMPLETED (exit code 0)" in proc.out, proc.out
+        assert f"Job {job} COMPLETED (exit code 0)" in out, out
 
 
 def test_wait_and_status_say_the_place_in_the_queue_behind_a_job_holding_every_gpu(cli: CK) -> None:
