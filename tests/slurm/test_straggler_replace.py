@@ -52,7 +52,9 @@ def test_a_straggler_that_stays_one_is_replaced_by_the_spare_at_the_next_checkpo
     assert f"straggler: {slow} (rank " in batch and "stays one over 10 steps" in batch, batch[-6000:]
     said = re.search(rf"straggler: {slow} \(rank \d+, ([0-9.]+)x the others' work time per step\) is replaced at "
                      r"the checkpoint at step (\d+): ending the launch step", batch)
-    assert said and float(said.group(1)) > 1.5, batch[-6000:]
+    # the ratio is printed to one decimal: a rank named at the 1.5 limit (the default straggler_ratio)
+    # prints 1.5 (a loaded machine once named node3 at 1.5x, after 7.4x and 1.9x before)
+    assert said and float(said.group(1)) >= 1.5, batch[-6000:]
     assert f"dropped {slow} (straggler); spare(s) {spare} take their place: relaunching" in batch, batch[-6000:]
     [attempt] = st["attempts"]
     assert attempt["verdict"].startswith(f"straggler: {slow} (rank ") and attempt["then"] == "relaunch", attempt
