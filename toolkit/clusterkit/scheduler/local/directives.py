@@ -10,6 +10,7 @@ from clusterkit.job.launchers import Launch
 from clusterkit.job.request import Resolved
 from clusterkit.job.scheduling import Directive
 from clusterkit.scheduler import directives
+from clusterkit.scheduler.local.traits import TRAITS
 from clusterkit.vocab import SchedulerKind
 
 #: The local job script's entry template (templates/job.local.j2).
@@ -19,9 +20,9 @@ ENTRY = "job.local.j2"
 class LocalParts:
     """The local scheduler's :class:`~clusterkit.job.scheduling.SchedulerParts`."""
 
-    kind: SchedulerKind = "local"
+    kind: SchedulerKind = TRAITS.kind
     entry = ENTRY
-    allocates = False
+    allocates = TRAITS.allocates
 
     def directives(self, site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
                    exclude: tuple[str, ...]) -> tuple[Directive, ...]:

@@ -13,6 +13,7 @@ from clusterkit.job.request import Resolved
 from clusterkit.job.scheduling import Directive
 from clusterkit.job.shares import array_plan
 from clusterkit.scheduler import directives
+from clusterkit.scheduler.slurm.traits import TRAITS
 from clusterkit.vocab import SchedulerKind
 
 #: The Slurm job script's entry template (templates/job.sbatch.j2).
@@ -36,7 +37,7 @@ class SlurmExtras(directives.Extras):
         return out
 
     def arrayed(self, site: Site, r: Resolved) -> list[Directive]:
-        arr = array_plan(site, r.request, allocates=True)
+        arr = array_plan(site, r.request, allocates=TRAITS.allocates)
         return [] if arr is None else [("array", arr.spec)]
 
 
@@ -56,9 +57,9 @@ def placement(site: Site, nnodes: int) -> list[Directive]:
 class SlurmParts:
     """Slurm's :class:`~clusterkit.job.scheduling.SchedulerParts`."""
 
-    kind: SchedulerKind = "slurm"
+    kind: SchedulerKind = TRAITS.kind
     entry = ENTRY
-    allocates = True
+    allocates = TRAITS.allocates
 
     def directives(self, site: Site, r: Resolved, nnodes: int, gpn: int, launch: Launch,
                    exclude: tuple[str, ...]) -> tuple[Directive, ...]:
