@@ -11,8 +11,8 @@ torchrun, the DDP loop over gloo of tests/slurm/recovery_train.py reporting its 
   the spare and ends with the weights of an uninterrupted run.  The link is restored once the
   attempt is over (Slurm itself would mark node3 down after its SlurmdTimeout of minutes).
 - node3's CPU limited to 10 % of one CPU (its cgroup's quota, as tests/slurm/test_network_faults.py
-  does) while the ranks hold before their first step, every rank doing the same matrix products
-  per step and reporting their time (``work_s``): ``status`` names node3 the straggler.
+  does) once training is under way, every rank doing the same matrix products per step and
+  reporting their time (``work_s``): ``status`` names node3 the straggler.
 
 Every wait is for a state: a progress line, a line of the job's log, the job's end in ``status --json``.
 """
@@ -129,22 +129,14 @@ def test_a_node_limited_to_a_tenth_of_a_cpu_is_named_the_straggler(cli: CK, tmp_
         pytest.skip("no cpu cgroup controller here (neither cgroup v2 cpu nor v1 cpu)")
     cli.bed.wait_idle()
     run_dir = cli.runs / "slow"
-    go = cli.runs / "slow-go"
     proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "3", "--gpus-per-node", "1",
                "--launcher", "torchrun", "--run-name", f"slow-{time.time_ns()}", "--out", str(run_dir), "--",
-               # every step under the quota: the ranks hold before their first until the test says so
-               "python", str(TRAIN), "--steps", str(STEPS), "--step-s", "0", "--work", "40", "--hold", str(go),
+               "python", str(TRAIN), "--steps", str(STEPS), "--step-s", "0", "--work", "40",
                env=_env(cli, tmp_path, set()), timeout=120)
     assert proc.code == 0, proc.err
     job = _job_id(proc.out)
-    try:
-        _until(lambda: len(re.findall(r"rank \d+ on node\d holding", _text(run_dir))) == 3, 180, "3 ranks holding")
-        with _cpu_quota(cgroup, 10):
-            go.touch()
-            st = _ended(cli, job)
-    finally:
-        go.touch()
-        cli.bed.run("scancel", job, check=False)
+    with _training_under_way(cli, job, run_dir), _cpu_quota(cgroup, 10):
+        st = _ended(cli, job)
     assert st["state"] == "COMPLETED", _text(run_dir, "slurm-*.out")[-6000:]
     slow = st["stragglers"]
     assert [s["node"] for s in slow] == ["node3"] and slow[0]["measure"] == "work", st
