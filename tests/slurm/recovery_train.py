@@ -26,9 +26,10 @@ provided it resumed at a saved step with the same world size: rank 0 prints them
   --hold PATH              after joining the world, every rank says "holding" and waits until PATH
                            exists (at most 600 s) before its first step: a test that must change a
                            node before training starts (a CPU quota) says when, not a guess
-  --work N                 each step, every rank first multiplies N 192x192 matrices (its own work,
-                           before the gradient sync) and reports how long that took
-                           (clusterkit.progress(step, work_s=...)): a rank on a slow node is a straggler
+  --work N                 each step, every rank first multiplies N 192x192 matrices on one thread
+                           (its own work, before the gradient sync; 400: about 60 ms of one CPU) and
+                           reports how long that took (clusterkit.progress(step, work_s=...)): a rank
+                           on a slow node is a straggler
 """
 
 from __future__ import annotations
@@ -107,6 +108,8 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     host = socket.gethostname()
     torch.manual_seed(0)
+    if args.work:
+        torch.set_num_threads(1)   # the same CPU time per step on every rank, whatever the machine's cores
     model = DistributedDataParallel(torch.nn.Linear(16, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     ckpt = Path(os.environ["CK_CHECKPOINT_DIR"]) / "ckpt.pt"

@@ -11,8 +11,10 @@ torchrun, the DDP loop over gloo of tests/slurm/recovery_train.py reporting its 
   the spare and ends with the weights of an uninterrupted run.  The link is restored once the
   attempt is over (Slurm itself would mark node3 down after its SlurmdTimeout of minutes).
 - node3's CPU limited to 10 % of one CPU (its cgroup's quota, as tests/slurm/test_network_faults.py
-  does) once training is under way, every rank doing the same matrix products per step and
-  reporting their time (``work_s``): ``status`` names node3 the straggler.
+  does) while the ranks hold before their first step, every rank doing the same matrix products
+  per step (about 60 ms of one CPU here: more than the quota's 10 ms in each 100 ms, so every step
+  of node3's is throttled, not just the one the quota runs out in) and reporting their time
+  (``work_s``): ``status`` names node3 the straggler.
 
 Every wait is for a state: a progress line, a line of the job's log, the job's end in ``status --json``.
 """
@@ -32,7 +34,7 @@ from clusterkit import heartbeat
 
 from .conftest import CK, Testbed
 from .test_network_faults import _cpu_quota
-from .test_recovery import STEPS, TRAIN, _ended, _expected_weights, _text
+from .test_recovery import TRAIN, _ended, _expected_weights, _text
 from .test_spares import _env, _job_id, _site
 from .test_stall import _hms
 
@@ -41,6 +43,10 @@ pytest.importorskip("torch", reason="the training loop needs torch (pip install 
 # the first attempt trains until the cut stalls it (100000 steps: not 16 that may be over before
 # the cut); the relaunch resumes at the last save and trains RESUMED_STEPS more
 FLOOR_S, CUT_STEP, FOREVER, RESUMED_STEPS = 15, 8, 100000, 6
+# the matrix products per step (--work): about 60 ms of one CPU here, several of the quota's 10 ms
+# periods even on a core three times as fast (40, about 6 ms, fitted inside one period: most of
+# node3's steps ran unthrottled, their median was the others', and no straggler was named)
+WORK, SLOW_STEPS = 400, 12
 
 
 @contextmanager
@@ -129,14 +135,24 @@ def test_a_node_limited_to_a_tenth_of_a_cpu_is_named_the_straggler(cli: CK, tmp_
         pytest.skip("no cpu cgroup controller here (neither cgroup v2 cpu nor v1 cpu)")
     cli.bed.wait_idle()
     run_dir = cli.runs / "slow"
+    go = cli.runs / "slow-go"
     proc = cli("submit", "--site", "testbed", "--stage", "multi-node", "--nodes", "3", "--gpus-per-node", "1",
                "--launcher", "torchrun", "--run-name", f"slow-{time.time_ns()}", "--out", str(run_dir), "--",
-               "python", str(TRAIN), "--steps", str(STEPS), "--step-s", "0", "--work", "40",
+               # every step under the quota: the ranks hold before their first until the test says so;
+               # 12 steps, each rank's median over its last 12 (5 are enough for one, 20 the most)
+               "python", str(TRAIN), "--steps", str(SLOW_STEPS), "--step-s", "0", "--work", str(WORK),
+               "--hold", str(go),
                env=_env(cli, tmp_path, set()), timeout=120)
     assert proc.code == 0, proc.err
     job = _job_id(proc.out)
-    with _training_under_way(cli, job, run_dir), _cpu_quota(cgroup, 10):
-        st = _ended(cli, job)
+    try:
+        _until(lambda: len(re.findall(r"rank \d+ on node\d holding", _text(run_dir))) == 3, 180, "3 ranks holding")
+        with _cpu_quota(cgroup, 10):
+            go.touch()
+            st = _ended(cli, job)
+    finally:
+        go.touch()
+        cli.bed.run("scancel", job, check=False)
     assert st["state"] == "COMPLETED", _text(run_dir, "slurm-*.out")[-6000:]
     slow = st["stragglers"]
     assert [s["node"] for s in slow] == ["node3"] and slow[0]["measure"] == "work", st

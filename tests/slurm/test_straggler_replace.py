@@ -21,7 +21,7 @@ from .conftest import CK
 from .test_network_faults import _cpu_quota
 from .test_recovery import TRAIN, _ended, _text
 from .test_spares import _env, _job_id, _site
-from .test_stall_faults import _training_under_way
+from .test_stall_faults import WORK, _training_under_way
 
 pytest.importorskip("torch", reason="the training loop needs torch (pip install torch, CPU build)")
 
@@ -35,7 +35,7 @@ def test_a_straggler_that_stays_one_is_replaced_by_the_spare_at_the_next_checkpo
                "--set", "straggler_replace=true", "--out", str(run_dir), "--",
                # the first attempt trains until the straggler is replaced (however long naming it takes
                # on a busy machine: a fixed 150 steps once ended before the next save), then 10 steps
-               "python", str(TRAIN), "--steps", "100000", "--resumed-steps", "10", "--step-s", "0", "--work", "40",
+               "python", str(TRAIN), "--steps", "100000", "--resumed-steps", "10", "--step-s", "0", "--work", str(WORK),
                env=_env(cli, tmp_path, set()), timeout=120)
     assert proc.code == 0, proc.err
     job = _job_id(proc.out)
