@@ -56,7 +56,8 @@ def test_render_json_carries_the_choices(ck, tmp_path: Path) -> None:
 
 def test_sources_are_kept_for_every_setting_by_name(tmp_path: Path) -> None:
     site = load_site(str(_staged(tmp_path)))
-    r = resolve(site, JobRequest(stage="multi-node", command=("python", "t.py"), settings={"precision": "fp16"}))
+    r = resolve(site, JobRequest(stage="multi-node", command=("python", "t.py"), settings={"precision": "fp16"}),
+                allocates=True)
     assert set(Settings.model_fields) <= set(r.sources)
     assert (r.sources["precision"], r.sources["launcher"], r.sources["time"], r.sources["grad_accum"]) == (
         "flag", "stage", "stage", "default")

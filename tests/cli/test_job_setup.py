@@ -76,7 +76,7 @@ def test_site_then_stage_then_job(ck, tmp_path: Path) -> None:
 def test_venv_flag_wins_and_other_stage_sees_its_own(ck, tmp_path: Path) -> None:
     assert plan_job(ck, tmp_path, "--venv", "/job/venv")["venv"] == "/job/venv"
     site = load_site(str(layered_site(tmp_path)))
-    r = resolve(site, job_request(["python", "t.py"], stage="multi-node", conda="train"))
+    r = resolve(site, job_request(["python", "t.py"], stage="multi-node", conda="train"), allocates=True)
     assert r.job.venv == "/site/venv" and r.job.conda == "train"
     assert {e.name: e.value for e in r.job.env} == {"HF_HOME": "/site/hf", "WANDB_MODE": "offline",
                                                    "TMPDIR": "/site/tmp", "MULTI": "1"}
@@ -95,10 +95,10 @@ def test_api_takes_a_mapping_or_pairs_and_files_before_pairs(tmp_path: Path) -> 
     r = job_request(["python", "t.py"], env={"A": "mapping"}, env_file=envfile)
     assert [(e.name, e.value) for e in r.job.env] == [("A", "file"), ("B", "file"), ("A", "mapping")]
     site = load_site("ib-h100")
-    assert {e.name: e.value for e in resolve(site, r).job.env} == {"A": "mapping", "B": "file"}
+    assert {e.name: e.value for e in resolve(site, r, allocates=True).job.env} == {"A": "mapping", "B": "file"}
     r = job_request(["python", "t.py"], env=["X=1", "X=2"], sbatch={"constraint": "a100", "exclusive": True,
                                                                    "mail-type": False})
-    assert {e.name: e.value for e in resolve(site, r).job.env} == {"X": "2"}
+    assert {e.name: e.value for e in resolve(site, r, allocates=True).job.env} == {"X": "2"}
     assert r.job.sbatch == (("constraint", "a100"), ("exclusive", None))
 
 

@@ -133,7 +133,7 @@ def test_job_name_and_launcher_are_known_before_planning(sites) -> None:
     request = JobRequest(stage="multi-node", command=("python", "-u", "train/main.py", "--x"), nodes=2,
                          run_dir=str(shared))
     plan = make_plan(site, request)
-    resolved = resolve(site, request)
+    resolved = resolve(site, request, allocates=True)
     assert job_name(request) == resolved.job_name == plan.job_name == "ck-main"
     assert resolved.launcher == plan.launcher
     with pytest.raises(PlanError, match=r"^job_name='bad name': use 1-64") as err:
@@ -223,17 +223,17 @@ def test_precedence_by_setting_name(sites) -> None:
                           container=False)
     staged = site.model_copy(update={"stages": {"multi-node": entry}})
     req = JobRequest(stage="multi-node", command=("python", "t.py"), run_dir=str(shared))
-    r = resolve(staged, req)
+    r = resolve(staged, req, allocates=True)
     assert (r.time, r.max_restarts, r.partition, r.launcher, r.nodes, r.container) == \
         ("02:00:00", 2, "staged", "deepspeed", 3, False)
     given = resolve(staged, replace(req, launcher="torchrun", nodes=2, settings={
-        "time": "00:30:00", "max_restarts": "0", "partition": "mine", "container": "true"}))
+        "time": "00:30:00", "max_restarts": "0", "partition": "mine", "container": "true"}), allocates=True)
     assert (given.time, given.max_restarts, given.partition, given.launcher, given.nodes, given.container) == \
         ("00:30:00", 0, "mine", "torchrun", 2, True)
-    bare = resolve(site.model_copy(update={"stages": {}}), req)
+    bare = resolve(site.model_copy(update={"stages": {}}), req, allocates=True)
     assert (bare.time, bare.max_restarts, bare.partition, bare.launcher, bare.nodes, bare.container) == \
         (site.scheduler.time, site.scheduler.max_restarts, site.scheduler.partition, "torchrun", None, True)
-    other_stage = resolve(staged, replace(req, stage="single-node"))   # another stage's entry is not read
+    other_stage = resolve(staged, replace(req, stage="single-node"), allocates=True)   # another stage's entry: not read
     assert (other_stage.time, other_stage.partition) == (site.scheduler.time, site.scheduler.partition)
 
 
@@ -251,7 +251,7 @@ def test_every_stage_key_is_chosen_by_the_precedence_rule(sites) -> None:
     site, shared = sites["testbed"]
     entry = StageOverride(**STAGE_VALUES)
     r = resolve(site.model_copy(update={"stages": {"multi-node": entry}}),
-                JobRequest(stage="multi-node", command=("python", "t.py"), run_dir=str(shared)))
+                JobRequest(stage="multi-node", command=("python", "t.py"), run_dir=str(shared)), allocates=True)
     chosen = {key: getattr(r, "stage_spares" if key == "spares" else key) for key in STAGE_VALUES}
     assert chosen == STAGE_VALUES
     assert {key: r.sources[key] for key in STAGE_VALUES if key != "snapshot"} == \
@@ -264,7 +264,7 @@ def test_account_qos_and_gpus_per_node_by_the_precedence_rule(sites) -> None:
     req = JobRequest(stage="multi-node", command=("python", "t.py"), run_dir=str(shared))
 
     def chosen(on: Site, request: JobRequest) -> tuple[object, ...]:
-        r = resolve(on, request)
+        r = resolve(on, request, allocates=True)
         return r.account, r.qos, r.sources["account"], r.sources["qos"], r.sources["gpus_per_node"]
 
     own = site.model_copy(update={"scheduler": sch.model_copy(update={"account": "proj", "qos": "high"})})

@@ -57,10 +57,11 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
     ``--code``): it previews, and a snapshot per preview would copy the tree each time.
     """
     site_obj = load_site(site) if isinstance(site, str) else site
-    resolved = resolve(site_obj, request)
+    parts = scheduler.parts(site_obj.scheduler.kind)
+    resolved = resolve(site_obj, request, allocates=parts.allocates)
     inputs = read_inputs(resolved.launcher, request, resolved.job.launcher_args, site_obj.launchers).inputs
-    claim = rundir.resolve_out(out, resolved.job_name, base=None if out else rundir.default_base(site_obj),
-                               write=write)
+    base = None if out else rundir.default_base(site_obj, parts.allocates)
+    claim = rundir.resolve_out(out, resolved.job_name, base=base, write=write)
     run_dir = claim.path
     snap = None
     try:
@@ -68,7 +69,7 @@ def render_run(site: Site | str, request: JobRequest, out: str | None = None, *,
         plan = planning.make_plan(site_obj, resolved.with_request(run_dir=str(run_dir), inputs=inputs,
                                                                   python=request.python or supervisor_python(),
                                                                   code=snap.info if snap else None),
-                                  scheduler.parts(site_obj.scheduler.kind))
+                                  parts)
         missing = None
         if snap is not None:
             plan, missing = snap.noted(plan, check_script=submitting)

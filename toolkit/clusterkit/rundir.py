@@ -125,14 +125,15 @@ def preview_run_dir(job_name: str, base: Path | None = None) -> RunDir:
 DEFAULT_BASE_NAME = "clusterkit-runs"
 
 
-def default_base(site: Site, cwd: Path | None = None) -> Path | None:
-    """Where run directories go without ``--out`` when ``./runs`` would not do: on a Slurm site
-    whose shared storage does not hold the current directory, ``clusterkit-runs`` in the user's
+def default_base(site: Site, allocates: bool, cwd: Path | None = None) -> Path | None:
+    """Where run directories go without ``--out`` when ``./runs`` would not do: on a site whose
+    scheduler grants nodes (``allocates``: Slurm's, whose jobs run on other machines) and whose
+    shared storage does not hold the current directory, ``clusterkit-runs`` in the user's
     home directory when that is on shared storage, else in ``<shared path>/<user>``, the first
     that exists and is writable here (a login node).  None: ``./runs`` (the current directory
     is shared, the site is local, or no shared folder of the user's is here, as on a laptop,
     where ``render`` previews and ``submit`` refuses a multi-node job)."""
-    if site.scheduler.kind != "slurm":
+    if not allocates:
         return None
     cwd = Path(os.path.abspath(cwd or Path.cwd()))
     if site.on_shared_storage(str(cwd)):

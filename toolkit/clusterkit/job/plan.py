@@ -199,9 +199,9 @@ def make_plan(site: Site, request: JobRequest | Resolved, scheduler: SchedulerPa
     scheduler's share (its directives, its entry template)."""
     if scheduler.kind != site.scheduler.kind:
         raise ValueError(f"a {scheduler.kind} scheduler for a {site.scheduler.kind} site")
-    r = request if isinstance(request, Resolved) else resolve(site, request)
+    r = request if isinstance(request, Resolved) else resolve(site, request, allocates=scheduler.allocates)
     request, spec, s, launcher, time, max_restarts = r.request, r.spec, r.settings, r.launcher, r.time, r.max_restarts
-    warnings = stages.check_site(spec, site)
+    warnings = stages.check_site(spec, site, scheduler.allocates)
     nnodes, gpn, exclude = _check_request(site, r, scheduler.allocates)   # every problem with the request at once
     container_cfg = site.software.container
     use_container = bool(container_cfg) and r.container and scheduler.allocates

@@ -217,12 +217,13 @@ def _sources(request: JobRequest, picks: Mapping[str, Picked[Any]]) -> dict[str,
     return out
 
 
-def resolve(site: Site, request: JobRequest) -> Resolved:
-    """Apply the precedence rule to every setting of ``request`` on ``site``, once."""
+def resolve(site: Site, request: JobRequest, *, allocates: bool) -> Resolved:
+    """Apply the precedence rule to every setting of ``request`` on ``site``, once.  ``allocates``:
+    the site's scheduler grants nodes (:class:`clusterkit.job.scheduling.SchedulerParts`), where
+    the job can check them first (``preflight_in_job``)."""
     spec = stages.get(request.stage)
     s = settings_mod.build(dict(request.settings))
     override = site.stage_override(spec.name)
-    sch = site.scheduler
     picks = _picks(site, request, spec, s, override)
     return Resolved(
         sources=_sources(request, picks),
@@ -231,7 +232,7 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
         max_restarts=picks["max_restarts"].value, partition=picks["partition"].value,
         account=picks["account"].value, qos=picks["qos"].value,
         container=picks["container"].value,
-        preflight_in_job=_in_job(sch.kind == "slurm", picks["preflight_in_job"].value),
+        preflight_in_job=_in_job(allocates, picks["preflight_in_job"].value),
         job=merge_job(site, spec.name, override, request.job),
         gpu_bind=picks["gpu_bind"].value,
         stage_spares=override.spares if override is not None else None,
@@ -239,9 +240,10 @@ def resolve(site: Site, request: JobRequest) -> Resolved:
     )
 
 
-def _in_job(slurm: bool, value: bool | str) -> bool | Literal["perf"]:
-    """The in-job preflight: off on a local site, else the setting (``perf`` kept as such)."""
-    if not slurm:
+def _in_job(allocates: bool, value: bool | str) -> bool | Literal["perf"]:
+    """The in-job preflight: off where the scheduler grants no nodes (local), else the setting
+    (``perf`` kept as such)."""
+    if not allocates:
         return False
     return "perf" if value == "perf" else bool(value)
 

@@ -36,10 +36,12 @@ def node_count(spec: StageSpec, site: Site, requested: int | None) -> int:
     return n
 
 
-def check_site(spec: StageSpec, site: Site) -> list[str]:
-    """Raise PlanError if the site cannot serve the stage; return warnings for weak setups."""
+def check_site(spec: StageSpec, site: Site, allocates: bool) -> list[str]:
+    """Raise PlanError if the site cannot serve the stage; return warnings for weak setups.
+    ``allocates``: the site's scheduler grants nodes (:class:`clusterkit.job.scheduling.SchedulerParts`);
+    one that does not (local) runs on this machine, one node."""
     warnings: list[str] = []
-    if spec.name != "single-node" and site.scheduler.kind == "local":
+    if spec.name != "single-node" and not allocates:
         raise PlanError(f"site {site.name} is a local site (one machine): stage {spec.name} needs a Slurm site")
     if spec.needs_shared_storage and not site.shared_storage:
         raise PlanError(
