@@ -223,12 +223,14 @@ def test_submit_follow_prints_every_rank_s_log_and_exits_with_the_job_s_status(c
                # rank 1 prints both lines and has ended before rank 0 fails with 5: a task failing
                # while the other still runs has srun's --kill-on-bad-exit end that one mid-way.  Rank 1
                # leaves its process id; rank 0 waits until that process is gone (the testbed's nodes
-               # share this machine's process table), not a guess of how long it takes
+               # share this machine's process table), not a guess of how long it takes.  One file per
+               # launch step: the supervisor relaunches once (doctor finds no cause), and the
+               # relaunch's rank 0 must not read the first launch's file
                "bash", "-c", "echo step one on $(hostname); sleep 1; echo step two on $(hostname); "
-               'if [ "$SLURM_PROCID" = 0 ]; then for i in $(seq 600); do [ -e "$CK_RUN_DIR/done.1" ] && break; '
-               'sleep 0.1; done; p=$(cat "$CK_RUN_DIR/done.1"); for i in $(seq 600); do kill -0 "$p" 2>/dev/null '
-               '|| break; sleep 0.1; done; exit 5; fi; echo $$ > "$CK_RUN_DIR/done.1.tmp"; '
-               'mv "$CK_RUN_DIR/done.1.tmp" "$CK_RUN_DIR/done.1"')
+               'd="$CK_RUN_DIR/done.$SLURM_STEP_ID"; '
+               'if [ "$SLURM_PROCID" = 0 ]; then for i in $(seq 600); do [ -e "$d" ] && break; '
+               'sleep 0.1; done; p=$(cat "$d"); for i in $(seq 600); do kill -0 "$p" 2>/dev/null '
+               '|| break; sleep 0.1; done; exit 5; fi; echo $$ > "$d.tmp"; mv "$d.tmp" "$d"')
     job = _submitted_id(proc.stdout)
     assert proc.returncode == 5, proc.stdout + proc.stderr
     for node in ("node1", "node2"):
