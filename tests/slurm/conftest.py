@@ -13,6 +13,7 @@ import ctypes
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -174,6 +175,20 @@ class Testbed:
         d = self.exports.get(f"SLURMLAB_CGROUP_{node}")
         return Path(d) if d else None
 
+    def steps_gone(self, node: str, job: str, timeout: float = 150) -> None:
+        """Wait until no step of ``job`` is left on ``node`` (each live step has a slurmstepd socket
+        ``<node>_<job>.<step>`` in the node's spool directory), then check that ending them did not
+        drain the node.  A node cut off or killed mid-run still runs its part of the job when it
+        comes back; slurmctld has it killed, and a step that outlives UnkillableStepTimeout (60 s)
+        drains the node ("Kill task failed") after the test that left it has passed."""
+        spool = self.lab / "state" / "spool" / node
+        deadline = time.monotonic() + timeout
+        while left := sorted(p.name for p in spool.glob(f"{node}_{job}.*")):
+            assert time.monotonic() < deadline, f"steps of job {job} still on {node} after {timeout}s: {left}"
+            time.sleep(0.3)
+        state = self.run("sinfo", "-h", "-N", "-n", node, "-p", "debug", "-o", "%T", check=False).stdout.strip()
+        assert not state.startswith("drain"), f"{node} {state} after job {job}'s steps ended: {self.why_not_idle()}"
+
     def listen_on(self, node: str, port: int = 0) -> socket.socket:
         """A TCP socket listening on 127.0.0.1:``port`` (0: any free one) on ``node``: made by a
         thread that joins the node's network namespace for that (the socket stays there)."""
@@ -279,7 +294,17 @@ class Testbed:
             if not any(j.strip() for j in jobs) and states == ["idle"] * len(self.nodes):
                 return
             time.sleep(0.3)
-        raise AssertionError(f"testbed not idle after {timeout}s: jobs {jobs}, node states {states}")
+        raise AssertionError(f"testbed not idle after {timeout}s: jobs {jobs}, node states {states}; "
+                             f"{self.why_not_idle()}")
+
+    def why_not_idle(self) -> str:
+        """What Slurm says of nodes that are not up: each one's reason, and the controller log's lines
+        that set a node down or drained (for a test's failure message)."""
+        reasons = self.run("sinfo", "-h", "-R", "-o", "%N %T %E (%H)", check=False).stdout.strip()
+        log = self.lab / "log" / "slurmctld.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        said = [ln for ln in lines if re.search(r"drain|state set to DOWN|not responding|Kill task", ln, re.I)]
+        return f"node reasons: {reasons or 'none'}; controller log: {said[-12:]}"
 
     def run(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         """Run a Slurm client command (scontrol, squeue, ...) against the testbed."""
@@ -402,7 +427,8 @@ class CK:
             if predicate(st):
                 return st
             time.sleep(0.5)
-        raise AssertionError(f"job {job}: {what} not reached in {timeout}s; last status {st}")
+        raise AssertionError(f"job {job}: {what} not reached in {timeout}s; last status {st}; "
+                             f"{self.bed.why_not_idle()}")
 
 
 @pytest.fixture

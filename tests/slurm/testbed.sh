@@ -446,6 +446,9 @@ SOCKETS=1; [ $((CPUS % 2)) -eq 0 ] && [ "$CPUS" -ge 2 ] && SOCKETS=2
 #   MinJobAge=3600: finished jobs stay visible to squeue/scontrol too (what a site without sacct reads);
 #     SLURMLAB_MIN_JOB_AGE=2 makes slurmctld forget them soon (then only sacct knows them)
 #   KillWait=5: cancelled/preempted jobs get SIGKILL 5 s after SIGTERM
+#   UnkillableStepTimeout=180: a step whose processes outlive their SIGKILL this long drains the node
+#     ("Kill task failed"); Slurm's default, 60 s, can pass on a loaded test machine while a node that
+#     was cut off ends the steps it still ran, and the drain then stops the next test's jobs
 #   jobacct_gather/linux + OverMemoryKill, sampled every 1 s: a job past its --mem is killed by
 #     slurmstepd (no cgroups here), never by the machine's global OOM killer.  Slurm enforces
 #     --mem only with memory a consumable resource (CR_Core_Memory); DefMemPerCPU = node memory
@@ -501,6 +504,7 @@ ReturnToService=2
 EnforcePartLimits=ALL
 FirstJobId=$FIRST_JOB_ID
 KillWait=5
+UnkillableStepTimeout=180
 MinJobAge=$MIN_JOB_AGE
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
