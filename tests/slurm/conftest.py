@@ -175,18 +175,23 @@ class Testbed:
         d = self.exports.get(f"SLURMLAB_CGROUP_{node}")
         return Path(d) if d else None
 
+    def node_state(self, node: str) -> str:
+        """``node``'s state as sinfo words it (``-p debug``: every node is in `high` too)."""
+        return self.run("sinfo", "-h", "-N", "-n", node, "-p", "debug", "-o", "%T", check=False).stdout.strip()
+
     def steps_gone(self, node: str, job: str, timeout: float = 150) -> None:
         """Wait until no step of ``job`` is left on ``node`` (each live step has a slurmstepd socket
         ``<node>_<job>.<step>`` in the node's spool directory), then check that ending them did not
-        drain the node.  A node cut off or killed mid-run still runs its part of the job when it
-        comes back; slurmctld has it killed, and a step that outlives UnkillableStepTimeout (60 s)
-        drains the node ("Kill task failed") after the test that left it has passed."""
+        drain the node.  A node cut off mid-run still runs its part of the job when its link comes
+        back; slurmctld has it killed, and a step that outlives UnkillableStepTimeout (Slurm's
+        default 60 s, this testbed's 180 s) drains the node ("Kill task failed"), after the test
+        that left it has passed unless that test waits here."""
         spool = self.lab / "state" / "spool" / node
         deadline = time.monotonic() + timeout
         while left := sorted(p.name for p in spool.glob(f"{node}_{job}.*")):
             assert time.monotonic() < deadline, f"steps of job {job} still on {node} after {timeout}s: {left}"
             time.sleep(0.3)
-        state = self.run("sinfo", "-h", "-N", "-n", node, "-p", "debug", "-o", "%T", check=False).stdout.strip()
+        state = self.node_state(node)
         assert not state.startswith("drain"), f"{node} {state} after job {job}'s steps ended: {self.why_not_idle()}"
 
     def listen_on(self, node: str, port: int = 0) -> socket.socket:

@@ -212,15 +212,11 @@ def _slurmd_timeout(bed: Testbed, seconds: int) -> Iterator[None]:
         bed.run("scontrol", "reconfigure")
 
 
-def _node_state(bed: Testbed, node: str) -> str:
-    return bed.run("sinfo", "-h", "-N", "-n", node, "-p", "debug", "-o", "%T", check=False).stdout.strip()
-
-
 def _back(bed: Testbed, node: str) -> None:
     """Wait until ``node`` answers slurmctld again and runs jobs (ReturnToService=2 returns a node
     set DOWN for not answering once it registers), then lift any DOWN left."""
     deadline = time.monotonic() + 90
-    while (state := _node_state(bed, node)) not in ("idle", "allocated", "mixed", "completing"):
+    while (state := bed.node_state(node)) not in ("idle", "allocated", "mixed", "completing"):
         if state.startswith("down") and not state.endswith("*"):
             bed.resume(node)
         assert time.monotonic() < deadline, f"{node} did not come back: {state}"
@@ -266,7 +262,7 @@ def test_a_node_that_dies_mid_run_is_dropped_and_training_resumes(cli: CK, tmp_p
             assert _kill_node(cli.bed, "node2") >= 3   # slurmd, slurmstepd, the rank (and torchrun or deepspeed)
             _check_recovered(cli, tmp_path, job, run_dir, "Slurm reports it down|doctor: ", r"[A-Za-z -]+",
                              until_relaunched=True)
-            assert _node_state(cli.bed, "node2").startswith("down"), _node_state(cli.bed, "node2")
+            assert cli.bed.node_state("node2").startswith("down"), cli.bed.node_state("node2")
         finally:
             cli.bed.run("scancel", job, check=False)
             _revive(cli.bed, "node2")
