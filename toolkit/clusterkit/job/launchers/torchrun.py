@@ -14,7 +14,8 @@ per node, at most 1,800 s.  The site's ``network.rendezvous_read_timeout_s`` add
 TCPStore timeout (torch's default 60 s), how long an agent waits for the store's answer before its log
 says ``waitForInput ... timed out`` (on a node whose link is cut: what doctor names the node by; torch
 2.14's client then waits for its cancel's answer without a limit, so the agent itself ends only once the
-link is back), and about half how long an agent keeps trying to reach the head's store at start; unset,
+link is back; where the keep-alive's write is the first operation after the cut, its answer has no
+timeout at all and only TCP's retransmission limit ends it, docs/admin.md), and about half how long an agent keeps trying to reach the head's store at start; unset,
 nothing is written and torch's default holds (a site that keeps it keeps the launch line it had).
 
 Why not a static rendezvous (``--node-rank`` from the job's node list): tried, and on the Slurm
