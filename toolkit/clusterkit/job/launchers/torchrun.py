@@ -15,8 +15,9 @@ TCPStore timeout (torch's default 60 s), how long an agent waits for the store's
 says ``waitForInput ... timed out`` (on a node whose link is cut: what doctor names the node by; torch
 2.14's client then waits for its cancel's answer without a limit, so the agent itself ends only once the
 link is back; where the keep-alive's write is the first operation after the cut, its answer has no
-timeout at all and only TCP's retransmission limit ends it, docs/admin.md), and about half how long an agent keeps trying to reach the head's store at start; unset,
-nothing is written and torch's default holds (a site that keeps it keeps the launch line it had).
+timeout at all and only TCP's retransmission limit ends it, docs/admin.md), and about half how long an
+agent keeps trying to reach the head's store at start; unset, nothing is written and torch's default
+holds (a site that keeps it keeps the launch line it had).
 
 Why not a static rendezvous (``--node-rank`` from the job's node list): tried, and on the Slurm
 testbed a link cut under a running job then left the job hanging: the node behind the cut ended its
