@@ -59,11 +59,16 @@ def test_ctrl_c_returns_partial_results(tmp_path) -> None:
                            '"slow1": "interrupted", "slow2": "interrupted"}}')
 
 
-def test_ctrl_c_tests_pass_when_the_runner_ignores_sigint() -> None:
+def test_ctrl_c_tests_pass_when_the_runner_ignores_sigint(tmp_path) -> None:
     """Run as ``nohup bash tests/run.sh &``, pytest starts with SIGINT ignored and every child
-    inherits that; the Ctrl-C tests give the process they interrupt default handling themselves."""
+    inherits that; the Ctrl-C tests give the process they interrupt default handling themselves.
+
+    The inner pytest has a base folder of its own: with the shared one (``pytest-of-<user>``) it
+    deleted, as it ended, the oldest numbered folders other sessions had left there, and a Slurm
+    session's run folders (a code snapshot each) took it past two minutes on a busy machine."""
     test = "tests/sshlab/test_local_runner.py::test_ctrl_c_returns_partial_results"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "--basetemp", str(tmp_path / "inner"), test],
                           cwd=REPO, capture_output=True, text=True, timeout=120,
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert proc.returncode == 0 and "1 passed" in proc.stdout, proc.stdout + proc.stderr
