@@ -200,10 +200,8 @@ def _launcher_stacks(netns: str) -> str:
 
 
 @pytest.mark.skip(reason="open defect: node4's store line, which doctor names the node by, did not come in 200 s "
-                  "in 2 of 4 CI runs: torch's keep-alive writes the store with no read timeout and skips its read "
-                  "while the main loop's state is under a second old, so where that write is the first store "
-                  "operation after the cut only TCP's retransmission limit (about 15 minutes) ends it "
-                  "(docs/admin.md, the rendezvous store's read timeout)")
+                  "in 2 of 4 CI runs: torch's keep-alive write has no read timeout (the cause: docs/admin.md, "
+                  "the rendezvous store's read timeout)")
 def test_link_cut_mid_run_is_a_network_verdict_naming_the_node(cli: CK, tmp_path: Path) -> None:
     """node4's link set down under a running DDP loop (a gradient all-reduce every step), for
     longer than the collectives' timeout, then up again: every rank's all-reduce times out (a
