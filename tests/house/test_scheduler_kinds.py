@@ -2,8 +2,8 @@
 
 The code outside the scheduler package asks what a scheduler is able to answer or do
 (:func:`clusterkit.scheduler.traits`, a plan's ``slurm``) instead of ``rec.scheduler == "slurm"``.
-The modules below the scheduler's layer, which cannot import it, are listed with the comparisons
-they still hold: debt that may only shrink, never room to grow.
+The layers below the scheduler's, which cannot import it, hold none either: what a kind asks of a
+site file is its section model's own (``hosts`` of :class:`clusterkit.config.scheduler_keys.LocalSection`).
 """
 
 from __future__ import annotations
@@ -14,12 +14,6 @@ from clusterkit.vocab import SCHEDULER_KINDS
 from tests.conftest import REPO
 
 ROOT = REPO / "toolkit" / "clusterkit"
-#: module -> comparisons it may hold: layers under clusterkit.scheduler (config, job, rundir)
-BELOW: dict[str, int] = {
-    # a local site's one host, checked as the site file is read (a config error names file, line
-    # and key, so the check stays in the schema, a layer below the scheduler packages)
-    "config/schema.py": 1,
-}
 
 
 def _names_a_kind(node: ast.expr) -> bool:
@@ -61,15 +55,9 @@ def _found() -> dict[str, list[int]]:
 
 
 def test_no_module_outside_the_scheduler_package_compares_a_kind_to_a_name() -> None:
-    over = {name: lines for name, lines in _found().items() if len(lines) > BELOW.get(name, 0)}
-    assert not over, (f"{over}: ask clusterkit.scheduler.traits(kind) (what the scheduler is able to answer "
-                      "or do), not the kind's name")
-
-
-def test_the_debt_list_only_shrinks() -> None:
     found = _found()
-    paid = {name: len(found.get(name, [])) for name, n in BELOW.items() if len(found.get(name, [])) < n}
-    assert not paid, f"{paid}: fewer comparisons than BELOW allows now; lower or drop their entries"
+    assert not found, (f"{found}: ask clusterkit.scheduler.traits(kind) (what the scheduler is able to answer "
+                       "or do), not the kind's name")
 
 
 def test_the_scan_sees_each_form() -> None:

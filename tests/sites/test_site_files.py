@@ -33,6 +33,24 @@ def test_a_partial_is_checked_for_what_it_sets(ck, tmp_path: Path) -> None:  # t
     assert len(doc[0]["errors"]) == 2
 
 
+def test_a_local_site_may_not_set_slurm_keys_and_names_one_host(ck, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    site = tmp_path / "laptop.yaml"
+    site.write_text("name: laptop\nnodes:\n  nodelist: here\n  gpus_per_node: 1\n"
+                    "scheduler:\n  kind: local\n  time: '2:00:00'\n  partition: gpu\n  sbatch: {mem: 1G}\n")
+    res = ck("sites", "validate", str(site))
+    assert_one_line_error(res, 2, "laptop.yaml:8: scheduler.partition: unknown key 'partition'; valid keys: grace_s, "
+                          "kind, max_restarts, preempt_signal_s, time (a key of kind slurm, not of kind local)",
+                          "laptop.yaml:9: scheduler.sbatch: unknown key 'sbatch'")
+    site.write_text("name: laptop\nnodes:\n  nodelist: here\n  gpus_per_node: 1\nscheduler:\n  kind: local\n")
+    assert ck("sites", "validate", str(site)).code == 0
+    # the same keys are Slurm's own where the section names no kind (slurm, the default)
+    site.write_text("name: c\nnodes:\n  nodelist: n[1-2]\n  gpus_per_node: 1\nscheduler:\n  partition: gpu\n")
+    assert ck("sites", "validate", str(site)).code == 0
+    site.write_text("name: c\nnodes:\n  nodelist: n[1-2]\n  gpus_per_node: 1\nscheduler:\n  kind: local\n")
+    assert_one_line_error(ck("sites", "validate", str(site)), 2,
+                          "a local site runs on this machine: nodes.nodelist must name exactly one host")
+
+
 def test_a_whole_site_still_needs_its_required_keys(ck, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     site = tmp_path / "org.yaml"
     site.write_text("scheduler:\n  kind: slurm\n")

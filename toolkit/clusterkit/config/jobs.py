@@ -1,67 +1,17 @@
-"""The site config's sections about jobs: how they are queued (``scheduler:``), what each one gets
-(``job:``) and what a stage changes (``stages:``) (:mod:`clusterkit.config.schema`)."""
+"""The site config's sections about jobs: what each one gets (``job:``) and what a stage changes
+(``stages:``) (:mod:`clusterkit.config.schema`); how they are queued (``scheduler:``):
+:mod:`clusterkit.config.scheduler_keys`."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, ValidationInfo, create_model, field_validator
+from pydantic import Field, create_model, field_validator
 
 from clusterkit.config import job_options
 from clusterkit.config.envrules import job_env_problem
 from clusterkit.config.model import _Model
-from clusterkit.config.sbatch_owned import OWNED_SBATCH, owned_sbatch
-from clusterkit.vocab import SchedulerKind, check_slurm_time, check_spares
-
-
-class Scheduler(_Model):
-    """How jobs reach the machines: Slurm, or this machine with no scheduler."""
-
-    kind: SchedulerKind = "slurm"
-    cluster: str | None = Field(
-        None, description="Slurm's ClusterName (scontrol show config): which cluster this site describes")
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    time: str = "01:00:00"
-    sbatch: dict[str, str | int | bool] = Field(default_factory=dict)
-    max_restarts: int = Field(3, ge=0, le=100)
-    preempt_signal_s: int = Field(120, ge=10, le=3600)
-    grace_s: int = Field(60, ge=1, le=3600, validate_default=True,
-                         description="seconds the ranks get to save after SIGTERM (time-limit warning, cancel)")
-    max_array_size: int | None = Field(
-        None, ge=1, le=4_000_001,
-        description="Slurm's MaxArraySize (scontrol show config): array indices must stay below it; "
-                    "unset: submit asks Slurm")
-
-    @field_validator("grace_s")
-    @classmethod
-    def _grace(cls, v: int, info: ValidationInfo) -> int:
-        signal_s = info.data.get("preempt_signal_s")
-        # the ranks save after the USR2 warning and the job requeues itself before the limit
-        if isinstance(signal_s, int) and v >= signal_s:
-            raise ValueError(f"grace_s {v} must be less than preempt_signal_s {signal_s}: the ranks save "
-                             "between the time-limit warning and the requeue, before the limit")
-        return v
-
-    @field_validator("time")
-    @classmethod
-    def _time(cls, v: str) -> str:
-        return check_slurm_time(v)
-
-    @field_validator("sbatch")
-    @classmethod
-    def _sbatch(cls, v: dict[str, Any]) -> dict[str, Any]:
-        for key in v:
-            if not re.fullmatch(r"[a-z][a-z0-9-]*", key):
-                raise ValueError(f"sbatch option {key!r} must be a long option name like 'exclusive' or 'mem'")
-            owned = owned_sbatch(key)
-            if owned:
-                raise ValueError(f"sbatch option {key!r} sets --{owned}, which clusterkit writes itself; "
-                                 f"use {OWNED_SBATCH[owned]}")
-        return v
-
+from clusterkit.vocab import check_slurm_time, check_spares
 
 _JOB_DOC = """``job:`` (and ``stages.<stage>.job``): what every job on the site gets before its own
     ``--env``/``--setup``/... flags, which are added after these (docs/architecture.md §3)."""

@@ -86,35 +86,55 @@ def _line_for(lines: dict[KeyPath, tuple[str, int]], loc: KeyPath, default_file:
     return default_file, None
 
 
-def _model_at(loc: KeyPath) -> type[BaseModel] | None:
-    """The pydantic model class that owns the mapping at ``loc`` (for listing valid keys)."""
+def _model_at(loc: KeyPath, data: Any) -> tuple[type[BaseModel] | None, tuple[type[BaseModel], ...]]:
+    """The pydantic model class that owns the mapping at ``loc`` in ``data`` (for listing valid
+    keys), and the other models a union there could have been (``scheduler:``'s other kinds)."""
     model: type[BaseModel] = Site
+    others: tuple[type[BaseModel], ...] = ()
+    node = data
     i = 0
     while i < len(loc):
         part = loc[i]
         if isinstance(part, int):
+            node = node[part] if isinstance(node, list) and part < len(node) else None
             i += 1
             continue
         if model is Site and part == "stages":
-            model, i = StageOverride, i + 2  # stages.<stage name>.<key>
+            model, others, i = StageOverride, (), i + 2  # stages.<stage name>.<key>
+            node = (node.get("stages") or {}).get(loc[i - 1]) if isinstance(node, dict) else None
             continue
         field = model.model_fields.get(part)
-        inner = _inner_model(field.annotation) if field else None
-        if inner is None:
-            return None
-        model, i = inner, i + 1
-    return model
+        node = node.get(part) if isinstance(node, dict) else None
+        members = [m for m in _inner_models(field.annotation) if not _any_kind(m)] if field else []
+        if not members:
+            return None, ()
+        model = _by_kind(members, node)
+        others, i = tuple(m for m in members if m is not model), i + 1
+    return model, others
 
 
-def _inner_model(annotation: Any) -> Any:
-    args = getattr(annotation, "__args__", None)
+def _inner_models(annotation: Any) -> list[type[BaseModel]]:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in args or ():
-        inner = _inner_model(arg)
-        if inner is not None:
-            return inner
-    return None
+        return [annotation]
+    return [m for arg in getattr(annotation, "__args__", None) or () for m in _inner_models(arg)]
+
+
+def _any_kind(model: type[BaseModel]) -> bool:
+    """Whether ``model`` is a union's catch-all for a ``kind`` that names none of its models."""
+    field = model.model_fields.get("kind")
+    return field is not None and len(typing.get_args(field.annotation)) > 1
+
+
+def _by_kind(members: list[type[BaseModel]], node: Any) -> type[BaseModel]:
+    """Of a union's models, the one whose ``kind`` the mapping ``node`` names (or defaults to)."""
+    for m in members:
+        field = m.model_fields.get("kind")
+        if field is None or not isinstance(node, dict):
+            continue
+        kind = node.get("kind", None if field.is_required() else field.default)
+        if kind in typing.get_args(field.annotation):
+            return m
+    return members[0]
 
 
 def _issue_from_error(err: Mapping[str, Any], doc: Doc, file: str) -> ConfigIssue:
@@ -126,9 +146,14 @@ def _issue_from_error(err: Mapping[str, Any], doc: Doc, file: str) -> ConfigIssu
     where = _line_for(doc.lines, loc, file)
     kind = err["type"]
     if kind == "extra_forbidden":
-        model = _model_at(loc[:-1])
+        model, others = _model_at(loc[:-1], doc.data)
         valid = ", ".join(sorted(model.model_fields)) if model else ""
         msg = f"unknown key {loc[-1]!r}" + (f"; valid keys: {valid}" if valid else "")
+        elsewhere = [o for o in others if loc[-1] in o.model_fields and "kind" in o.model_fields]
+        if model is not None and "kind" in model.model_fields and elsewhere:
+            theirs = " or ".join(str(typing.get_args(o.model_fields["kind"].annotation)[0]) for o in elsewhere)
+            here = typing.get_args(model.model_fields["kind"].annotation)[0]
+            msg += f" (a key of kind {theirs}, not of kind {here})"
         return ConfigIssue(where[0], where[1], dotted(loc), msg)
     if kind == "missing":
         return ConfigIssue(where[0], where[1], dotted(loc), "required key is missing")
@@ -171,6 +196,8 @@ def _source_text(value: Any, annotation: Any, path: KeyPath, raw: Mapping[KeyPat
     if origin is dict and isinstance(value, dict):
         return {k: _source_text(v, args[1], (*path, k), raw) for k, v in value.items()}
     members = args if origin in (typing.Union, types.UnionType) else (annotation,)
+    # a tagged union's members (scheduler:'s kinds) are Annotated[model, Tag(...)]
+    members = tuple(typing.get_args(m)[0] if typing.get_origin(m) is typing.Annotated else m for m in members)
     if str in members and path in raw and value is not None and not isinstance(value, str):
         return value if isinstance(value, bool) and bool in members else raw[path]
     for member in members:

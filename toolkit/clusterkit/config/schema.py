@@ -19,20 +19,21 @@ from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_
 from clusterkit.config.checks import Perf, Preflight
 from clusterkit.config.code_keys import CodeKeys
 from clusterkit.config.history_keys import NodeHistoryKeys
-from clusterkit.config.jobs import JobSection, Scheduler, StageOverride
+from clusterkit.config.jobs import JobSection, StageOverride
 from clusterkit.config.launcher_keys import DeclaredLauncher, check_launchers
 from clusterkit.config.log_keys import LogKeys
 from clusterkit.config.login_keys import LoginKeys
 from clusterkit.config.machine import SSH, Network, Nodes, RoCE, Storage
 from clusterkit.config.model import _Model
 from clusterkit.config.sbatch_owned import OWNED_SBATCH, owned_sbatch
+from clusterkit.config.scheduler_keys import LocalSection, SchedulerSection, SlurmSection
 from clusterkit.config.software import NCCL, Container, Software
 from clusterkit.config.watch_keys import WatchKeys
 from clusterkit.vocab import LAUNCHERS, Stage
 
-__all__ = ["NCCL", "OWNED_SBATCH", "SSH", "Container", "Cost", "JobSection", "LoginKeys", "Network", "Nodes", "Perf",
-           "Preflight", "Reliability", "RoCE", "Scheduler", "Site", "Software", "StageOverride", "Storage",
-           "owned_sbatch"]
+__all__ = ["NCCL", "OWNED_SBATCH", "SSH", "Container", "Cost", "JobSection", "LocalSection", "LoginKeys", "Network",
+           "Nodes", "Perf", "Preflight", "Reliability", "RoCE", "SchedulerSection", "Site", "SlurmSection", "Software",
+           "StageOverride", "Storage", "owned_sbatch"]
 
 
 class Cost(_Model):
@@ -53,7 +54,7 @@ class Site(_Model):
 
     name: str
     description: str = ""
-    scheduler: Scheduler = Field(default_factory=Scheduler)
+    scheduler: SchedulerSection = Field(default_factory=SlurmSection)
     nodes: Nodes
     ssh: SSH = Field(default_factory=SSH)
     software: Software = Field(default_factory=Software)
@@ -99,9 +100,11 @@ class Site(_Model):
         return v
 
     @model_validator(mode="after")
-    def _local_is_one_node(self) -> Site:
-        if self.scheduler.kind == "local" and len(self.nodes.hosts) != 1:
-            raise ValueError("a local site runs on this machine: nodes.nodelist must name exactly one host")
+    def _hosts_the_scheduler_takes(self) -> Site:
+        want = self.scheduler.hosts
+        if want is not None and len(self.nodes.hosts) != want:
+            raise ValueError(f"{self.scheduler.hosts_why}: nodes.nodelist must name exactly "
+                             + ("one host" if want == 1 else f"{want} hosts"))
         return self
 
     @property

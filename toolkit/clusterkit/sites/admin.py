@@ -47,13 +47,13 @@ def _probe(site: Any, hosts: Sequence[str], transport: str | None,
 def init_site(name: str, *, partition: str | None, nodes: str | None, probe_with: str | None,
               run: SlurmCommand = require, runner_for: RunnerFactory = make_runner) -> Draft:
     """Draft a site config for ``name`` from the live cluster (nothing is written here)."""
-    from clusterkit.config.schema import SSH, Scheduler
+    from clusterkit.config.schema import SSH, SlurmSection
 
     _check_name(name)
     facts = gather(run)
     part = facts.partition(partition) if partition else facts.default_partition()
     chosen = pick_nodes(facts, part, nodes)
-    stand_in = types.SimpleNamespace(ssh=SSH(), scheduler=Scheduler(partition=part.name if part else None))
+    stand_in = types.SimpleNamespace(ssh=SSH(), scheduler=SlurmSection(partition=part.name if part else None))
     probed = _probe(stand_in, [n.name for n in chosen], probe_with, runner_for)
     down = {h: nf.error for h, nf in (probed or {}).items() if not nf.reachable}
     if probed and len(down) == len(probed):
