@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, create_model, field_validator
 
@@ -56,16 +56,21 @@ class _StageRules(_Model):
         return check_spares(v)
 
 
+#: the types of the ``--set`` settings a stage sets as well, declared once: here for the stage's keys
+#: and by ``clusterkit.job.settings.Settings`` for ``--set`` (a layer above, so it imports them)
+MaxRestarts = Annotated[int | None, Field(ge=0, le=100)]
+GpuBind = Literal["task", "none"] | None
+
 #: a stage's keys that are not job options (:data:`job_options.STAGE`), each with its place among
-#: the stage's keys, its type and default: ``--set`` settings (their types as
-#: ``clusterkit.job.settings.Settings`` has them, but ``spares``, a count or a share of the nodes)
-#: and the stage's ``job:``; their meaning: :data:`clusterkit.config.key_docs.KEY_DOCS`
+#: the stage's keys, its type and default: ``--set`` settings (typed as ``Settings`` types them,
+#: but ``spares``, a count or a share of the nodes) and the stage's ``job:``; their meaning:
+#: :data:`clusterkit.config.key_docs.KEY_DOCS`
 STAGE_OWN: dict[str, tuple[int, Any, Any]] = {
     "time": (2, str | None, None),
     "partition": (3, str | None, None),
-    "max_restarts": (4, int | None, Field(None, ge=0, le=100)),
+    "max_restarts": (4, MaxRestarts, None),
     "container": (5, bool | None, None),
-    "gpu_bind": (6, Literal["task", "none"] | None, None),
+    "gpu_bind": (6, GpuBind, None),
     "job": (8, JobSection | None, None),
     "spares": (9, int | str | None, Field(None, description="spare nodes the stage's jobs allocate: a count or "
                                           "a share of the nodes (3%: at least one); default 3% at large-cluster, "

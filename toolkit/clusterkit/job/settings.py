@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from clusterkit.config.jobs import GpuBind, MaxRestarts
 from clusterkit.errors import FieldProblem, InputError
 from clusterkit.vocab import LAUNCHERS, check_slurm_time
 
@@ -54,11 +55,11 @@ class Settings(BaseModel):
     partition: str | None = None
     account: str | None = None
     qos: str | None = None
-    max_restarts: int | None = Field(None, ge=0, le=100)
+    max_restarts: MaxRestarts = None
     cpus_per_task: int | None = Field(None, ge=1)
     gpu_type: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$", description="Slurm's GRES "
                                  "type of the GPUs to ask for (e.g. h100): #SBATCH --gpus-per-node=TYPE:N")
-    gpu_bind: Literal["task", "none"] | None = Field(
+    gpu_bind: GpuBind = Field(
         None, description="--launcher srun: task gives each task its own GPU (its CUDA_VISIBLE_DEVICES, for a "
         "script that uses cuda:0); none: every task sees the node's GPUs (cuda:LOCAL_RANK). Default: the site's "
         "nodes.gpu_bind, else none")
