@@ -1,8 +1,10 @@
-"""No module of clusterkit grows past 400 lines (docs/architecture.md §1).
+"""No module of clusterkit, its tests, benchmarks or examples grows past 400 lines
+(docs/architecture.md §1).
 
 The modules still over the line are listed with the size they may not pass: debt to pay by
 splitting them, never room to grow.  A listed module that has come down under 400 must leave the
-list, so the list only shrinks.
+list, so the list only shrinks.  The package has none left; the five listed are the tests' and the
+benchmarks' own.
 """
 
 from __future__ import annotations
@@ -10,12 +12,20 @@ from __future__ import annotations
 from tests.conftest import REPO
 
 LIMIT = 400
-OVER: dict[str, int] = {}   # module -> the most lines it may have until it is split
+#: module (from the repository's root) -> the most lines it may have until it is split
+OVER: dict[str, int] = {
+    "tests/sshlab/lab.py": 512,             # the SSH lab: sshd, its nodes' fake tools, network namespaces
+    "tests/cli/test_launch_env.py": 497,
+    "tests/preflight/test_checks.py": 471,
+    "tests/slurm/conftest.py": 444,         # the testbed's fixtures
+    "bench/preflight.py": 439,
+}
+ROOTS = ("toolkit/clusterkit", "tests", "bench", "examples")
 
 
 def _sizes() -> dict[str, int]:
-    root = REPO / "toolkit" / "clusterkit"
-    return {str(p.relative_to(root)): len(p.read_text(encoding="utf-8").splitlines()) for p in root.rglob("*.py")}
+    return {str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines())
+            for root in ROOTS for p in (REPO / root).rglob("*.py")}
 
 
 def test_no_module_grows_past_its_limit() -> None:
@@ -30,6 +40,8 @@ def test_the_debt_list_only_shrinks() -> None:
     assert not paid, f"{paid} are {LIMIT} lines or fewer now (or gone): take them off OVER"
 
 
-def test_the_sizes_are_of_the_package() -> None:
-    sizes = _sizes()   # the walk finds the package's modules, the listed ones among them
-    assert len(sizes) > 100 and set(OVER) <= set(sizes)
+def test_the_sizes_are_of_the_package_and_its_tests() -> None:
+    sizes = _sizes()   # the walk finds every root's modules, the listed ones among them
+    for root in ROOTS:
+        assert any(name.startswith(root + "/") for name in sizes), root
+    assert len(sizes) > 300 and set(OVER) <= set(sizes)
