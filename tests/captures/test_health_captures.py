@@ -21,7 +21,7 @@ from clusterkit.preflight.engine import SINGLE, Status, evaluate
 from clusterkit.tooltext import ParseFailure
 from tests.captures.capture import ROOT, Capture, captures, env_with, stand_in
 from tests.conftest import REPO
-from tests.preflight.test_checks import expect
+from tests.preflight.check_helpers import expect
 
 QUERIES = [c for c in captures("nvidia-smi") if "health" in c.expected]
 KERNEL_LOGS = captures("kernel-log")

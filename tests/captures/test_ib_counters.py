@@ -23,7 +23,7 @@ from clusterkit.nodes.health_sections import ib_counters_section
 from clusterkit.nodes.script import SectionOutput
 from clusterkit.preflight import health
 from tests.captures.capture import Capture, captures
-from tests.preflight.test_checks import expect
+from tests.preflight.check_helpers import expect
 
 CAPTURES = captures("ib-counters")
 

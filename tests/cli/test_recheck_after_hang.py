@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.cli.test_launch_env import render
+from tests.cli.launch_helpers import render
 from tests.cli.test_straggler_replace import _site, _supervise_argv
 from tests.conftest import assert_one_line_error
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.cli.test_launch_env import render
+from tests.cli.launch_helpers import render
 from tests.conftest import REPO, assert_one_line_error
 
 

@@ -15,7 +15,7 @@ from clusterkit.nodes.script import SectionOutput
 from clusterkit.preflight.catalogue import select_checks
 from clusterkit.preflight.engine import SINGLE, Status, evaluate
 from clusterkit.preflight.health import judge_xid_hardware, judge_xid_other
-from tests.preflight.test_checks import PROFILES, Judged, expect, failures, judge_profiles, results
+from tests.preflight.check_helpers import PROFILES, Judged, expect, failures, judge_profiles, results
 
 HEALTH = {"gpu.row_remap", "gpu.pcie", "gpu.clocks", "gpu.nvlink", "gpu.xid", "gpu.xid_other", "ib.counters"}
 
