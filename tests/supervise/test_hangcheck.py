@@ -69,6 +69,9 @@ def test_several_nodes_below_par_name_none() -> None:
         lambda ev: {**ev, "checksum": "1"}))
     found = hangcheck.finding(changed, NODES, SPARES)
     assert found.node is None and found.said.startswith("2 nodes below par (node1, node2): no one node to drop")
+    # with each one's reason, as the check gave it, so the figures behind the verdict reach the job's log
+    assert ("(node1: wrong-result; perf.gemm: matmul checksum differs from the allocation's majority (task 0); "
+            "node2: wrong-result; perf.gemm: ") in found.said, found.said
 
 
 def test_the_checks_own_failure_names_none() -> None:

@@ -86,9 +86,10 @@ def finding(report: str | None, nodes: tuple[str, ...], spares: tuple[str, ...])
     mine = [h for h in nodes if h in bad]
     if len(mine) == 1:
         return Finding(mine[0], f"{mine[0]} below par ({_short(bad[mine[0]])}){spare_said}", kept_out)
-    if mine:
+    if mine:   # each one's reason too (the first two): the figures the next look at a false "slow" needs
+        why = "; ".join(f"{h}: {_short(bad[h])}" for h in mine[:2])
         return Finding(None, f"{len(mine)} nodes below par ({', '.join(mine[:8])}{' ...' * (len(mine) > 8)}): "
-                       f"no one node to drop{spare_said}", kept_out)
+                       f"no one node to drop ({why}){spare_said}", kept_out)
     links = slow_links(report or "")
     said = (f"no node below par; slow link(s) with neither end slow: "
             f"{', '.join(f'{a}-{b}' for a, b in links[:4])}" if links else "no node below par")
