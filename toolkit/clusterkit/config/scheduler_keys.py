@@ -96,29 +96,13 @@ class LocalSection(_Common):
 
     kind: Literal["local"]
 
-    @property
-    def cluster(self) -> None:
-        return None
-
-    @property
-    def partition(self) -> None:
-        return None
-
-    @property
-    def account(self) -> None:
-        return None
-
-    @property
-    def qos(self) -> None:
-        return None
-
-    @property
-    def sbatch(self) -> dict[str, str | int | bool]:
-        return {}
-
-    @property
-    def max_array_size(self) -> None:
-        return None
+    # Slurm's keys, read as unset (class attributes, not fields: the file cannot set them)
+    cluster: ClassVar[None] = None
+    partition: ClassVar[None] = None
+    account: ClassVar[None] = None
+    qos: ClassVar[None] = None
+    sbatch: ClassVar[dict[str, str | int | bool]] = {}
+    max_array_size: ClassVar[None] = None
 
 
 class _NoKind(_Common, _SlurmKeys):
