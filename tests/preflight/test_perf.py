@@ -1,6 +1,8 @@
 """``preflight --perf``'s reading and judging, on figure lines recorded from the 5-node testbed
 (tests/data/captures/perf, written by ``bench/perf_preflight.py --capture``): the healthy run,
-node3's link limited, node3's traffic to node4 only limited, node2's CPU limited.  Cases the
+node3's link limited, node3's traffic to node4 only limited, node2's CPU limited (one sweep over
+the pairings, as the worker measured before it made two), and the healthy run and node3's link
+limited again with two sweeps (``*-sweeps``).  Cases the
 testbed cannot make for real (a wrong checksum, a task that died) change one recorded line,
 and say which."""
 
@@ -147,6 +149,47 @@ def test_one_low_pair_is_a_slow_link_naming_both_ends() -> None:
     assert _status(report) == dict.fromkeys(HOSTS, "ok")
     assert [sorted(link["nodes"]) for link in report.slow_links] == [["node3", "node4"]]
     assert int(report.exit_code()) == 1
+
+
+def test_recorded_two_sweeps_healthy_all_ok_and_the_limited_link_slow_in_both() -> None:
+    """Recorded with two sweeps (the worker since perf_worker.PAIR_SWEEPS): the healthy run is all
+    ok, and node3's 100 Mbit/s link is low in both sweeps of every pairing it is in."""
+    healthy = _judge("healthy-sweeps")
+    assert _status(healthy) == dict.fromkeys(HOSTS, "ok") and healthy.slow_links == [], healthy.to_dict()
+    limited = _judge("node3-link-100mbit-sweeps")
+    assert _status(limited) == {**dict.fromkeys(HOSTS, "ok"), "node3": "slow"}, limited.to_dict()
+    node3 = limited.nodes[2].busbw_inter_gbps
+    floor = 0.5 * limited.medians["busbw_inter_gbps"]
+    assert len(node3) == 3 and all(len(p["sweeps"]) == 2 and max(p["sweeps"]) < floor for p in node3), node3
+    assert all(len(p["sweeps"]) == 2 for n in limited.nodes for p in n.busbw_inter_gbps)
+
+
+def _two_sweeps(lines: list[str], marker: str, first: Any, second: Any) -> list[str]:
+    """The recorded pair figures as two sweeps: each pair line as sweep 1 changed by ``first``, then
+    again as sweep 2 changed by ``second`` (the captures predate sweeps: one each)."""
+    ones = _rewrite(lines, marker, lambda ev: ev["ev"] == "pair", lambda ev: first({**ev, "sweep": 1}))
+    twos = [ln for ln in _rewrite(lines, marker, lambda ev: ev["ev"] == "pair", lambda ev: second({**ev, "sweep": 2}))
+            if '"sweep"' in ln]
+    return ones + twos
+
+
+def test_a_node_held_down_in_one_sweep_only_is_not_slow_and_one_held_down_in_both_is() -> None:
+    """Changed: the healthy run's pair figures recorded twice, as two sweeps; node2's pairings
+    divided by 20 in one sweep (a burst of other work on node2 while it measured them), or in both
+    (node2 slow for good)."""
+    def held(ev: dict[str, Any]) -> dict[str, Any]:
+        return {**ev, "gbps": ev["gbps"] / 20} if "node2" in ev["pair"] else ev
+
+    once = _judge("healthy", edit=lambda m, ls: _two_sweeps(ls, m, held, lambda ev: ev))
+    assert _status(once) == dict.fromkeys(HOSTS, "ok") and once.slow_links == [], once.to_dict()
+    node2 = once.nodes[1].busbw_inter_gbps
+    assert all(len(p["sweeps"]) == 2 and p["gbps"] == max(p["sweeps"]) > 10 * min(p["sweeps"]) for p in node2)
+    both = _judge("healthy", edit=lambda m, ls: _two_sweeps(ls, m, held, held))
+    assert _status(both) == {**dict.fromkeys(HOSTS, "ok"), "node2": "slow"}, both.to_dict()
+    assert "with every peer low" in both.nodes[1].reason
+    # a sweep number that is not one is no figure
+    bad = _judge("healthy", edit=lambda m, ls: _two_sweeps(ls, m, held, lambda ev: {**ev, "sweep": "2"}))
+    assert _status(bad)["node2"] == "slow"
 
 
 def test_task_that_stopped_is_failed_with_its_last_words() -> None:

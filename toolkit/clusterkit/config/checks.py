@@ -59,6 +59,7 @@ class Perf(_Model):
     intra_message_mb: float = Field(256, gt=0, le=16384, description="all-reduce message within a node, MB")
     inter_message_mb: float = Field(64, gt=0, le=16384, description="all-reduce message between nodes, MB")
     warmup: int = Field(5, ge=0, le=1000, description="all-reduces before each timed series")
-    iters: int = Field(20, ge=1, le=10000, description="timed all-reduces per figure")
+    iters: int = Field(20, ge=1, le=10000,
+                       description="timed all-reduces per figure, at least (more until they span 0.25 s)")
     rounds: int = Field(3, ge=2, le=16, description="pairings of the nodes (a node is in rounds or rounds-1 pairs)")
     timeout_s: float = Field(300, gt=0, le=86400, description="the whole check, start-up included")

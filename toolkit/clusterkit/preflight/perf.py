@@ -291,12 +291,18 @@ def _within(nodes: dict[str, NodeVerdict], seen: _Seen, limits: Limits, report: 
 
 def _between(nodes: dict[str, NodeVerdict], seen: _Seen, limits: Limits, report: PerfReport) -> bool:
     """Node pairs, round by round: a node low with every peer is slow; a low pair between two
-    nodes that are not is a slow link.  False when no pair was measured."""
-    pairs: dict[tuple[int, str, str], float] = {}
+    nodes that are not is a slow link.  False when no pair was measured.
+
+    A pair's figure in a sweep is its lower end's (the two ends time the same all-reduces); its
+    figure is its best sweep's: other work on a node slows the pairings it has in one sweep, a
+    slow link or NIC is slow in all of them (perf_worker.PAIR_SWEEPS)."""
+    sweeps: dict[tuple[int, str, str], dict[int, float]] = {}
     for ev in seen.every("pair"):
         a, b = ev["pair"]
-        key = (int(ev["round"]), str(a), str(b))
-        pairs[key] = min(pairs.get(key, float("inf")), float(ev["gbps"]))
+        sweep = ev.get("sweep", 1)   # a worker before sweeps printed one
+        per = sweeps.setdefault((int(ev["round"]), str(a), str(b)), {})
+        per[sweep] = min(per.get(sweep, float("inf")), float(ev["gbps"]))
+    pairs = {k: max(per.values()) for k, per in sweeps.items()}
     rounds = sorted({k[0] for k in pairs})
     report.pairings = [[[a, b] for (r, a, b) in sorted(pairs) if r == k] for k in rounds]
     if not pairs:
@@ -307,7 +313,8 @@ def _between(nodes: dict[str, NodeVerdict], seen: _Seen, limits: Limits, report:
     slow_nodes: set[str] = set()
     for h, v in nodes.items():
         peers = sorted((k, g) for k, g in pairs.items() if h in k[1:])
-        v.busbw_inter_gbps = [{"round": k[0], "peer": k[2] if k[1] == h else k[1], "gbps": g} for k, g in peers]
+        v.busbw_inter_gbps = [{"round": k[0], "peer": k[2] if k[1] == h else k[1], "gbps": g,
+                               "sweeps": [sweeps[k][n] for n in sorted(sweeps[k])]} for k, g in peers]
         if len(peers) >= 2 and all(k in low for k, _ in peers):
             slow_nodes.add(h)
             shown = ", ".join(_g(g) for _, g in peers)

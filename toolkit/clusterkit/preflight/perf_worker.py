@@ -13,13 +13,15 @@ node), then measures, in this order, every task at the same time:
 2. within each node: all-reduce over the node's tasks (skipped with one task per node);
 3. between nodes: ``rounds`` pairings of the nodes (round-robin, a node sits one round out when
    their number is odd), every pair of a round all-reducing at the same time in a group of its
-   own, then the whole allocation.
+   own, in ``PAIR_SWEEPS`` sweeps over all the rounds (each pair's figure once per sweep, so a
+   pair's two figures are apart by a whole sweep), then the whole allocation.
 
 Bus bandwidth is nccl-tests' busbw for all-reduce: ``bytes / time * 2 * (n - 1) / n`` for n
-ranks, printed in Gbit/s, with ``time`` the median of ``iters`` timed all-reduces (each waited
-for) after ``warmup`` untimed ones.  Each task prints one JSON line per figure, prefixed by the marker
-the CLI passed, as soon as it has it: a task that dies leaves the figures it had, and the CLI
-judges (:mod:`clusterkit.preflight.perf`).  Nothing here decides ok or slow.
+ranks, printed in Gbit/s, with ``time`` the median of the timed all-reduces (each waited for,
+batches of ``iters`` until they span ``FIGURE_S``) after ``warmup`` untimed ones.  Each task
+prints one JSON line per figure, prefixed by the marker the CLI passed, as soon as it has it: a
+task that dies leaves the figures it had, and the CLI judges (:mod:`clusterkit.preflight.perf`).
+Nothing here decides ok or slow.
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ from typing import Any
 T_START = time.monotonic()
 GEMM_BLOCKS = 3
 GEMM_BLOCK_S = 0.25
+#: an all-reduce figure's timed all-reduces span at least this long (and at most FIGURE_BATCHES x iters)
+FIGURE_S = 0.25
+FIGURE_BATCHES = 64
+#: sweeps over the pairings: the judge keeps each pair's better sweep (perf._between), as the compute
+#: figure keeps its best block; a link or NIC that is slow for good is slow in every sweep
+PAIR_SWEEPS = 2
 
 
 def emit(marker: str, **fields: Any) -> None:
@@ -210,36 +218,51 @@ def _gemm(torch: Any, dist: Any, spec: dict[str, Any], device: Any, lay: _Layout
 
 def _allreduce(torch: Any, dist: Any, spec: dict[str, Any], device: Any, group: Any, nbytes: int,
                ranks: int) -> tuple[float, float]:
-    """The median of ``iters`` timed all-reduces after ``warmup`` untimed ones, and its busbw."""
+    """The median of the timed all-reduces after ``warmup`` untimed ones, and its busbw: batches
+    of ``iters`` until they span FIGURE_S (at most FIGURE_BATCHES batches).  A figure of a few
+    all-reduces of a few milliseconds each is decided by whichever moment of other work on the
+    node it falls in; over a quarter of a second the median is the link's.  Whether to go on is
+    the group's answer (an all-reduce outside the timing), so every rank runs as many."""
     buf = torch.ones(max(1, nbytes // 4), dtype=torch.float32, device=device)
     for _ in range(int(spec["warmup"])):
         dist.all_reduce(buf, group=group)
     _sync(torch, device)
     dist.barrier(group=group)
-    times = []
-    for _ in range(int(spec["iters"])):
-        t = time.monotonic()
-        dist.all_reduce(buf, group=group)
-        _sync(torch, device)
-        times.append(time.monotonic() - t)
-    secs = statistics.median(times)  # one preempted iteration does not make a link slow
+    times: list[float] = []
+    more = torch.zeros(1, dtype=torch.int32, device=device)
+    t_series = time.monotonic()
+    for _ in range(FIGURE_BATCHES):
+        for _ in range(int(spec["iters"])):
+            t = time.monotonic()
+            dist.all_reduce(buf, group=group)
+            _sync(torch, device)
+            times.append(time.monotonic() - t)
+        more.fill_(int(time.monotonic() - t_series < FIGURE_S))
+        dist.all_reduce(more, group=group)   # the sum: any rank short of FIGURE_S and all go on
+        if int(more.item()) == 0:
+            break
+    secs = statistics.median(times)  # preempted iterations, fewer than half, do not make a link slow
     return secs, busbw_gbps(buf.numel() * 4, secs, ranks)
 
 
 def _between(torch: Any, dist: Any, spec: dict[str, Any], device: Any, lay: _Layout, marker: str, rank: int,
              world: int) -> None:
-    """The pairings (a node without a pair in a round waits), then everyone.  On nodes that share
-    a kernel, the pairs of a round go one after another (see :func:`_gemm`)."""
+    """The pairings (a node without a pair in a round waits), ``PAIR_SWEEPS`` times over, then
+    everyone.  On nodes that share a kernel, the pairs of a round go one after another (see
+    :func:`_gemm`).  A pair's figure is the median of a few hundred milliseconds of all-reduces:
+    a burst of other work on a node (or, on a test cluster, on the machine) can hold down every
+    pairing that node has in one sweep, and a sweep later that burst is over."""
     nodes, host = lay.nodes, lay.host
-    for k in range(len(lay.plan)):
-        slots = [[pair] for pair in lay.plan[k]] if len(lay.turns) > 1 else [lay.plan[k]]
-        for slot in slots:
-            for _, (a_i, b_i), group in (p for p in lay.my_pairs if p[0] == k and p[1] in slot):
-                size = len(lay.ranks_of[nodes[a_i]]) + len(lay.ranks_of[nodes[b_i]])
-                secs, gbps = _allreduce(torch, dist, spec, device, group, int(spec["inter_bytes"]), size)
-                emit(marker, ev="pair", rank=rank, host=host, round=k + 1, pair=[nodes[a_i], nodes[b_i]],
-                     seconds=round(secs, 6), gbps=round(gbps, 4))
-            dist.barrier()
+    for sweep in range(1, PAIR_SWEEPS + 1):
+        for k in range(len(lay.plan)):
+            slots = [[pair] for pair in lay.plan[k]] if len(lay.turns) > 1 else [lay.plan[k]]
+            for slot in slots:
+                for _, (a_i, b_i), group in (p for p in lay.my_pairs if p[0] == k and p[1] in slot):
+                    size = len(lay.ranks_of[nodes[a_i]]) + len(lay.ranks_of[nodes[b_i]])
+                    secs, gbps = _allreduce(torch, dist, spec, device, group, int(spec["inter_bytes"]), size)
+                    emit(marker, ev="pair", rank=rank, host=host, round=k + 1, sweep=sweep,
+                         pair=[nodes[a_i], nodes[b_i]], seconds=round(secs, 6), gbps=round(gbps, 4))
+                dist.barrier()
     if len(nodes) > 1:
         secs, gbps = _allreduce(torch, dist, spec, device, None, int(spec["inter_bytes"]), world)
         emit(marker, ev="world", rank=rank, host=host, seconds=round(secs, 6), gbps=round(gbps, 4))
