@@ -114,7 +114,9 @@ fi
 
 if [ "$TESTS" = 0 ]; then exit 0; fi
 
-# Two workers (CK_TEST_WORKERS to change): the Slurm testbed's tests in order on one, the other end to
-# end tests in order on the other, the fast tier wherever a worker is free (tests/lanes.py).  A
-# later -n in the arguments wins (-n 0: one process, as plain pytest).
-exec "$PY" -m pytest -n "${CK_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# Three workers (CK_TEST_WORKERS to change): the Slurm tests in two lanes, each in order on a worker of
+# its own with a test cluster of its own, the other end to end tests in order on the third, the
+# fast tier wherever a worker is free (tests/lanes.py).  The Slurm tests mostly wait on the
+# cluster, so the two Slurm lanes share two cores.  A later -n in the arguments wins (-n 0: one
+# process and one test cluster, as plain pytest).
+exec "$PY" -m pytest -n "${CK_TEST_WORKERS:-3}" --dist loadgroup "$@"
