@@ -49,6 +49,14 @@ def test_a_local_site_may_not_set_slurm_keys_and_names_one_host(ck, tmp_path: Pa
     site.write_text("name: c\nnodes:\n  nodelist: n[1-2]\n  gpus_per_node: 1\nscheduler:\n  kind: local\n")
     assert_one_line_error(ck("sites", "validate", str(site)), 2,
                           "a local site runs on this machine: nodes.nodelist must name exactly one host")
+    # a stage's Slurm keys too: the line of the key itself
+    site.write_text("name: laptop\nnodes:\n  nodelist: here\n  gpus_per_node: 1\nscheduler:\n  kind: local\n"
+                    "stages:\n  multi-node:\n    time: '1:00:00'\n    spares: 1\n")
+    assert_one_line_error(ck("sites", "validate", str(site)), 2,
+                          "laptop.yaml:10: stages.multi-node.spares: a local site does not use it "
+                          "(a key of kind slurm, not of kind local)")
+    site.write_text(site.read_text().replace("kind: local", "kind: slurm"))
+    assert ck("sites", "validate", str(site)).code == 0
 
 
 def test_a_whole_site_still_needs_its_required_keys(ck, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -139,6 +139,9 @@ def _by_kind(members: list[type[BaseModel]], node: Any) -> type[BaseModel]:
 
 def _issue_from_error(err: Mapping[str, Any], doc: Doc, file: str) -> ConfigIssue:
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+    at = (err.get("ctx") or {}).get("at")   # a validator naming a key below its field (schema.Site)
+    if isinstance(at, list):
+        loc += tuple(at)
     # pydantic puts union/literal branch names into loc; keep only real keys and indices
     keep_last = err["type"] == "missing"
     loc = tuple(p for i, p in enumerate(loc)

@@ -31,6 +31,9 @@ class _Common(_Model):
     #: how many hosts ``nodes.nodelist`` may name under this kind (None: any number), and why
     hosts: ClassVar[int | None] = None
     hosts_why: ClassVar[str] = ""
+    #: the keys of ``stages.<stage>`` this kind has no use for (a site that sets one is refused)
+    stage_keys_unused: ClassVar[tuple[str, ...]] = ()
+    stage_keys_why: ClassVar[str] = ""
 
     time: str = "01:00:00"
     max_restarts: int = Field(3, ge=0, le=100)
@@ -93,6 +96,8 @@ class LocalSection(_Common):
 
     hosts: ClassVar[int | None] = 1
     hosts_why: ClassVar[str] = "a local site runs on this machine"
+    stage_keys_unused: ClassVar[tuple[str, ...]] = ("partition", "gpu_bind", "spares")
+    stage_keys_why: ClassVar[str] = "a key of kind slurm, not of kind local"
 
     kind: Literal["local"]
 

@@ -15,6 +15,7 @@ import os
 import re
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from clusterkit.config.checks import Perf, Preflight
 from clusterkit.config.code_keys import CodeKeys
@@ -93,10 +94,19 @@ class Site(_Model):
     @classmethod
     def _stage_launchers(cls, v: dict[str, StageOverride], info: ValidationInfo) -> dict[str, StageOverride]:
         declared = info.data.get("launchers") or {}
+        scheduler = info.data.get("scheduler")   # None where it failed to validate: its own error says so
+        if not isinstance(scheduler, LocalSection | SlurmSection):
+            scheduler = SlurmSection()
+        unused = scheduler.stage_keys_unused
         for stage, override in v.items():
             if override.launcher is not None and override.launcher not in (*LAUNCHERS, *declared):
                 raise ValueError(f"stages.{stage}.launcher {override.launcher!r}: choose one of "
                                  + ", ".join((*LAUNCHERS, *declared)) + " (the site's own under launchers:)")
+            for key in (k for k in unused if getattr(override, k) is not None):
+                # "at": the key below the field the error is about (load.py gives its line)
+                raise PydanticCustomError("unused_key", "a {kind} site does not use it ({why})",
+                                          {"kind": scheduler.kind, "why": scheduler.stage_keys_why,
+                                           "at": [stage, key]})
         return v
 
     @model_validator(mode="after")
