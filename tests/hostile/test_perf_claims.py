@@ -77,3 +77,15 @@ def test_load_json_refuses_what_strict_json_readers_refuse() -> None:
         with pytest.raises(ValueError):
             load_json(bad)
     assert load_json('{"a": [1, 2.5e3, "x", null]}') == {"a": [1, 2500.0, "x", None]}
+
+
+def test_one_end_cannot_raise_its_pairs_with_a_sweep_of_its_own() -> None:
+    """Changed: node3's task (rank 2, its link limited) prints each of its pair lines again as a
+    third sweep, at 100 Gbit/s; its peers print no third sweep, so it does not count."""
+    def edit(marker: str, lines: list[str]) -> list[str]:
+        extra = [ln for ln in _rewrite(lines, marker, lambda ev: ev["rank"] == 2 and ev["ev"] == "pair",
+                                       lambda ev: {**ev, "sweep": 3, "gbps": 100.0}) if '"sweep": 3' in ln]
+        return lines + extra
+    report = _judge("node3-link-100mbit-sweeps", edit=edit)
+    assert _status(report)["node3"] == "slow", report.to_dict()
+    assert all(max(p["sweeps"]) == 100.0 and p["gbps"] < 1 for p in report.nodes[2].busbw_inter_gbps)

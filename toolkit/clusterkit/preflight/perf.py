@@ -295,14 +295,17 @@ def _between(nodes: dict[str, NodeVerdict], seen: _Seen, limits: Limits, report:
 
     A pair's figure in a sweep is its lower end's (the two ends time the same all-reduces); its
     figure is its best sweep's: other work on a node slows the pairings it has in one sweep, a
-    slow link or NIC is slow in all of them (perf_worker.PAIR_SWEEPS)."""
-    sweeps: dict[tuple[int, str, str], dict[int, float]] = {}
+    slow link or NIC is slow in all of them (perf_worker.PAIR_SWEEPS).  Only a sweep both ends
+    printed counts, so one end cannot raise its pair with a sweep of its own (where no sweep has
+    both, the pair's lowest figure is its figure)."""
+    sweeps: dict[tuple[int, str, str], dict[int, tuple[float, frozenset[str]]]] = {}
     for ev in seen.every("pair"):
         a, b = ev["pair"]
         sweep = ev.get("sweep", 1)   # a worker before sweeps printed one
         per = sweeps.setdefault((int(ev["round"]), str(a), str(b)), {})
-        per[sweep] = min(per.get(sweep, float("inf")), float(ev["gbps"]))
-    pairs = {k: max(per.values()) for k, per in sweeps.items()}
+        fig, ends = per.get(sweep, (float("inf"), frozenset()))
+        per[sweep] = (min(fig, float(ev["gbps"])), ends | {str(ev["host"])})
+    pairs = {k: _best_sweep(per) for k, per in sweeps.items()}
     rounds = sorted({k[0] for k in pairs})
     report.pairings = [[[a, b] for (r, a, b) in sorted(pairs) if r == k] for k in rounds]
     if not pairs:
@@ -314,7 +317,7 @@ def _between(nodes: dict[str, NodeVerdict], seen: _Seen, limits: Limits, report:
     for h, v in nodes.items():
         peers = sorted((k, g) for k, g in pairs.items() if h in k[1:])
         v.busbw_inter_gbps = [{"round": k[0], "peer": k[2] if k[1] == h else k[1], "gbps": g,
-                               "sweeps": [sweeps[k][n] for n in sorted(sweeps[k])]} for k, g in peers]
+                               "sweeps": [sweeps[k][n][0] for n in sorted(sweeps[k])]} for k, g in peers]
         if len(peers) >= 2 and all(k in low for k, _ in peers):
             slow_nodes.add(h)
             shown = ", ".join(_g(g) for _, g in peers)
@@ -324,6 +327,12 @@ def _between(nodes: dict[str, NodeVerdict], seen: _Seen, limits: Limits, report:
     report.slow_links += [{"nodes": [a, b], "round": r, "gbps": pairs[(r, a, b)], "floor": round(floor, 4)}
                           for (r, a, b) in sorted(low) if a not in slow_nodes and b not in slow_nodes]
     return True
+
+
+def _best_sweep(per: dict[int, tuple[float, frozenset[str]]]) -> float:
+    """A pair's figure: its best sweep of those both ends printed, else its lowest figure."""
+    both = [low for low, ends in per.values() if len(ends) == 2]
+    return max(both) if both else min(low for low, _ in per.values())
 
 
 def _alike(report: PerfReport, *, started: bool, srun_lines: Sequence[str]) -> PerfReport:
