@@ -16,7 +16,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # the SSH lab fixtures (sshlab_factory, ...) for every test directory
-# and the two lanes of a parallel run (tests/lanes.py)
+# and the lanes of a parallel run (tests/lanes.py)
 pytest_plugins = ["tests.sshlab.fixtures", "tests.lanes"]
 
 
