@@ -123,12 +123,17 @@ def parse_output(lines: Iterable[str], marker: str, hosts: Sequence[str]) -> lis
             continue
         want = _FIELDS[ev["ev"]]
         if all(isinstance(ev.get(k), t) and not isinstance(ev.get(k), bool) for k, t in want.items()):
-            if ev["ev"] == "pair" and not (len(ev["pair"]) == 2 and all(h in known for h in ev["pair"])):
+            if ev["ev"] == "pair" and not _pair_ok(ev, known):
                 continue
-            if ev["ev"] == "pair" and not (type(ev.get("sweep", 1)) is int and 1 <= ev.get("sweep", 1) <= 16):
-                continue   # a sweep number (optional: one sweep before there were two)
             events.append(ev)
     return events
+
+
+def _pair_ok(ev: dict[str, Any], known: set[str]) -> bool:
+    """A pair figure names two known hosts, and its sweep (optional: one sweep before there were
+    two) is a small integer."""
+    sweep = ev.get("sweep", 1)
+    return len(ev["pair"]) == 2 and all(h in known for h in ev["pair"]) and type(sweep) is int and 1 <= sweep <= 16
 
 
 def task_errors(lines: Iterable[str]) -> tuple[dict[int, str], list[str]]:
